@@ -1,0 +1,1 @@
+"""__consumer_offsets record keys and values, and the ConsumerProtocol payloads inside them."""

@@ -1,0 +1,118 @@
+"""The __consumer_offsets record model, as plain data.
+
+Every package that touches group state speaks in these types: the coordinator emits them, the log
+stores their encoded bytes, the pipeline decodes them back. Field names follow Kafka's schemas
+(OffsetCommitKey, OffsetCommitValue, GroupMetadataKey, GroupMetadataValue, ConsumerProtocol
+Subscription/Assignment) in snake_case; the byte codecs live in `kgroups.records.codec` and
+`kgroups.records.consumer_protocol`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    """Key of a committed offset: key types 0 and 1 share this layout (Kafka writes 1)."""
+
+    group: str
+    topic: str
+    partition: int
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    """Key of a group's metadata record (key type 2)."""
+
+    group: str
+    version: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    """A key of type >= 3: written by KIP-848's consumer protocol, not part of the classic one."""
+
+    version: int
+    data: bytes
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    """A committed offset. `expire_timestamp` is set only by old OffsetCommit versions (v1)."""
+
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    leader_epoch: int = -1
+    expire_timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    """One member as stored in a GroupMetadataValue: its join metadata and its assignment."""
+
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout: int
+    rebalance_timeout: int
+    subscription: bytes
+    assignment: bytes
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    """A group's generation: the selected protocol, its leader and every member."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberMetadata, ...] = ()
+
+
+RecordValue = OffsetCommitValue | GroupMetadataValue
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """A topic and some of its partitions, as ConsumerProtocol lists them."""
+
+    topic: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSubscription:
+    """ConsumerProtocol subscription (the member metadata of protocol type "consumer")."""
+
+    topics: tuple[str, ...]
+    user_data: bytes | None = None
+    owned_partitions: tuple[TopicPartitions, ...] = ()
+    generation_id: int = -1
+    rack_id: str | None = None
+    version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerAssignment:
+    """ConsumerProtocol assignment (what SyncGroup hands each member of a "consumer" group)."""
+
+    assigned_partitions: tuple[TopicPartitions, ...] = ()
+    user_data: bytes | None = None
+    version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRecord:
+    """One __consumer_offsets record: a key and its value, `None` for a tombstone."""
+
+    key: RecordKey
+    value: RecordValue | None = field(default=None)
