@@ -1,0 +1,93 @@
+"""The contract between the server and the handlers of each Kafka API.
+
+The server owns framing and ordering; a handler only maps one decoded kio request to one kio
+response. Keeping that boundary narrow lets the data APIs and the group APIs be written apart
+and lets ApiVersions advertise exactly what is registered, never more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kgroups.broker.broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler may know about the request beyond its body."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    broker: Broker
+
+
+class ApiHandler(Protocol):
+    """One Kafka API: decoded kio request in, kio response out (None = send nothing, acks=0)."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any: ...
+
+
+class DuplicateHandlerError(ValueError):
+    """Two handlers claimed one API key: a wiring mistake that must fail loudly at start-up."""
+
+
+class HandlerRegistry:
+    """The APIs this broker answers, keyed by API key; the source of truth for ApiVersions."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, ApiHandler] = {}
+
+    def register(self, handler: ApiHandler) -> None:
+        if handler.api_key in self._handlers:
+            raise DuplicateHandlerError(f"API key {handler.api_key} is already registered")
+        self._handlers[handler.api_key] = handler
+
+    def get(self, api_key: int) -> ApiHandler | None:
+        return self._handlers.get(api_key)
+
+    def supports(self, api_key: int, api_version: int) -> bool:
+        handler = self._handlers.get(api_key)
+        return handler is not None and handler.min_version <= api_version <= handler.max_version
+
+    def __iter__(self) -> Iterator[ApiHandler]:
+        return iter(sorted(self._handlers.values(), key=lambda h: h.api_key))
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+HandlerFunction = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionHandler:
+    """An ApiHandler made from one coroutine function and the versions it speaks."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+    function: HandlerFunction
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        return await self.function(ctx, request)
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[
+    [HandlerFunction], FunctionHandler
+]:
+    """Decorator: `@handles(3, 0, 12) async def metadata(ctx, request): ...`."""
+
+    def wrap(function: HandlerFunction) -> FunctionHandler:
+        return FunctionHandler(api_key, min_version, max_version, function)
+
+    return wrap

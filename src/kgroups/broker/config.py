@@ -1,0 +1,154 @@
+"""Broker settings under Kafka's own names, with Kafka's defaults.
+
+Operators already know `server.properties`; accepting the same keys (and the same
+`--override key=value` form as `kafka-server-start.sh`) means a Kafka config carries over. Keys
+the broker itself does not read (group.*, offsets.*, log.*) are kept verbatim so the coordinator
+and the log get them from the one source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+# Only keys the broker reads itself; everything else is passed through untouched.
+BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "node.id": "0",
+        "cluster.id": "kgroups-cluster",
+        "num.partitions": "1",
+        "auto.create.topics.enable": "true",
+        "socket.request.max.bytes": "104857600",
+        "connections.max.idle.ms": "600000",
+        "queued.max.requests": "500",
+        "message.max.bytes": "1048588",
+        "offsets.topic.num.partitions": "50",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """A setting is malformed; the message names the key and the offending text."""
+
+
+def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
+    """The `.properties` subset Kafka configs use: `key=value`, `key: value`, `#`/`!` comments."""
+    properties: dict[str, str] = {}
+    for number, raw_line in enumerate(text.splitlines(), start=1):
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        separator = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if separator < 0:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {raw_line!r}")
+        properties[line[:separator].strip()] = line[separator + 1 :].strip()
+    return properties
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--override expects key=value, got {text!r}")
+    return key.strip(), value.strip()
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The resolved settings of one broker; `properties` holds every key, defaults included."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    data_dir: Path = Path("kgroups-data")
+    properties: Mapping[str, str] = field(default_factory=lambda: dict(BROKER_DEFAULTS))
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        data_dir: Path = Path("kgroups-data"),
+        config_file: Path | None = None,
+        overrides: Iterable[str] = (),
+    ) -> BrokerConfig:
+        """Defaults, then the properties file, then each --override, as Kafka layers them."""
+        merged = dict(BROKER_DEFAULTS)
+        if config_file is not None:
+            try:
+                text = config_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
+            merged.update(parse_properties(text, str(config_file)))
+        merged.update(parse_override(item) for item in overrides)
+        config = cls(host=host, port=port, data_dir=data_dir, properties=merged)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Read every typed key once so a bad value fails at start-up, not mid-request."""
+        for key in ("node.id", "num.partitions", "socket.request.max.bytes",
+                    "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
+                    "offsets.topic.num.partitions"):
+            self.int_value(key)
+        self.bool_value("auto.create.topics.enable")
+        if self.num_partitions < 1:
+            raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+
+    def int_value(self, key: str) -> int:
+        raw = self.properties.get(key, BROKER_DEFAULTS.get(key))
+        if raw is None:
+            raise ConfigError(f"{key} is not set")
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+
+    def bool_value(self, key: str) -> bool:
+        raw = self.properties.get(key, BROKER_DEFAULTS.get(key, "")).lower()
+        if raw not in ("true", "false"):
+            raise ConfigError(f"{key} must be true or false, got {raw!r}")
+        return raw == "true"
+
+    def with_prefixes(self, *prefixes: str) -> dict[str, str]:
+        """The keys another part owns (e.g. "group.", "offsets." for the coordinator)."""
+        return {k: v for k, v in self.properties.items() if k.startswith(prefixes)}
+
+    @property
+    def node_id(self) -> int:
+        return self.int_value("node.id")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.properties.get("cluster.id", BROKER_DEFAULTS["cluster.id"])
+
+    @property
+    def num_partitions(self) -> int:
+        return self.int_value("num.partitions")
+
+    @property
+    def auto_create_topics(self) -> bool:
+        return self.bool_value("auto.create.topics.enable")
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self.int_value("socket.request.max.bytes")
+
+    @property
+    def connections_max_idle_ms(self) -> int:
+        return self.int_value("connections.max.idle.ms")
+
+    @property
+    def queued_max_requests(self) -> int:
+        return self.int_value("queued.max.requests")
+
+    @property
+    def message_max_bytes(self) -> int:
+        return self.int_value("message.max.bytes")
+
+    @property
+    def offsets_topic_num_partitions(self) -> int:
+        return self.int_value("offsets.topic.num.partitions")

@@ -1,0 +1,147 @@
+"""Kafka wire framing on top of kio: request headers in, size-prefixed responses out.
+
+kio generates one dataclass per API version; the helpers here let a handler be written once
+for all versions (`build` keeps only the fields a version has) and keep reader/writer lookups
+cached, since they sit on the hot path of every request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+import sys
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from kgroups.errors import ErrorCode
+
+_SIZE = struct.Struct(">i")
+_API_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
+class FrameDecodeError(ValueError):
+    """The bytes of a request do not parse as the request they claim to be."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecodedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id): the prefix every request header version shares."""
+    if len(frame) < _API_KEY_VERSION_CORRELATION.size:
+        raise FrameDecodeError(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id = _API_KEY_VERSION_CORRELATION.unpack_from(frame)
+    return api_key, api_version, correlation_id
+
+
+@cache
+def request_type(api_key: int, api_version: int) -> type[Any]:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def response_type(api_key: int, api_version: int) -> type[Any]:
+    return load_response_schema(api_key, api_version)
+
+
+@cache
+def _reader(entity: type[Any]) -> Any:
+    return entity_reader(entity)
+
+
+@cache
+def _writer(entity: type[Any]) -> Any:
+    return entity_writer(entity)
+
+
+def decode_request(frame: bytes) -> DecodedRequest:
+    """Parse header and body of one frame (no size prefix); every byte of it must be used."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    schema = request_type(api_key, api_version)
+    try:
+        header, header_size = _reader(schema.__header_schema__)(frame, 0)
+        body, body_size = _reader(schema)(frame, header_size)
+    except (SerialError, ValueError, UnicodeDecodeError) as exc:
+        raise FrameDecodeError(f"cannot decode {schema.__name__} v{api_version}: {exc}") from exc
+    if header_size + body_size != len(frame):
+        raise FrameDecodeError(
+            f"{schema.__name__} v{api_version} used {header_size + body_size} of "
+            f"{len(frame)} bytes"
+        )
+    return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Size prefix + response header (the version kio ties to this response) + body."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_schema = type(response).__header_schema__
+    _writer(header_schema)(out, header_schema(correlation_id=correlation_id))
+    _writer(type(response))(out, response)
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def encode_request(correlation_id: int, client_id: str | None, request: Any) -> bytes:
+    """Client side of the framing, for the admin CLI, the tests and the benchmarks."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    header_schema = type(request).__header_schema__
+    header = header_schema(
+        request_api_key=request.__api_key__,
+        request_api_version=request.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    _writer(header_schema)(out, header)
+    _writer(type(request))(out, request)
+    frame = out.getbuffer()
+    _SIZE.pack_into(frame, 0, len(frame) - 4)
+    del frame
+    return out.getvalue()
+
+
+def decode_response(response_schema: type[Any], frame: bytes) -> tuple[int, Any]:
+    """(correlation_id, body) of a response frame without its size prefix."""
+    header, header_size = _reader(response_schema.__header_schema__)(frame, 0)
+    body, _ = _reader(response_schema)(frame, header_size)
+    return header.correlation_id, body
+
+
+@cache
+def _field_names(entity: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(entity))
+
+
+def build(entity: type[Any], **values: Any) -> Any:
+    """Construct `entity` from the values its version has; the others are dropped, as Kafka
+    drops fields a version does not carry."""
+    names = _field_names(entity)
+    return entity(**{k: v for k, v in values.items() if k in names})
+
+
+def sibling(entity: type[Any], name: str) -> type[Any]:
+    """A nested kio class of the same API version (e.g. the topic class of a response)."""
+    return getattr(sys.modules[entity.__module__], name)  # type: ignore[no-any-return]
+
+
+def has_field(entity: type[Any], name: str) -> bool:
+    return name in _field_names(entity)
+
+
+def kio_error(code: ErrorCode | int) -> KioErrorCode:
+    return KioErrorCode(int(code))
