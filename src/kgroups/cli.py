@@ -10,7 +10,9 @@ import sys
 from collections.abc import Sequence
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "kgroups.broker.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
