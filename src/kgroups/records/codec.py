@@ -1,0 +1,392 @@
+"""Byte codecs for __consumer_offsets keys and values, every version Kafka ever wrote.
+
+A key starts with an int16 that is the record type: 0 and 1 are OffsetCommitKey, 2 is
+GroupMetadataKey, 3 and up belong to KIP-848's consumer protocol and are kept as opaque
+`UnknownKey`s so that a log written by a newer Kafka still reads. A value starts with its own
+int16 schema version; v4 is Kafka's flexible encoding (compact strings, tagged-field sections),
+whose unknown tags are skipped rather than rejected, as Kafka's readers do.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from kgroups.records import consumer_protocol
+from kgroups.records.schema import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetsRecord,
+    RecordKey,
+    RecordValue,
+    UnknownKey,
+)
+from kgroups.records.wire import (
+    EMPTY_TAGGED_FIELDS,
+    INT16,
+    INT32,
+    INT64,
+    RecordDecodeError,
+    array_length,
+    read_bytes,
+    read_compact_array_length,
+    read_compact_bytes,
+    read_compact_nullable_string,
+    read_compact_string,
+    read_int16,
+    read_int32,
+    read_int64,
+    read_nullable_string,
+    read_string,
+    skip_tagged_fields,
+    write_compact_bytes,
+    write_compact_nullable_string,
+    write_nullable_bytes,
+    write_nullable_string,
+    write_string,
+    write_uvarint,
+)
+
+__all__ = [
+    "RecordDecodeError",
+    "decode_key",
+    "decode_record",
+    "decode_value",
+    "encode_key",
+    "encode_record",
+    "encode_value",
+    "record_to_json",
+    "value_version",
+]
+
+OFFSET_COMMIT_VALUE_VERSIONS = range(5)
+GROUP_METADATA_VALUE_VERSIONS = range(5)
+FLEXIBLE_VERSION = 4
+
+_OFFSET_COMMIT_KEY_TYPES = (0, 1)
+_GROUP_METADATA_KEY_TYPE = 2
+
+
+# ---------------------------------------------------------------------------------------- keys
+
+
+def encode_key(key: RecordKey) -> bytes:
+    if isinstance(key, OffsetCommitKey):
+        if key.version not in _OFFSET_COMMIT_KEY_TYPES:
+            raise ValueError(f"OffsetCommitKey type must be 0 or 1, not {key.version}")
+        return b"".join(
+            (INT16.pack(key.version), write_string(key.group), write_string(key.topic),
+             INT32.pack(key.partition))
+        )
+    if isinstance(key, GroupMetadataKey):
+        if key.version != _GROUP_METADATA_KEY_TYPE:
+            raise ValueError(f"GroupMetadataKey type must be 2, not {key.version}")
+        return INT16.pack(key.version) + write_string(key.group)
+    if key.version <= _GROUP_METADATA_KEY_TYPE:
+        raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
+    return INT16.pack(key.version) + key.data
+
+
+def decode_key(data: bytes) -> RecordKey:
+    key_type, pos = read_int16(data, 0, "key type")
+    if key_type in _OFFSET_COMMIT_KEY_TYPES:
+        group, pos = read_string(data, pos, "OffsetCommitKey group")
+        topic, pos = read_string(data, pos, "OffsetCommitKey topic")
+        partition, pos = read_int32(data, pos, "OffsetCommitKey partition")
+        _expect_end(data, pos, "OffsetCommitKey")
+        return OffsetCommitKey(group, topic, partition, key_type)
+    if key_type == _GROUP_METADATA_KEY_TYPE:
+        group, pos = read_string(data, pos, "GroupMetadataKey group")
+        _expect_end(data, pos, "GroupMetadataKey")
+        return GroupMetadataKey(group)
+    if key_type < 0:
+        raise RecordDecodeError(f"cannot read key type at byte 0: {key_type} is negative", 0)
+    return UnknownKey(key_type, bytes(data[2:]))
+
+
+def _expect_end(data: bytes, pos: int, what: str) -> None:
+    if pos != len(data):
+        raise RecordDecodeError(
+            f"cannot read {what} at byte {pos}: {len(data) - pos} unexpected trailing bytes", pos
+        )
+
+
+# -------------------------------------------------------------------------------------- values
+
+
+def value_version(data: bytes) -> int:
+    """The schema version a value was written with (its leading int16)."""
+    return read_int16(data, 0, "value version")[0]
+
+
+def encode_value(value: RecordValue, version: int | None = None) -> bytes:
+    """Encode as Kafka writes by default (OffsetCommitValue v3, or v1 when an expire timestamp
+    is set; GroupMetadataValue v3), or in the given version; a field the version cannot hold
+    is an error rather than silently lost."""
+    if isinstance(value, OffsetCommitValue):
+        if version is None:
+            version = 3 if value.expire_timestamp is None else 1
+        return _encode_offset_commit_value(value, version)
+    return _encode_group_metadata_value(value, 3 if version is None else version)
+
+
+def _encode_offset_commit_value(value: OffsetCommitValue, version: int) -> bytes:
+    if version not in OFFSET_COMMIT_VALUE_VERSIONS:
+        raise ValueError(f"OffsetCommitValue has versions 0-4, not {version}")
+    if value.expire_timestamp is not None and version != 1:
+        raise ValueError(f"OffsetCommitValue v{version} has no expireTimestamp; only v1 does")
+    if value.leader_epoch != -1 and version < 3:
+        raise ValueError(f"OffsetCommitValue v{version} has no leaderEpoch; v3+ do")
+    parts = [INT16.pack(version), INT64.pack(value.offset)]
+    if version >= 3:
+        parts.append(INT32.pack(value.leader_epoch))
+    if version == FLEXIBLE_VERSION:
+        parts.append(write_compact_nullable_string(value.metadata))
+    else:
+        parts.append(write_string(value.metadata))
+    parts.append(INT64.pack(value.commit_timestamp))
+    if version == 1:
+        expire = -1 if value.expire_timestamp is None else value.expire_timestamp
+        parts.append(INT64.pack(expire))
+    if version == FLEXIBLE_VERSION:
+        parts.append(EMPTY_TAGGED_FIELDS)
+    return b"".join(parts)
+
+
+def _encode_group_metadata_value(value: GroupMetadataValue, version: int) -> bytes:
+    if version not in GROUP_METADATA_VALUE_VERSIONS:
+        raise ValueError(f"GroupMetadataValue has versions 0-4, not {version}")
+    flexible = version == FLEXIBLE_VERSION
+    string = write_compact_nullable_string if flexible else write_string
+    nullable = write_compact_nullable_string if flexible else write_nullable_string
+    blob = write_compact_bytes if flexible else write_nullable_bytes
+    parts = [
+        INT16.pack(version),
+        string(value.protocol_type),
+        INT32.pack(value.generation),
+        nullable(value.protocol),
+        nullable(value.leader),
+    ]
+    if version >= 2:
+        parts.append(INT64.pack(value.current_state_timestamp))
+    count = len(value.members)
+    parts.append(write_uvarint(count + 1) if flexible else INT32.pack(count))
+    for member in value.members:
+        parts.append(string(member.member_id))
+        if version >= 3:
+            parts.append(nullable(member.group_instance_id))
+        elif member.group_instance_id is not None:
+            raise ValueError(f"GroupMetadataValue v{version} has no groupInstanceId; v3+ do")
+        parts.append(string(member.client_id))
+        parts.append(string(member.client_host))
+        if version >= 1:
+            parts.append(INT32.pack(member.rebalance_timeout))
+        parts.append(INT32.pack(member.session_timeout))
+        parts.append(blob(member.subscription))
+        parts.append(blob(member.assignment))
+        if flexible:
+            parts.append(EMPTY_TAGGED_FIELDS)
+    if flexible:
+        parts.append(EMPTY_TAGGED_FIELDS)
+    return b"".join(parts)
+
+
+def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
+    """Decode the value that belongs to `key`; `None` for a tombstone. Values under an
+    `UnknownKey` are not interpreted (their schemas are the newer protocol's) and give `None`."""
+    if data is None or isinstance(key, UnknownKey):
+        return None
+    if isinstance(key, OffsetCommitKey):
+        return _decode_offset_commit_value(data)
+    return _decode_group_metadata_value(data)
+
+
+def _decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+    version, pos = read_int16(data, 0, "OffsetCommitValue version")
+    if version not in OFFSET_COMMIT_VALUE_VERSIONS:
+        raise RecordDecodeError(
+            f"cannot read OffsetCommitValue at byte 0: unknown version {version}", 0
+        )
+    what = f"OffsetCommitValue v{version}"
+    offset, pos = read_int64(data, pos, f"{what} offset")
+    leader_epoch = -1
+    if version >= 3:
+        leader_epoch, pos = read_int32(data, pos, f"{what} leaderEpoch")
+    if version == FLEXIBLE_VERSION:
+        metadata, pos = read_compact_string(data, pos, f"{what} metadata")
+    else:
+        metadata, pos = read_string(data, pos, f"{what} metadata")
+    commit_timestamp, pos = read_int64(data, pos, f"{what} commitTimestamp")
+    expire_timestamp = None
+    if version == 1:
+        expire_timestamp, pos = read_int64(data, pos, f"{what} expireTimestamp")
+    if version == FLEXIBLE_VERSION:
+        pos = skip_tagged_fields(data, pos, what)
+    _expect_end(data, pos, what)
+    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
+
+
+def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    version, pos = read_int16(data, 0, "GroupMetadataValue version")
+    if version not in GROUP_METADATA_VALUE_VERSIONS:
+        raise RecordDecodeError(
+            f"cannot read GroupMetadataValue at byte 0: unknown version {version}", 0
+        )
+    what = f"GroupMetadataValue v{version}"
+    flexible = version == FLEXIBLE_VERSION
+    string = read_compact_string if flexible else read_string
+    nullable = read_compact_nullable_string if flexible else read_nullable_string
+    blob = read_compact_bytes if flexible else read_bytes
+    protocol_type, pos = string(data, pos, f"{what} protocolType")
+    generation, pos = read_int32(data, pos, f"{what} generation")
+    protocol, pos = nullable(data, pos, f"{what} protocol")
+    leader, pos = nullable(data, pos, f"{what} leader")
+    current_state_timestamp = -1
+    if version >= 2:
+        current_state_timestamp, pos = read_int64(data, pos, f"{what} currentStateTimestamp")
+    counter = read_compact_array_length if flexible else array_length
+    count, pos = counter(data, pos, f"{what} members")
+    members = []
+    for index in range(count):
+        where = f"{what} members[{index}]"
+        member_id, pos = string(data, pos, f"{where}.memberId")
+        instance_id = None
+        if version >= 3:
+            instance_id, pos = nullable(data, pos, f"{where}.groupInstanceId")
+        client_id, pos = string(data, pos, f"{where}.clientId")
+        client_host, pos = string(data, pos, f"{where}.clientHost")
+        rebalance_timeout = None
+        if version >= 1:
+            rebalance_timeout, pos = read_int32(data, pos, f"{where}.rebalanceTimeout")
+        session_timeout, pos = read_int32(data, pos, f"{where}.sessionTimeout")
+        subscription, pos = blob(data, pos, f"{where}.subscription")
+        assignment, pos = blob(data, pos, f"{where}.assignment")
+        if flexible:
+            pos = skip_tagged_fields(data, pos, where)
+        members.append(
+            MemberMetadata(
+                member_id=member_id,
+                client_id=client_id,
+                client_host=client_host,
+                session_timeout=session_timeout,
+                # v0 has no rebalance timeout; Kafka's loader uses the session timeout instead.
+                rebalance_timeout=(
+                    session_timeout if rebalance_timeout is None else rebalance_timeout
+                ),
+                subscription=subscription,
+                assignment=assignment,
+                group_instance_id=instance_id,
+            )
+        )
+    if flexible:
+        pos = skip_tagged_fields(data, pos, what)
+    _expect_end(data, pos, what)
+    return GroupMetadataValue(
+        protocol_type, generation, protocol, leader, current_state_timestamp, tuple(members)
+    )
+
+
+# ------------------------------------------------------------------------------------- records
+
+
+def encode_record(record: OffsetsRecord) -> tuple[bytes, bytes | None]:
+    value = None if record.value is None else encode_value(record.value)
+    return encode_key(record.key), value
+
+
+def decode_record(key: bytes, value: bytes | None) -> OffsetsRecord:
+    decoded_key = decode_key(key)
+    return OffsetsRecord(decoded_key, decode_value(decoded_key, value))
+
+
+# ---------------------------------------------------------------------------------------- JSON
+
+
+def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> dict[str, Any]:
+    """The JSON shape `kgroups records decode` prints, with Kafka's field names. A field that
+    the value's version lacks is absent; `value_version` is the version the value was read
+    from (the default is the version `encode_value` would write)."""
+    key = record.key
+    if isinstance(key, UnknownKey):
+        return {
+            "key": {"type": key.version, "data": None, "note": "not a classic-protocol record"},
+            "value": None,
+        }
+    if isinstance(key, OffsetCommitKey):
+        key_json: dict[str, Any] = {
+            "type": key.version,
+            "data": {"group": key.group, "topic": key.topic, "partition": key.partition},
+        }
+    else:
+        key_json = {"type": key.version, "data": {"group": key.group}}
+    value = record.value
+    if value is None:
+        return {"key": key_json, "value": None}
+    if isinstance(value, OffsetCommitValue):
+        version = value_version
+        if version is None:
+            version = 3 if value.expire_timestamp is None else 1
+        data = _offset_commit_value_json(value, version)
+    else:
+        version = 3 if value_version is None else value_version
+        data = _group_metadata_value_json(value, version)
+    return {"key": key_json, "value": {"version": version, "data": data}}
+
+
+def _offset_commit_value_json(value: OffsetCommitValue, version: int) -> dict[str, Any]:
+    data: dict[str, Any] = {"offset": value.offset}
+    if version >= 3:
+        data["leaderEpoch"] = value.leader_epoch
+    data["metadata"] = value.metadata
+    data["commitTimestamp"] = value.commit_timestamp
+    if version == 1:
+        data["expireTimestamp"] = value.expire_timestamp
+    return data
+
+
+def _group_metadata_value_json(value: GroupMetadataValue, version: int) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "protocolType": value.protocol_type,
+        "generation": value.generation,
+        "protocol": value.protocol,
+        "leader": value.leader,
+    }
+    if version >= 2:
+        data["currentStateTimestamp"] = value.current_state_timestamp
+    consumer = value.protocol_type == "consumer"
+    members = []
+    for index, member in enumerate(value.members):
+        entry: dict[str, Any] = {"memberId": member.member_id}
+        if version >= 3:
+            entry["groupInstanceId"] = member.group_instance_id
+        entry["clientId"] = member.client_id
+        entry["clientHost"] = member.client_host
+        if version >= 1:
+            entry["rebalanceTimeout"] = member.rebalance_timeout
+        entry["sessionTimeout"] = member.session_timeout
+        if consumer:
+            entry["subscription"] = _nested(
+                consumer_protocol.subscription_to_json, member.subscription,
+                f"members[{index}].subscription",
+            )
+            entry["assignment"] = _nested(
+                consumer_protocol.assignment_to_json, member.assignment,
+                f"members[{index}].assignment",
+            )
+        else:
+            entry["subscription"] = base64.b64encode(member.subscription).decode()
+            entry["assignment"] = base64.b64encode(member.assignment).decode()
+        members.append(entry)
+    data["members"] = members
+    return data
+
+
+def _nested(to_json: Any, payload: bytes, where: str) -> dict[str, Any]:
+    """Decode a ConsumerProtocol payload inside a member, naming the member on failure."""
+    try:
+        return to_json(payload)
+    except RecordDecodeError as exc:
+        raise RecordDecodeError(f"{where}: {exc} (byte within {where})", exc.position) from exc
