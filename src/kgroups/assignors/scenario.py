@@ -1,0 +1,145 @@
+"""`assign_scenario`: run one strategy over a group described as plain JSON-shaped data.
+
+This is what `kgroups assign` runs, and a convenient way to try strategies from a notebook.
+Scenario shape (only a member's "topics" is required):
+
+    {"topics": {"t1": 3, "t2": {"partitions": 2, "racks": [["a", "b"], ["c"]]}},
+     "members": {"c1": {"topics": ["t1", "t2"], "owned": {"t1": [0]}, "generation": 4,
+                        "rack": "a", "instance_id": "i-1"}}}
+
+Each member's previous ownership reaches the strategy the way it would from a real member: the
+member's own assignor instance is told about it (`on_assignment`) and its subscription carries
+the resulting user data and owned partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kgroups.assignors.interface import create_assignor
+from kgroups.assignors.model import (
+    NO_GENERATION,
+    AssignmentInputError,
+    ClusterMetadata,
+    MemberSubscription,
+)
+from kgroups.assignors.space import GroupAssignment
+
+
+def _need(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssignmentInputError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_cluster(topics: Any) -> ClusterMetadata:
+    _need(isinstance(topics, dict) and bool(topics), '"topics" must be a non-empty object')
+    counts: dict[str, int] = {}
+    racks: dict[str, tuple[frozenset[str], ...]] = {}
+    for topic, spec in topics.items():
+        if isinstance(spec, dict):
+            count = spec.get("partitions")
+            replica_racks = spec.get("racks")
+        else:
+            count, replica_racks = spec, None
+        _need(_is_int(count) and count >= 0, f"topic {topic!r}: partitions must be an integer >= 0")
+        counts[topic] = count
+        if replica_racks is not None:
+            _need(
+                isinstance(replica_racks, list)
+                and len(replica_racks) == count
+                and all(
+                    isinstance(r, list) and all(isinstance(x, str) for x in r)
+                    for r in replica_racks
+                ),
+                f"topic {topic!r}: racks must list one list of rack names per partition",
+            )
+            racks[topic] = tuple(frozenset(r) for r in replica_racks)
+    return ClusterMetadata(counts, racks)
+
+
+def parse_member(member_id: str, spec: Any, cluster: ClusterMetadata) -> MemberSubscription:
+    _need(isinstance(spec, dict), f"member {member_id!r} must be an object")
+    topics = spec.get("topics")
+    _need(
+        isinstance(topics, list) and all(isinstance(t, str) for t in topics),
+        f"member {member_id!r}: topics must be a list of topic names",
+    )
+    _need(
+        any(cluster.partition_counts.get(t, 0) > 0 for t in topics),
+        f"member {member_id!r} subscribes to no known topic with partitions ({topics})",
+    )
+    owned = spec.get("owned", {})
+    _need(
+        isinstance(owned, dict)
+        and all(isinstance(p, list) and all(_is_int(x) for x in p) for p in owned.values()),
+        f"member {member_id!r}: owned must map topic names to lists of partition numbers",
+    )
+    generation = spec.get("generation", NO_GENERATION)
+    _need(_is_int(generation), f"member {member_id!r}: generation must be an integer")
+    rack, instance_id = spec.get("rack"), spec.get("instance_id")
+    _need(rack is None or isinstance(rack, str), f"member {member_id!r}: rack must be a string")
+    _need(
+        instance_id is None or isinstance(instance_id, str),
+        f"member {member_id!r}: instance_id must be a string",
+    )
+    return MemberSubscription.of(member_id, topics, owned, generation, rack, instance_id)
+
+
+def _as_member_would_send(strategy: str, member: MemberSubscription) -> MemberSubscription:
+    """Adds the user data this member's own assignor would put in its subscription."""
+    own_assignor = create_assignor(strategy)
+    if member.owned:
+        own_assignor.on_assignment({t: list(p) for t, p in member.owned.items()}, member.generation)
+    return MemberSubscription(
+        member.member_id,
+        member.topics,
+        member.owned,
+        member.generation,
+        member.rack,
+        member.instance_id,
+        own_assignor.subscription_user_data(member.topics),
+    )
+
+
+def _moved(members: Mapping[str, MemberSubscription], result: GroupAssignment) -> int:
+    """Previously owned partitions (that still exist) not kept by the member that owned them."""
+    moved = 0
+    for member_id, member in members.items():
+        kept = result.partitions(member_id)
+        for topic, partitions in member.owned.items():
+            position = result.space.index.get(topic)
+            count = 0 if position is None else int(result.space.counts[position])
+            still_there = {p for p in partitions if 0 <= p < count}
+            moved += len(still_there - set(kept.get(topic, ())))
+    return moved
+
+
+def assign_scenario(strategy: str, scenario: dict, compare: bool = False) -> dict:
+    """Runs `strategy` over `scenario`; returns {"assignment": ...} plus "revoked" for
+    cooperative strategies and, with `compare`, "balance" and "moved". Raises
+    AssignmentInputError (a ValueError) with one clear sentence for any invalid input."""
+    create_assignor(strategy)
+    _need(isinstance(scenario, dict), "the scenario must be a JSON object")
+    cluster = parse_cluster(scenario.get("topics"))
+    member_specs = scenario.get("members")
+    _need(
+        isinstance(member_specs, dict) and bool(member_specs),
+        '"members" must be a non-empty object',
+    )
+    members = {mid: parse_member(mid, spec, cluster) for mid, spec in member_specs.items()}
+    subscriptions = [_as_member_would_send(strategy, m) for m in members.values()]
+    result = create_assignor(strategy).assign(cluster, subscriptions)
+
+    output: dict[str, Any] = {"assignment": result.as_dict()}
+    if result.revoked_from is not None:
+        output["revoked"] = result.revoked_dict()
+    if compare:
+        counts = result.counts().values()
+        output["balance"] = {"min": min(counts), "max": max(counts)}
+        output["moved"] = _moved(members, result)
+    return output

@@ -1,0 +1,131 @@
+"""The group's partitions laid out as one flat, numbered range, and assignments over it.
+
+Every assignor works on "flat" partition numbers: topics sorted by name, each topic's partitions
+contiguous. An assignment is then one int32 array (owner member index per partition, -1 for
+nobody), which numpy can build and reshape in bulk: at a million partitions a Python object per
+partition would cost more time than the whole assignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kgroups.assignors.model import ClusterMetadata, MemberSubscription
+
+UNOWNED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSpace:
+    """The subscribed topics that have metadata, in name order, with their flat offsets."""
+
+    topics: tuple[str, ...]
+    counts: np.ndarray  # int64, partitions per topic
+    offsets: np.ndarray  # int64, len(topics) + 1; topic i spans offsets[i]:offsets[i + 1]
+    index: Mapping[str, int]
+
+    @classmethod
+    def build(
+        cls, cluster: ClusterMetadata, members: Iterable[MemberSubscription]
+    ) -> PartitionSpace:
+        wanted = set().union(*(m.topics for m in members))
+        topics = tuple(sorted(t for t in wanted if cluster.partition_counts.get(t, 0) > 0))
+        counts = np.array([cluster.partition_counts[t] for t in topics], dtype=np.int64)
+        offsets = np.zeros(len(topics) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return cls(topics, counts, offsets, {t: i for i, t in enumerate(topics)})
+
+    @property
+    def size(self) -> int:
+        return int(self.offsets[-1])
+
+    def flat(self, owned: Mapping[str, Sequence[int]], allowed: frozenset[str]) -> np.ndarray:
+        """Flat numbers of `owned` partitions that still exist and are in `allowed` topics;
+        anything else (deleted topic, shrunk count, unsubscribed topic) is dropped."""
+        chunks = []
+        for topic, partitions in owned.items():
+            position = self.index.get(topic)
+            if position is None or topic not in allowed:
+                continue
+            numbers = np.asarray(partitions, dtype=np.int64)
+            numbers = numbers[(numbers >= 0) & (numbers < self.counts[position])]
+            chunks.append(numbers + self.offsets[position])
+        if not chunks:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(np.concatenate(chunks))
+
+    def topic_of(self, flat: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.offsets, flat, side="right") - 1
+
+
+class GroupAssignment:
+    """What the leader hands back: each member's partitions, and (cooperative) what it revokes.
+
+    Per-member views are built on demand from the owner array, so a caller that only needs a
+    few members, or the counts, never pays for turning a million partitions into Python lists.
+    """
+
+    def __init__(
+        self,
+        space: PartitionSpace,
+        member_ids: Sequence[str],
+        owner: np.ndarray,
+        revoked_from: np.ndarray | None = None,
+    ) -> None:
+        self.space = space
+        self.member_ids = tuple(member_ids)
+        self.owner = owner
+        self.revoked_from = revoked_from
+        self._positions = {member_id: i for i, member_id in enumerate(self.member_ids)}
+
+    def counts(self) -> dict[str, int]:
+        """Partitions per member (every member listed, zero included)."""
+        assigned = self.owner[self.owner >= 0]
+        per_member = np.bincount(assigned, minlength=len(self.member_ids))
+        return dict(zip(self.member_ids, per_member.tolist(), strict=True))
+
+    def partitions(self, member_id: str) -> dict[str, list[int]]:
+        """Topic -> sorted partitions assigned to `member_id` this round."""
+        return self._grouped(np.flatnonzero(self.owner == self._positions[member_id]))
+
+    def revoked(self, member_id: str) -> dict[str, list[int]]:
+        """Topic -> partitions `member_id` must give up this round (cooperative only)."""
+        if self.revoked_from is None:
+            return {}
+        return self._grouped(np.flatnonzero(self.revoked_from == self._positions[member_id]))
+
+    def as_dict(self) -> dict[str, dict[str, list[int]]]:
+        """Every member's topic -> partitions, members without partitions included."""
+        return self._all_grouped(self.owner)
+
+    def revoked_dict(self) -> dict[str, dict[str, list[int]]]:
+        """Every member's revoked topic -> partitions (empty dicts under eager protocols)."""
+        if self.revoked_from is None:
+            return {member_id: {} for member_id in self.member_ids}
+        return self._all_grouped(self.revoked_from)
+
+    def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
+        result: dict[str, dict[str, list[int]]] = {m: {} for m in self.member_ids}
+        flat = np.flatnonzero(owners >= 0)
+        by_member = flat[np.argsort(owners[flat], kind="stable")]
+        bounds = np.searchsorted(owners[by_member], np.arange(len(self.member_ids) + 1))
+        for i, member_id in enumerate(self.member_ids):
+            result[member_id] = self._grouped(by_member[bounds[i] : bounds[i + 1]])
+        return result
+
+    def _grouped(self, flat: np.ndarray) -> dict[str, list[int]]:
+        """Sorted flat numbers -> topic -> partitions, one slice per topic."""
+        if flat.size == 0:
+            return {}
+        topic_positions = self.space.topic_of(flat)
+        cuts = np.flatnonzero(np.diff(topic_positions)) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [flat.size]))
+        local = (flat - self.space.offsets[topic_positions]).tolist()
+        grouped: dict[str, list[int]] = {}
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            grouped[self.space.topics[topic_positions[start]]] = local[start:end]
+        return grouped

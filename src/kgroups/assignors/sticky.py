@@ -1,0 +1,106 @@
+"""`sticky` (eager, KIP-54) and `cooperative-sticky` (KIP-429).
+
+Both place partitions with the shared engine; they differ in where a member's previous
+ownership comes from and in what the leader hands back. Eager members revoke everything before
+joining, so `sticky` carries the previous assignment in its user data (Java's layout). Cooperative
+members keep their partitions and report them in the subscription's owned-partitions field, and
+a partition that must change owner is only revoked this round; it is assigned to its new owner
+in the follow-up rebalance, once nobody holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from kgroups.assignors.interface import PartitionAssignor
+from kgroups.assignors.model import (
+    NO_GENERATION,
+    ClusterMetadata,
+    MemberSubscription,
+    RebalanceProtocol,
+    ordered_members,
+)
+from kgroups.assignors.space import UNOWNED, GroupAssignment, PartitionSpace
+from kgroups.assignors.sticky_engine import Claim, place
+from kgroups.assignors.user_data import (
+    UserDataError,
+    decode_generation,
+    decode_sticky_user_data,
+    encode_generation,
+    encode_sticky_user_data,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StickyAssignor(PartitionAssignor):
+    """Kafka's `sticky` strategy (eager)."""
+
+    name = "sticky"
+
+    def __init__(self) -> None:
+        self._last_assignment: dict[str, list[int]] | None = None
+        self._last_generation = NO_GENERATION
+
+    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
+        if self._last_assignment is None:
+            return None
+        return encode_sticky_user_data(self._last_assignment, self._last_generation)
+
+    def on_assignment(self, assignment: dict[str, list[int]], generation: int) -> None:
+        self._last_assignment = {topic: list(parts) for topic, parts in assignment.items()}
+        self._last_generation = generation
+
+    def claim_of(self, member: MemberSubscription) -> Claim:
+        """Eager members own nothing when they join; their history is in the user data.
+        Undecodable user data costs stickiness for that member, never the rebalance."""
+        if not member.user_data:
+            return Claim({}, NO_GENERATION)
+        try:
+            decoded = decode_sticky_user_data(member.user_data)
+        except UserDataError as error:
+            log.warning("ignoring user data of %s: %s", member.member_id, error)
+            return Claim({}, NO_GENERATION)
+        return Claim(decoded.previous_assignment, decoded.generation)
+
+    def assign(
+        self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
+    ) -> GroupAssignment:
+        members = ordered_members(group_subscription)
+        space = PartitionSpace.build(cluster, members)
+        placement = place(space, members, [self.claim_of(m) for m in members])
+        return GroupAssignment(space, [m.member_id for m in members], placement.owner)
+
+
+class CooperativeStickyAssignor(StickyAssignor):
+    """Kafka's `cooperative-sticky` strategy: sticky placement, moves staged over two rounds."""
+
+    name = "cooperative-sticky"
+    supported_protocols = (RebalanceProtocol.COOPERATIVE, RebalanceProtocol.EAGER)
+
+    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
+        return encode_generation(self._last_generation)
+
+    def claim_of(self, member: MemberSubscription) -> Claim:
+        generation = member.generation
+        if generation == NO_GENERATION and member.user_data:
+            try:
+                generation = decode_generation(member.user_data)
+            except UserDataError as error:
+                log.warning("ignoring user data of %s: %s", member.member_id, error)
+        return Claim(member.owned, generation)
+
+    def assign(
+        self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
+    ) -> GroupAssignment:
+        members = ordered_members(group_subscription)
+        space = PartitionSpace.build(cluster, members)
+        placement = place(space, members, [self.claim_of(m) for m in members])
+        owner = placement.owner
+        moving = (placement.previous >= 0) & (owner != placement.previous)
+        revoked_from = np.where(moving, placement.previous, UNOWNED).astype(np.int32)
+        owner[moving] = UNOWNED
+        return GroupAssignment(space, [m.member_id for m in members], owner, revoked_from)

@@ -1,0 +1,238 @@
+"""The sticky placement engine shared by `sticky`, `cooperative-sticky` and `uniform`.
+
+Goals, in Kafka's order: balance first (member counts within one where subscriptions allow;
+otherwise no member holds a partition of a topic that a member with two or more fewer
+partitions also subscribes to), then keep as much previous ownership as possible.
+
+How it stays fast at a million partitions: ownership is one int32 array over the flat partition
+space, and members are only ever handled as arrays of counts. Handing out unassigned partitions
+"each to the least-loaded eligible member, ties to the earlier member" is computed in closed
+form per topic (a water-filling: the k-th partition goes to the k-th free slot in (load level,
+member order) order), so there is no per-partition Python loop anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+from kgroups.assignors.model import MemberSubscription
+from kgroups.assignors.space import UNOWNED, PartitionSpace
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What one member says it holds (after decoding whatever carried it) and since when."""
+
+    owned: Mapping[str, Sequence[int]]
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The engine's answer: the owner array, and the previous owners it started from."""
+
+    owner: np.ndarray
+    previous: np.ndarray
+
+
+class _Subscriptions:
+    """Members grouped by identical subscription, as a (group x topic) matrix, so checks and
+    per-topic member lists cost per distinct subscription rather than per member."""
+
+    def __init__(self, space: PartitionSpace, members: Sequence[MemberSubscription]) -> None:
+        group_of: dict[frozenset[str], int] = {}
+        self.group = np.empty(len(members), dtype=np.int64)
+        for i, member in enumerate(members):
+            self.group[i] = group_of.setdefault(member.topics, len(group_of))
+        self.matrix = np.zeros((len(group_of), len(space.topics)), dtype=bool)
+        for topics, g in group_of.items():
+            positions = [space.index[t] for t in topics if t in space.index]
+            self.matrix[g, positions] = True
+        self.identical = bool((self.matrix == self.matrix[:1]).all()) if len(group_of) else True
+        self.space = space
+
+    def subscribes(self, members: np.ndarray, topic_positions: np.ndarray) -> np.ndarray:
+        return self.matrix[self.group[members], topic_positions]
+
+    def eligible(self) -> list[np.ndarray]:
+        """Per topic position, the subscribing member indices in member order."""
+        member_sets = self.matrix[self.group]  # members x topics
+        return [np.flatnonzero(member_sets[:, t]) for t in range(member_sets.shape[1])]
+
+
+def resolve_previous_owners(
+    space: PartitionSpace,
+    subscriptions: _Subscriptions,
+    claims: Sequence[Claim],
+) -> np.ndarray:
+    """Previous owner per partition. Claims on partitions that no longer exist or that the
+    member stopped subscribing to are dropped; when members claim the same partition the
+    highest generation wins and equal generations both lose it (their claims are stale or
+    inconsistent, so nobody can be trusted to hold it)."""
+    index_get = space.index.get
+    topic_positions: list[int] = []
+    lengths: list[int] = []
+    partitions: list[int] = []
+    per_member: list[int] = []
+    for claim in claims:
+        owned = claim.owned
+        before = len(lengths)
+        if owned:
+            topic_positions.extend(index_get(t, -1) for t in owned)
+            values = owned.values()
+            lengths.extend(map(len, values))
+            partitions.extend(chain.from_iterable(values))
+        per_member.append(len(lengths) - before)
+    owner = np.full(space.size, UNOWNED, dtype=np.int32)
+    if not partitions:
+        return owner
+
+    entry_member = np.repeat(np.arange(len(claims)), per_member)
+    entry_topic = np.asarray(topic_positions, dtype=np.int64)
+    lengths_array = np.asarray(lengths, dtype=np.int64)
+    member = np.repeat(entry_member, lengths_array)
+    topic = np.repeat(entry_topic, lengths_array)
+    partition = np.asarray(partitions, dtype=np.int64)
+    known = topic >= 0
+    member, topic, partition = member[known], topic[known], partition[known]
+    valid = (partition >= 0) & (partition < space.counts[topic])
+    valid &= subscriptions.subscribes(member, topic)
+    member, flat = member[valid], space.offsets[topic[valid]] + partition[valid]
+    generation = np.asarray([c.generation for c in claims], dtype=np.int64)[member]
+
+    claim_counts = np.bincount(flat, minlength=space.size)
+    single = claim_counts[flat] == 1
+    owner[flat[single]] = member[single]
+    if not single.all():
+        _settle_contested(owner, flat[~single], member[~single], generation[~single])
+    return owner
+
+
+def _settle_contested(
+    owner: np.ndarray, flat: np.ndarray, member: np.ndarray, generation: np.ndarray
+) -> None:
+    # A member listing a partition twice is one claim, not a conflict with itself.
+    unique_pairs = np.unique(np.stack([flat, member, generation]), axis=1)
+    flat, member, generation = unique_pairs
+    order = np.lexsort((-generation, flat))
+    flat, member, generation = flat[order], member[order], generation[order]
+    first = np.ones(flat.size, dtype=bool)
+    first[1:] = flat[1:] != flat[:-1]
+    runner_up_ties = np.zeros(flat.size, dtype=bool)
+    runner_up_ties[:-1] = ~first[1:] & (generation[1:] == generation[:-1])
+    winners = first & ~runner_up_ties
+    owner[flat[winners]] = member[winners]
+
+
+def cap_to_quota(owner: np.ndarray, member_count: int) -> None:
+    """Equal subscriptions: everyone ends with floor(P/C) or ceil(P/C) partitions, so each
+    member keeps at most its quota of what it held (its lowest-numbered partitions), and only
+    P % C members (the earliest holding enough) may keep the larger quota."""
+    min_quota, members_at_max = divmod(owner.size, member_count)
+    held = np.flatnonzero(owner >= 0)
+    holders = owner[held]
+    counts = np.bincount(holders, minlength=member_count)
+    allowed = np.minimum(counts, min_quota)
+    allowed[np.flatnonzero(counts > min_quota)[:members_at_max]] += 1
+    by_member = np.argsort(holders, kind="stable")
+    sorted_holders = holders[by_member]
+    starts = np.searchsorted(sorted_holders, np.arange(member_count))
+    rank = np.arange(held.size) - starts[sorted_holders]
+    owner[held[by_member][rank >= allowed[sorted_holders]]] = UNOWNED
+
+
+def water_fill(counts: np.ndarray, slots_wanted: int) -> np.ndarray:
+    """Positions (into `counts`) receiving `slots_wanted` items handed out one at a time to the
+    least-loaded position, ties to the lower position; the result lists them in hand-out order.
+
+    Closed form: the final level L is the highest with sum(max(0, L - c)) <= items; positions
+    at or below it get topped up to L, the first few (in order) one more, and the hand-out
+    order is the free slots sorted by (level, position).
+    """
+    size = counts.size
+    ascending = np.sort(counts)
+    prefix = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(ascending, out=prefix[1:])
+    cost_to_reach = np.arange(size) * ascending - prefix[:-1]
+    reached = int(np.searchsorted(cost_to_reach, slots_wanted, side="right"))
+    level = (slots_wanted + int(prefix[reached])) // reached
+    takers = np.flatnonzero(counts <= level)
+    slots = level - counts[takers]
+    slots[: slots_wanted - int(slots.sum())] += 1
+    receivers = np.repeat(takers, slots)
+    firsts = np.repeat(np.cumsum(slots) - slots, slots)
+    levels = np.repeat(counts[takers], slots) + np.arange(slots_wanted) - firsts
+    return receivers[np.argsort(levels * size + receivers, kind="stable")]
+
+
+def _fill_topic(
+    owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int
+) -> None:
+    free = np.flatnonzero(owner[start:end] < 0) + start
+    if free.size == 0:
+        return
+    picks = water_fill(counts[eligible], free.size)
+    owner[free] = eligible[picks]
+    counts[eligible] += np.bincount(picks, minlength=eligible.size)
+
+
+def _balance_topic(
+    owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int
+) -> bool:
+    """Moves this topic's partitions from its most-loaded holder to the least-loaded
+    subscriber while they are two or more apart; True if anything moved."""
+    moved = False
+    segment = owner[start:end]
+    while True:
+        holders = np.unique(segment[segment >= 0])
+        if holders.size == 0:
+            return moved
+        giver = holders[np.argmax(counts[holders])]
+        taker = eligible[np.argmin(counts[eligible])]
+        gap = int(counts[giver] - counts[taker])
+        if gap < 2:
+            return moved
+        held = np.flatnonzero(segment == giver)
+        amount = min(held.size, gap // 2)
+        segment[held[held.size - amount :]] = taker
+        counts[giver] -= amount
+        counts[taker] += amount
+        moved = True
+
+
+def place(
+    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Sequence[Claim]
+) -> Placement:
+    """Sticky placement for `members` (already in member order) given their `claims`."""
+    subscriptions = _Subscriptions(space, members)
+    previous = resolve_previous_owners(space, subscriptions, claims)
+    owner = previous.copy()
+    count = len(members)
+    if space.size == 0 or count == 0:
+        return Placement(owner, previous)
+    if subscriptions.identical:
+        cap_to_quota(owner, count)
+        counts = np.bincount(owner[owner >= 0], minlength=count).astype(np.int64)
+        free = np.flatnonzero(owner < 0)
+        if free.size:
+            owner[free] = water_fill(counts, free.size)
+        return Placement(owner, previous)
+
+    eligible = subscriptions.eligible()
+    counts = np.bincount(owner[owner >= 0], minlength=count).astype(np.int64)
+    # Topics few members can take go first, so flexible members are still free for them.
+    topic_order = sorted(range(len(space.topics)), key=lambda t: (eligible[t].size, t))
+    bounds = [(int(space.offsets[t]), int(space.offsets[t + 1])) for t in range(len(space.topics))]
+    for t in topic_order:
+        _fill_topic(owner, counts, eligible[t], *bounds[t])
+    moved = True
+    while moved:
+        moved = False
+        for t in topic_order:
+            if eligible[t].size > 1:
+                moved |= _balance_topic(owner, counts, eligible[t], *bounds[t])
+    return Placement(owner, previous)
