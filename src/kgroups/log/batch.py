@@ -24,6 +24,7 @@ __all__ = [
     "Record",
     "RecordBatch",
     "build_batch",
+    "check_batch",
     "decode_batch",
     "iter_batches",
     "iter_records_raw",
@@ -266,7 +267,7 @@ def peek_batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, 
     return base_offset, base_offset + last_delta, LOG_OVERHEAD + length
 
 
-def _check(buf: bytes, pos: int) -> tuple[tuple[int, ...], int]:
+def check_batch(buf: bytes, pos: int = 0) -> tuple[tuple[int, ...], int]:
     """Validate the batch at `pos` (whole, magic 2, CRC) and return its header and end."""
     _, _, size = peek_batch_header(buf, pos)
     end = pos + size
@@ -293,7 +294,7 @@ def _records_section(buf: bytes, pos: int, end: int, attributes: int) -> bytes:
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
     """Decode and verify the batch at `pos`; returns it and the position after it."""
     data = bytes(buf) if isinstance(buf, memoryview) else buf
-    header, end = _check(data, pos)
+    header, end = check_batch(data, pos)
     (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts,
      producer_id, producer_epoch, base_sequence, count) = header
     batch = RecordBatch(
@@ -327,7 +328,7 @@ def iter_records_raw(
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     size = len(data)
     while pos < size:
-        header, end = _check(data, pos)
+        header, end = check_batch(data, pos)
         attributes = header[5]
         if not attributes & CONTROL:
             section = _records_section(data, pos, end, attributes)

@@ -1,0 +1,81 @@
+"""Every partition log under one data directory, named `<topic>-<partition>` as Kafka names them."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from kgroups.log.config import LogConfig
+from kgroups.log.partition_log import PartitionLog
+
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+class LogManager:
+    """Opens partition logs on first use and keeps them open; each topic gets its config from
+    `LogConfig.for_topic` (so __consumer_offsets is compacted) unless overridden."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        config: LogConfig,
+        topic_configs: dict[str, LogConfig] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self._topic_configs = dict(topic_configs or {})
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic) or self.config.for_topic(topic)
+
+    def set_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Use `config` for partitions of `topic` opened from now on."""
+        self._topic_configs[topic] = config
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every partition with a directory on disk or an open log, sorted."""
+        found = set(self._logs)
+        for path in self.data_dir.iterdir():
+            match = _PARTITION_DIR.match(path.name)
+            if match and path.is_dir():
+                found.add((match.group(1), int(match.group(2))))
+        return sorted(found)
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log if it exists (opening it from disk if needed), else None."""
+        log = self._logs.get((topic, partition))
+        if log is None and self._directory(topic, partition).is_dir():
+            log = self._open(topic, partition)
+        return log
+
+    def get_or_create(self, topic: str, partition: int) -> PartitionLog:
+        return self._logs.get((topic, partition)) or self._open(topic, partition)
+
+    def delete_topic(self, topic: str) -> None:
+        for name, partition in self.partitions():
+            if name != topic:
+                continue
+            log = self._logs.pop((name, partition), None)
+            if log is not None:
+                log.close()
+            shutil.rmtree(self._directory(name, partition), ignore_errors=True)
+
+    def close(self) -> None:
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def _directory(self, topic: str, partition: int) -> Path:
+        return self.data_dir / f"{topic}-{partition}"
+
+    def _open(self, topic: str, partition: int) -> PartitionLog:
+        if partition < 0:
+            raise ValueError(f"partition must be >= 0, not {partition}")
+        if not topic or "/" in topic or topic in (".", ".."):
+            raise ValueError(f"{topic!r} is not a usable topic name")
+        log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic))
+        self._logs[(topic, partition)] = log
+        return log

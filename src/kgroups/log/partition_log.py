@@ -1,0 +1,303 @@
+"""One topic-partition as a directory of segment files, laid out as a Kafka broker lays it out.
+
+Appends go to the last (active) segment and become durable only at `flush()`; the durability
+module batches concurrent waiters onto shared flushes. Before a segment is rolled it is synced,
+so after a crash only the active segment can hold a torn batch: `open` checks it batch by batch
+(CRC included), cuts it back to the last whole batch and says so in one log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from bisect import bisect_right
+from itertools import pairwise
+from pathlib import Path
+
+from kgroups.log.batch import (
+    HEADER_SIZE,
+    BatchCorruptError,
+    check_batch,
+    decode_batch,
+    peek_batch_header,
+    set_base_offset,
+)
+from kgroups.log.config import LogConfig
+from kgroups.log.segment import SCAN_WINDOW, Segment
+
+logger = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+# Files a crashed compaction may leave behind; the segment they were replacing is intact.
+_LEFTOVER_SUFFIXES = (".cleaned", ".swap")
+
+
+class OffsetOutOfRangeError(ValueError):
+    """A fetch below the log start or beyond the log end (Kafka's OFFSET_OUT_OF_RANGE)."""
+
+
+class PartitionLog:
+    """Segments of one partition, in offset order; the last one takes appends."""
+
+    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._dirty: set[Segment] = set()
+        self._directory_dirty = False
+        self._sync_lock = threading.Lock()
+
+    # ----------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig) -> PartitionLog:
+        directory.mkdir(parents=True, exist_ok=True)
+        for leftover in directory.iterdir():
+            if leftover.name.endswith(_LEFTOVER_SUFFIXES):
+                leftover.unlink()
+        bases = sorted(
+            int(match.group(1))
+            for match in (_SEGMENT_FILE.match(path.name) for path in directory.iterdir())
+            if match
+        )
+        segments = [Segment(directory, base) for base in bases] or [Segment(directory, 0)]
+        for segment, next_segment in pairwise(segments):
+            segment.next_offset = next_segment.base_offset
+            if not segment.load_index():
+                segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
+        _recover_active(segments[-1], config)
+        log = cls(directory, config, segments)
+        _fsync_directory(directory)
+        return log
+
+    # ----------------------------------------------------------------------------- offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    # ----------------------------------------------------------------------------- writing
+
+    def append_batch(self, batch: bytes) -> tuple[int, int]:
+        """Append one RecordBatch v2, giving it the next offsets (the base offset is rewritten;
+        the CRC does not cover it). Returns (base offset, last offset). Not yet durable."""
+        header, end = check_batch(batch, 0)
+        if end != len(batch):
+            raise BatchCorruptError(
+                f"expected exactly one batch, found {len(batch) - end} bytes after it", end
+            )
+        active = self._segments[-1]
+        if active.size and active.size + len(batch) > self.config.segment_bytes:
+            active = self._roll()
+        base = active.next_offset
+        last = base + header[6]
+        active.append(set_base_offset(batch, base), last, self.config.index_interval_bytes)
+        with self._sync_lock:
+            self._dirty.add(active)
+        return base, last
+
+    def _roll(self) -> Segment:
+        """Start a new segment at the log end, after syncing the old one, so that a crash can
+        only ever tear the newest segment."""
+        old = self._segments[-1]
+        with self._sync_lock:
+            old.sync()
+            self._dirty.discard(old)
+            self._directory_dirty = True
+        segment = Segment(self.directory, old.next_offset)
+        segment.next_offset = old.next_offset
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+        return segment
+
+    def flush(self) -> None:
+        """fsync everything appended so far (safe to call from a worker thread)."""
+        with self._sync_lock:
+            dirty, self._dirty = self._dirty, set()
+            directory_dirty, self._directory_dirty = self._directory_dirty, False
+            for segment in dirty:
+                segment.sync()
+            if directory_dirty:
+                _fsync_directory(self.directory)
+
+    # ----------------------------------------------------------------------------- reading
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding `offset`, up to `max_bytes` but always at least
+        one batch (as Kafka does, so an oversized batch cannot stall a consumer)."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        slot = bisect_right(self._bases, offset) - 1
+        for segment in self._segments[slot:]:
+            position = _find_batch(segment, offset)
+            if position is not None:
+                return _read_batches(segment, position, max_bytes)
+        return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= `timestamp` (ListOffsets by time)."""
+        for segment in self._segments:
+            if segment.max_timestamp() < timestamp:
+                continue
+            for position, _base, _last, size in segment.batch_positions():
+                batch, _ = decode_batch(segment.pread(size, position))
+                if batch.max_timestamp < timestamp:
+                    continue
+                for record in batch.records:
+                    if record.timestamp >= timestamp:
+                        return record.offset
+        return None
+
+    # ------------------------------------------------------------------------- maintenance
+
+    def segments(self) -> list[Segment]:
+        """The segments in offset order (the last is active); for compaction and retention."""
+        return list(self._segments)
+
+    def replace_segment(self, segment: Segment, data: bytes) -> None:
+        """Swap a non-active segment's contents for `data` (whole batches, same offsets):
+        written to a side file, synced, then renamed over the original, so a crash leaves
+        either the old or the new segment. Empty `data` deletes the segment."""
+        if segment is self._segments[-1]:
+            raise ValueError("the active segment cannot be replaced")
+        index = self._segments.index(segment)
+        with self._sync_lock:
+            self._dirty.discard(segment)
+            if not data:
+                segment.delete()
+                del self._segments[index]
+                del self._bases[index]
+                _fsync_directory(self.directory)
+                return
+            side = segment.log_path.with_name(segment.log_path.name + ".cleaned")
+            with open(side, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            segment.close()
+            os.replace(side, segment.log_path)
+            _fsync_directory(self.directory)
+            fresh = Segment(self.directory, segment.base_offset)
+            fresh.next_offset = segment.next_offset
+            fresh.rebuild_index(fresh.batch_positions(), self.config.index_interval_bytes)
+            fresh.sync()
+            self._segments[index] = fresh
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments past retention.ms or beyond retention.bytes (never the
+        active one); returns how many went. For `delete` cleanup policies only."""
+        deleted = 0
+        excess = self.size_bytes - self.config.retention_bytes
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            too_old = (
+                self.config.retention_ms >= 0
+                and now_ms - oldest.max_timestamp() > self.config.retention_ms
+            )
+            too_big = self.config.retention_bytes >= 0 and excess - oldest.size >= 0
+            if not (too_old or too_big):
+                break
+            excess -= oldest.size
+            with self._sync_lock:
+                self._dirty.discard(oldest)
+                oldest.delete()
+                del self._segments[0]
+                del self._bases[0]
+            deleted += 1
+        if deleted:
+            _fsync_directory(self.directory)
+        return deleted
+
+    def close(self) -> None:
+        with self._sync_lock:
+            for segment in self._segments:
+                segment.close()
+            self._segments = []
+            self._dirty = set()
+
+
+def _recover_active(segment: Segment, config: LogConfig) -> None:
+    """Check every batch of the active segment, CRC included; cut a torn or corrupt tail."""
+    batches: list[tuple[int, int, int, int]] = []
+    position = 0
+    reason = ""
+    expected_base = segment.base_offset
+    while position < segment.size:
+        window = segment.pread(max(SCAN_WINDOW, HEADER_SIZE), position)
+        try:
+            _base, _last, size = peek_batch_header(window, 0)
+            if size > len(window):
+                window = segment.pread(size, position)
+            header, _ = check_batch(window[:size], 0)
+        except BatchCorruptError as exc:
+            reason = str(exc)
+            break
+        if header[0] < expected_base:
+            reason = f"batch base offset {header[0]} goes backwards"
+            break
+        last = header[0] + header[6]
+        batches.append((position, header[0], last, size))
+        expected_base = last + 1
+        position += size
+    if position < segment.size:
+        logger.warning(
+            "truncated torn tail of %s at byte %d (%d bytes dropped: %s)",
+            segment.log_path, position, segment.size - position, reason.replace(" at byte 0", ""),
+        )
+        segment.truncate(position)
+        os.fsync(segment.fd)
+    segment.next_offset = batches[-1][2] + 1 if batches else segment.base_offset
+    segment.rebuild_index(batches, config.index_interval_bytes)
+    os.fsync(segment.index_fd)
+
+
+def _find_batch(segment: Segment, offset: int) -> int | None:
+    """Position of the first batch in `segment` whose last offset is >= `offset`."""
+    position = segment.start_position_for(offset)
+    while position < segment.size:
+        window = segment.pread(SCAN_WINDOW, position)
+        pos = 0
+        while pos + HEADER_SIZE <= len(window):
+            _base, last, size = peek_batch_header(window, pos)
+            if last >= offset:
+                return position + pos
+            pos += size
+        position += pos
+    return None
+
+
+def _read_batches(segment: Segment, position: int, max_bytes: int) -> bytes:
+    window = segment.pread(max(max_bytes, HEADER_SIZE), position)
+    _base, _last, first_size = peek_batch_header(window, 0)
+    if first_size >= len(window):
+        return window if first_size == len(window) else segment.pread(first_size, position)
+    end = first_size
+    while end + HEADER_SIZE <= len(window):
+        _base, _last, size = peek_batch_header(window, end)
+        if end + size > len(window):
+            break
+        end += size
+    return window[:end]
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make created, renamed and deleted segment files durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
