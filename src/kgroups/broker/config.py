@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from kgroups.log.config import LogConfig
+
 # Only keys the broker reads itself; everything else is passed through untouched.
 BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
     {
@@ -97,6 +99,10 @@ class BrokerConfig:
             raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        try:
+            LogConfig.from_properties(self.properties)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
     def int_value(self, key: str) -> int:
         raw = self.properties.get(key, BROKER_DEFAULTS.get(key))

@@ -17,7 +17,6 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import SerialError
 
 from kgroups.errors import ErrorCode
 
@@ -73,7 +72,7 @@ def decode_request(frame: bytes) -> DecodedRequest:
     try:
         header, header_size = _reader(schema.__header_schema__)(frame, 0)
         body, body_size = _reader(schema)(frame, header_size)
-    except (SerialError, ValueError, UnicodeDecodeError) as exc:
+    except Exception as exc:  # the native decoder raises several types on arbitrary bytes
         raise FrameDecodeError(f"cannot decode {schema.__name__} v{api_version}: {exc}") from exc
     if header_size + body_size != len(frame):
         raise FrameDecodeError(

@@ -1,0 +1,104 @@
+"""The Broker: one object owning the config, the log, durability, topics and the API handlers.
+
+Handlers reach everything through `ctx.broker`, so there is no module-level state and a test
+can run several brokers in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import socket
+
+from kgroups.log.durability import GroupCommit
+from kgroups.log.manager import LogManager
+
+from kgroups.broker.api import HandlerRegistry
+from kgroups.broker.cluster_handlers import ProducerIdAllocator
+from kgroups.broker.config import BrokerConfig
+from kgroups.broker.events import log_event
+from kgroups.broker.server import BrokerServer
+from kgroups.broker.topics import TopicCatalog
+from kgroups.log.config import LogConfig
+
+logger = logging.getLogger("kgroups.broker")
+
+# Modules whose `install(registry)` registers API handlers; ApiVersions advertises their union.
+HANDLER_MODULES: tuple[str, ...] = (
+    "kgroups.broker.cluster_handlers",
+    "kgroups.broker.topic_handlers",
+    "kgroups.broker.produce_handler",
+    "kgroups.broker.fetch_handler",
+    "kgroups.broker.list_offsets_handler",
+)
+
+
+class AppendNotifier:
+    """Wakes Fetch long polls when any partition grows, instead of having them poll the disk."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        event = self._event
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def advertised_host(config: BrokerConfig) -> str:
+    """The host clients are told to connect to: `advertised.host.name` (Kafka's older name),
+    else the listen host, else this machine's name when listening on every interface."""
+    configured = config.properties.get("advertised.host.name")
+    if configured:
+        return configured
+    return socket.gethostname() if config.host in WILDCARD_HOSTS else config.host
+
+
+class Broker:
+    """A single-node Kafka-compatible broker; it is the controller and every partition's leader."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.log_config = LogConfig.from_properties(config.properties)
+        self.logs = LogManager(config.data_dir, self.log_config)
+        self.group_commit = GroupCommit()
+        self.topics = TopicCatalog(self.logs)
+        self.appends = AppendNotifier()
+        self.producer_ids = ProducerIdAllocator()
+        self.registry = HandlerRegistry()
+        for module_name in HANDLER_MODULES:
+            importlib.import_module(module_name).install(self.registry)
+        self._server = BrokerServer(self)
+        self.host = config.host
+        self.port = config.port
+        self.advertised_host = advertised_host(config)
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    async def start(self) -> None:
+        """Listen; afterwards `self.port` is the bound port (useful with --port 0)."""
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.host, self.port = await self._server.start(self.config.host, self.config.port)
+        log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
+                  data_dir=self.config.data_dir, apis=len(self.registry))
+
+    async def stop(self) -> None:
+        """Stop accepting, close connections, and make everything written durable."""
+        await self._server.stop()
+        for topic, partition in self.logs.partitions():
+            log = self.logs.get(topic, partition)
+            if log is not None:
+                log.flush()
+        log_event(logger, logging.INFO, "broker_stopped", port=self.port)

@@ -1,0 +1,136 @@
+"""ApiVersions, Metadata, FindCoordinator and InitProducerId: what a client asks before anything.
+
+This broker is a one-node cluster: it is the controller, the leader of every partition and the
+coordinator of every group, so these answers all point back at itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import time
+from typing import Any
+
+from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
+from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+
+NO_THROTTLE = datetime.timedelta(0)
+GROUP_KEY_TYPE = 0
+
+
+@handles(api_key=18, min_version=0, max_version=4)
+async def api_versions(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(18, ctx.api_version)
+    api_version_cls = sibling(response_cls, "ApiVersion")
+    keys = tuple(
+        api_version_cls(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+        for h in ctx.broker.registry
+    )
+    return build(response_cls, error_code=kio_error(ErrorCode.NONE), api_keys=keys,
+                 throttle_time=NO_THROTTLE)
+
+
+def _requested_topics(ctx: RequestContext, request: Any) -> list[str] | None:
+    """None = all topics. Metadata v0 used an empty list for "all"; v1+ uses null."""
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        return None
+    return [topic.name for topic in request.topics]
+
+
+def _may_auto_create(ctx: RequestContext, request: Any) -> bool:
+    allowed_by_client = getattr(request, "allow_auto_topic_creation", True)
+    return bool(allowed_by_client) and ctx.broker.config.auto_create_topics
+
+
+@handles(api_key=3, min_version=0, max_version=12)
+async def metadata(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    response_cls = response_type(3, ctx.api_version)
+    topic_cls = sibling(response_cls, "MetadataResponseTopic")
+    partition_cls = sibling(response_cls, "MetadataResponsePartition")
+    broker_cls = sibling(response_cls, "MetadataResponseBroker")
+    node = broker.node_id
+
+    counts = broker.topics.partition_counts()
+    requested = _requested_topics(ctx, request)
+    names = list(counts) if requested is None else requested
+    topics = []
+    for name in names:
+        error = ErrorCode.NONE
+        if name not in counts:
+            if topic_name_error(name) is not None:
+                error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            elif _may_auto_create(ctx, request):
+                broker.topics.create(name, broker.config.num_partitions)
+                counts = broker.topics.partition_counts()
+                # Kafka reports a freshly auto-created topic as LEADER_NOT_AVAILABLE once; the
+                # leader is known immediately here, so the partitions are returned right away.
+            else:
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        partitions = tuple(
+            build(partition_cls, error_code=kio_error(ErrorCode.NONE), partition_index=index,
+                  leader_id=node, leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
+                  offline_replicas=())
+            for index in range(counts.get(name, 0) if error == ErrorCode.NONE else 0)
+        )
+        topics.append(
+            build(topic_cls, error_code=kio_error(error), name=name, topic_id=None,
+                  is_internal=name in INTERNAL_TOPICS, partitions=partitions)
+        )
+    brokers = (build(broker_cls, node_id=node, host=broker.advertised_host,
+                     port=broker.port, rack=None),)
+    fields: dict[str, Any] = {"throttle_time": NO_THROTTLE, "brokers": brokers,
+                              "cluster_id": broker.config.cluster_id, "controller_id": node,
+                              "topics": tuple(topics)}
+    if has_field(response_cls, "cluster_authorized_operations"):
+        fields["cluster_authorized_operations"] = -2147483648
+    return build(response_cls, **fields)
+
+
+@handles(api_key=10, min_version=0, max_version=6)
+async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    response_cls = response_type(10, ctx.api_version)
+    key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
+    # Transactions are not implemented, so only group keys have a coordinator.
+    error = ErrorCode.NONE if key_type == GROUP_KEY_TYPE else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    found = {"node_id": broker.node_id if error == ErrorCode.NONE else -1,
+             "host": broker.advertised_host if error == ErrorCode.NONE else "",
+             "port": broker.port if error == ErrorCode.NONE else -1,
+             "error_code": kio_error(error),
+             "error_message": None if error == ErrorCode.NONE else "transactions are not supported"}
+    if ctx.api_version < 4:
+        return build(response_cls, throttle_time=NO_THROTTLE, **found)
+    coordinator_cls = sibling(response_cls, "Coordinator")
+    coordinators = tuple(build(coordinator_cls, key=key, **found)
+                         for key in request.coordinator_keys)
+    return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids that stay unique across restarts without a stored counter: the
+    sequence starts from the wall clock in milliseconds, which only moves forward between runs."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(int(time.time() * 1000))
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+
+@handles(api_key=22, min_version=0, max_version=5)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(22, ctx.api_version)
+    if request.transactional_id is not None:
+        return build(response_cls, throttle_time=NO_THROTTLE,
+                     error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                     producer_id=-1, producer_epoch=-1)
+    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
+                 producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
+
+
+def install(registry: HandlerRegistry) -> None:
+    for handler in (api_versions, metadata, find_coordinator, init_producer_id):
+        registry.register(handler)

@@ -1,0 +1,97 @@
+"""Fetch with Kafka's long poll: answer when min_bytes are available or max_wait has passed.
+
+Waiting is event driven (the broker's AppendNotifier fires on every append), so an idle consumer
+costs nothing between appends and a new record reaches a waiting consumer at once. Fetch
+sessions (KIP-227) are not kept: every response is a full one with session id 0, which clients
+accept as "no session".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+from kgroups.log.partition_log import OffsetOutOfRangeError
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    partition: int
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+
+
+def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
+                    budget: int) -> PartitionRead:
+    index = int(request_partition.partition)
+    log = ctx.broker.logs.get(topic, index)
+    if log is None:
+        return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    start, end = log.log_start_offset, log.log_end_offset
+    offset = int(request_partition.fetch_offset)
+    if offset < start or offset > end:
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start)
+    if offset == end or budget <= 0:
+        return PartitionRead(index, ErrorCode.NONE, end, start)
+    limit = min(int(request_partition.partition_max_bytes), budget)
+    try:
+        records = log.read(offset, max(limit, 1))
+    except OffsetOutOfRangeError:  # retention moved the start between the check and the read
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, log.log_start_offset)
+    return PartitionRead(index, ErrorCode.NONE, end, start, records)
+
+
+def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
+                                                          int, bool]:
+    """Every requested partition once: (results, bytes gathered, whether any partition errs)."""
+    budget = int(getattr(request, "max_bytes", 2**31 - 1))
+    total = 0
+    failed = False
+    results = []
+    for topic in request.topics:
+        reads = []
+        for request_partition in topic.partitions:
+            read = _read_partition(ctx, topic.topic, request_partition, budget - total)
+            total += len(read.records)
+            failed = failed or read.error != ErrorCode.NONE
+            reads.append(read)
+        results.append((topic.topic, reads))
+    return results, total, failed
+
+
+@handles(api_key=1, min_version=4, max_version=12)
+async def fetch(ctx: RequestContext, request: Any) -> Any:
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    min_bytes = int(request.min_bytes)
+    while True:
+        results, total, failed = _read_all(ctx, request)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or failed or remaining <= 0:
+            break
+        await ctx.broker.appends.wait(remaining)
+
+    response_cls = response_type(1, ctx.api_version)
+    topic_cls = sibling(response_cls, "FetchableTopicResponse")
+    partition_cls = sibling(response_cls, "PartitionData")
+    responses = tuple(
+        build(topic_cls, topic=name, partitions=tuple(
+            build(partition_cls, partition_index=read.partition,
+                  error_code=kio_error(read.error), high_watermark=read.high_watermark,
+                  last_stable_offset=read.high_watermark, log_start_offset=read.log_start_offset,
+                  aborted_transactions=None, preferred_read_replica=-1, records=read.records)
+            for read in reads))
+        for name, reads in results
+    )
+    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
+                 session_id=0, responses=responses)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(fetch)

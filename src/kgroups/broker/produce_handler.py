@@ -1,0 +1,125 @@
+"""Produce: validate each RecordBatch, append it, and answer once it is durable.
+
+A batch is checked (magic, CRC, size) before anything is written, so a corrupt or oversized
+batch is refused with Kafka's error for that partition and loses nothing already stored. For
+acks=1 and acks=all the response waits for an fsync shared with concurrent producers
+(GroupCommit); acks=0 gets no response at all, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kgroups.log.partition_log import PartitionLog
+
+from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.events import log_event
+from kgroups.broker.topics import INTERNAL_TOPICS
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import BatchCorruptError, decode_batch
+
+logger = logging.getLogger("kgroups.produce")
+
+MAGIC_OFFSET = 16
+CURRENT_MAGIC = 2
+VALID_ACKS = (-1, 0, 1)
+
+
+@dataclass(slots=True)
+class PartitionOutcome:
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes] | PartitionOutcome:
+    """The record set as one bytes object per v2 batch, or the error that refuses all of it."""
+    if not records:
+        return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message="empty record set")
+    batches: list[bytes] = []
+    position = 0
+    while position < len(records):
+        if len(records) - position > MAGIC_OFFSET and records[position + MAGIC_OFFSET] != 2:
+            return PartitionOutcome(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                                    message="only RecordBatch v2 (magic 2) is accepted")
+        try:
+            _, next_position = decode_batch(records, position)
+        except BatchCorruptError as exc:
+            return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+        if next_position - position > max_batch_bytes:
+            return PartitionOutcome(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                message=f"batch of {next_position - position} bytes exceeds message.max.bytes "
+                        f"{max_batch_bytes}")
+        batches.append(records[position:next_position])
+        position = next_position
+    return batches
+
+
+def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+            touched: dict[int, PartitionLog]) -> PartitionOutcome:
+    broker = ctx.broker
+    if topic in INTERNAL_TOPICS:
+        return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                message=f"cannot produce to internal topic {topic}")
+    log = broker.logs.get(topic, partition)
+    if log is None:
+        return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)
+    if isinstance(batches, PartitionOutcome):
+        log_event(logger, logging.INFO, "produce_rejected", topic=topic, partition=partition,
+                  error=batches.error.name, client=ctx.client_id)
+        return batches
+    base_offset = -1
+    for batch in batches:
+        first, _ = log.append_batch(batch)
+        if base_offset < 0:
+            base_offset = first
+    touched[id(log)] = log
+    return PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset)
+
+
+@handles(api_key=0, min_version=3, max_version=12)
+async def produce(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    acks = int(request.acks)
+    outcomes: list[tuple[str, list[tuple[int, PartitionOutcome]]]] = []
+    touched: dict[int, PartitionLog] = {}
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in VALID_ACKS:
+                outcome = PartitionOutcome(ErrorCode.INVALID_REQUIRED_ACKS)
+            else:
+                outcome = _append(ctx, topic.name, int(data.index), data.records, touched)
+            partitions.append((int(data.index), outcome))
+        outcomes.append((topic.name, partitions))
+    if touched and acks != 0:
+        await asyncio.gather(*(broker.group_commit.wait_durable(log) for log in touched.values()))
+    if touched:
+        broker.appends.notify()
+    if acks == 0:
+        return None
+    response_cls = response_type(0, ctx.api_version)
+    topic_cls = sibling(response_cls, "TopicProduceResponse")
+    partition_cls = sibling(response_cls, "PartitionProduceResponse")
+    responses = tuple(
+        build(topic_cls, name=name, partition_responses=tuple(
+            build(partition_cls, index=index, error_code=kio_error(outcome.error),
+                  base_offset=outcome.base_offset, log_append_time=None,
+                  log_start_offset=outcome.log_start_offset, record_errors=(),
+                  error_message=outcome.message)
+            for index, outcome in partitions))
+        for name, partitions in outcomes
+    )
+    return build(response_cls, responses=responses, throttle_time=NO_THROTTLE)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(produce)

@@ -1,0 +1,100 @@
+"""CreateTopics and DeleteTopics, with Kafka's per-topic errors (one broker: replication 1)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.events import log_event
+from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+
+logger = logging.getLogger("kgroups.topics")
+
+USE_BROKER_DEFAULT = -1
+
+
+def _create_one(
+    ctx: RequestContext, topic: Any, validate_only: bool
+) -> tuple[ErrorCode, str | None, int]:
+    broker = ctx.broker
+    name_problem = topic_name_error(topic.name)
+    if name_problem is not None:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem, -1
+    if broker.topics.partition_count(topic.name) is not None:
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.", -1
+    replication = int(topic.replication_factor)
+    if replication not in (USE_BROKER_DEFAULT, 1):
+        return (ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Replication factor: {replication} larger than available brokers: 1.", -1)
+    if topic.assignments:
+        partitions = len(topic.assignments)
+    elif int(topic.num_partitions) == USE_BROKER_DEFAULT:
+        partitions = broker.config.num_partitions
+    else:
+        partitions = int(topic.num_partitions)
+    if partitions < 1:
+        return ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.", -1
+    if not validate_only:
+        error = broker.topics.create(topic.name, partitions)
+        if error != ErrorCode.NONE:
+            return error, None, -1
+        log_event(logger, logging.INFO, "topic_created", topic=topic.name, partitions=partitions)
+    return ErrorCode.NONE, None, partitions
+
+
+@handles(api_key=19, min_version=2, max_version=7)
+async def create_topics(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(19, ctx.api_version)
+    result_cls = sibling(response_cls, "CreatableTopicResult")
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        if topic.name in seen:
+            error, message, partitions = (ErrorCode.INVALID_REQUEST,
+                                          "Duplicate topic name in the request.", -1)
+        else:
+            error, message, partitions = _create_one(ctx, topic, request.validate_only)
+        seen.add(topic.name)
+        results.append(build(
+            result_cls, name=topic.name, topic_id=None, error_code=kio_error(error),
+            error_message=message, topic_config_error_code=0, num_partitions=partitions,
+            replication_factor=1 if error == ErrorCode.NONE else -1, configs=None,
+        ))
+    return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _delete_one(ctx: RequestContext, name: str | None) -> tuple[ErrorCode, str | None]:
+    if name is None:
+        return ErrorCode.UNKNOWN_TOPIC_ID, "Deleting topics by id is not supported."
+    if name in INTERNAL_TOPICS:
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Topic '{name}' is internal."
+    error = ctx.broker.topics.delete(name)
+    if error == ErrorCode.NONE:
+        log_event(logger, logging.INFO, "topic_deleted", topic=name)
+        return error, None
+    return error, "This server does not host this topic-partition."
+
+
+@handles(api_key=20, min_version=1, max_version=6)
+async def delete_topics(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(20, ctx.api_version)
+    result_cls = sibling(response_cls, "DeletableTopicResult")
+    if ctx.api_version >= 6:
+        targets = [(topic.name, topic.topic_id) for topic in request.topics]
+    else:
+        targets = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in targets:
+        error, message = _delete_one(ctx, name)
+        results.append(build(result_cls, name=name, topic_id=topic_id,
+                             error_code=kio_error(error), error_message=message))
+    return build(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(create_topics)
+    registry.register(delete_topics)

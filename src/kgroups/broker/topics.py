@@ -1,0 +1,64 @@
+"""Which topics exist and how many partitions each has, read from the log itself.
+
+The partition directories are the single record of a topic, so a restart (or a kill -9) can
+never leave a topic catalogue and the data disagreeing: there is no second file to go stale.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from kgroups.log.manager import LogManager
+
+from kgroups.errors import ErrorCode
+
+OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Kafka's rules (org.apache.kafka.common.internals.Topic.validate); None when legal."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters"
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
+    return None
+
+
+class TopicCatalog:
+    """Create, list and delete topics on top of a LogManager."""
+
+    def __init__(self, logs: LogManager) -> None:
+        self._logs = logs
+
+    def partition_counts(self) -> dict[str, int]:
+        counts = Counter(topic for topic, _ in self._logs.partitions())
+        return dict(sorted(counts.items()))
+
+    def partition_count(self, topic: str) -> int | None:
+        return self.partition_counts().get(topic)
+
+    def create(self, topic: str, num_partitions: int) -> ErrorCode:
+        """Create every partition's log; the error Kafka's CreateTopics would give otherwise."""
+        if topic_name_error(topic) is not None:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
+        if num_partitions < 1:
+            return ErrorCode.INVALID_PARTITIONS
+        if self.partition_count(topic) is not None:
+            return ErrorCode.TOPIC_ALREADY_EXISTS
+        for partition in range(num_partitions):
+            self._logs.get_or_create(topic, partition)
+        return ErrorCode.NONE
+
+    def delete(self, topic: str) -> ErrorCode:
+        if self.partition_count(topic) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        self._logs.delete_topic(topic)
+        return ErrorCode.NONE
