@@ -1,0 +1,307 @@
+"""The coordinator's requests and responses: already-decoded Kafka group APIs, one pair per API.
+
+These mirror the Kafka messages' fields (snake_case) but only those the coordinator acts on; the
+broker translates wire messages to and from them. Every request carries an opaque `request_id`
+chosen by the caller, because JoinGroup and SyncGroup answers can come much later (a `Reply`
+names the request it answers). `version` is the request's API version where behaviour depends on
+it (MEMBER_ID_REQUIRED from JoinGroup v4, SkipAssignment from v9, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from kgroups.errors import ErrorCode
+
+RequestId = Hashable
+NO_GENERATION = -1
+UNKNOWN_MEMBER_ID = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    """`rebalance_timeout_ms` of -1 (JoinGroup v0 has none) means "use the session timeout"."""
+
+    request_id: RequestId
+    group_id: str
+    member_id: str
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = -1
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 9
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error: ErrorCode
+    member_id: str = UNKNOWN_MEMBER_ID
+    generation_id: int = NO_GENERATION
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[JoinGroupMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    """`protocol_type`/`protocol_name` are None before v5 (no consistency check then)."""
+
+    request_id: RequestId
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: tuple[tuple[str, bytes], ...] = ()
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    version: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    request_id: RequestId
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class MemberIdentity:
+    """A member named in LeaveGroup: by member id, or by instance id with an empty member id."""
+
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    """Before v3 a LeaveGroup names exactly one member and answers with one error."""
+
+    request_id: RequestId
+    group_id: str
+    members: tuple[MemberIdentity, ...]
+    version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLeaveResult:
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error: ErrorCode
+    members: tuple[MemberLeaveResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    """`commit_timestamp` is set only by OffsetCommit v1; -1 means "the coordinator's now"."""
+
+    partition: int
+    offset: int
+    metadata: str | None = ""
+    leader_epoch: int = -1
+    commit_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitTopic:
+    name: str
+    partitions: tuple[OffsetCommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    """`retention_time_ms` comes from v2-v4; -1 means the broker's offsets.retention.minutes."""
+
+    request_id: RequestId
+    group_id: str
+    topics: tuple[OffsetCommitTopic, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+    retention_time_ms: int = -1
+    version: int = 9
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    partition: int
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionErrors:
+    name: str
+    partitions: tuple[PartitionError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    topics: tuple[TopicPartitionErrors, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchGroup:
+    """`topics` None asks for every committed partition of the group (OffsetFetch v2+)."""
+
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    """One or many groups (v8+ batches them); older versions send exactly one."""
+
+    request_id: RequestId
+    groups: tuple[OffsetFetchGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedTopic:
+    name: str
+    partitions: tuple[FetchedOffset, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedGroup:
+    group_id: str
+    error: ErrorCode
+    topics: tuple[FetchedTopic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    groups: tuple[FetchedGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    """From v6 (Kafka 4.0) an unknown group answers GROUP_ID_NOT_FOUND instead of "Dead"."""
+
+    request_id: RequestId
+    group_ids: tuple[str, ...]
+    version: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: ErrorCode
+    state: str = "Dead"
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    """`states_filter` (v4+) keeps groups whose state matches any entry, case-insensitively."""
+
+    request_id: RequestId
+    states_filter: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    error: ErrorCode
+    groups: tuple[ListedGroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    request_id: RequestId
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResponse:
+    results: tuple[tuple[str, ErrorCode], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    request_id: RequestId
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    error: ErrorCode
+    topics: tuple[TopicPartitionErrors, ...] = field(default=())
+
+
+Response = (
+    JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
+    | DeleteGroupsResponse
+    | OffsetDeleteResponse
+)

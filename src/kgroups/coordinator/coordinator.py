@@ -1,0 +1,332 @@
+"""`GroupCoordinator`: the public face of the core (handlers, ownership, admin APIs, timers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+
+from kgroups.coordinator.api import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kgroups.coordinator.effects import Effects
+from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.offsets import OffsetHandlers
+from kgroups.coordinator.persistence import (
+    PartitionImage,
+    group_tombstone,
+    offset_record,
+    rebuild_groups,
+)
+from kgroups.coordinator.views import GroupView, view_of
+from kgroups.errors import ErrorCode
+from kgroups.records.schema import OffsetsRecord
+
+
+class GroupCoordinator(OffsetHandlers):
+    """Kafka's classic group coordinator for the __consumer_offsets partitions it owns.
+
+    Every method takes the current time in ms and returns the `Effects` to carry out.
+    """
+
+    # -- request handlers ---------------------------------------------------------------------
+
+    def join_group(self, req: JoinGroupRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._join(req))
+
+    def sync_group(self, req: SyncGroupRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._sync(req))
+
+    def heartbeat(self, req: HeartbeatRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._heartbeat(req))
+
+    def leave_group(self, req: LeaveGroupRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._leave(req))
+
+    def offset_commit(self, req: OffsetCommitRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._commit(req))
+
+    def offset_fetch(self, req: OffsetFetchRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._fetch(req))
+
+    def offset_delete(self, req: OffsetDeleteRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._offset_delete(req))
+
+    def describe_groups(self, req: DescribeGroupsRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._describe(req))
+
+    def list_groups(self, req: ListGroupsRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._list(req))
+
+    def delete_groups(self, req: DeleteGroupsRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._delete_groups(req))
+
+    # -- writes and time ----------------------------------------------------------------------
+
+    def write_completed(self, write_id: int, error: ErrorCode | None, now: int) -> Effects:
+        """The shell appended (error None) or failed to append the records of `write_id`."""
+        return self._run(now, lambda: self._complete_write(write_id, error))
+
+    def advance_time(self, now: int) -> Effects:
+        """Fire every timer due at `now` (call it at `next_deadline()`)."""
+        return self._run(now, lambda: None)
+
+    def next_deadline(self) -> int | None:
+        return self._timers.next_deadline()
+
+    def _on_timer(self, key: Hashable) -> None:
+        assert isinstance(key, tuple)
+        kind = key[0]
+        if kind == "expire":
+            if key[1] in self._owned:
+                self._expire_offsets(key[1])
+            return
+        group = self._groups.get(key[1])
+        if group is None:
+            return
+        if kind == "join":
+            self._on_join_timer(group)
+        elif kind == "sync":
+            self._on_sync_timer(group)
+        elif kind == "session":
+            self._on_session_timer(group, key[2])
+        else:
+            self._remove_pending_member(group, key[2])
+
+    # -- ownership ----------------------------------------------------------------------------
+
+    @property
+    def owned_partitions(self) -> frozenset[int]:
+        return frozenset(self._owned)
+
+    @property
+    def loading_partitions(self) -> frozenset[int]:
+        return frozenset(self._loading)
+
+    def begin_loading(self, offsets_partition: int) -> None:
+        """Mark a partition as being read back: its groups answer COORDINATOR_LOAD_IN_PROGRESS."""
+        self._check_partition(offsets_partition)
+        if offsets_partition in self._owned:
+            raise ValueError(f"__consumer_offsets-{offsets_partition} is already loaded")
+        self._loading.add(offsets_partition)
+
+    def load_partition(
+        self, offsets_partition: int, records: Iterable[OffsetsRecord], now: int
+    ) -> Effects:
+        """Take ownership of a partition, rebuilding its groups from its records in log order."""
+        image = PartitionImage()
+        image.apply(records)
+        return self.load_image(offsets_partition, image, now)
+
+    def load_image(self, offsets_partition: int, image: PartitionImage, now: int) -> Effects:
+        """`load_partition` from an already folded image (the bulk path for big logs)."""
+        self._check_partition(offsets_partition)
+        if offsets_partition in self._owned:
+            raise ValueError(f"__consumer_offsets-{offsets_partition} is already loaded")
+        return self._run(now, lambda: self._install(offsets_partition, image))
+
+    def _install(self, offsets_partition: int, image: PartitionImage) -> None:
+        groups = rebuild_groups(image, offsets_partition)
+        misplaced = [g for g in groups if self.partition_of(g) != offsets_partition]
+        if misplaced:
+            raise ValueError(
+                f"__consumer_offsets-{offsets_partition} holds groups that belong elsewhere: "
+                f"{sorted(misplaced)[:5]}"
+            )
+        self._loading.discard(offsets_partition)
+        self._owned.add(offsets_partition)
+        for group in groups.values():
+            self._groups[group.group_id] = group
+            self._event(group, None)
+            for member in group.members.values():
+                self._refresh_session(group, member)
+            if len(group.members) > self.config.group_max_size:
+                self._prepare_rebalance(group)
+        self._timers.schedule(
+            ("expire", offsets_partition),
+            self._now + self.config.offsets_retention_check_interval_ms,
+        )
+
+    def unload_partition(self, offsets_partition: int, now: int) -> Effects:
+        """Give up a partition: waiting requests get NOT_COORDINATOR and its groups are dropped."""
+        return self._run(now, lambda: self._unload(offsets_partition))
+
+    def _unload(self, offsets_partition: int) -> None:
+        self._loading.discard(offsets_partition)
+        if offsets_partition not in self._owned:
+            return
+        self._fail_pending_writes(offsets_partition, ErrorCode.NOT_COORDINATOR)
+        self._owned.discard(offsets_partition)
+        doomed = [g for g in self._groups.values() if g.offsets_partition == offsets_partition]
+        for group in doomed:
+            for member in group.members.values():
+                if member.join_request is not None:
+                    self._reply(
+                        member.join_request,
+                        JoinGroupResponse(ErrorCode.NOT_COORDINATOR, member_id=member.member_id),
+                    )
+                    member.join_request = None
+                if member.sync_request is not None:
+                    self._reply(member.sync_request, SyncGroupResponse(ErrorCode.NOT_COORDINATOR))
+                    member.sync_request = None
+            self._transition(group, GroupState.DEAD)
+            del self._groups[group.group_id]
+        gone = {g.group_id for g in doomed}
+        self._timers.cancel_where(
+            lambda key: (
+                isinstance(key, tuple) and (key[1] in gone or key == ("expire", offsets_partition))
+            )
+        )
+
+    def _check_partition(self, offsets_partition: int) -> None:
+        if not 0 <= offsets_partition < self.config.offsets_topic_num_partitions:
+            raise ValueError(
+                f"no __consumer_offsets partition {offsets_partition} "
+                f"(offsets.topic.num.partitions={self.config.offsets_topic_num_partitions})"
+            )
+
+    # -- inspection ---------------------------------------------------------------------------
+
+    def group_view(self, group_id: str) -> GroupView | None:
+        group = self._groups.get(group_id)
+        return None if group is None else view_of(group)
+
+    def group_views(self) -> dict[str, GroupView]:
+        return {group_id: view_of(group) for group_id, group in self._groups.items()}
+
+    # -- admin APIs ---------------------------------------------------------------------------
+
+    def _describe(self, req: DescribeGroupsRequest) -> None:
+        self._reply(
+            req.request_id,
+            DescribeGroupsResponse(
+                tuple(self._describe_one(g, req.version) for g in req.group_ids)
+            ),
+        )
+
+    def _describe_one(self, group_id: str, version: int) -> DescribedGroup:
+        error = self._ownership_error(group_id)
+        if error is not None:
+            return DescribedGroup(group_id, error)
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            if version >= 6:
+                return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
+            return DescribedGroup(group_id, ErrorCode.NONE)
+        stable = group.state is GroupState.STABLE
+        protocol = group.protocol_name if stable else None
+        members = tuple(
+            DescribedMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(protocol) if protocol is not None else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return DescribedGroup(
+            group_id,
+            ErrorCode.NONE,
+            group.state.value,
+            group.protocol_type or "",
+            protocol or "",
+            members,
+        )
+
+    def _list(self, req: ListGroupsRequest) -> None:
+        wanted = {state.lower() for state in req.states_filter}
+        listed = tuple(
+            ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
+            for group in self._groups.values()
+            if group.offsets_partition in self._owned
+            and group.state is not GroupState.DEAD
+            and (not wanted or group.state.value.lower() in wanted)
+        )
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        self._reply(req.request_id, ListGroupsResponse(error, listed))
+
+    def _delete_groups(self, req: DeleteGroupsRequest) -> None:
+        results: dict[str, ErrorCode] = {}
+        by_partition: dict[int, list[ClassicGroup]] = {}
+        for group_id in req.group_ids:
+            error = self._ownership_error(group_id)
+            group = self._groups.get(group_id)
+            if error is None and (group is None or group.state is GroupState.DEAD):
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+            elif error is None and group is not None and group.state is not GroupState.EMPTY:
+                error = ErrorCode.NON_EMPTY_GROUP
+            if error is not None or group is None:
+                results[group_id] = error or ErrorCode.GROUP_ID_NOT_FOUND
+                continue
+            self._transition(group, GroupState.DEAD)
+            by_partition.setdefault(group.offsets_partition, []).append(group)
+
+        outstanding = len(by_partition)
+
+        def answer() -> None:
+            self._reply(
+                req.request_id,
+                DeleteGroupsResponse(tuple((g, results[g]) for g in req.group_ids)),
+            )
+
+        def settle(groups: list[ClassicGroup], error: ErrorCode) -> None:
+            nonlocal outstanding
+            for group in groups:
+                results[group.group_id] = error
+                if error is ErrorCode.NONE:
+                    if self._groups.get(group.group_id) is group:
+                        del self._groups[group.group_id]
+                elif group.state is GroupState.DEAD:
+                    # Kafka reverts the deletion when its tombstones could not be written.
+                    group.state = GroupState.EMPTY
+                    self._event(group, GroupState.DEAD)
+            outstanding -= 1
+            if outstanding == 0:
+                answer()
+
+        if not by_partition:
+            answer()
+            return
+        for partition, groups in by_partition.items():
+            records = [
+                offset_record(g.group_id, topic, p, None)
+                for g in groups
+                for topic, p in sorted(g.offsets)
+            ] + [group_tombstone(g.group_id) for g in groups]
+            self._write(
+                partition,
+                records,
+                _bind(settle, groups, ErrorCode.NONE),
+                _bind_failure(settle, groups),
+            )
+
+
+def _bind(
+    settle: Callable[[list[ClassicGroup], ErrorCode], None],
+    groups: list[ClassicGroup],
+    error: ErrorCode,
+) -> Callable[[], None]:
+    return lambda: settle(groups, error)
+
+
+def _bind_failure(
+    settle: Callable[[list[ClassicGroup], ErrorCode], None], groups: list[ClassicGroup]
+) -> Callable[[ErrorCode], None]:
+    return lambda error: settle(groups, error)

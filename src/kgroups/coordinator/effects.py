@@ -1,0 +1,56 @@
+"""What the sans-IO core asks its shell to do: send replies, persist records, log state changes.
+
+Every entry point returns an `Effects`; the shell performs them in order. Writes must be appended
+to their __consumer_offsets partition in the order emitted, then confirmed with
+`GroupCoordinator.write_completed`, which may release replies that waited for durability.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kgroups.coordinator.api import RequestId, Response
+from kgroups.records.schema import OffsetsRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    request_id: RequestId
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    write_id: int
+    offsets_partition: int
+    records: list[OffsetsRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEvent:
+    """A group changed state (`old_state` None when it was just created)."""
+
+    group_id: str
+    old_state: str | None
+    new_state: str
+    generation: int
+    member_count: int
+
+
+@dataclass(slots=True)
+class Effects:
+    replies: list[Reply] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    events: list[GroupEvent] = field(default_factory=list)
+
+    def extend(self, other: Effects) -> None:
+        self.replies.extend(other.replies)
+        self.writes.extend(other.writes)
+        self.events.extend(other.events)
+
+    def reply_to(self, request_id: RequestId) -> Response | None:
+        """The response for `request_id` among these replies, if one was released."""
+        for reply in self.replies:
+            if reply.request_id == request_id:
+                return reply.response
+        return None

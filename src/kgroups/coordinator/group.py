@@ -1,0 +1,198 @@
+"""One classic consumer group in memory: its state, generation, members and committed offsets.
+
+This module holds the data and the small invariants that belong to it (leader re-election when
+the leader leaves, protocol voting, allowed state transitions); the rules that decide *when*
+things happen live in the coordinator handlers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+from kgroups.coordinator.api import RequestId
+from kgroups.records.schema import OffsetCommitValue
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+# new state -> the states it may be entered from (Kafka's ClassicGroupState).
+VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.DEAD: frozenset(GroupState),
+}
+
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+@dataclass(slots=True)
+class Member:
+    """A joined member. `join_request`/`sync_request` hold the parked request ids, if any."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    join_request: RequestId | None = None
+    join_version: int = 0
+    sync_request: RequestId | None = None
+    is_new: bool = False
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_request is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_request is not None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        raise KeyError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def protocol_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.protocols)
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among those every member supports."""
+        return next(name for name, _ in self.protocols if name in candidates)
+
+
+@dataclass(slots=True)
+class ClassicGroup:
+    group_id: str
+    offsets_partition: int
+    state: GroupState
+    state_timestamp: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    generation_id: int = 0
+    leader_id: str | None = None
+    previous_state: GroupState | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
+    pending_sync_members: set[str] = field(default_factory=set)
+    offsets: dict[tuple[str, int], OffsetCommitValue] = field(default_factory=dict)
+    subscribed_topics: frozenset[str] | None = None
+    new_member_added: bool = False
+    initial_delay_ms: int | None = None
+    initial_delay_remaining_ms: int | None = None
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+    def can_transition_to(self, new_state: GroupState) -> bool:
+        return self.state in VALID_PREVIOUS_STATES[new_state]
+
+    def transition_to(self, new_state: GroupState, now: int) -> None:
+        if not self.can_transition_to(new_state):
+            raise AssertionError(
+                f"group {self.group_id}: illegal transition {self.state.value} -> {new_state.value}"
+            )
+        self.previous_state = self.state
+        self.state = new_state
+        self.state_timestamp = now
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    @property
+    def awaiting_join_count(self) -> int:
+        return sum(1 for member in self.members.values() if member.awaiting_join)
+
+    def has_all_members_joined(self) -> bool:
+        return len(self.members) == self.awaiting_join_count and not self.pending_members
+
+    def add(self, member: Member) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        self.pending_members.discard(member.member_id)
+
+    def remove(self, member_id: str) -> Member | None:
+        member = self.members.pop(member_id, None)
+        instance_id = member.group_instance_id if member is not None else None
+        if instance_id is not None and self.static_members.get(instance_id) == member_id:
+            del self.static_members[instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync_members.discard(member_id)
+        return member
+
+    def replace_static_member(self, instance_id: str, old_id: str, new_id: str) -> Member:
+        """Give `instance_id`'s member a new id, keeping its place (and leadership)."""
+        member = self.members.pop(old_id)
+        member.member_id = new_id
+        self.members[new_id] = member
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        if old_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_id)
+            self.pending_sync_members.add(new_id)
+        self.static_members[instance_id] = new_id
+        return member
+
+    def supports_protocols(self, protocol_type: str, names: tuple[str, ...]) -> bool:
+        """Kafka's check before admitting a join: same type, and a protocol everyone speaks."""
+        if not self.members:
+            return bool(protocol_type) and bool(names)
+        if self.protocol_type != protocol_type:
+            return False
+        return bool(self._common_protocols() & set(names))
+
+    def _common_protocols(self) -> set[str]:
+        common: set[str] | None = None
+        for member in self.members.values():
+            names = set(member.protocol_names())
+            common = names if common is None else common & names
+        return common or set()
+
+    def select_protocol(self) -> str:
+        """Each member votes for its first protocol every member supports; most votes wins."""
+        candidates = self._common_protocols()
+        if not candidates:
+            raise AssertionError(f"group {self.group_id} has no protocol common to all members")
+        votes = Counter(member.vote(candidates) for member in self.members.values())
+        best = max(votes.values())
+        return min(name for name, count in votes.items() if count == best)
+
+    def max_rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def has_offsets(self) -> bool:
+        return bool(self.offsets) or bool(+self.pending_commits)
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        return self.subscribed_topics is not None and topic in self.subscribed_topics
+
+    def leader_member_list(self) -> tuple[tuple[str, str | None, bytes], ...]:
+        """What the leader's JoinGroup response lists: every member's selected-protocol metadata."""
+        protocol = self.protocol_name
+        assert protocol is not None
+        return tuple(
+            (m.member_id, m.group_instance_id, m.metadata_for(protocol))
+            for m in self.members.values()
+        )

@@ -1,0 +1,641 @@
+"""JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Kafka's classic rebalance protocol.
+
+Follows Kafka's GroupCoordinator/GroupMetadataManager for classic groups rule by rule (the
+reference lists them); comments name the Kafka behaviour where it is not obvious.
+"""
+
+from __future__ import annotations
+
+from kgroups.coordinator.api import (
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberLeaveResult,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kgroups.coordinator.core import CoordinatorCore, ignore_failure, ignore_success
+from kgroups.coordinator.group import ClassicGroup, GroupState, Member
+from kgroups.coordinator.persistence import group_record, subscribed_topics
+from kgroups.errors import ErrorCode
+
+_MEMBERSHIP_STATES = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+
+
+class MembershipHandlers(CoordinatorCore):
+    # -- JoinGroup ----------------------------------------------------------------------------
+
+    def _join(self, req: JoinGroupRequest) -> None:
+        error = self._membership_status_error(req.group_id)
+        if error is None and not (
+            self.config.group_min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= self.config.group_max_session_timeout_ms
+        ):
+            error = ErrorCode.INVALID_SESSION_TIMEOUT
+        if error is not None:
+            self._reply(req.request_id, JoinGroupResponse(error, member_id=req.member_id))
+            return
+        group = self._groups.get(req.group_id)
+        is_new_member = req.member_id == UNKNOWN_MEMBER_ID
+        if group is None:
+            if not is_new_member:
+                self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)
+                return
+            if not (req.protocol_type and req.protocols):
+                self._reply_join_error(
+                    req, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID
+                )
+                return
+            group = self._create_group(req.group_id)
+
+        if not self._accepts_joining_member(group, req.member_id):
+            removed = group.remove(req.member_id)
+            if removed is not None:
+                self._cancel_session(group, removed.member_id)
+            self._reply_join_error(req, ErrorCode.GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID)
+        elif is_new_member:
+            self._join_new_member(group, req)
+        else:
+            self._join_current_member(group, req)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _reply_join_error(
+        self, req: JoinGroupRequest, error: ErrorCode, member_id: str | None = None
+    ) -> None:
+        member_id = req.member_id if member_id is None else member_id
+        self._reply(req.request_id, JoinGroupResponse(error, member_id=member_id))
+
+    def _accepts_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """group.max.size: during PreparingRebalance only members that already rejoined count,
+        which lets the last members to rejoin be the ones turned away."""
+        limit = self.config.group_max_size
+        member = group.members.get(member_id)
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return (member is not None and member.awaiting_join) or (
+                group.awaiting_join_count < limit
+            )
+        return member is not None or len(group.members) < limit
+
+    def _rebalance_timeout(self, req: JoinGroupRequest) -> int:
+        if req.version == 0 or req.rebalance_timeout_ms < 0:
+            return req.session_timeout_ms
+        return req.rebalance_timeout_ms
+
+    def _join_new_member(self, group: ClassicGroup, req: JoinGroupRequest) -> None:
+        names = tuple(name for name, _ in req.protocols)
+        if group.state is GroupState.DEAD:
+            self._reply_join_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, UNKNOWN_MEMBER_ID)
+            return
+        if not group.supports_protocols(req.protocol_type, names):
+            self._reply_join_error(req, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID)
+            return
+        instance_id = req.group_instance_id
+        new_member_id = f"{instance_id or req.client_id}-{self._new_uuid()}"
+        if instance_id is not None:
+            old_member_id = group.static_members.get(instance_id)
+            if old_member_id is not None:
+                self._replace_static_member(group, req, old_member_id, new_member_id)
+            else:
+                self._add_member_and_rebalance(group, req, new_member_id)
+        elif req.version >= 4:
+            # Kafka hands out the id first so a client that dies before its second JoinGroup
+            # leaves no member behind: only a pending id that expires after a session timeout.
+            group.pending_members.add(new_member_id)
+            self._timers.schedule(
+                ("pending", group.group_id, new_member_id), self._now + req.session_timeout_ms
+            )
+            self._reply(
+                req.request_id,
+                JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_member_id),
+            )
+        else:
+            self._add_member_and_rebalance(group, req, new_member_id)
+
+    def _join_current_member(self, group: ClassicGroup, req: JoinGroupRequest) -> None:
+        names = tuple(name for name, _ in req.protocols)
+        if group.state is GroupState.DEAD:
+            self._reply_join_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return
+        if not group.supports_protocols(req.protocol_type, names):
+            self._reply_join_error(req, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        if req.member_id in group.pending_members:
+            if req.group_instance_id is not None:
+                self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)
+                return
+            self._timers.cancel(("pending", group.group_id, req.member_id))
+            self._add_member_and_rebalance(group, req, req.member_id)
+            return
+        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            self._reply_join_error(req, error)
+            return
+        member = group.members[req.member_id]
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(group, member, req)
+        elif state is GroupState.COMPLETING_REBALANCE:
+            if member.protocols == req.protocols:
+                # The member lost its JoinGroup response: resend this generation's.
+                self._reply(req.request_id, self._join_response(group, member.member_id))
+            else:
+                self._update_member_and_rebalance(group, member, req)
+        elif state is GroupState.STABLE:
+            if group.is_leader(member.member_id) or member.protocols != req.protocols:
+                # A leader's JoinGroup is how it asks for a rebalance (e.g. new topic metadata).
+                self._update_member_and_rebalance(group, member, req)
+            else:
+                response = self._join_response(group, member.member_id, include_members=False)
+                self._reply(req.request_id, response)
+        else:
+            self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)
+
+    def _validate_member(
+        self, group: ClassicGroup, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
+        """Kafka's validateCurrentMember: the instance id, if given, must map to this member."""
+        if instance_id is not None:
+            current = group.static_members.get(instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if current != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+            return None
+        return None if member_id in group.members else ErrorCode.UNKNOWN_MEMBER_ID
+
+    def _join_response(
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        include_members: bool = True,
+        skip_assignment: bool = False,
+        leader: str | None = None,
+    ) -> JoinGroupResponse:
+        members: tuple[JoinGroupMember, ...] = ()
+        if include_members and group.is_leader(member_id):
+            members = tuple(JoinGroupMember(*entry) for entry in group.leader_member_list())
+        return JoinGroupResponse(
+            ErrorCode.NONE,
+            member_id=member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=(group.leader_id if leader is None else leader) or "",
+            skip_assignment=skip_assignment,
+            members=members,
+        )
+
+    def _park_join(self, member: Member, req: JoinGroupRequest) -> None:
+        if member.join_request is not None and member.join_request != req.request_id:
+            # A second JoinGroup supersedes the first; answer the first so it is not orphaned.
+            self._reply(
+                member.join_request,
+                JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id),
+            )
+        member.join_request = req.request_id
+        member.join_version = req.version
+
+    def _add_member_and_rebalance(
+        self, group: ClassicGroup, req: JoinGroupRequest, member_id: str
+    ) -> None:
+        member = Member(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=self._rebalance_timeout(req),
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=req.protocols,
+            is_new=True,
+        )
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and group.previous_state is GroupState.EMPTY
+        ):
+            group.new_member_added = True
+        group.add(member)
+        self._park_join(member, req)
+        # A new member cannot heartbeat before its JoinGroup returns, so it is timed out by the
+        # new-member join timeout instead of its session timeout.
+        self._schedule_session(group, member, self.config.group_new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance(group)
+
+    def _update_member_and_rebalance(
+        self, group: ClassicGroup, member: Member, req: JoinGroupRequest
+    ) -> None:
+        member.protocols = req.protocols
+        member.rebalance_timeout_ms = self._rebalance_timeout(req)
+        member.session_timeout_ms = req.session_timeout_ms
+        self._park_join(member, req)
+        self._maybe_prepare_rebalance(group)
+
+    def _replace_static_member(
+        self, group: ClassicGroup, req: JoinGroupRequest, old_id: str, new_id: str
+    ) -> None:
+        """A known instance id rejoining without a member id: the old incarnation is fenced."""
+        instance_id = req.group_instance_id
+        assert instance_id is not None
+        old_member = group.members[old_id]
+        old_leader = group.leader_id
+        old_settings = (
+            old_member.protocols,
+            old_member.rebalance_timeout_ms,
+            old_member.session_timeout_ms,
+        )
+        if old_member.join_request is not None:
+            self._reply(
+                old_member.join_request,
+                JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id),
+            )
+            old_member.join_request = None
+        if old_member.sync_request is not None:
+            self._reply(old_member.sync_request, SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
+            old_member.sync_request = None
+        self._cancel_session(group, old_id)
+        member = group.replace_static_member(instance_id, old_id, new_id)
+        self._refresh_session(group, member)
+        member.protocols = req.protocols
+        member.rebalance_timeout_ms = self._rebalance_timeout(req)
+        member.session_timeout_ms = req.session_timeout_ms
+        self._park_join(member, req)
+
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old id: only a rebalance fixes that.
+            self._prepare_rebalance(group)
+            return
+        if group.state is not GroupState.STABLE:
+            return
+        if group.select_protocol() != group.protocol_name:
+            self._maybe_prepare_rebalance(group)
+            return
+        generation = group.generation_id
+        assignments = {m.member_id: m.assignment for m in group.members.values()}
+
+        def persisted() -> None:
+            current = group.members.get(new_id)
+            if current is None or current.join_request != req.request_id:
+                return
+            current.join_request = None
+            if req.version >= 9:
+                is_leader = group.is_leader(new_id)
+                response = self._join_response(group, new_id, skip_assignment=is_leader)
+            else:
+                # Before v9 the old leader id is returned so a rejoining leader does not run an
+                # assignment that a Stable group would ignore.
+                response = self._join_response(
+                    group, new_id, include_members=False, leader=old_leader
+                )
+            self._reply(req.request_id, response)
+
+        def failed(error: ErrorCode) -> None:
+            current = group.members.get(new_id)
+            if current is not None and current.join_request == req.request_id:
+                current.join_request = None
+                self._cancel_session(group, new_id)
+                restored = group.replace_static_member(instance_id, new_id, old_id)
+                restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
+                    old_settings
+                )
+                self._refresh_session(group, restored)
+            self._reply(
+                req.request_id,
+                JoinGroupResponse(
+                    error,
+                    member_id=UNKNOWN_MEMBER_ID,
+                    generation_id=generation,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=old_leader or "",
+                ),
+            )
+
+        self._write(group.offsets_partition, [group_record(group, assignments)], persisted, failed)
+
+    # -- the join phase -----------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: ClassicGroup) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group)
+
+    def _prepare_rebalance(self, group: ClassicGroup) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        self._timers.cancel(("sync", group.group_id))
+        if group.state is GroupState.EMPTY:
+            # Kafka delays the first rebalance of an empty group so that consumers starting
+            # together land in one generation instead of one rebalance each.
+            delay = self.config.group_initial_rebalance_delay_ms
+            group.initial_delay_ms = delay
+            group.initial_delay_remaining_ms = max(group.max_rebalance_timeout_ms() - delay, 0)
+            group.new_member_added = False
+            self._timers.schedule(("join", group.group_id), self._now + delay)
+        else:
+            group.initial_delay_ms = None
+            group.initial_delay_remaining_ms = None
+            self._timers.schedule(
+                ("join", group.group_id), self._now + group.max_rebalance_timeout_ms()
+            )
+        self._transition(group, GroupState.PREPARING_REBALANCE)
+        self._try_complete_join(group)
+
+    def _try_complete_join(self, group: ClassicGroup) -> None:
+        """Complete the join phase early when everyone is in (never during the initial delay)."""
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and group.initial_delay_ms is None
+            and group.has_all_members_joined()
+        ):
+            self._timers.cancel(("join", group.group_id))
+            self._complete_join(group)
+
+    def _on_join_timer(self, group: ClassicGroup) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        remaining = group.initial_delay_remaining_ms
+        delay = group.initial_delay_ms
+        if remaining is not None and delay is not None and group.new_member_added and remaining:
+            group.new_member_added = False
+            group.initial_delay_ms = min(self.config.group_initial_rebalance_delay_ms, remaining)
+            group.initial_delay_remaining_ms = max(remaining - delay, 0)
+            self._timers.schedule(("join", group.group_id), self._now + group.initial_delay_ms)
+            return
+        self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        group.initial_delay_ms = None
+        group.initial_delay_remaining_ms = None
+        for member in list(group.members.values()):
+            if not member.awaiting_join and member.group_instance_id is None:
+                group.remove(member.member_id)
+                self._cancel_session(group, member.member_id)
+        if group.members and not self._elect_joined_leader(group):
+            # Nobody rejoined (only static members remain): wait another rebalance timeout for
+            # their sessions to expire.
+            self._timers.schedule(
+                ("join", group.group_id), self._now + group.max_rebalance_timeout_ms()
+            )
+            return
+        group.generation_id += 1
+        group.pending_sync_members.clear()
+        if not group.members:
+            group.protocol_name = None
+            group.subscribed_topics = subscribed_topics(group)
+            self._transition(group, GroupState.EMPTY)
+            # Persisted so a restarted coordinator knows since when the group is empty (offset
+            # expiry counts from then); Kafka does not revert anything if this write fails.
+            self._write(
+                group.offsets_partition, [group_record(group, {})], ignore_success, ignore_failure
+            )
+            return
+        group.protocol_name = group.select_protocol()
+        group.subscribed_topics = subscribed_topics(group)
+        self._transition(group, GroupState.COMPLETING_REBALANCE)
+        for member in group.members.values():
+            if member.join_request is not None:
+                self._reply(member.join_request, self._join_response(group, member.member_id))
+                member.join_request = None
+            self._refresh_session(group, member)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        self._timers.schedule(
+            ("sync", group.group_id), self._now + group.max_rebalance_timeout_ms()
+        )
+
+    def _elect_joined_leader(self, group: ClassicGroup) -> bool:
+        leader = group.members.get(group.leader_id or "")
+        if leader is not None and leader.awaiting_join:
+            return True
+        joined = next((m for m in group.members.values() if m.awaiting_join), None)
+        if joined is None:
+            return False
+        group.leader_id = joined.member_id
+        return True
+
+    def _on_sync_timer(self, group: ClassicGroup) -> None:
+        """Members that got their JoinGroup answer but never sent SyncGroup are dropped."""
+        if group.state not in _MEMBERSHIP_STATES or not group.pending_sync_members:
+            return
+        for member_id in list(group.pending_sync_members):
+            self._remove_member(group, member_id)
+        self._prepare_rebalance(group)
+
+    # -- SyncGroup ----------------------------------------------------------------------------
+
+    def _sync(self, req: SyncGroupRequest) -> None:
+        error = self._membership_status_error(req.group_id)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # The rebalance state was lost with the old coordinator; old clients do not know
+            # COORDINATOR_LOAD_IN_PROGRESS here, and rejoining is what they must do anyway.
+            error = ErrorCode.REBALANCE_IN_PROGRESS
+        group = self._groups.get(req.group_id)
+        if error is None:
+            error = self._validate_sync(group, req)
+        if error is not None:
+            self._reply(req.request_id, SyncGroupResponse(error))
+            return
+        assert group is not None
+        member = group.members[req.member_id]
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._reply(req.request_id, SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+        elif group.state is GroupState.STABLE:
+            group.pending_sync_members.discard(member.member_id)
+            self._reply(req.request_id, self._sync_response(group, member))
+            self._refresh_session(group, member)
+        else:
+            if member.sync_request is not None:
+                self._reply(member.sync_request, SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+            member.sync_request = req.request_id
+            group.pending_sync_members.discard(member.member_id)
+            if group.is_leader(member.member_id):
+                self._store_assignment(group, dict(req.assignments))
+
+    def _validate_sync(self, group: ClassicGroup | None, req: SyncGroupRequest) -> ErrorCode | None:
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            return error
+        if req.generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if req.protocol_type is not None and req.protocol_type != group.protocol_type:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if req.protocol_name is not None and req.protocol_name != group.protocol_name:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        if group.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    def _sync_response(self, group: ClassicGroup, member: Member) -> SyncGroupResponse:
+        return SyncGroupResponse(
+            ErrorCode.NONE,
+            assignment=member.assignment,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+        )
+
+    def _store_assignment(self, group: ClassicGroup, assignments: dict[str, bytes]) -> None:
+        """The leader's assignment is persisted first; the group goes Stable only once durable."""
+        full = {member_id: assignments.get(member_id, b"") for member_id in group.members}
+        generation = group.generation_id
+
+        def still_current() -> bool:
+            return (
+                self._groups.get(group.group_id) is group
+                and group.state is GroupState.COMPLETING_REBALANCE
+                and group.generation_id == generation
+            )
+
+        def persisted() -> None:
+            if not still_current():
+                return
+            for member_id, member in group.members.items():
+                member.assignment = full.get(member_id, b"")
+            self._propagate_assignment(group, ErrorCode.NONE)
+            self._transition(group, GroupState.STABLE)
+
+        def failed(error: ErrorCode) -> None:
+            if not still_current():
+                return
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group)
+
+        self._write(group.offsets_partition, [group_record(group, full)], persisted, failed)
+
+    def _reset_and_propagate_assignment_error(self, group: ClassicGroup, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode) -> None:
+        for member in group.members.values():
+            if member.sync_request is None:
+                continue
+            if error is ErrorCode.NONE:
+                response = self._sync_response(group, member)
+            else:
+                response = SyncGroupResponse(error)
+            self._reply(member.sync_request, response)
+            member.sync_request = None
+            # Its session was not counting while it waited; it starts again now.
+            self._refresh_session(group, member)
+
+    # -- Heartbeat ----------------------------------------------------------------------------
+
+    def _heartbeat(self, req: HeartbeatRequest) -> None:
+        error = self._membership_status_error(req.group_id)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            error = ErrorCode.NONE  # Kafka answers blindly while loading; the next one will tell.
+        if error is None:
+            error = self._heartbeat_error(req)
+        self._reply(req.request_id, HeartbeatResponse(error))
+
+    def _heartbeat_error(self, req: HeartbeatRequest) -> ErrorCode:
+        group = self._groups.get(req.group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            return error
+        if req.generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._refresh_session(group, group.members[req.member_id])
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # -- LeaveGroup ---------------------------------------------------------------------------
+
+    def _leave(self, req: LeaveGroupRequest) -> None:
+        error = self._membership_status_error(req.group_id)
+        if error is not None:
+            self._reply(req.request_id, LeaveGroupResponse(error))
+            return
+        group = self._groups.get(req.group_id)
+        if group is not None and group.state is GroupState.DEAD:
+            self._reply(req.request_id, LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            return
+        results = tuple(
+            MemberLeaveResult(
+                leaving.member_id,
+                leaving.group_instance_id,
+                self._leave_one(group, leaving.member_id, leaving.group_instance_id),
+            )
+            for leaving in req.members
+        )
+        top_error = ErrorCode.NONE
+        if req.version < 3 and results:
+            top_error = results[0].error
+        self._reply(req.request_id, LeaveGroupResponse(top_error, results))
+
+    def _leave_one(
+        self, group: ClassicGroup | None, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_id == UNKNOWN_MEMBER_ID:
+            # Removal by instance id (the admin client's removeMembersFromConsumerGroup).
+            current = group.static_members.get(instance_id or "")
+            if instance_id is None or current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            self._remove_member_and_update(group, current)
+            return ErrorCode.NONE
+        if member_id in group.pending_members:
+            self._remove_pending_member(group, member_id)
+            return ErrorCode.NONE
+        error = self._validate_member(group, member_id, instance_id)
+        if error is not None:
+            return error
+        self._remove_member_and_update(group, member_id)
+        return ErrorCode.NONE
+
+    # -- removing members ---------------------------------------------------------------------
+
+    def _remove_member(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.remove(member_id)
+        if member is None:
+            return
+        self._cancel_session(group, member_id)
+        if member.join_request is not None:
+            self._reply(
+                member.join_request,
+                JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID),
+            )
+        if member.sync_request is not None:
+            self._reply(member.sync_request, SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
+
+    def _remove_member_and_update(self, group: ClassicGroup, member_id: str) -> None:
+        self._remove_member(group, member_id)
+        if group.state in _MEMBERSHIP_STATES:
+            self._maybe_prepare_rebalance(group)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _remove_pending_member(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_members.discard(member_id)
+        self._timers.cancel(("pending", group.group_id, member_id))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _on_session_timer(self, group: ClassicGroup, member_id: str) -> None:
+        member = group.members.get(member_id)
+        if member is None or group.state is GroupState.DEAD:
+            return
+        if not member.is_new and (member.awaiting_join or member.awaiting_sync):
+            return  # waiting members are alive by definition; re-armed when they are answered
+        self._remove_member_and_update(group, member_id)

@@ -1,0 +1,309 @@
+"""OffsetCommit, OffsetFetch, OffsetDelete and periodic offset expiry.
+
+Committed offsets enter memory only when their records are durable, so OffsetFetch never shows
+an offset a crash could take back; commits still in flight are counted per partition so that
+expiry and deletion never race them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kgroups.coordinator.api import (
+    UNKNOWN_MEMBER_ID,
+    FetchedGroup,
+    FetchedOffset,
+    FetchedTopic,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchGroup,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    PartitionError,
+    TopicPartitionErrors,
+)
+from kgroups.coordinator.core import ignore_failure, ignore_success
+from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
+from kgroups.coordinator.membership import MembershipHandlers
+from kgroups.coordinator.persistence import group_tombstone, offset_record
+from kgroups.errors import ErrorCode
+from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
+
+
+def _utf16_length(text: str) -> int:
+    """Java's String.length(), which is what offset.metadata.max.bytes is compared against."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+class OffsetHandlers(MembershipHandlers):
+    # -- OffsetCommit -------------------------------------------------------------------------
+
+    def _commit(self, req: OffsetCommitRequest) -> None:
+        error = self._ownership_error(req.group_id)
+        group = self._groups.get(req.group_id)
+        if error is None:
+            if group is None:
+                if req.generation_id >= 0:
+                    error = (
+                        ErrorCode.GROUP_ID_NOT_FOUND
+                        if req.version >= 9
+                        else ErrorCode.ILLEGAL_GENERATION
+                    )
+            else:
+                error = self._validate_commit(group, req)
+        if error is not None:
+            self._reply(req.request_id, _commit_response(req, lambda _topic, _p: error))
+            return
+        if group is not None and group.state in (
+            GroupState.STABLE,
+            GroupState.PREPARING_REBALANCE,
+        ):
+            member = group.members.get(req.member_id)
+            if member is not None:
+                self._refresh_session(group, member)  # a commit proves the member is alive
+
+        expire = None if req.retention_time_ms < 0 else self._now + req.retention_time_ms
+        limit = self.config.offset_metadata_max_bytes
+        values: dict[tuple[str, int], OffsetCommitValue] = {}
+        too_large: set[tuple[str, int]] = set()
+        for topic in req.topics:
+            for part in topic.partitions:
+                metadata = part.metadata or ""
+                if _utf16_length(metadata) > limit:
+                    too_large.add((topic.name, part.partition))
+                    continue
+                commit_ts = self._now if part.commit_timestamp < 0 else part.commit_timestamp
+                values[(topic.name, part.partition)] = OffsetCommitValue(
+                    offset=part.offset,
+                    metadata=metadata,
+                    commit_timestamp=commit_ts,
+                    leader_epoch=part.leader_epoch,
+                    expire_timestamp=expire,
+                )
+
+        def answer(error_for_stored: ErrorCode) -> None:
+            def error_of(topic: str, partition: int) -> ErrorCode:
+                if (topic, partition) in too_large:
+                    return ErrorCode.OFFSET_METADATA_TOO_LARGE
+                return error_for_stored
+
+            self._reply(req.request_id, _commit_response(req, error_of))
+
+        if not values:
+            answer(ErrorCode.NONE)
+            return
+        group_id = req.group_id
+        if group is not None:
+            group.pending_commits.update(values.keys())
+
+        def settle() -> ClassicGroup | None:
+            """The group the commit lands in, or None if it was deleted meanwhile."""
+            if group is None:
+                existing = self._groups.get(group_id)
+                return existing if existing is not None else self._create_group(group_id)
+            group.pending_commits.subtract(values.keys())
+            if self._groups.get(group_id) is not group or group.state is GroupState.DEAD:
+                return None
+            return group
+
+        def persisted() -> None:
+            target = settle()
+            if target is not None:
+                target.offsets.update(values)
+            answer(ErrorCode.NONE)
+
+        def failed(write_error: ErrorCode) -> None:
+            if group is not None:
+                group.pending_commits.subtract(values.keys())
+            answer(write_error)
+
+        records = [offset_record(group_id, t, p, v) for (t, p), v in values.items()]
+        self._write(self.partition_of(group_id), records, persisted, failed)
+
+    def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and group.state is GroupState.EMPTY:
+            return None  # admin clients and self-managed consumers commit to an empty group
+        if (
+            req.generation_id >= 0
+            or req.member_id != UNKNOWN_MEMBER_ID
+            or req.group_instance_id is not None
+        ):
+            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            if error is not None:
+                return error
+            if req.generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        else:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # a live group only takes commits from members
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return None
+
+    # -- OffsetFetch --------------------------------------------------------------------------
+
+    def _fetch(self, req: OffsetFetchRequest) -> None:
+        self._reply(
+            req.request_id, OffsetFetchResponse(tuple(self._fetch_group(g) for g in req.groups))
+        )
+
+    def _fetch_group(self, wanted: OffsetFetchGroup) -> FetchedGroup:
+        error = self._ownership_error(wanted.group_id)
+        if error is not None:
+            return FetchedGroup(wanted.group_id, error)
+        group = self._groups.get(wanted.group_id)
+        offsets = group.offsets if group is not None else {}
+        if wanted.topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(offsets):
+                by_topic.setdefault(topic, []).append(partition)
+            requested = [(topic, tuple(parts)) for topic, parts in by_topic.items()]
+        else:
+            requested = list(wanted.topics)
+        topics = []
+        for topic, partitions in requested:
+            fetched = []
+            for partition in partitions:
+                value = offsets.get((topic, partition))
+                if value is None:
+                    fetched.append(FetchedOffset(partition, -1))
+                else:
+                    fetched.append(
+                        FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata)
+                    )
+            topics.append(FetchedTopic(topic, tuple(fetched)))
+        return FetchedGroup(wanted.group_id, ErrorCode.NONE, tuple(topics))
+
+    # -- OffsetDelete -------------------------------------------------------------------------
+
+    def _offset_delete(self, req: OffsetDeleteRequest) -> None:
+        error = self._ownership_error(req.group_id)
+        group = self._groups.get(req.group_id)
+        if error is None and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.GROUP_ID_NOT_FOUND
+        if (
+            error is None
+            and group is not None
+            and group.state is not GroupState.EMPTY
+            and group.protocol_type != CONSUMER_PROTOCOL_TYPE
+        ):
+            error = ErrorCode.NON_EMPTY_GROUP
+        if error is not None:
+            self._reply(req.request_id, OffsetDeleteResponse(error))
+            return
+        assert group is not None
+        subscribed = {topic for topic, _ in req.topics if group.is_subscribed_to(topic)}
+        doomed = [
+            (topic, partition)
+            for topic, partitions in req.topics
+            if topic not in subscribed
+            for partition in partitions
+            if (topic, partition) in group.offsets
+        ]
+
+        def answer(top_error: ErrorCode) -> None:
+            topics = tuple(
+                TopicPartitionErrors(
+                    topic,
+                    tuple(
+                        PartitionError(
+                            p,
+                            ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+                            if topic in subscribed
+                            else ErrorCode.NONE,
+                        )
+                        for p in partitions
+                    ),
+                )
+                for topic, partitions in req.topics
+            )
+            if top_error is not ErrorCode.NONE:
+                topics = ()
+            self._reply(req.request_id, OffsetDeleteResponse(top_error, topics))
+
+        if not doomed:
+            answer(ErrorCode.NONE)
+            return
+
+        def persisted() -> None:
+            for key in doomed:
+                group.offsets.pop(key, None)
+            answer(ErrorCode.NONE)
+
+        records = [offset_record(group.group_id, t, p, None) for t, p in doomed]
+        self._write(group.offsets_partition, records, persisted, answer)
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    def _expire_offsets(self, offsets_partition: int) -> None:
+        """Kafka's periodic cleanup: drop expired offsets, then delete empty groups left with
+        none. Memory changes at once and the tombstones follow (as Kafka does): a lost
+        tombstone only means the offset expires again after a restart."""
+        retention = self.config.offsets_retention_ms
+        now = self._now
+        records: list[OffsetsRecord] = []
+        for group in [g for g in self._groups.values() if g.offsets_partition == offsets_partition]:
+            for topic, partition in self._expired_offsets(group, now, retention):
+                del group.offsets[(topic, partition)]
+                records.append(offset_record(group.group_id, topic, partition, None))
+            if group.state is GroupState.EMPTY and not group.has_offsets():
+                self._transition(group, GroupState.DEAD)
+                del self._groups[group.group_id]
+                records.append(group_tombstone(group.group_id))
+        if records:
+            self._write(offsets_partition, records, ignore_success, ignore_failure)
+        self._timers.schedule(
+            ("expire", offsets_partition), now + self.config.offsets_retention_check_interval_ms
+        )
+
+    def _expired_offsets(
+        self, group: ClassicGroup, now: int, retention: int
+    ) -> list[tuple[str, int]]:
+        if group.protocol_type is None:
+            since_empty = False  # a "simple" group: offsets age from their commit
+            keep: frozenset[str] = frozenset()
+        elif group.state is GroupState.EMPTY:
+            since_empty = group.state_timestamp >= 0
+            keep = frozenset()
+        elif (
+            group.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and group.state is GroupState.STABLE
+            and group.subscribed_topics is not None
+        ):
+            since_empty = False
+            keep = group.subscribed_topics
+        else:
+            return []
+        expired = []
+        pending = group.pending_commits
+        for key, value in group.offsets.items():
+            if key[0] in keep or pending[key] > 0:
+                continue
+            if value.expire_timestamp is not None:
+                due = now >= value.expire_timestamp
+            else:
+                base = group.state_timestamp if since_empty else value.commit_timestamp
+                due = now - base >= retention
+            if due:
+                expired.append(key)
+        return expired
+
+
+def _commit_response(
+    req: OffsetCommitRequest, error_of: Callable[[str, int], ErrorCode]
+) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        tuple(
+            TopicPartitionErrors(
+                topic.name,
+                tuple(
+                    PartitionError(p.partition, error_of(topic.name, p.partition))
+                    for p in topic.partitions
+                ),
+            )
+            for topic in req.topics
+        )
+    )

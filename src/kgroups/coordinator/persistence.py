@@ -1,0 +1,146 @@
+"""Group state <-> __consumer_offsets records: what a change writes, and how a log rebuilds state.
+
+Writing and replaying live side by side so they cannot drift: whatever `group_record` stores,
+`rebuild_groups` reads back into an equal group (Stable when it has members, else Empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.records.consumer_protocol import decode_subscription
+from kgroups.records.schema import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetsRecord,
+)
+
+
+def group_record(group: ClassicGroup, assignments: dict[str, bytes]) -> OffsetsRecord:
+    """The GroupMetadata record for `group`'s current generation with the given assignments."""
+    protocol = group.protocol_name
+    members = tuple(
+        MemberMetadata(
+            member_id=member.member_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            session_timeout=member.session_timeout_ms,
+            rebalance_timeout=member.rebalance_timeout_ms,
+            subscription=member.metadata_for(protocol) if protocol is not None else b"",
+            assignment=assignments.get(member.member_id, b""),
+            group_instance_id=member.group_instance_id,
+        )
+        for member in group.members.values()
+    )
+    value = GroupMetadataValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=protocol,
+        leader=group.leader_id if members else None,
+        current_state_timestamp=group.state_timestamp,
+        members=members,
+    )
+    return OffsetsRecord(GroupMetadataKey(group.group_id), value)
+
+
+def group_tombstone(group_id: str) -> OffsetsRecord:
+    return OffsetsRecord(GroupMetadataKey(group_id), None)
+
+
+def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
+    """An offset commit record, or its tombstone when `value` is None."""
+    return OffsetsRecord(OffsetCommitKey(group_id, topic, partition), value)
+
+
+def subscribed_topics(group: ClassicGroup) -> frozenset[str] | None:
+    """Topics a consumer group subscribes to (None when unknown: not a consumer group, or a
+    subscription that does not parse). Offset expiry and OffsetDelete depend on this."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return None
+    if not group.members:
+        return frozenset()
+    if group.protocol_name is None:
+        return None
+    topics: set[str] = set()
+    try:
+        for member in group.members.values():
+            topics.update(decode_subscription(member.metadata_for(group.protocol_name)).topics)
+    except ValueError:
+        return None
+    return frozenset(topics)
+
+
+@dataclass(slots=True)
+class PartitionImage:
+    """The latest value per key of one __consumer_offsets partition: all that replay needs,
+    since a later record for a key always supersedes an earlier one (the log is compacted on
+    exactly that premise)."""
+
+    group_values: dict[str, GroupMetadataValue | None] = field(default_factory=dict)
+    offsets: dict[tuple[str, str, int], OffsetCommitValue | None] = field(default_factory=dict)
+
+    def apply(self, records: Iterable[OffsetsRecord]) -> None:
+        group_values = self.group_values
+        offsets = self.offsets
+        for record in records:
+            key = record.key
+            if type(key) is OffsetCommitKey:
+                offsets[(key.group, key.topic, key.partition)] = record.value  # type: ignore[assignment]
+            elif type(key) is GroupMetadataKey:
+                group_values[key.group] = record.value  # type: ignore[assignment]
+
+
+def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
+    """Groups as a coordinator that had just written `image` would hold them."""
+    groups: dict[str, ClassicGroup] = {}
+    for group_id, value in image.group_values.items():
+        if value is not None:
+            groups[group_id] = _group_from_value(group_id, value, offsets_partition)
+    for (group_id, topic, partition), offset in image.offsets.items():
+        if offset is None:
+            continue
+        group = groups.get(group_id)
+        if group is None:
+            group = ClassicGroup(group_id, offsets_partition, GroupState.EMPTY, -1)
+            groups[group_id] = group
+        group.offsets[(topic, partition)] = offset
+    return groups
+
+
+def _group_from_value(
+    group_id: str, value: GroupMetadataValue, offsets_partition: int
+) -> ClassicGroup:
+    state = GroupState.STABLE if value.members else GroupState.EMPTY
+    group = ClassicGroup(
+        group_id,
+        offsets_partition,
+        state,
+        value.current_state_timestamp,
+        protocol_type=value.protocol_type or None,
+        protocol_name=value.protocol,
+        generation_id=value.generation,
+    )
+    protocol = value.protocol or ""
+    for stored in value.members:
+        group.add(
+            Member(
+                member_id=stored.member_id,
+                group_instance_id=stored.group_instance_id,
+                client_id=stored.client_id,
+                client_host=stored.client_host,
+                rebalance_timeout_ms=stored.rebalance_timeout,
+                session_timeout_ms=stored.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=((protocol, stored.subscription),),
+                assignment=stored.assignment,
+            )
+        )
+    if value.members:
+        group.leader_id = value.leader if value.leader in group.members else group.leader_id
+    group.subscribed_topics = subscribed_topics(group)
+    return group
