@@ -1,0 +1,353 @@
+"""Consumer-group administration over the Kafka wire, the operations behind `kgroups groups`.
+
+These mirror kafka-consumer-groups.sh: they ask the broker (any Kafka-compatible one) through the
+public group APIs, never by reading kgroups' files, so what an operator sees is what clients see.
+Each function returns plain data; `admin_cli` only formats it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.list_groups.v4.request import ListGroupsRequest
+from kio.schema.list_offsets.v5 import request as list_offsets_v5
+from kio.schema.metadata.v9 import request as metadata
+from kio.schema.offset_commit.v8 import request as offset_commit
+from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
+from kio.static.primitive import i8, i32, i64
+
+from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.errors import ErrorCode
+from kgroups.records.consumer_protocol import decode_assignment
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+INACTIVE_STATES = frozenset({"Empty", "Dead"})
+
+
+class AdminError(RuntimeError):
+    """An operation the broker refused or that makes no sense for the group's state."""
+
+
+def _check(error_code: int, what: str) -> None:
+    if int(error_code) != ErrorCode.NONE:
+        raise AdminError(f"{what}: {ErrorCode(int(error_code)).name}")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_end_offset: int | None
+    member_id: str | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed_offset is None or self.log_end_offset is None:
+            return None
+        return max(self.log_end_offset - self.committed_offset, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    partitions: tuple[PartitionLag, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    topic: str
+    partition: int
+    current_offset: int | None
+    new_offset: int
+
+
+def connect_to_coordinator(bootstrap: KafkaWireClient, group_id: str) -> KafkaWireClient:
+    """Find the group's coordinator; reuse the bootstrap connection when it is that broker."""
+    bootstrap.require(10, 4, "FindCoordinator")
+    response = bootstrap.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
+    (coordinator,) = response.coordinators
+    _check(coordinator.error_code, f"FindCoordinator({group_id})")
+    if (coordinator.host, int(coordinator.port)) == (bootstrap.host, bootstrap.port):
+        return bootstrap
+    return KafkaWireClient(coordinator.host, int(coordinator.port), client_id=bootstrap.client_id)
+
+
+def list_groups(client: KafkaWireClient, states: tuple[str, ...] = ()) -> list[GroupListing]:
+    client.require(16, 4, "ListGroups")
+    response = client.call(ListGroupsRequest(states_filter=states))
+    _check(response.error_code, "ListGroups")
+    return sorted(
+        (
+            GroupListing(group.group_id, group.protocol_type, group.group_state)
+            for group in response.groups
+        ),
+        key=lambda listing: listing.group_id,
+    )
+
+
+def _member_partitions(protocol_type: str, assignment: bytes) -> tuple[tuple[str, int], ...]:
+    """Only "consumer" groups carry ConsumerProtocol assignments; others are opaque bytes."""
+    if protocol_type != "consumer" or not assignment:
+        return ()
+    decoded = decode_assignment(assignment)
+    return tuple(
+        (topic_partitions.topic, partition)
+        for topic_partitions in decoded.assigned_partitions
+        for partition in topic_partitions.partitions
+    )
+
+
+def _describe_raw(client: KafkaWireClient, group_id: str) -> Any:
+    client.require(15, 5, "DescribeGroups")
+    response = client.call(
+        DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False)
+    )
+    (group,) = response.groups
+    _check(group.error_code, f"DescribeGroups({group_id})")
+    return group
+
+
+def committed_offsets(client: KafkaWireClient, group_id: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of the group (OffsetFetch with no topic list = all of them)."""
+    client.require(9, 7, "OffsetFetch")
+    response = client.call(OffsetFetchRequest(group_id=group_id, topics=None, require_stable=False))
+    _check(response.error_code, f"OffsetFetch({group_id})")
+    offsets: dict[tuple[str, int], int] = {}
+    for topic in response.topics:
+        for partition in topic.partitions:
+            _check(partition.error_code, f"OffsetFetch({topic.name}-{partition.partition_index})")
+            if int(partition.committed_offset) >= 0:
+                offsets[(topic.name, int(partition.partition_index))] = int(
+                    partition.committed_offset
+                )
+    return offsets
+
+
+def list_offsets(
+    client: KafkaWireClient, partitions: list[tuple[str, int]], timestamp: int
+) -> dict[tuple[str, int], int | None]:
+    """Offsets for a timestamp (-1 latest, -2 earliest); None where the broker has none."""
+    client.require(2, 5, "ListOffsets")
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    request = list_offsets_v5.ListOffsetsRequest(
+        replica_id=i32(-1),
+        isolation_level=i8(0),
+        topics=tuple(
+            list_offsets_v5.ListOffsetsTopic(
+                name=topic,
+                partitions=tuple(
+                    list_offsets_v5.ListOffsetsPartition(
+                        partition_index=i32(partition), timestamp=i64(timestamp)
+                    )
+                    for partition in sorted(indexes)
+                ),
+            )
+            for topic, indexes in by_topic.items()
+        ),
+    )
+    result: dict[tuple[str, int], int | None] = {}
+    for topic in client.call(request).topics:
+        for partition in topic.partitions:
+            found = int(partition.error_code) == ErrorCode.NONE and int(partition.offset) >= 0
+            result[(topic.name, int(partition.partition_index))] = (
+                int(partition.offset) if found else None
+            )
+    return result
+
+
+def describe_group(client: KafkaWireClient, group_id: str) -> GroupDescription:
+    """State, members with their partitions, and committed offset / log end / lag per partition."""
+    group = _describe_raw(client, group_id)
+    members = tuple(
+        MemberDescription(
+            member_id=member.member_id,
+            group_instance_id=member.group_instance_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            partitions=_member_partitions(group.protocol_type, member.member_assignment),
+        )
+        for member in group.members
+    )
+    owner = {tp: member.member_id for member in members for tp in member.partitions}
+    committed = committed_offsets(client, group_id)
+    all_partitions = sorted(set(committed) | set(owner))
+    log_ends = list_offsets(client, all_partitions, LATEST_TIMESTAMP) if all_partitions else {}
+    return GroupDescription(
+        group_id=group_id,
+        state=group.group_state,
+        protocol_type=group.protocol_type,
+        protocol=group.protocol_data,
+        members=members,
+        partitions=tuple(
+            PartitionLag(topic, partition, committed.get((topic, partition)),
+                         log_ends.get((topic, partition)), owner.get((topic, partition)))
+            for topic, partition in all_partitions
+        ),
+    )
+
+
+def delete_group(client: KafkaWireClient, group_id: str) -> None:
+    client.require(42, 2, "DeleteGroups")
+    (result,) = client.call(DeleteGroupsRequest(groups_names=(group_id,))).results
+    _check(result.error_code, f"DeleteGroups({group_id})")
+
+
+def topic_partitions(client: KafkaWireClient, topic: str) -> list[int]:
+    client.require(3, 9, "Metadata")
+    response = client.call(
+        metadata.MetadataRequest(
+            topics=(metadata.MetadataRequestTopic(name=topic),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    (described,) = response.topics
+    _check(described.error_code, f"Metadata({topic})")
+    return sorted(int(partition.partition_index) for partition in described.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetTarget:
+    """Exactly one of Kafka's --to-* choices: a named end, an offset, or a point in time."""
+
+    earliest: bool = False
+    latest: bool = False
+    offset: int | None = None
+    timestamp_ms: int | None = None
+
+
+def parse_datetime_ms(text: str) -> int:
+    """ISO-8601 to epoch milliseconds; a time without a zone is UTC, as an operator means it."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise AdminError(f"not an ISO-8601 date-time: {text!r}") from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def plan_reset(
+    client: KafkaWireClient,
+    group_id: str,
+    topic: str,
+    partitions: tuple[int, ...] | None,
+    target: ResetTarget,
+) -> list[OffsetReset]:
+    """Compute new offsets without changing anything, refusing while the group is active.
+
+    Kafka refuses to reset an active group because its members would overwrite the reset with
+    their next commit; the same rule applies here.
+    """
+    group = _describe_raw(client, group_id)
+    if group.group_state not in INACTIVE_STATES:
+        raise AdminError(
+            f"offsets can only be reset while group {group_id!r} is inactive, "
+            f"but it is {group.group_state}"
+        )
+    known = topic_partitions(client, topic)
+    chosen = list(known) if partitions is None else list(partitions)
+    missing = sorted(set(chosen) - set(known))
+    if missing:
+        raise AdminError(f"topic {topic!r} has no partition(s) {missing}")
+    keys = [(topic, partition) for partition in chosen]
+    earliest = list_offsets(client, keys, EARLIEST_TIMESTAMP)
+    latest = list_offsets(client, keys, LATEST_TIMESTAMP)
+    if target.timestamp_ms is not None:
+        by_time = list_offsets(client, keys, target.timestamp_ms)
+    committed = committed_offsets(client, group_id)
+    plan: list[OffsetReset] = []
+    for key in keys:
+        low, high = earliest[key] or 0, latest[key] or 0
+        if target.earliest:
+            new_offset = low
+        elif target.latest:
+            new_offset = high
+        elif target.offset is not None:
+            # Kafka's tool clamps an out-of-range offset into the log rather than failing.
+            new_offset = min(max(target.offset, low), high)
+        else:
+            found = by_time[key]
+            new_offset = high if found is None else found
+        plan.append(OffsetReset(key[0], key[1], committed.get(key), new_offset))
+    return plan
+
+
+def execute_reset(client: KafkaWireClient, group_id: str, plan: list[OffsetReset]) -> None:
+    """Commit the planned offsets as an admin: generation -1 and no member id."""
+    client.require(8, 8, "OffsetCommit")
+    by_topic: dict[str, list[OffsetReset]] = {}
+    for reset in plan:
+        by_topic.setdefault(reset.topic, []).append(reset)
+    request = offset_commit.OffsetCommitRequest(
+        group_id=group_id,
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            offset_commit.OffsetCommitRequestTopic(
+                name=topic,
+                partitions=tuple(
+                    offset_commit.OffsetCommitRequestPartition(
+                        partition_index=i32(reset.partition),
+                        committed_offset=i64(reset.new_offset),
+                        committed_metadata="",
+                    )
+                    for reset in resets
+                ),
+            )
+            for topic, resets in by_topic.items()
+        ),
+    )
+    for topic in client.call(request).topics:
+        for partition in topic.partitions:
+            _check(partition.error_code, f"OffsetCommit({topic.name}-{partition.partition_index})")
+
+
+__all__ = [
+    "AdminError",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
+    "OffsetReset",
+    "PartitionLag",
+    "ResetTarget",
+    "WireError",
+    "connect_to_coordinator",
+    "delete_group",
+    "describe_group",
+    "execute_reset",
+    "list_groups",
+    "parse_datetime_ms",
+    "plan_reset",
+]
