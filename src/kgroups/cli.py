@@ -12,6 +12,7 @@ from collections.abc import Sequence
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "kgroups.broker.cli",
+    "kgroups.assignors.cli",
 )
 
 
