@@ -12,7 +12,9 @@ from collections.abc import Sequence
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "kgroups.broker.cli",
+    "kgroups.broker.admin_cli",
     "kgroups.assignors.cli",
+    "kgroups.records.cli",
 )
 
 

@@ -11,16 +11,16 @@ import importlib
 import logging
 import socket
 
-from kgroups.log.durability import GroupCommit
-from kgroups.log.manager import LogManager
-
 from kgroups.broker.api import HandlerRegistry
 from kgroups.broker.cluster_handlers import ProducerIdAllocator
 from kgroups.broker.config import BrokerConfig
+from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.events import log_event
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.config import LogConfig
+from kgroups.log.durability import GroupCommit
+from kgroups.log.manager import LogManager
 
 logger = logging.getLogger("kgroups.broker")
 
@@ -31,6 +31,7 @@ HANDLER_MODULES: tuple[str, ...] = (
     "kgroups.broker.produce_handler",
     "kgroups.broker.fetch_handler",
     "kgroups.broker.list_offsets_handler",
+    "kgroups.broker.group_handlers",
 )
 
 
@@ -79,6 +80,7 @@ class Broker:
         for module_name in HANDLER_MODULES:
             importlib.import_module(module_name).install(self.registry)
         self._server = BrokerServer(self)
+        self.coordinator = CoordinatorRuntime(self)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
@@ -90,6 +92,7 @@ class Broker:
     async def start(self) -> None:
         """Listen; afterwards `self.port` is the bound port (useful with --port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.coordinator.start()
         self.host, self.port = await self._server.start(self.config.host, self.config.port)
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
@@ -97,6 +100,7 @@ class Broker:
     async def stop(self) -> None:
         """Stop accepting, close connections, and make everything written durable."""
         await self._server.stop()
+        await self.coordinator.stop()
         for topic, partition in self.logs.partitions():
             log = self.logs.get(topic, partition)
             if log is not None:

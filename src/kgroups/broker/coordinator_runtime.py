@@ -1,0 +1,278 @@
+"""Runs the sans-IO group coordinator on the broker's event loop.
+
+The core decides; this shell does the I/O it asks for: replies resolve the futures the group
+handlers await, writes become RecordBatch v2 appends to __consumer_offsets (the reply that waits
+on a write is released only after the fsync, via GroupCommit), and the core's timers collapse to
+one loop timer at `next_deadline()`. On start every __consumer_offsets partition is replayed into
+the core in the background; requests for a partition still loading get
+COORDINATOR_LOAD_IN_PROGRESS from the core and clients retry, as with Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kgroups.broker.events import log_event
+from kgroups.broker.topics import OFFSETS_TOPIC
+from kgroups.coordinator import GroupCoordinator, GroupCoordinatorConfig, PartitionImage
+from kgroups.coordinator import api as core
+from kgroups.coordinator.effects import Effects, GroupEvent, Write
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.compaction import compact
+from kgroups.log.partition_log import PartitionLog
+from kgroups.records.codec import RecordDecodeError, decode_record, encode_record
+
+if TYPE_CHECKING:
+    from kgroups.broker.broker import Broker
+
+logger = logging.getLogger("kgroups.coordinator")
+
+# How much of a partition one read pulls while replaying it.
+_REPLAY_READ_BYTES = 4 * 1024 * 1024
+# Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
+_DEFAULT_CLEANER_BACKOFF_MS = 15_000
+# The GroupCoordinator method that takes each request type.
+_CORE_ENTRY_POINTS: dict[type[Any], str] = {
+    core.JoinGroupRequest: "join_group",
+    core.SyncGroupRequest: "sync_group",
+    core.HeartbeatRequest: "heartbeat",
+    core.LeaveGroupRequest: "leave_group",
+    core.OffsetCommitRequest: "offset_commit",
+    core.OffsetFetchRequest: "offset_fetch",
+    core.OffsetDeleteRequest: "offset_delete",
+    core.DescribeGroupsRequest: "describe_groups",
+    core.ListGroupsRequest: "list_groups",
+    core.DeleteGroupsRequest: "delete_groups",
+}
+
+
+def wall_clock_ms() -> int:
+    """Group timestamps are persisted and compared across restarts, so they are wall-clock."""
+    return time.time_ns() // 1_000_000
+
+
+def coordinator_config(broker: Broker) -> GroupCoordinatorConfig:
+    """The coordinator's settings from the broker's group.* / offsets.* properties."""
+    properties = broker.config.with_prefixes("group.", "offsets.")
+    properties["offsets.topic.num.partitions"] = str(broker.config.offsets_topic_num_partitions)
+    return GroupCoordinatorConfig.from_properties(properties)
+
+
+def read_partition_image(log: PartitionLog) -> tuple[PartitionImage, int, int]:
+    """Fold one __consumer_offsets partition into its latest value per key (off the loop: a
+    big log takes a while). Returns the image, the records read, and how many were skipped
+    as undecodable (they cannot be replayed; the caller logs them)."""
+    image = PartitionImage()
+    count = skipped = 0
+    offset = log.log_start_offset
+    end = log.log_end_offset
+    while offset < end:
+        data = log.read(offset, _REPLAY_READ_BYTES)
+        if not data:
+            break
+        for batch in iter_batches(data):
+            offset = batch.last_offset + 1
+            if batch.is_control:
+                continue
+            for record in batch.records:
+                if record.key is None:
+                    continue
+                try:
+                    decoded = decode_record(record.key, record.value)
+                except RecordDecodeError:
+                    skipped += 1
+                    continue
+                image.apply((decoded,))
+                count += 1
+    return image, count, skipped
+
+
+class CoordinatorRuntime:
+    """The group coordinator's shell: owned by the Broker as `broker.coordinator`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.config = coordinator_config(broker)
+        self.core = GroupCoordinator(self.config)
+        self._request_ids = itertools.count(1)
+        self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_deadline: int | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._loaded = asyncio.Event()
+        self._cleaner_backoff_ms = int(
+            broker.config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create __consumer_offsets if needed and replay it in the background."""
+        partitions = self.config.offsets_topic_num_partitions
+        existing = self._broker.topics.partition_count(OFFSETS_TOPIC)
+        if existing is None:
+            self._broker.topics.create(OFFSETS_TOPIC, partitions)
+        elif existing != partitions:
+            raise RuntimeError(
+                f"{OFFSETS_TOPIC} has {existing} partitions on disk but "
+                f"offsets.topic.num.partitions is {partitions}; group placement would change"
+            )
+        for partition in range(partitions):
+            self.core.begin_loading(partition)
+        self._spawn(self._load_all(partitions))
+        self._spawn(self._compact_periodically(partitions))
+
+    async def wait_loaded(self) -> None:
+        await self._loaded.wait()
+
+    async def stop(self) -> None:
+        """Cancel timers and background work; writes already appended finish their fsync."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for future in self._waiting.values():
+            if not future.done():
+                future.cancel()
+        self._waiting.clear()
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _load_all(self, partitions: int) -> None:
+        started = time.monotonic()
+        total = 0
+        for partition in range(partitions):
+            log = self._broker.logs.get_or_create(OFFSETS_TOPIC, partition)
+            image, count, skipped = await asyncio.to_thread(read_partition_image, log)
+            if skipped:
+                log_event(logger, logging.WARNING, "offsets_records_skipped",
+                          partition=partition, count=skipped)
+            total += count
+            try:
+                self._apply(self.core.load_image(partition, image, wall_clock_ms()))
+            except ValueError as exc:
+                # Records of groups placed elsewhere (written by hand through Produce): the
+                # partition stays unowned rather than serving groups from the wrong place.
+                log_event(logger, logging.ERROR, "offsets_partition_not_loaded",
+                          partition=partition, error=exc)
+                self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+        self._loaded.set()
+        log_event(logger, logging.INFO, "offsets_loaded", partitions=partitions, records=total,
+                  ms=round((time.monotonic() - started) * 1000))
+
+    async def _compact_periodically(self, partitions: int) -> None:
+        """Kafka's log cleaner for __consumer_offsets: keep the latest record per key."""
+        await self._loaded.wait()
+        while True:
+            await asyncio.sleep(self._cleaner_backoff_ms / 1000)
+            for partition in range(partitions):
+                log = self._broker.logs.get(OFFSETS_TOPIC, partition)
+                if log is None or len(log.segments()) < 2:
+                    continue
+                result = compact(log, wall_clock_ms())
+                if result.records_removed:
+                    log_event(logger, logging.INFO, "offsets_compacted", partition=partition,
+                              removed=result.records_removed, kept=result.records_kept)
+                await asyncio.sleep(0)
+
+    # -- requests --------------------------------------------------------------------------
+
+    async def call(self, make_request: Callable[[core.RequestId], Any]) -> Any:
+        """Hand one request to the core and wait for its reply (which may come much later:
+        a JoinGroup is answered when the rebalance completes)."""
+        request_id = next(self._request_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        try:
+            request = make_request(request_id)
+            handle = getattr(self.core, _CORE_ENTRY_POINTS[type(request)])
+            self._apply(handle(request, wall_clock_ms()))
+            return await future
+        finally:
+            self._waiting.pop(request_id, None)
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def _apply(self, effects: Effects) -> None:
+        for write in effects.writes:
+            self._append(write)
+        for reply in effects.replies:
+            future = self._waiting.pop(reply.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(reply.response)
+        for event in effects.events:
+            self._log_group_event(event)
+        self._rearm_timer()
+
+    def _append(self, write: Write) -> None:
+        """Append now (so writes keep the order the core emitted them), fsync in the background."""
+        log = self._broker.logs.get(OFFSETS_TOPIC, write.offsets_partition)
+        now = wall_clock_ms()
+        try:
+            if log is None:
+                raise FileNotFoundError(f"{OFFSETS_TOPIC}-{write.offsets_partition} is missing")
+            encoded = [encode_record(record) for record in write.records]
+            log.append_batch(build_batch([(key, value, now) for key, value in encoded]))
+        except Exception as exc:
+            log_event(logger, logging.ERROR, "offsets_append_failed",
+                      partition=write.offsets_partition, error=exc)
+            asyncio.get_running_loop().call_soon(
+                self._complete, write.write_id, ErrorCode.KAFKA_STORAGE_ERROR
+            )
+            return
+        self._broker.appends.notify()
+        self._spawn(self._await_durable(write.write_id, log))
+
+    async def _await_durable(self, write_id: int, log: PartitionLog) -> None:
+        error: ErrorCode | None = None
+        try:
+            await self._broker.group_commit.wait_durable(log)
+        except OSError as exc:
+            log_event(logger, logging.ERROR, "offsets_fsync_failed", error=exc)
+            error = ErrorCode.KAFKA_STORAGE_ERROR
+        self._complete(write_id, error)
+
+    def _complete(self, write_id: int, error: ErrorCode | None) -> None:
+        self._apply(self.core.write_completed(write_id, error, wall_clock_ms()))
+
+    def _rearm_timer(self) -> None:
+        deadline = self.core.next_deadline()
+        if deadline == self._timer_deadline and (deadline is None or self._timer is not None):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_deadline = deadline
+        if deadline is not None:
+            delay = max(deadline - wall_clock_ms(), 0) / 1000
+            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_deadline = None
+        self._apply(self.core.advance_time(wall_clock_ms()))
+
+    @staticmethod
+    def _log_group_event(event: GroupEvent) -> None:
+        if event.old_state == "CompletingRebalance" and event.new_state == "Stable":
+            log_event(logger, logging.INFO, "rebalance_completed", group=event.group_id,
+                      generation=event.generation, members=event.member_count)
+        else:
+            log_event(logger, logging.INFO, "group_state_changed", group=event.group_id,
+                      old=event.old_state or "-", new=event.new_state,
+                      generation=event.generation, members=event.member_count)
