@@ -45,9 +45,10 @@ class RoundRobinAssignor(PartitionAssignor):
             for member in active:
                 topics = wanted[member]
                 position = cursor[member]
-                while position < len(topics) and next_partition[topics[position]] >= counts[
-                    topics[position]
-                ]:
+                while (
+                    position < len(topics)
+                    and next_partition[topics[position]] >= counts[topics[position]]
+                ):
                     position += 1
                 cursor[member] = position
                 if position == len(topics):

@@ -51,10 +51,26 @@ def encode_sticky_user_data(
 
 
 def decode_sticky_user_data(data: bytes) -> StickyUserData:
-    """Reads v1 or v0 (no generation: Kafka's default -1)."""
+    """Reads v1 or v0 (no generation: Kafka's default -1) as Java writes them.
+
+    kafka-python 3.x writes the same body behind an int16 schema version; that form is accepted
+    too (never written), so its members' history still counts in a kgroups-led group.
+    """
     try:
-        (topic_count,) = _INT32.unpack_from(data, 0)
-        position = 4
+        return _decode_body(data, 0)
+    except UserDataError as java_error:
+        if len(data) >= 2 and _INT16.unpack_from(data, 0)[0] in (0, 1):
+            try:
+                return _decode_body(data, 2)
+            except UserDataError:
+                pass
+        raise java_error
+
+
+def _decode_body(data: bytes, position: int) -> StickyUserData:
+    try:
+        (topic_count,) = _INT32.unpack_from(data, position)
+        position += 4
         if topic_count < 0:
             raise UserDataError(f"negative topic count {topic_count}")
         assignment: dict[str, tuple[int, ...]] = {}

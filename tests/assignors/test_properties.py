@@ -1,0 +1,132 @@
+"""Properties over random groups: unequal subscriptions, static members, previous ownership
+with generations, for every strategy and especially the sticky family."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kgroups.assignors import assign_scenario
+
+STICKY_FAMILY = ("sticky", "cooperative-sticky", "uniform")
+ALL_STRATEGIES = ("range", "roundrobin", *STICKY_FAMILY)
+
+
+@st.composite
+def groups(draw: st.DrawFn) -> dict:
+    """Topics t0.. with 1-9 partitions; members c0.. subscribed to random non-empty subsets,
+    some static, some claiming random partitions (overlapping claims included) at random
+    generations."""
+    topic_count = draw(st.integers(1, 5))
+    topics = {f"t{i}": draw(st.integers(1, 9)) for i in range(topic_count)}
+    names = sorted(topics)
+    members = {}
+    for i in range(draw(st.integers(1, 7))):
+        subscribed = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+        spec: dict = {"topics": subscribed}
+        owned = {}
+        for topic in draw(st.lists(st.sampled_from(names), unique=True, max_size=3)):
+            partitions = draw(st.lists(st.integers(0, topics[topic] + 1), unique=True, max_size=4))
+            owned[topic] = sorted(partitions)
+        if owned:
+            spec["owned"] = owned
+            spec["generation"] = draw(st.integers(0, 3))
+        if draw(st.booleans()):
+            spec["instance_id"] = f"static-{draw(st.integers(0, 99))}-{i}"
+        members[f"c{i}"] = spec
+    return {"topics": topics, "members": members}
+
+
+def _pairs(assignment: dict) -> list[tuple[str, str, int]]:
+    return [
+        (member, topic, p)
+        for member, topics in assignment.items()
+        for topic, parts in topics.items()
+        for p in parts
+    ]
+
+
+def _all_partitions(scenario: dict) -> set[tuple[str, int]]:
+    wanted = {t for m in scenario["members"].values() for t in m["topics"]}
+    return {(t, p) for t in wanted for p in range(scenario["topics"][t])}
+
+
+def _check_valid(scenario: dict, result: dict, cooperative: bool) -> None:
+    pairs = _pairs(result["assignment"])
+    owned_partitions = [(t, p) for _, t, p in pairs]
+    assert len(owned_partitions) == len(set(owned_partitions)), "a partition has two owners"
+    for member, topic, _ in pairs:
+        assert topic in scenario["members"][member]["topics"], "owner is not subscribed"
+    assert set(result["assignment"]) == set(scenario["members"])
+    revoked = {(t, p) for _, t, p in _pairs(result.get("revoked", {}))}
+    assert not revoked & set(owned_partitions), "revoked and assigned in the same round"
+    if cooperative:
+        assert set(owned_partitions) | revoked == _all_partitions(scenario)
+    else:
+        assert set(owned_partitions) == _all_partitions(scenario)
+
+
+def _check_balanced(scenario: dict, assignment: dict) -> None:
+    counts = {m: sum(len(p) for p in topics.values()) for m, topics in assignment.items()}
+    for heavy, heavy_topics in assignment.items():
+        for light, light_spec in scenario["members"].items():
+            if counts[heavy] >= counts[light] + 2:
+                shared = set(heavy_topics) & set(light_spec["topics"])
+                assert not shared, f"{heavy} ({counts[heavy]}) holds {shared} {light} could take"
+
+
+def _next_round(scenario: dict, assignment: dict, generation: int) -> dict:
+    members = {
+        m: {**spec, "owned": assignment[m], "generation": generation}
+        for m, spec in scenario["members"].items()
+    }
+    return {"topics": scenario["topics"], "members": members}
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups(), st.sampled_from(ALL_STRATEGIES))
+def test_one_subscribed_owner_per_partition(scenario: dict, strategy: str) -> None:
+    result = assign_scenario(strategy, scenario)
+    _check_valid(scenario, result, cooperative=strategy == "cooperative-sticky")
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups(), st.sampled_from(("sticky", "uniform")))
+def test_sticky_family_members_two_apart_share_no_topic(scenario: dict, strategy: str) -> None:
+    _check_balanced(scenario, assign_scenario(strategy, scenario)["assignment"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups(), st.sampled_from(("sticky", "uniform")))
+def test_a_balanced_assignment_is_kept_as_it_is(scenario: dict, strategy: str) -> None:
+    first = assign_scenario(strategy, scenario)["assignment"]
+    again = assign_scenario(strategy, _next_round(scenario, first, 10))["assignment"]
+    assert again == first
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups())
+def test_cooperative_converges_within_four_rounds(scenario: dict) -> None:
+    current = scenario
+    for generation in range(10, 14):
+        result = assign_scenario("cooperative-sticky", current)
+        _check_valid(current, result, cooperative=True)
+        if not any(result["revoked"].values()):
+            _check_valid(current, result, cooperative=False)
+            _check_balanced(current, result["assignment"])
+            return
+        current = _next_round(current, result["assignment"], generation)
+    raise AssertionError("cooperative-sticky still revoking after four rounds")
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups(), st.sampled_from(ALL_STRATEGIES), st.randoms(use_true_random=False))
+def test_result_does_not_depend_on_member_order(
+    scenario: dict, strategy: str, shuffler: random.Random
+) -> None:
+    members = list(scenario["members"].items())
+    shuffler.shuffle(members)
+    shuffled = {"topics": scenario["topics"], "members": dict(members)}
+    assert assign_scenario(strategy, shuffled) == assign_scenario(strategy, scenario)

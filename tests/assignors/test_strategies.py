@@ -1,0 +1,166 @@
+"""Behaviour of each strategy beyond the seed's examples: racks, static members, generations,
+topics without metadata, the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kgroups.assignors import (
+    AssignmentInputError,
+    ClusterMetadata,
+    GroupAssignment,
+    MemberSubscription,
+    PartitionAssignor,
+    RangeAssignor,
+    RebalanceProtocol,
+    assign_scenario,
+    choose_strategy,
+    create_assignor,
+    register_assignor,
+    registered_names,
+)
+from kgroups.assignors.space import PartitionSpace
+
+
+def _assignment(strategy: str, topics: dict, members: dict) -> dict:
+    return assign_scenario(strategy, {"topics": topics, "members": members})["assignment"]
+
+
+def test_range_prefers_partitions_with_a_replica_in_the_members_rack() -> None:
+    topics = {"t": {"partitions": 4, "racks": [["a"], ["b"], ["a"], ["b"]]}}
+    racked = {"m1": {"topics": ["t"], "rack": "a"}, "m2": {"topics": ["t"], "rack": "b"}}
+    assert _assignment("range", topics, racked) == {"m1": {"t": [0, 2]}, "m2": {"t": [1, 3]}}
+    unracked = {"m1": {"topics": ["t"]}, "m2": {"topics": ["t"]}}
+    assert _assignment("range", topics, unracked) == {"m1": {"t": [0, 1]}, "m2": {"t": [2, 3]}}
+
+
+def test_range_keeps_co_partitioned_topics_aligned_under_racks() -> None:
+    racks = [["a"], ["b"], ["a"], ["b"]]
+    topics = {
+        "orders": {"partitions": 4, "racks": racks},
+        "users": {"partitions": 4, "racks": racks},
+    }
+    members = {m: {"topics": ["orders", "users"], "rack": r} for m, r in (("m1", "a"), ("m2", "b"))}
+    result = _assignment("range", topics, members)
+    assert result["m1"] == {"orders": [0, 2], "users": [0, 2]}
+    assert result["m2"] == {"orders": [1, 3], "users": [1, 3]}
+
+
+def test_range_fills_quotas_when_racks_cannot_all_match() -> None:
+    topics = {"t": {"partitions": 3, "racks": [["a"], ["a"], ["a"]]}}
+    members = {"m1": {"topics": ["t"], "rack": "a"}, "m2": {"topics": ["t"], "rack": "b"}}
+    assert _assignment("range", topics, members) == {"m1": {"t": [0, 1]}, "m2": {"t": [2]}}
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky"])
+def test_static_members_come_before_dynamic_ones_by_instance_id(strategy: str) -> None:
+    members = {
+        "a-dynamic": {"topics": ["t"]},
+        "z-static": {"topics": ["t"], "instance_id": "i-1"},
+    }
+    result = _assignment(strategy, {"t": 3}, members)
+    assert len(result["z-static"]["t"]) == 2
+    assert result["z-static"]["t"][0] == 0
+
+
+def test_topics_without_metadata_are_skipped() -> None:
+    cluster = ClusterMetadata({"known": 2})
+    members = [MemberSubscription.of("m", ["known", "not-yet-created"])]
+    for name in registered_names():
+        result = create_assignor(name).assign(cluster, members)
+        assert result.as_dict() == {"m": {"known": [0, 1]}}
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_higher_generation_wins_a_contested_partition(strategy: str) -> None:
+    members = {
+        "m1": {"topics": ["t"], "owned": {"t": [0, 1]}, "generation": 5},
+        "m2": {"topics": ["t"], "owned": {"t": [1]}, "generation": 4},
+    }
+    result = assign_scenario(strategy, {"topics": {"t": 2}, "members": members})
+    assert result["assignment"]["m1"] == {"t": [0]}
+    if strategy == "cooperative-sticky":
+        # m1 holds t1 at the newer generation, so the move to m2 is staged.
+        assert result["revoked"]["m1"] == {"t": [1]}
+        assert result["assignment"]["m2"] == {}
+    else:
+        assert result["assignment"]["m2"] == {"t": [1]}
+
+
+def test_equal_generations_claiming_one_partition_both_lose_it() -> None:
+    members = {
+        "m1": {"topics": ["t"], "owned": {"t": [0, 1, 2]}, "generation": 5},
+        "m2": {"topics": ["t"], "owned": {"t": [2, 3]}, "generation": 5},
+        "m3": {"topics": ["t"]},
+    }
+    result = assign_scenario("cooperative-sticky", {"topics": {"t": 6}, "members": members})
+    # Partition 2 has no trusted owner: nobody has to revoke it, it can go to m3 at once.
+    assert result["assignment"] == {"m1": {"t": [0, 1]}, "m2": {"t": [3, 4]}, "m3": {"t": [2, 5]}}
+    assert result["revoked"] == {"m1": {}, "m2": {}, "m3": {}}
+
+
+def test_cooperative_stages_every_move_of_a_leaving_heavy_member() -> None:
+    members = {
+        "m1": {"topics": ["t"], "owned": {"t": [0, 1, 2, 3]}, "generation": 2},
+        "m2": {"topics": ["t"], "generation": 2},
+    }
+    result = assign_scenario("cooperative-sticky", {"topics": {"t": 4}, "members": members})
+    assert result["assignment"] == {"m1": {"t": [0, 1]}, "m2": {}}
+    assert result["revoked"] == {"m1": {"t": [2, 3]}, "m2": {}}
+
+
+def test_owned_partitions_of_unsubscribed_or_vanished_topics_are_dropped() -> None:
+    members = {
+        "m1": {"topics": ["a"], "owned": {"b": [0], "a": [7]}, "generation": 1},
+        "m2": {"topics": ["a", "b"]},
+    }
+    result = assign_scenario("cooperative-sticky", {"topics": {"a": 2, "b": 1}, "members": members})
+    assert result["revoked"] == {"m1": {}, "m2": {}}
+    assert result["assignment"]["m2"]["b"] == [0]
+
+
+def test_strategies_declare_their_protocols() -> None:
+    assert create_assignor("cooperative-sticky").supported_protocols[0] is (
+        RebalanceProtocol.COOPERATIVE
+    )
+    for name in ("range", "roundrobin", "sticky", "uniform"):
+        assert create_assignor(name).supported_protocols == (RebalanceProtocol.EAGER,)
+
+
+class _EverythingToFirst(PartitionAssignor):
+    name = "everything-to-first"
+
+    def assign(self, cluster, group_subscription):  # type: ignore[no-untyped-def]
+        members = sorted(m.member_id for m in group_subscription)
+        space = PartitionSpace.build(cluster, group_subscription)
+        return GroupAssignment(space, members, np.zeros(space.size, dtype=np.int32))
+
+
+def test_custom_assignors_are_found_by_name() -> None:
+    register_assignor(_EverythingToFirst.name, _EverythingToFirst)
+    members = {"b": {"topics": ["t"]}, "a": {"topics": ["t"]}}
+    assert _assignment("everything-to-first", {"t": 2}, members) == {"a": {"t": [0, 1]}, "b": {}}
+    assert "everything-to-first" in registered_names()
+
+
+def test_unknown_strategy_is_a_clear_error() -> None:
+    with pytest.raises(AssignmentInputError, match="unknown assignment strategy 'bogus'"):
+        create_assignor("bogus")
+
+
+def test_coordinator_choice_takes_the_most_first_votes_among_common_strategies() -> None:
+    choice = choose_strategy(
+        [["cooperative-sticky", "range"], ["range", "cooperative-sticky"], ["range"]]
+    )
+    assert choice == "range"
+    assert choose_strategy([["sticky", "range"], ["sticky", "range"]]) == "sticky"
+    with pytest.raises(AssignmentInputError, match="share no"):
+        choose_strategy([["sticky"], ["range"]])
+
+
+def test_a_member_listed_twice_is_rejected() -> None:
+    cluster = ClusterMetadata({"t": 1})
+    twice = [MemberSubscription.of("m", ["t"]), MemberSubscription.of("m", ["t"])]
+    with pytest.raises(AssignmentInputError, match="appears twice"):
+        RangeAssignor().assign(cluster, twice)

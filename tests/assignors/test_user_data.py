@@ -1,0 +1,87 @@
+"""Sticky user data is byte-for-byte Java's StickyAssignorUserData (checked against kafka-python's
+schema-driven encoder of the same schema), and bad bytes never break a rebalance."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
+
+from kgroups.assignors import MemberSubscription, StickyAssignor
+from kgroups.assignors.model import ClusterMetadata
+from kgroups.assignors.user_data import (
+    UserDataError,
+    decode_generation,
+    decode_sticky_user_data,
+    encode_generation,
+    encode_sticky_user_data,
+)
+
+assignments = st.dictionaries(
+    st.text(min_size=1, max_size=12),
+    st.lists(st.integers(0, 2**31 - 1), unique=True, min_size=1, max_size=6).map(sorted),
+    max_size=5,
+)
+
+
+@given(assignments, st.integers(-1, 2**31 - 1))
+def test_layout_matches_the_java_schema(assignment: dict, generation: int) -> None:
+    ours = encode_sticky_user_data(assignment, generation)
+    reference = StickyAssignorUserData(sorted(assignment.items()), generation).encode(
+        version=1, header=False
+    )
+    assert ours == reference
+    decoded = decode_sticky_user_data(ours)
+    assert decoded.previous_assignment == {t: tuple(p) for t, p in assignment.items()}
+    assert decoded.generation == generation
+
+
+def test_version_0_has_no_generation_and_reads_as_none() -> None:
+    v0 = StickyAssignorUserData([("t", [3, 1])], -1).encode(version=0, header=False)
+    decoded = decode_sticky_user_data(v0)
+    assert decoded.previous_assignment == {"t": (3, 1)}
+    assert decoded.generation == -1
+
+
+def test_kafka_python_version_prefixed_form_is_read() -> None:
+    prefixed = StickyAssignorUserData([("t", [0, 2])], 9).encode()
+    assert prefixed[:2] == b"\x00\x01"
+    assert decode_sticky_user_data(prefixed).previous_assignment == {"t": (0, 2)}
+    assert decode_sticky_user_data(prefixed).generation == 9
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"", b"\x00\x00", b"\x00\x00\x00\x01\x00\x05ab", b"\xff\xff\xff\xff", b"\x00" * 4 + b"xyz"],
+)
+def test_garbage_is_a_user_data_error(garbage: bytes) -> None:
+    with pytest.raises(UserDataError):
+        decode_sticky_user_data(garbage)
+
+
+def test_a_member_with_garbage_user_data_still_gets_partitions() -> None:
+    members = [
+        MemberSubscription.of("m1", ["t"], user_data=b"\x01\x02\x03"),
+        MemberSubscription.of("m2", ["t"], user_data=encode_sticky_user_data({"t": [0, 1]}, 3)),
+    ]
+    result = StickyAssignor().assign(ClusterMetadata({"t": 2}), members).as_dict()
+    assert result == {"m1": {"t": [1]}, "m2": {"t": [0]}}
+
+
+def test_sticky_member_reports_what_it_was_given() -> None:
+    assignor = StickyAssignor()
+    assert assignor.subscription_user_data(frozenset({"t"})) is None
+    assignor.on_assignment({"t": [4, 2]}, 12)
+    decoded = decode_sticky_user_data(assignor.subscription_user_data(frozenset({"t"})) or b"")
+    assert decoded.previous_assignment == {"t": (2, 4)}
+    assert decoded.generation == 12
+
+
+def test_cooperative_generation_is_one_int32() -> None:
+    assert encode_generation(7) == struct.pack(">i", 7)
+    assert decode_generation(encode_generation(-1)) == -1
+    with pytest.raises(UserDataError):
+        decode_generation(b"\x00")
