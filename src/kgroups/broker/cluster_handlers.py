@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import logging
 import time
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.events import log_event
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
+
+logger = logging.getLogger("kgroups.topics")
 
 NO_THROTTLE = datetime.timedelta(0)
 GROUP_KEY_TYPE = 0
@@ -64,6 +68,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
             elif _may_auto_create(ctx, request):
                 broker.topics.create(name, broker.config.num_partitions)
+                log_event(logger, logging.INFO, "topic_created", topic=name,
+                          partitions=broker.config.num_partitions, reason="auto_create")
                 counts = broker.topics.partition_counts()
                 # Kafka reports a freshly auto-created topic as LEADER_NOT_AVAILABLE once; the
                 # leader is known immediately here, so the partitions are returned right away.
