@@ -1,0 +1,238 @@
+"""A test driver for the coordinator: an explicit clock, a fake log and request helpers.
+
+Writes are appended to an in-memory log and confirmed at once unless `auto_complete` is off, so
+tests read like a client session; `replayed()` rebuilds a fresh coordinator from that log.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from kgroups.coordinator import (
+    Effects,
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    OffsetFetchGroup,
+    OffsetFetchRequest,
+    Response,
+    SyncGroupRequest,
+    Write,
+    partition_for,
+)
+from kgroups.records.consumer_protocol import encode_subscription
+from kgroups.records.schema import ConsumerSubscription, OffsetsRecord
+
+
+def subscription(*topics: str) -> bytes:
+    return encode_subscription(ConsumerSubscription(topics=tuple(topics)))
+
+
+@dataclass
+class Harness:
+    config: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
+    now: int = 1_000_000
+    auto_complete: bool = True
+    log: dict[int, list[OffsetsRecord]] = field(default_factory=dict)
+    replies: dict[object, Response] = field(default_factory=dict)
+    pending: list[Write] = field(default_factory=list)
+    events: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        counter = itertools.count(1)
+        self.coordinator = GroupCoordinator(self.config, new_uuid=lambda: f"u{next(counter)}")
+        self._request_ids = itertools.count(1)
+        for partition in range(self.config.offsets_topic_num_partitions):
+            self.absorb(self.coordinator.load_partition(partition, [], self.now))
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def absorb(self, fx: Effects) -> Effects:
+        for reply in fx.replies:
+            assert reply.request_id not in self.replies, f"two replies for {reply.request_id}"
+            self.replies[reply.request_id] = reply.response
+        self.events.extend(fx.events)
+        self.pending.extend(fx.writes)
+        if self.auto_complete:
+            self.complete_writes()
+        return fx
+
+    def complete_writes(self, error=None) -> None:
+        while self.pending:
+            write = self.pending.pop(0)
+            if error is None:
+                self.log.setdefault(write.offsets_partition, []).extend(write.records)
+            self.absorb(self.coordinator.write_completed(write.write_id, error, self.now))
+
+    def rid(self) -> int:
+        return next(self._request_ids)
+
+    def advance(self, ms: int) -> None:
+        """Move the clock, firing timers at each deadline on the way (as a shell would)."""
+        target = self.now + ms
+        while (deadline := self.coordinator.next_deadline()) is not None and deadline <= target:
+            self.now = max(self.now, deadline)
+            self.absorb(self.coordinator.advance_time(self.now))
+        self.now = target
+        self.absorb(self.coordinator.advance_time(self.now))
+
+    def reply(self, request_id: object) -> Response | None:
+        return self.replies.get(request_id)
+
+    def replayed(self) -> GroupCoordinator:
+        fresh = GroupCoordinator(self.config)
+        for partition in range(self.config.offsets_topic_num_partitions):
+            fresh.load_partition(partition, self.log.get(partition, []), self.now)
+        return fresh
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def join(
+        self,
+        group: str,
+        member_id: str = "",
+        *,
+        instance: str | None = None,
+        protocols: tuple[tuple[str, bytes], ...] | None = None,
+        session: int = 10_000,
+        rebalance: int = 30_000,
+        version: int = 9,
+        protocol_type: str = "consumer",
+        client_id: str = "client",
+    ) -> int:
+        request_id = self.rid()
+        if protocols is None:
+            protocols = (("range", subscription("t")),)
+        self.absorb(
+            self.coordinator.join_group(
+                JoinGroupRequest(
+                    request_id,
+                    group,
+                    member_id,
+                    protocol_type,
+                    protocols,
+                    session,
+                    rebalance,
+                    group_instance_id=instance,
+                    client_id=client_id,
+                    client_host="/127.0.0.1",
+                    version=version,
+                ),
+                self.now,
+            )
+        )
+        return request_id
+
+    def join_dynamic(self, group: str, **kwargs) -> tuple[int, str]:
+        """Two-step v4+ join: get an id (MEMBER_ID_REQUIRED), then join with it."""
+        first = self.join(group, **kwargs)
+        response = self.reply(first)
+        assert isinstance(response, JoinGroupResponse), response
+        assert response.error.name == "MEMBER_ID_REQUIRED", response
+        return self.join(group, response.member_id, **kwargs), response.member_id
+
+    def sync(
+        self,
+        group: str,
+        member_id: str,
+        generation: int,
+        assignments: dict[str, bytes] | None = None,
+        *,
+        instance: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> int:
+        request_id = self.rid()
+        self.absorb(
+            self.coordinator.sync_group(
+                SyncGroupRequest(
+                    request_id,
+                    group,
+                    generation,
+                    member_id,
+                    tuple((assignments or {}).items()),
+                    group_instance_id=instance,
+                    protocol_type=protocol_type,
+                    protocol_name=protocol_name,
+                ),
+                self.now,
+            )
+        )
+        return request_id
+
+    def heartbeat(self, group: str, member_id: str, generation: int, instance=None) -> int:
+        request_id = self.rid()
+        self.absorb(
+            self.coordinator.heartbeat(
+                HeartbeatRequest(request_id, group, generation, member_id, instance), self.now
+            )
+        )
+        return request_id
+
+    def leave(self, group: str, *members: MemberIdentity, version: int = 3) -> int:
+        request_id = self.rid()
+        self.absorb(
+            self.coordinator.leave_group(
+                LeaveGroupRequest(request_id, group, tuple(members), version), self.now
+            )
+        )
+        return request_id
+
+    def commit(
+        self,
+        group: str,
+        offsets: dict[tuple[str, int], int],
+        *,
+        generation: int = -1,
+        member_id: str = "",
+        instance: str | None = None,
+        metadata: str = "",
+        retention: int = -1,
+        version: int = 9,
+        commit_timestamp: int = -1,
+    ) -> int:
+        request_id = self.rid()
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            by_topic.setdefault(topic, []).append(
+                OffsetCommitPartition(partition, offset, metadata, 5, commit_timestamp)
+            )
+        topics = tuple(OffsetCommitTopic(t, tuple(p)) for t, p in by_topic.items())
+        self.absorb(
+            self.coordinator.offset_commit(
+                OffsetCommitRequest(
+                    request_id,
+                    group,
+                    topics,
+                    generation,
+                    member_id,
+                    instance,
+                    retention,
+                    version,
+                ),
+                self.now,
+            )
+        )
+        return request_id
+
+    def fetch(self, group: str, topics=None) -> dict[tuple[str, int], int]:
+        request_id = self.rid()
+        self.absorb(
+            self.coordinator.offset_fetch(
+                OffsetFetchRequest(request_id, (OffsetFetchGroup(group, topics),)), self.now
+            )
+        )
+        response = self.reply(request_id)
+        (fetched,) = response.groups
+        return {(t.name, p.partition): p.offset for t in fetched.topics for p in t.partitions}
+
+    def partition_of(self, group: str) -> int:
+        return partition_for(group, self.config.offsets_topic_num_partitions)
