@@ -110,8 +110,10 @@ def test_static_rejoin_rebalances_only_when_the_selected_protocol_changes():
     h2 = make()
     static_stable(h2, "g", ("i1",))
     # The only member now prefers rr: the selected protocol would change.
-    h2.join("g", instance="i1", protocols=(("rr", sub), ("range", sub)))
-    assert h2.coordinator.group_view("g").state == "PreparingRebalance"
+    rid = h2.join("g", instance="i1", protocols=(("rr", sub), ("range", sub)))
+    # ...so it rebalances; being the only member, the join phase completes at once.
+    assert h2.reply(rid).generation_id == 2 and h2.reply(rid).protocol_name == "rr"
+    assert h2.coordinator.group_view("g").state == "CompletingRebalance"
 
 
 def test_static_rejoin_in_completing_rebalance_triggers_rebalance_and_fences_old_sync():
