@@ -1,0 +1,79 @@
+"""Shared pieces of the consumer-group interop tests: broker overrides that keep them quick,
+topic setup, and waiting for a group to settle as an operator would see it (over the wire)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kgroups.broker import admin
+from kgroups.broker.wire_client import KafkaWireClient
+
+# No initial rebalance delay (one is only useful for real deployments) and short sessions allowed,
+# so groups form and dead members expire within seconds.
+FAST_GROUP_OVERRIDES = (
+    "group.initial.rebalance.delay.ms=0",
+    "group.min.session.timeout.ms=500",
+)
+SETTLE_TIMEOUT_S = 60.0
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin_client.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+    )
+    futures[name].result(timeout=30)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) -> None:
+    """Produce with acks=all, spread round-robin over partitions; fail on any delivery error."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    failures: list[str] = []
+
+    def on_delivery(error, _message) -> None:  # type: ignore[no-untyped-def]
+        if error is not None:
+            failures.append(str(error))
+
+    for index, value in enumerate(values):
+        producer.produce(topic, value=value, partition=index % partitions,
+                         on_delivery=on_delivery)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert failures == []
+
+
+def describe(bootstrap: str, group_id: str) -> admin.GroupDescription:
+    host, port = bootstrap.rsplit(":", 1)
+    with KafkaWireClient(host, int(port), client_id="kgroups-tests") as client:
+        return admin.describe_group(client, group_id)
+
+
+def wait_until(condition: Callable[[], bool], what: str, *, pump: Callable[[], None] = lambda: None,
+               timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+    """Call `pump` (which polls the clients, so they keep their group membership) until
+    `condition` holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pump()
+        if condition():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stable_with(bootstrap: str, group_id: str, members: int) -> Callable[[], bool]:
+    """True once the coordinator reports the group Stable with `members` members that together
+    own partitions (an assignment has been delivered)."""
+
+    def check() -> bool:
+        description = describe(bootstrap, group_id)
+        return (
+            description.state == "Stable"
+            and len(description.members) == members
+            and all(member.partitions for member in description.members)
+        )
+
+    return check
