@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import socket
 import struct
@@ -19,7 +20,9 @@ from broker_wire_helpers import (
 from conftest import InProcessBroker
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
+from kgroups.broker.api import FunctionHandler
 from kgroups.broker.wire import decode_response, encode_request
 from kgroups.errors import ErrorCode
 
@@ -139,3 +142,21 @@ def test_client_that_never_reads_cannot_make_the_broker_buffer_without_bound(
         assert stalled_since is not None, f"broker accepted {sent} bytes without pushing back"
         assert sent < 64 * 1024 * 1024
         _still_serves(broker.port)
+
+
+def test_failing_handler_closes_its_connection_only(
+    inprocess_broker: InProcessBroker, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler bug must not take the broker down: that connection closes, with a log line."""
+
+    async def explode(ctx: object, request: object) -> object:
+        raise RuntimeError("handler bug")
+
+    # DeleteRecords (21) v2 is an API this broker does not otherwise answer.
+    inprocess_broker.broker.registry.register(FunctionHandler(21, 2, 2, explode))
+    request = DeleteRecordsRequest(topics=(), timeout=datetime.timedelta(seconds=1))
+    with raw_socket(inprocess_broker.port) as sock, caplog.at_level(logging.WARNING):
+        sock.sendall(encode_request(1, "t", request))
+        assert is_closed_by_peer(sock)
+        _still_serves(inprocess_broker.port)
+    assert any("handler_failed" in line for line in _closed_reasons(caplog))

@@ -62,20 +62,37 @@ class Connection:
         )
 
     async def serve(self) -> None:
+        """Read until the client leaves or misbehaves, then deliver what is still owed to it.
+
+        When the broker shuts down (this task is cancelled) nothing more is delivered: the
+        responder and every request still in flight are cancelled instead of awaited."""
         responder = asyncio.create_task(self._respond())
+        shutting_down = False
         try:
             await self._read_requests()
         except ConnectionClosed:
             pass
         except (ConnectionError, asyncio.IncompleteReadError):
             log_event(logger, logging.DEBUG, "connection_lost", peer=self.peer)
+        except asyncio.CancelledError:
+            shutting_down = True
+            self._cancel_in_flight(responder)
+            raise
         finally:
-            await self._pending.put(None)
-            with contextlib.suppress(ConnectionError):
-                await responder
+            if not shutting_down:
+                await self._pending.put(None)
+                with contextlib.suppress(ConnectionError):
+                    await responder
             self._writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.wait_closed()
+
+    def _cancel_in_flight(self, responder: asyncio.Task[None]) -> None:
+        responder.cancel()
+        while not self._pending.empty():
+            task = self._pending.get_nowait()
+            if task is not None:
+                task.cancel()
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
         log_event(logger, logging.WARNING, "connection_closed", peer=self.peer, reason=reason,
