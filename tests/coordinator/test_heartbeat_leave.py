@@ -14,7 +14,7 @@ E = ErrorCode
 def test_heartbeat_errors_in_kafka_order():
     h = make()
     assert h.reply(h.heartbeat("nope", "m", 1)).error is E.UNKNOWN_MEMBER_ID
-    (a, b), generation = stable(h, "g", 2)
+    (a, _b), generation = stable(h, "g", 2)
     assert h.reply(h.heartbeat("g", "stranger", generation)).error is E.UNKNOWN_MEMBER_ID
     # member validation comes before the generation check
     assert h.reply(h.heartbeat("g", "stranger", generation + 9)).error is E.UNKNOWN_MEMBER_ID
@@ -55,7 +55,7 @@ def test_heartbeat_in_completing_rebalance_is_fine():
 
 def test_heartbeat_on_empty_group_is_unknown_member():
     h = make()
-    (a,), generation = stable(h, "g", 1)
+    (a,), _generation = stable(h, "g", 1)
     h.advance(10_000)  # no heartbeats: session expires, then the join phase empties it
     h.advance(30_000)
     view = h.coordinator.group_view("g")
@@ -65,7 +65,7 @@ def test_heartbeat_on_empty_group_is_unknown_member():
 
 def test_session_expiry_removes_member_and_rebalances():
     h = make()
-    (a, b), generation = stable(h, "g", 2)
+    (a, _b), generation = stable(h, "g", 2)
     for _ in range(3):
         h.advance(4000)
         h.heartbeat("g", a, generation)
@@ -103,7 +103,7 @@ def test_heartbeat_while_loading_answers_none_and_sync_rebalance_in_progress():
 
 def test_leave_batch_reports_one_error_per_member():
     h = make()
-    (a, b), _ = stable(h, "g", 2)
+    (a, _b), _ = stable(h, "g", 2)
     response = h.reply(h.leave("g", MemberIdentity(a), MemberIdentity("ghost")))
     assert response.error is E.NONE
     assert [(m.member_id, m.error) for m in response.members] == [
@@ -127,7 +127,7 @@ def test_leave_unknown_group_and_invalid_group():
 
 def test_leave_removes_pending_member_silently():
     h = make()
-    (a,), generation = stable(h, "g", 1)
+    (_a,), _generation = stable(h, "g", 1)
     pending = h.reply(h.join("g")).member_id
     response = h.reply(h.leave("g", MemberIdentity(pending)))
     assert response.members[0].error is E.NONE

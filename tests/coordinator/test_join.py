@@ -270,7 +270,7 @@ def test_all_joined_does_not_cut_the_initial_delay_short():
 def test_join_completion_drops_silent_dynamic_members_and_keeps_static_ones():
     h = make()
     a, a_id = h.join_dynamic("g", session=60_000)
-    b, b_id = h.join_dynamic("g", session=60_000)
+    _b, b_id = h.join_dynamic("g", session=60_000)
     s = h.join("g", instance="static-1", session=60_000)
     h.advance(6000)
     generation = h.reply(a).generation_id
@@ -289,7 +289,7 @@ def test_join_completion_drops_silent_dynamic_members_and_keeps_static_ones():
 
 def test_leader_that_did_not_rejoin_is_replaced():
     h = make()
-    (a, b), generation = stable(h, "g", 2, session=60_000)
+    (a, b), _generation = stable(h, "g", 2, session=60_000)
     leader = h.coordinator.group_view("g").leader
     follower = b if leader == a else a
     rid = h.join("g", follower, protocols=(("range", subscription("new")),))
@@ -314,7 +314,6 @@ def test_pending_sync_timeout_removes_members_that_never_sync():
     h.join("g", a, session=60_000)
     h.join("g", b, session=60_000)
     leader = h.coordinator.group_view("g").leader
-    follower = b if leader == a else a
     h.sync("g", leader, generation + 1, {leader: b"x"})
     h.advance(30_000)
     view = h.coordinator.group_view("g")
@@ -325,7 +324,7 @@ def test_pending_sync_timeout_removes_members_that_never_sync():
 def test_new_member_still_waiting_after_join_timeout_gets_unknown_member_id():
     h = make(group_new_member_join_timeout_ms=300_000)
     # A member that does not rejoin (long session) keeps the join phase open for a long time.
-    (a, b), generation = stable(h, "g", 2, session=400_000)
+    (a, _b), _generation = stable(h, "g", 2, session=400_000)
     rid = h.join("g", a, rebalance=600_000, session=400_000)
     late, late_id = h.join_dynamic("g", rebalance=600_000, session=400_000)
     h.advance(300_000)

@@ -79,7 +79,7 @@ def test_static_leader_rejoin_v9_gets_skip_assignment_and_members():
 
 def test_static_leader_rejoin_before_v9_is_told_the_old_leader():
     h = make()
-    ids, generation = static_stable(h, "g", ("i1", "i2"))
+    ids, _generation = static_stable(h, "g", ("i1", "i2"))
     old_leader = h.coordinator.group_view("g").leader
     leader_instance = next(i for i, m in ids.items() if m == old_leader)
     response = h.reply(h.join("g", instance=leader_instance, version=8))

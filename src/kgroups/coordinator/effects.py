@@ -42,15 +42,3 @@ class Effects:
     replies: list[Reply] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
     events: list[GroupEvent] = field(default_factory=list)
-
-    def extend(self, other: Effects) -> None:
-        self.replies.extend(other.replies)
-        self.writes.extend(other.writes)
-        self.events.extend(other.events)
-
-    def reply_to(self, request_id: RequestId) -> Response | None:
-        """The response for `request_id` among these replies, if one was released."""
-        for reply in self.replies:
-            if reply.request_id == request_id:
-                return reply.response
-        return None

@@ -25,10 +25,6 @@ class TimerQueue:
     def cancel(self, key: Hashable) -> None:
         self._live.pop(key, None)
 
-    def deadline_of(self, key: Hashable) -> int | None:
-        entry = self._live.get(key)
-        return None if entry is None else entry[0]
-
     def next_deadline(self) -> int | None:
         self._drop_stale()
         return self._heap[0][0] if self._heap else None
