@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kgroups.broker import admin
@@ -77,3 +77,49 @@ def stable_with(bootstrap: str, group_id: str, members: int) -> Callable[[], boo
         )
 
     return check
+
+
+class TrackedConsumer:
+    """A group member whose rebalance callbacks are recorded, consuming with manual commits."""
+
+    def __init__(self, bootstrap: str, group_id: str, topic: str, name: str,
+                 strategy: str = "range", **settings: object) -> None:
+        self.name = name
+        self.owned: set[int] = set()
+        # ("assign" | "revoke", partitions) in the order the callbacks ran.
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self.received: list[bytes] = []
+        self.cooperative = strategy == "cooperative-sticky"
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "client.id": name,
+            "partition.assignment.strategy": strategy,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300,
+            **settings,
+        })
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        assigned = frozenset(p.partition for p in partitions)
+        self.events.append(("assign", assigned))
+        self.owned = set(self.owned | assigned) if self.cooperative else set(assigned)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = frozenset(p.partition for p in partitions)
+        self.events.append(("revoke", revoked))
+        self.owned -= revoked
+
+    def pump(self) -> None:
+        """Poll once: serves rebalance callbacks, and consumes + commits what arrived."""
+        messages = self.consumer.consume(num_messages=200, timeout=0.05)
+        batch = [m.value() for m in messages if m.error() is None]
+        if batch:
+            self.consumer.commit(asynchronous=False)
+            self.received.extend(batch)
+
+    def close(self) -> None:
+        self.consumer.close()

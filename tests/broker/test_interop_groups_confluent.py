@@ -5,10 +5,10 @@ cooperative rebalancing that never takes away a partition that does not move."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from conftest import ServerProcess
 from group_interop_helpers import (
     FAST_GROUP_OVERRIDES,
+    TrackedConsumer,
     create_topic,
     produce,
     stable_with,
@@ -19,50 +19,6 @@ pytestmark = pytest.mark.interop
 
 PARTITIONS = 6
 TOPIC = "orders"
-
-
-class TrackedConsumer:
-    """A group member whose rebalance callbacks are recorded, consuming with manual commits."""
-
-    def __init__(self, bootstrap: str, group_id: str, strategy: str, name: str) -> None:
-        self.name = name
-        self.owned: set[int] = set()
-        # ("assign" | "revoke", partitions) in the order the callbacks ran.
-        self.events: list[tuple[str, frozenset[int]]] = []
-        self.received: list[bytes] = []
-        self.cooperative = strategy == "cooperative-sticky"
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": group_id,
-            "client.id": name,
-            "partition.assignment.strategy": strategy,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 300,
-        })
-        self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
-
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        assigned = frozenset(p.partition for p in partitions)
-        self.events.append(("assign", assigned))
-        self.owned = set(self.owned | assigned) if self.cooperative else set(assigned)
-
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        revoked = frozenset(p.partition for p in partitions)
-        self.events.append(("revoke", revoked))
-        self.owned -= revoked
-
-    def pump(self) -> None:
-        """Poll once: serves rebalance callbacks, and consumes + commits what arrived."""
-        messages = self.consumer.consume(num_messages=200, timeout=0.05)
-        batch = [m.value() for m in messages if m.error() is None]
-        if batch:
-            self.consumer.commit(asynchronous=False)
-            self.received.extend(batch)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 def _owners_cover_partitions_once(members: list[TrackedConsumer]) -> bool:
@@ -89,7 +45,8 @@ def test_three_members_share_partitions_consume_once_and_take_over(
     bootstrap = server.bootstrap
     group_id = f"group-{strategy}"
     create_topic(bootstrap, TOPIC, PARTITIONS)
-    members = [TrackedConsumer(bootstrap, group_id, strategy, f"member-{i}") for i in range(3)]
+    members = [TrackedConsumer(bootstrap, group_id, TOPIC, f"member-{i}", strategy)
+               for i in range(3)]
     try:
         def pump_all() -> None:
             for member in members:
@@ -143,8 +100,8 @@ def test_cooperative_revocations_are_never_given_back_in_the_same_round(
     members: list[TrackedConsumer] = []
     try:
         for count in range(1, 4):
-            members.append(TrackedConsumer(bootstrap, "staggered", "cooperative-sticky",
-                                           f"member-{count}"))
+            members.append(TrackedConsumer(bootstrap, "staggered", TOPIC, f"member-{count}",
+                                           "cooperative-sticky"))
 
             def pump_all() -> None:
                 for member in members:
