@@ -100,8 +100,11 @@ class Connection:
         return ConnectionClosed(reason)
 
     async def _read_frame(self) -> bytes | None:
+        # asyncio.timeout rather than wait_for: wait_for wraps each read in a new task, a
+        # measurable cost on every request.
         try:
-            prefix = await asyncio.wait_for(self._reader.readexactly(4), self._idle_timeout)
+            async with asyncio.timeout(self._idle_timeout):
+                prefix = await self._reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
             if exc.partial:
                 raise self._refuse("truncated_size_prefix", received=len(exc.partial)) from None
@@ -112,7 +115,8 @@ class Connection:
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
         try:
-            return await asyncio.wait_for(self._reader.readexactly(size), self._idle_timeout)
+            async with asyncio.timeout(self._idle_timeout):
+                return await self._reader.readexactly(size)
         except asyncio.IncompleteReadError as exc:
             raise self._refuse("truncated_frame", size=size, received=len(exc.partial)) from None
         except TimeoutError:
@@ -213,6 +217,10 @@ class BrokerServer:
         self._connections.add(task)
         try:
             await Connection(self._broker, reader, writer).serve()
+        except asyncio.CancelledError:
+            # The broker is stopping. Ending normally matters: asyncio's stream callback asks a
+            # cancelled connection task for its exception and logs a spurious traceback.
+            pass
         finally:
             self._connections.discard(task)
 

@@ -2,6 +2,8 @@
 
 The partition directories are the single record of a topic, so a restart (or a kill -9) can
 never leave a topic catalogue and the data disagreeing: there is no second file to go stale.
+The counts are read from disk once at start and then kept in memory, because Metadata asks for
+them on every request; topics must therefore be created and deleted through this catalogue.
 """
 
 from __future__ import annotations
@@ -9,9 +11,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from kgroups.log.manager import LogManager
-
 from kgroups.errors import ErrorCode
+from kgroups.log.manager import LogManager
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
@@ -37,13 +38,16 @@ class TopicCatalog:
 
     def __init__(self, logs: LogManager) -> None:
         self._logs = logs
+        self._counts: dict[str, int] = dict(
+            sorted(Counter(topic for topic, _ in logs.partitions()).items())
+        )
 
     def partition_counts(self) -> dict[str, int]:
-        counts = Counter(topic for topic, _ in self._logs.partitions())
-        return dict(sorted(counts.items()))
+        """Topic -> partition count, in name order (a copy: callers may keep it)."""
+        return dict(self._counts)
 
     def partition_count(self, topic: str) -> int | None:
-        return self.partition_counts().get(topic)
+        return self._counts.get(topic)
 
     def create(self, topic: str, num_partitions: int) -> ErrorCode:
         """Create every partition's log; the error Kafka's CreateTopics would give otherwise."""
@@ -55,10 +59,12 @@ class TopicCatalog:
             return ErrorCode.TOPIC_ALREADY_EXISTS
         for partition in range(num_partitions):
             self._logs.get_or_create(topic, partition)
+        self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
         return ErrorCode.NONE
 
     def delete(self, topic: str) -> ErrorCode:
         if self.partition_count(topic) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         self._logs.delete_topic(topic)
+        del self._counts[topic]
         return ErrorCode.NONE
