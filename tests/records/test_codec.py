@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kgroups.records.codec import (
     RecordDecodeError,
     decode_key,
+    decode_offset_commit_fields,
     decode_record,
     decode_value,
     encode_key,
@@ -229,3 +230,25 @@ def test_json_names_the_member_whose_subscription_is_malformed() -> None:
                                                                      (member,)))
     with pytest.raises(RecordDecodeError, match=r"members\[0\].subscription"):
         record_to_json(record)
+
+
+@given(offset_commit_values())
+def test_offset_commit_fields_match_the_model(case: tuple[OffsetCommitValue, int]) -> None:
+    value, version = case
+    fields = decode_offset_commit_fields(encode_value(value, version))
+    assert fields == (
+        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+        value.expire_timestamp,
+    )
+
+
+def test_offset_commit_fields_reject_what_decode_value_rejects() -> None:
+    data = encode_value(OffsetCommitValue(1, "meta", 2))
+    with pytest.raises(RecordDecodeError, match="metadata at byte 16"):
+        decode_offset_commit_fields(data[:18])
+
+
+def test_keys_decode_the_same_from_any_buffer_and_repeatedly() -> None:
+    raw = encode_key(OffsetCommitKey("g", "t", 9))
+    assert decode_key(bytearray(raw)) == decode_key(memoryview(raw)) == decode_key(raw)
+    assert decode_key(raw) is decode_key(raw)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import crc32c
 
@@ -281,35 +282,18 @@ def check_batch(buf: bytes, pos: int = 0) -> tuple[tuple[int, ...], int]:
     return header, end
 
 
-def _records_section(buf: bytes, pos: int, end: int, attributes: int) -> bytes:
-    codec = attributes & COMPRESSION_MASK
-    if codec == 0:
-        return buf
-    try:
-        return decompress(Compression(codec), buf[pos + HEADER_SIZE : end])
-    except (CompressionError, ValueError) as exc:
-        raise BatchCorruptError(f"batch at byte {pos}: {exc}", pos) from exc
-
-
 def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, int]:
     """Decode and verify the batch at `pos`; returns it and the position after it."""
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     header, end = check_batch(data, pos)
     (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts,
-     producer_id, producer_epoch, base_sequence, count) = header
+     producer_id, producer_epoch, base_sequence, _count) = header
     batch = RecordBatch(
         base_offset, leader_epoch, attributes, last_delta, base_ts, max_ts,
         producer_id, producer_epoch, base_sequence,
     )
-    section = _records_section(data, pos, end, attributes)
-    start, stop = (pos + HEADER_SIZE, end) if section is data else (0, len(section))
-    append_time = max_ts if attributes & TIMESTAMP_LOG_APPEND else None
-    batch.records = [
-        Record(offset, timestamp, key, value, headers)
-        for offset, timestamp, key, value, headers in _walk(
-            section, start, stop, count, base_offset, base_ts, append_time, pos, True
-        )
-    ]
+    rows = _parse_records(data, pos, end, header, True)
+    batch.records = [Record(*row) for row in rows]
     return batch, end
 
 
@@ -329,15 +313,8 @@ def iter_records_raw(
     size = len(data)
     while pos < size:
         header, end = check_batch(data, pos)
-        attributes = header[5]
-        if not attributes & CONTROL:
-            section = _records_section(data, pos, end, attributes)
-            start, stop = (pos + HEADER_SIZE, end) if section is data else (0, len(section))
-            append_time = header[8] if attributes & TIMESTAMP_LOG_APPEND else None
-            for offset, timestamp, key, value, _ in _walk(
-                section, start, stop, header[12], header[0], header[7], append_time, pos, False
-            ):
-                yield offset, timestamp, key, value
+        if not header[5] & CONTROL:
+            yield from _parse_records(data, pos, end, header, False)
         pos = end
 
 
@@ -357,22 +334,25 @@ def _slow_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int,
             raise BatchCorruptError(f"batch at byte {batch_pos}: varint too long", pos)
 
 
-def _walk(
-    data: bytes,
-    pos: int,
-    stop: int,
-    count: int,
-    base_offset: int,
-    base_timestamp: int,
-    append_time: int | None,
-    batch_pos: int,
-    with_headers: bool,
-) -> Iterator[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]]:
-    """Walk `count` records in data[pos:stop]. Varints under 0x80 are decoded inline, which
-    covers nearly every length and delta in a __consumer_offsets record."""
+def _parse_records(
+    buf: bytes, batch_pos: int, batch_end: int, header: tuple[int, ...], with_headers: bool
+) -> list[tuple[Any, ...]]:
+    """The records of a checked batch as (offset, timestamp, key, value[, headers]) tuples."""
+    attributes = header[5]
+    if attributes & COMPRESSION_MASK:
+        try:
+            data = decompress(
+                Compression(attributes & COMPRESSION_MASK), buf[batch_pos + HEADER_SIZE : batch_end]
+            )
+        except (CompressionError, ValueError) as exc:
+            raise BatchCorruptError(f"batch at byte {batch_pos}: {exc}", batch_pos) from exc
+        start, stop = 0, len(data)
+    else:
+        data, start, stop = buf, batch_pos + HEADER_SIZE, batch_end
+    append_time = header[8] if attributes & TIMESTAMP_LOG_APPEND else None
     try:
-        yield from _walk_unchecked(
-            data, pos, stop, count, base_offset, base_timestamp, append_time, batch_pos,
+        return _parse_section(
+            data, start, stop, header[12], header[0], header[7], append_time, batch_pos,
             with_headers,
         )
     except IndexError as exc:
@@ -381,7 +361,7 @@ def _walk(
         ) from exc
 
 
-def _walk_unchecked(
+def _parse_section(
     data: bytes,
     pos: int,
     stop: int,
@@ -391,7 +371,11 @@ def _walk_unchecked(
     append_time: int | None,
     batch_pos: int,
     with_headers: bool,
-) -> Iterator[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]]:
+) -> list[tuple[Any, ...]]:
+    """Walk `count` records in data[pos:stop] in one flat loop. Varints under 0x80 are decoded
+    inline, which covers nearly every length and delta in a __consumer_offsets record."""
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
     for _ in range(count):
         if pos >= stop:
             raise BatchCorruptError(
@@ -399,14 +383,14 @@ def _walk_unchecked(
             )
         b = data[pos]
         if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
+            record_end = pos + 1 + ((b >> 1) ^ -(b & 1))
+            pos += 2  # the length byte and the (unused) attributes byte
         else:
             length, pos = _slow_varint(data, pos, stop, batch_pos)
-        record_end = pos + length
-        if length < 0 or record_end > stop:
+            record_end = pos + length
+            pos += 1
+        if record_end > stop or record_end < pos:
             raise BatchCorruptError(f"batch at byte {batch_pos}: record overruns the batch", pos)
-        pos += 1  # attributes: unused in v2
         b = data[pos]
         if b < 0x80:
             ts_delta = (b >> 1) ^ -(b & 1)
@@ -421,41 +405,46 @@ def _walk_unchecked(
             offset_delta, pos = _slow_varint(data, pos, record_end, batch_pos)
         b = data[pos]
         if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
+            size = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            key_len, pos = _slow_varint(data, pos, record_end, batch_pos)
-        if key_len < 0:
+            size, pos = _slow_varint(data, pos, record_end, batch_pos)
+        if size < 0:
             key = None
         else:
-            key = data[pos : pos + key_len]
-            pos += key_len
+            key = data[pos : pos + size]
+            pos += size
         b = data[pos]
         if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
+            size = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            value_len, pos = _slow_varint(data, pos, record_end, batch_pos)
-        if value_len < 0:
+            size, pos = _slow_varint(data, pos, record_end, batch_pos)
+        if size < 0:
             value = None
         else:
-            value = data[pos : pos + value_len]
-            pos += value_len
-        headers: tuple[tuple[str, bytes | None], ...] = ()
+            value = data[pos : pos + size]
+            pos += size
+        timestamp = base_timestamp + ts_delta if append_time is None else append_time
         if with_headers:
             headers, pos = _read_headers(data, pos, record_end, batch_pos)
+            if pos != record_end:
+                raise BatchCorruptError(
+                    f"batch at byte {batch_pos}: record fields do not fill its length", pos
+                )
+            append((base_offset + offset_delta, timestamp, key, value, headers))
         else:
+            if pos >= record_end:  # at least the header count must remain
+                raise BatchCorruptError(
+                    f"batch at byte {batch_pos}: record fields do not fill its length", pos
+                )
             pos = record_end
-        if pos != record_end:
-            raise BatchCorruptError(
-                f"batch at byte {batch_pos}: record fields do not fill its length", pos
-            )
-        timestamp = base_timestamp + ts_delta if append_time is None else append_time
-        yield base_offset + offset_delta, timestamp, key, value, headers
+            append((base_offset + offset_delta, timestamp, key, value))
     if pos != stop:
         raise BatchCorruptError(
             f"batch at byte {batch_pos}: {stop - pos} bytes after its {count} records", pos
         )
+    return rows
 
 
 def _read_headers(

@@ -10,6 +10,7 @@ whose unknown tags are skipped rather than rejected, as Kafka's readers do.
 from __future__ import annotations
 
 import base64
+import struct
 from typing import Any
 
 from kgroups.records import consumer_protocol
@@ -53,6 +54,7 @@ from kgroups.records.wire import (
 __all__ = [
     "RecordDecodeError",
     "decode_key",
+    "decode_offset_commit_fields",
     "decode_record",
     "decode_value",
     "encode_key",
@@ -68,6 +70,8 @@ FLEXIBLE_VERSION = 4
 
 _OFFSET_COMMIT_KEY_TYPES = (0, 1)
 _GROUP_METADATA_KEY_TYPE = 2
+_TYPE_AND_LEN = struct.Struct(">hh")  # key type, then the group's string length
+_V3_HEAD = struct.Struct(">hqih")  # version, offset, leaderEpoch, metadata length
 
 
 # ---------------------------------------------------------------------------------------- keys
@@ -91,6 +95,47 @@ def encode_key(key: RecordKey) -> bytes:
 
 
 def decode_key(data: bytes) -> RecordKey:
+    """Decode a key. Keys repeat throughout a log (every commit of a partition has the same
+    one) and decoded keys are immutable, so recent ones are shared from a bounded cache."""
+    if type(data) is not bytes:
+        data = bytes(data)
+    key = _key_cache.get(data)
+    if key is None:
+        key = _decode_key_uncached(data)
+        if len(_key_cache) >= _KEY_CACHE_LIMIT:
+            _key_cache.clear()
+        _key_cache[data] = key
+    return key
+
+
+_KEY_CACHE_LIMIT = 1 << 16
+_key_cache: dict[bytes, RecordKey] = {}
+
+
+def _decode_key_uncached(data: bytes) -> RecordKey:
+    """The common, well-formed case takes one flat path; anything else goes to the
+    field-by-field reader that names what is wrong and where."""
+    try:
+        key_type, group_len = _TYPE_AND_LEN.unpack_from(data, 0)
+        group_end = 4 + group_len
+        if key_type == _GROUP_METADATA_KEY_TYPE and group_end == len(data) and group_len >= 0:
+            return GroupMetadataKey(data[4:group_end].decode())
+        if 0 <= key_type <= 1 and group_len >= 0:
+            (topic_len,) = INT16.unpack_from(data, group_end)
+            topic_end = group_end + 2 + topic_len
+            if topic_len >= 0 and topic_end + 4 == len(data):
+                return OffsetCommitKey(
+                    data[4:group_end].decode(),
+                    data[group_end + 2 : topic_end].decode(),
+                    INT32.unpack_from(data, topic_end)[0],
+                    key_type,
+                )
+    except (struct.error, UnicodeDecodeError):
+        pass
+    return _decode_key_checked(data)
+
+
+def _decode_key_checked(data: bytes) -> RecordKey:
     key_type, pos = read_int16(data, 0, "key type")
     if key_type in _OFFSET_COMMIT_KEY_TYPES:
         group, pos = read_string(data, pos, "OffsetCommitKey group")
@@ -204,7 +249,49 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
     return _decode_group_metadata_value(data)
 
 
+def decode_offset_commit_fields(data: bytes) -> tuple[int, int, str, int, int | None]:
+    """An OffsetCommitValue as a plain tuple (offset, leaderEpoch, metadata, commitTimestamp,
+    expireTimestamp): for replays that keep their own structures and should not pay for a
+    model object per record. Same versions and errors as `decode_value`."""
+    try:
+        version, offset, leader_epoch, metadata_len = _V3_HEAD.unpack_from(data, 0)
+        metadata_end = _V3_HEAD.size + metadata_len
+        if version == 3 and metadata_len >= 0 and metadata_end + 8 == len(data):
+            return (
+                offset,
+                leader_epoch,
+                data[_V3_HEAD.size : metadata_end].decode(),
+                INT64.unpack_from(data, metadata_end)[0],
+                None,
+            )
+    except (struct.error, UnicodeDecodeError):
+        pass
+    value = _decode_offset_commit_value_checked(data)
+    return (
+        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+        value.expire_timestamp,
+    )
+
+
 def _decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+    """v3 (what Kafka writes) takes one flat path; other versions and anything malformed go
+    through the field-by-field reader."""
+    try:
+        version, offset, leader_epoch, metadata_len = _V3_HEAD.unpack_from(data, 0)
+        metadata_end = _V3_HEAD.size + metadata_len
+        if version == 3 and metadata_len >= 0 and metadata_end + 8 == len(data):
+            return OffsetCommitValue(
+                offset,
+                data[_V3_HEAD.size : metadata_end].decode(),
+                INT64.unpack_from(data, metadata_end)[0],
+                leader_epoch,
+            )
+    except (struct.error, UnicodeDecodeError):
+        pass
+    return _decode_offset_commit_value_checked(data)
+
+
+def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
     version, pos = read_int16(data, 0, "OffsetCommitValue version")
     if version not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise RecordDecodeError(
