@@ -1,0 +1,222 @@
+"""The group APIs over a socket to an in-process broker, in every advertised version: what each
+version carries reaches the coordinator, and each answer comes back in that version's shape."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+import pytest
+from broker_wire_helpers import connect
+from conftest import InProcessBroker
+
+from kgroups.broker.wire import build, request_type, sibling
+from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.errors import ErrorCode
+
+FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=200")
+JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 11, 14, 12, 13, 8, 9
+DESCRIBE, LIST, DELETE, OFFSET_DELETE = 15, 16, 42, 47
+
+
+def _ready(make_inprocess_broker: Any, *overrides: str) -> InProcessBroker:
+    """A broker whose __consumer_offsets is loaded (until then groups answer
+    COORDINATOR_LOAD_IN_PROGRESS, which is what clients retry on)."""
+    broker: InProcessBroker = make_inprocess_broker(*FAST, *overrides)
+    broker.call(broker.broker.coordinator.wait_loaded)
+    return broker
+
+
+def _request(api_key: int, version: int, **fields: Any) -> Any:
+    return build(request_type(api_key, version), **fields)
+
+
+def _nested(api_key: int, version: int, class_name: str, **fields: Any) -> Any:
+    return build(sibling(request_type(api_key, version), class_name), **fields)
+
+
+def _join(client: KafkaWireClient, version: int, group: str, member_id: str = "",
+          session_ms: int = 10_000, instance_id: str | None = None) -> Any:
+    return client.call(_request(
+        JOIN, version, group_id=group, session_timeout=datetime.timedelta(milliseconds=session_ms),
+        rebalance_timeout=datetime.timedelta(milliseconds=session_ms), member_id=member_id,
+        group_instance_id=instance_id, protocol_type="consumer", reason=None,
+        protocols=(_nested(JOIN, version, "JoinGroupRequestProtocol", name="range",
+                           metadata=b"subscription"),),
+    ))
+
+
+def _join_until_member(client: KafkaWireClient, version: int, group: str, **kwargs: Any) -> Any:
+    """v4+ first answers MEMBER_ID_REQUIRED with the id to rejoin with, as Kafka does."""
+    answer = _join(client, version, group, **kwargs)
+    if answer.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+        assert version >= 4
+        answer = _join(client, version, group, member_id=answer.member_id, **kwargs)
+    return answer
+
+
+def _commit(client: KafkaWireClient, version: int, group: str, generation: int, member: str,
+            offsets: dict[int, int]) -> dict[int, int]:
+    request = _request(
+        COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
+        member_id=member, group_instance_id=None,
+        retention_time=datetime.timedelta(milliseconds=-1),  # v2-v4: the broker's default
+        topics=(_nested(COMMIT, version, "OffsetCommitRequestTopic", name="events",
+                        partitions=tuple(
+                            _nested(COMMIT, version, "OffsetCommitRequestPartition",
+                                    partition_index=p, committed_offset=o,
+                                    committed_leader_epoch=-1, committed_metadata="m")
+                            for p, o in offsets.items())),),
+    )
+    (topic,) = client.call(request).topics
+    return {int(p.partition_index): int(p.error_code) for p in topic.partitions}
+
+
+def _fetch(client: KafkaWireClient, version: int, group: str) -> dict[int, int]:
+    if version >= 8:
+        request = _request(FETCH, version, require_stable=False, groups=(_nested(
+            FETCH, version, "OffsetFetchRequestGroup", group_id=group, member_id=None,
+            member_epoch=-1, topics=None),))
+        (fetched,) = client.call(request).groups
+        assert fetched.error_code == ErrorCode.NONE
+        topics = fetched.topics
+    else:
+        topics_arg = None if version >= 2 else (_nested(
+            FETCH, version, "OffsetFetchRequestTopic", name="events", partition_indexes=(0, 1)),)
+        topics = client.call(_request(FETCH, version, group_id=group, topics=topics_arg,
+                                      require_stable=False)).topics
+    return {int(p.partition_index): int(p.committed_offset)
+            for topic in topics for p in topic.partitions}
+
+
+VERSION_SETS = [
+    # join, sync, heartbeat, leave, commit, fetch
+    (0, 0, 0, 0, 2, 1),
+    (3, 2, 2, 2, 4, 3),
+    (5, 3, 3, 3, 7, 7),
+    (9, 5, 4, 5, 9, 9),
+]
+
+
+@pytest.mark.parametrize(("join_v", "sync_v", "hb_v", "leave_v", "commit_v", "fetch_v"),
+                         VERSION_SETS)
+def test_member_lifecycle_in_each_version(
+    make_inprocess_broker, join_v: int, sync_v: int, hb_v: int, leave_v: int,  # type: ignore[no-untyped-def]
+    commit_v: int, fetch_v: int,
+) -> None:
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        joined = _join_until_member(client, join_v, "life")
+        assert joined.error_code == ErrorCode.NONE
+        assert joined.generation_id == 1
+        assert joined.leader == joined.member_id
+        assert joined.protocol_name == "range"
+        assert [m.metadata for m in joined.members] == [b"subscription"]
+        member = joined.member_id
+
+        sync = client.call(_request(
+            SYNC, sync_v, group_id="life", generation_id=1, member_id=member,
+            group_instance_id=None, protocol_type="consumer", protocol_name="range",
+            assignments=(_nested(SYNC, sync_v, "SyncGroupRequestAssignment", member_id=member,
+                                 assignment=b"all-of-it"),)))
+        assert (sync.error_code, sync.assignment) == (ErrorCode.NONE, b"all-of-it")
+
+        heartbeat = client.call(_request(HEARTBEAT, hb_v, group_id="life", generation_id=1,
+                                         member_id=member, group_instance_id=None))
+        assert heartbeat.error_code == ErrorCode.NONE
+        stale = client.call(_request(HEARTBEAT, hb_v, group_id="life", generation_id=7,
+                                     member_id=member, group_instance_id=None))
+        assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
+
+        assert _commit(client, commit_v, "life", 1, member, {0: 42, 1: 7}) == {0: 0, 1: 0}
+        assert _fetch(client, fetch_v, "life") == {0: 42, 1: 7}
+
+        if leave_v < 3:
+            left = client.call(_request(LEAVE, leave_v, group_id="life", member_id=member))
+            assert left.error_code == ErrorCode.NONE
+        else:
+            left = client.call(_request(LEAVE, leave_v, group_id="life", members=(_nested(
+                LEAVE, leave_v, "MemberIdentity", member_id=member, group_instance_id=None,
+                reason=None),)))
+            assert left.error_code == ErrorCode.NONE
+            assert [(m.member_id, m.error_code) for m in left.members] == [(member, 0)]
+
+        (described,) = client.call(_request(DESCRIBE, 5, groups=("life",),
+                                            include_authorized_operations=False)).groups
+        assert (described.group_state, described.members) == ("Empty", ())
+        assert _fetch(client, fetch_v, "life") == {0: 42, 1: 7}
+
+
+@pytest.mark.parametrize("version", range(0, 10))
+def test_join_errors_in_every_version(make_inprocess_broker, version: int) -> None:  # type: ignore[no-untyped-def]
+    with connect(_ready(make_inprocess_broker).port) as client:
+        assert _join(client, version, "").error_code == ErrorCode.INVALID_GROUP_ID
+        bad_session = _join(client, version, "g", session_ms=10)
+        assert bad_session.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+        # Before v7 ProtocolName is not nullable: the error answer carries "" and still decodes.
+        assert bad_session.protocol_name in ("", None)
+
+
+def test_member_without_heartbeats_expires_on_the_loop_timer(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        joined = _join_until_member(client, 9, "quiet", session_ms=300)
+        client.call(_request(SYNC, 5, group_id="quiet", generation_id=joined.generation_id,
+                             member_id=joined.member_id, group_instance_id=None,
+                             protocol_type="consumer", protocol_name="range", assignments=()))
+        deadline = time.monotonic() + 10
+        state = "Stable"
+        while state != "Empty" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            (described,) = client.call(_request(DESCRIBE, 5, groups=("quiet",),
+                                                include_authorized_operations=False)).groups
+            state = described.group_state
+        assert state == "Empty"
+        heartbeat = client.call(_request(HEARTBEAT, 4, group_id="quiet", generation_id=1,
+                                         member_id=joined.member_id, group_instance_id=None))
+        assert heartbeat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_list_groups_filters_by_state_and_type(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        _commit(client, 9, "simple-one", -1, "", {0: 1})
+        _join_until_member(client, 9, "joining")
+
+        def listed(version: int, **filters: Any) -> list[tuple[str, str]]:
+            response = client.call(_request(LIST, version, **filters))
+            assert response.error_code == ErrorCode.NONE
+            return sorted((g.group_id, getattr(g, "group_state", "")) for g in response.groups)
+
+        assert [g for g, _ in listed(0)] == ["joining", "simple-one"]
+        assert listed(4, states_filter=("empty",)) == [("simple-one", "Empty")]
+        assert listed(5, states_filter=(), types_filter=("consumer",)) == []
+        assert [g for g, _ in listed(5, states_filter=(), types_filter=("Classic",))] == [
+            "joining", "simple-one"]
+
+
+def test_delete_groups_and_offset_delete(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        _commit(client, 9, "to-trim", -1, "", {0: 5, 1: 6})
+        trimmed = client.call(_request(OFFSET_DELETE, 0, group_id="to-trim", topics=(_nested(
+            OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name="events", partitions=(_nested(
+                OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)))
+        assert trimmed.error_code == ErrorCode.NONE
+        assert [(p.partition_index, p.error_code) for p in trimmed.topics[0].partitions] == [(0, 0)]
+        assert _fetch(client, 9, "to-trim") == {1: 6}
+
+        joined = _join_until_member(client, 9, "busy")
+        assert joined.error_code == ErrorCode.NONE
+        expected = {
+            0: {"to-trim": ErrorCode.NONE, "busy": ErrorCode.NON_EMPTY_GROUP,
+                "never-was": ErrorCode.GROUP_ID_NOT_FOUND},
+            2: {"to-trim": ErrorCode.GROUP_ID_NOT_FOUND, "busy": ErrorCode.NON_EMPTY_GROUP,
+                "never-was": ErrorCode.GROUP_ID_NOT_FOUND},
+        }
+        for version, outcome in expected.items():
+            results = client.call(_request(
+                DELETE, version, groups_names=("to-trim", "busy", "never-was"))).results
+            assert {r.group_id: ErrorCode(int(r.error_code)) for r in results} == outcome
+        assert _fetch(client, 9, "to-trim") == {}
