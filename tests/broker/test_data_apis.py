@@ -24,7 +24,7 @@ from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
 from kgroups.broker.wire import encode_request
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.batch import build_batch, decode_batch, encode_batch, iter_batches
 
 
 def _records(*values: bytes, timestamp: int = 1_700_000_000_000) -> bytes:
@@ -255,3 +255,16 @@ def test_everything_produced_is_fetched_back_in_order(
         for values in batches:
             _produce(client, topic, 0, _records(*values))
         assert _fetched_values(client, topic, 0, 0) == [v for vs in batches for v in vs]
+
+
+def test_batch_whose_count_disagrees_with_its_offsets_is_refused(
+    inprocess_broker: InProcessBroker,
+) -> None:
+    batch, _ = decode_batch(_records(b"a", b"b"))
+    batch.last_offset_delta = 5
+    with connect(inprocess_broker.port) as client:
+        create_topic(client, "cnt")
+        assert (_produce(client, "cnt", 0, encode_batch(batch)).error_code
+                == ErrorCode.INVALID_RECORD)
+        (data,) = client.call(list_offsets_request("cnt", 0, -1)).topics[0].partitions
+    assert data.offset == 0

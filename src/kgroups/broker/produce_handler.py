@@ -1,7 +1,10 @@
 """Produce: validate each RecordBatch, append it, and answer once it is durable.
 
-A batch is checked (magic, CRC, size) before anything is written, so a corrupt or oversized
-batch is refused with Kafka's error for that partition and loses nothing already stored. For
+A batch is checked (magic, CRC, framing, record count, size) before anything is written, so a
+corrupt or oversized batch is refused with Kafka's error for that partition and loses nothing
+already stored. The records inside a CRC-valid batch are not parsed one by one: doing so in
+Python costs ~9 us per record and capped produce throughput, while the client's CRC already
+vouches for the bytes. For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
 (GroupCommit); acks=0 gets no response at all, as in Kafka.
 """
@@ -13,20 +16,22 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from kgroups.log.partition_log import PartitionLog
-
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import BatchCorruptError, decode_batch
+from kgroups.log.batch import BatchCorruptError, check_batch
+from kgroups.log.partition_log import PartitionLog
 
 logger = logging.getLogger("kgroups.produce")
 
 MAGIC_OFFSET = 16
 CURRENT_MAGIC = 2
+# Positions in the RecordBatch header tuple that kgroups.log.batch.check_batch returns.
+LAST_OFFSET_DELTA = 6
+RECORD_COUNT = 12
 VALID_ACKS = (-1, 0, 1)
 
 
@@ -45,13 +50,20 @@ def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes] | Partiti
     batches: list[bytes] = []
     position = 0
     while position < len(records):
-        if len(records) - position > MAGIC_OFFSET and records[position + MAGIC_OFFSET] != 2:
+        magic_at = position + MAGIC_OFFSET
+        if magic_at < len(records) and records[magic_at] != CURRENT_MAGIC:
             return PartitionOutcome(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                                     message="only RecordBatch v2 (magic 2) is accepted")
         try:
-            _, next_position = decode_batch(records, position)
+            header, next_position = check_batch(records, position)
         except BatchCorruptError as exc:
             return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+        last_offset_delta, record_count = header[LAST_OFFSET_DELTA], header[RECORD_COUNT]
+        if record_count < 1 or record_count != last_offset_delta + 1:
+            return PartitionOutcome(
+                ErrorCode.INVALID_RECORD,
+                message=f"batch holds {record_count} records but its last offset delta is "
+                        f"{last_offset_delta}")
         if next_position - position > max_batch_bytes:
             return PartitionOutcome(
                 ErrorCode.MESSAGE_TOO_LARGE,
