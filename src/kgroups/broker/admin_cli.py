@@ -37,7 +37,9 @@ def _parse_topic(text: str) -> tuple[str, tuple[int, ...] | None]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [list(headers)] + [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    cells = [list(headers)] + [
+        ["-" if cell is None or cell == "" else str(cell) for cell in row] for row in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
