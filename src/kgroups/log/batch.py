@@ -30,6 +30,7 @@ __all__ = [
     "iter_batches",
     "iter_records_raw",
     "peek_batch_header",
+    "records_of",
 ]
 
 # baseOffset, length, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -292,7 +293,7 @@ def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, in
         base_offset, leader_epoch, attributes, last_delta, base_ts, max_ts,
         producer_id, producer_epoch, base_sequence,
     )
-    rows = _parse_records(data, pos, end, header, True)
+    rows = records_of(data, pos, end, header, True)
     batch.records = [Record(*row) for row in rows]
     return batch, end
 
@@ -314,7 +315,7 @@ def iter_records_raw(
     while pos < size:
         header, end = check_batch(data, pos)
         if not header[5] & CONTROL:
-            yield from _parse_records(data, pos, end, header, False)
+            yield from records_of(data, pos, end, header, False)
         pos = end
 
 
@@ -334,10 +335,11 @@ def _slow_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int,
             raise BatchCorruptError(f"batch at byte {batch_pos}: varint too long", pos)
 
 
-def _parse_records(
+def records_of(
     buf: bytes, batch_pos: int, batch_end: int, header: tuple[int, ...], with_headers: bool
 ) -> list[tuple[Any, ...]]:
-    """The records of a checked batch as (offset, timestamp, key, value[, headers]) tuples."""
+    """The records of a batch already passed by `check_batch`, as (offset, timestamp, key,
+    value[, headers]) tuples."""
     attributes = header[5]
     if attributes & COMPRESSION_MASK:
         try:
