@@ -47,10 +47,10 @@ class LatestPerKey:
             self.records_seen += len(rows)
             # zip(map(...)) keeps the per-record loop in C; keyless records land under None
             # and are dropped below (a compacted topic cannot hold them).
-            if attributes & TRANSACTIONAL:
-                self._pending.setdefault(header[9], {}).update(zip(map(_key, rows), rows))
-            else:
-                latest.update(zip(map(_key, rows), rows))
+            target = (
+                self._pending.setdefault(header[9], {}) if attributes & TRANSACTIONAL else latest
+            )
+            target.update(zip(map(_key, rows), rows, strict=True))
             pos = end
         latest.pop(None, None)  # type: ignore[call-overload]
         for pending in self._pending.values():
