@@ -46,7 +46,8 @@ def view_of(group: ClassicGroup) -> GroupView:
             m.client_host,
             m.session_timeout_ms,
             m.rebalance_timeout_ms,
-            m.metadata_for(protocol) if protocol is not None else b"",
+            # Mid-rebalance a member may already have dropped the outgoing protocol.
+            dict(m.protocols).get(protocol, b"") if protocol is not None else b"",
             m.assignment,
         )
         for m in sorted(group.members.values(), key=lambda m: m.member_id)
