@@ -6,6 +6,7 @@ import datetime
 import threading
 import time
 
+import pytest
 from broker_wire_helpers import (
     connect,
     create_topic,
@@ -268,3 +269,32 @@ def test_batch_whose_count_disagrees_with_its_offsets_is_refused(
                 == ErrorCode.INVALID_RECORD)
         (data,) = client.call(list_offsets_request("cnt", 0, -1)).topics[0].partitions
     assert data.offset == 0
+
+
+def test_failed_fsync_is_not_acknowledged(
+    inprocess_broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def fsync_fails(log: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    with connect(inprocess_broker.port) as client:
+        create_topic(client, "eio")
+        monkeypatch.setattr(inprocess_broker.broker.group_commit, "wait_durable", fsync_fails)
+        outcome = _produce(client, "eio", 0, _records(b"lost?"))
+    assert (outcome.error_code, outcome.base_offset) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+
+
+def test_failed_append_is_a_storage_error_and_the_broker_carries_on(
+    inprocess_broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def disk_full(batch: bytes) -> tuple[int, int]:
+        raise OSError(28, "No space left on device")
+
+    with connect(inprocess_broker.port) as client:
+        create_topic(client, "full")
+        create_topic(client, "fine")
+        log = inprocess_broker.broker.logs.get("full", 0)
+        monkeypatch.setattr(log, "append_batch", disk_full)
+        assert (_produce(client, "full", 0, _records(b"x")).error_code
+                == ErrorCode.KAFKA_STORAGE_ERROR)
+        assert _produce(client, "fine", 0, _records(b"y")).error_code == ErrorCode.NONE

@@ -75,7 +75,7 @@ def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes] | Partiti
 
 
 def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-            touched: dict[int, PartitionLog]) -> PartitionOutcome:
+            appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
     broker = ctx.broker
     if topic in INTERNAL_TOPICS:
         return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -89,12 +89,35 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
                   error=batches.error.name, client=ctx.client_id)
         return batches
     base_offset = -1
-    for batch in batches:
-        first, _ = log.append_batch(batch)
-        if base_offset < 0:
-            base_offset = first
-    touched[id(log)] = log
-    return PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset)
+    try:
+        for batch in batches:
+            first, _ = log.append_batch(batch)
+            if base_offset < 0:
+                base_offset = first
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "append_failed", topic=topic, partition=partition,
+                  error=exc)
+        return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+    outcome = PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset)
+    appended.append((log, outcome))
+    return outcome
+
+
+async def _wait_durable(ctx: RequestContext,
+                        appended: list[tuple[PartitionLog, PartitionOutcome]]) -> None:
+    """One shared fsync per touched log; a partition whose fsync fails is not acknowledged."""
+    logs = {id(log): log for log, _ in appended}
+    results = await asyncio.gather(
+        *(ctx.broker.group_commit.wait_durable(log) for log in logs.values()),
+        return_exceptions=True,
+    )
+    failed = {key for key, result in zip(logs, results, strict=True)
+              if isinstance(result, Exception)}
+    for log, outcome in appended:
+        if id(log) in failed:
+            log_event(logger, logging.ERROR, "fsync_failed", directory=log.directory)
+            outcome.error = ErrorCode.KAFKA_STORAGE_ERROR
+            outcome.base_offset = -1
 
 
 @handles(api_key=0, min_version=3, max_version=12)
@@ -102,19 +125,19 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = int(request.acks)
     outcomes: list[tuple[str, list[tuple[int, PartitionOutcome]]]] = []
-    touched: dict[int, PartitionLog] = {}
+    appended: list[tuple[PartitionLog, PartitionOutcome]] = []
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
             if acks not in VALID_ACKS:
                 outcome = PartitionOutcome(ErrorCode.INVALID_REQUIRED_ACKS)
             else:
-                outcome = _append(ctx, topic.name, int(data.index), data.records, touched)
+                outcome = _append(ctx, topic.name, int(data.index), data.records, appended)
             partitions.append((int(data.index), outcome))
         outcomes.append((topic.name, partitions))
-    if touched and acks != 0:
-        await asyncio.gather(*(broker.group_commit.wait_durable(log) for log in touched.values()))
-    if touched:
+    if appended and acks != 0:
+        await _wait_durable(ctx, appended)
+    if appended:
         broker.appends.notify()
     if acks == 0:
         return None
