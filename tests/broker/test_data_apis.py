@@ -298,3 +298,18 @@ def test_failed_append_is_a_storage_error_and_the_broker_carries_on(
         assert (_produce(client, "full", 0, _records(b"x")).error_code
                 == ErrorCode.KAFKA_STORAGE_ERROR)
         assert _produce(client, "fine", 0, _records(b"y")).error_code == ErrorCode.NONE
+
+
+def test_failed_read_is_a_storage_error_for_that_partition_only(
+    inprocess_broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unreadable(offset: int, max_bytes: int) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    with connect(inprocess_broker.port) as client:
+        create_topic(client, "bad-disk")
+        _produce(client, "bad-disk", 0, _records(b"x"))
+        monkeypatch.setattr(inprocess_broker.broker.logs.get("bad-disk", 0), "read", unreadable)
+        (data,) = client.call(fetch_request("bad-disk", 0, 0)).responses[0].partitions
+        assert data.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert client.call(metadata_request(all_topics=True)).brokers

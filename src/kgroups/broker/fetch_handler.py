@@ -8,15 +8,19 @@ accept as "no session".
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.events import log_event
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import OffsetOutOfRangeError
+
+logger = logging.getLogger("kgroups.fetch")
 
 
 @dataclass(slots=True)
@@ -45,6 +49,9 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
         records = log.read(offset, max(limit, 1))
     except OffsetOutOfRangeError:  # retention moved the start between the check and the read
         return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, log.log_start_offset)
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "read_failed", topic=topic, partition=index, error=exc)
+        return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR, end, start)
     return PartitionRead(index, ErrorCode.NONE, end, start, records)
 
 
