@@ -12,12 +12,14 @@ from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 
 from kgroups.assignors import MemberSubscription, StickyAssignor
 from kgroups.assignors.model import ClusterMetadata
+from kgroups.assignors.space import PartitionSpace
 from kgroups.assignors.user_data import (
     UserDataError,
     decode_generation,
     decode_sticky_user_data,
     encode_generation,
     encode_sticky_user_data,
+    sticky_claims,
 )
 
 assignments = st.dictionaries(
@@ -85,3 +87,40 @@ def test_cooperative_generation_is_one_int32() -> None:
     assert decode_generation(encode_generation(-1)) == -1
     with pytest.raises(UserDataError):
         decode_generation(b"\x00")
+
+
+blobs = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.tuples(assignments, st.integers(-1, 99)),
+)
+
+
+@given(st.lists(blobs, max_size=8))
+def test_whole_group_parse_matches_each_members_data(members: list) -> None:
+    """The leader's lockstep parse of every blob equals reading each blob on its own, and a
+    garbled blob only loses its own member's history."""
+    encoded = [encode_sticky_user_data(*m) if isinstance(m, tuple) else m for m in members]
+    topics = sorted({t for m in members if isinstance(m, tuple) for t in m[0]} | {"other"})
+    space = PartitionSpace.build(
+        ClusterMetadata(dict.fromkeys(topics, 2**31 - 1)), [MemberSubscription.of("m", topics)]
+    )
+    claims, unreadable = sticky_claims(space, encoded)
+    for i, blob in enumerate(encoded):
+        rows = claims.member == i
+        got = sorted(zip(claims.topic[rows].tolist(), claims.partition[rows].tolist(), strict=True))
+        try:
+            expected_data = decode_sticky_user_data(blob) if blob else None
+        except UserDataError:
+            expected_data = None
+            assert unreadable[i]
+        expected = sorted(
+            (space.index[t], p)
+            for t, parts in (expected_data.previous_assignment if expected_data else {}).items()
+            for p in parts
+        )
+        assert got == expected
+        if isinstance(members[i], tuple):
+            original = sorted((space.index[t], p) for t, ps in members[i][0].items() for p in ps)
+            assert got == original
+            assert claims.generation[i] == members[i][1]

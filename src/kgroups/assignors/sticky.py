@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kgroups.assignors.claims import Claims, claims_from_mappings
 from kgroups.assignors.interface import PartitionAssignor
 from kgroups.assignors.model import (
     NO_GENERATION,
@@ -24,13 +25,13 @@ from kgroups.assignors.model import (
     ordered_members,
 )
 from kgroups.assignors.space import UNOWNED, GroupAssignment, PartitionSpace
-from kgroups.assignors.sticky_engine import Claim, place
+from kgroups.assignors.sticky_engine import place
 from kgroups.assignors.user_data import (
     UserDataError,
     decode_generation,
-    decode_sticky_user_data,
     encode_generation,
     encode_sticky_user_data,
+    sticky_claims,
 )
 
 log = logging.getLogger(__name__)
@@ -54,24 +55,20 @@ class StickyAssignor(PartitionAssignor):
         self._last_assignment = {topic: list(parts) for topic, parts in assignment.items()}
         self._last_generation = generation
 
-    def claim_of(self, member: MemberSubscription) -> Claim:
+    def claims(self, space: PartitionSpace, members: Sequence[MemberSubscription]) -> Claims:
         """Eager members own nothing when they join; their history is in the user data.
-        Undecodable user data costs stickiness for that member, never the rebalance."""
-        if not member.user_data:
-            return Claim({}, NO_GENERATION)
-        try:
-            decoded = decode_sticky_user_data(member.user_data)
-        except UserDataError as error:
-            log.warning("ignoring user data of %s: %s", member.member_id, error)
-            return Claim({}, NO_GENERATION)
-        return Claim(decoded.previous_assignment, decoded.generation)
+        Unreadable user data costs that member its stickiness, never the rebalance."""
+        claims, unreadable = sticky_claims(space, [m.user_data for m in members])
+        for position in np.flatnonzero(unreadable).tolist():
+            log.warning("ignoring unreadable user data of %s", members[position].member_id)
+        return claims
 
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
         members = ordered_members(group_subscription)
         space = PartitionSpace.build(cluster, members)
-        placement = place(space, members, [self.claim_of(m) for m in members])
+        placement = place(space, members, self.claims(space, members))
         return GroupAssignment(space, [m.member_id for m in members], placement.owner)
 
 
@@ -84,21 +81,29 @@ class CooperativeStickyAssignor(StickyAssignor):
     def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
         return encode_generation(self._last_generation)
 
-    def claim_of(self, member: MemberSubscription) -> Claim:
-        generation = member.generation
-        if generation == NO_GENERATION and member.user_data:
-            try:
-                generation = decode_generation(member.user_data)
-            except UserDataError as error:
-                log.warning("ignoring user data of %s: %s", member.member_id, error)
-        return Claim(member.owned, generation)
+    def claims(self, space: PartitionSpace, members: Sequence[MemberSubscription]) -> Claims:
+        """Cooperative members report what they hold in the owned-partitions field; the
+        generation comes from the subscription (v2+) or else from this strategy's user data."""
+        return claims_from_mappings(
+            space, [m.owned for m in members], [self._generation_of(m) for m in members]
+        )
+
+    @staticmethod
+    def _generation_of(member: MemberSubscription) -> int:
+        if member.generation != NO_GENERATION or not member.user_data:
+            return member.generation
+        try:
+            return decode_generation(member.user_data)
+        except UserDataError as error:
+            log.warning("ignoring user data of %s: %s", member.member_id, error)
+            return NO_GENERATION
 
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
         members = ordered_members(group_subscription)
         space = PartitionSpace.build(cluster, members)
-        placement = place(space, members, [self.claim_of(m) for m in members])
+        placement = place(space, members, self.claims(space, members))
         owner = placement.owner
         moving = (placement.previous >= 0) & (owner != placement.previous)
         revoked_from = np.where(moving, placement.previous, UNOWNED).astype(np.int32)

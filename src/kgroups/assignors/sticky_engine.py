@@ -13,22 +13,14 @@ member order) order), so there is no per-partition Python loop anywhere.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
+from kgroups.assignors.claims import Claims
 from kgroups.assignors.model import MemberSubscription
 from kgroups.assignors.space import UNOWNED, PartitionSpace
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What one member says it holds (after decoding whatever carried it) and since when."""
-
-    owned: Mapping[str, Sequence[int]]
-    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,50 +57,27 @@ class _Subscriptions:
 
 
 def resolve_previous_owners(
-    space: PartitionSpace,
-    subscriptions: _Subscriptions,
-    claims: Sequence[Claim],
+    space: PartitionSpace, subscriptions: _Subscriptions, claims: Claims
 ) -> np.ndarray:
     """Previous owner per partition. Claims on partitions that no longer exist or that the
     member stopped subscribing to are dropped; when members claim the same partition the
     highest generation wins and equal generations both lose it (their claims are stale or
     inconsistent, so nobody can be trusted to hold it)."""
-    index_get = space.index.get
-    topic_positions: list[int] = []
-    lengths: list[int] = []
-    partitions: list[int] = []
-    per_member: list[int] = []
-    for claim in claims:
-        owned = claim.owned
-        before = len(lengths)
-        if owned:
-            topic_positions.extend(index_get(t, -1) for t in owned)
-            values = owned.values()
-            lengths.extend(map(len, values))
-            partitions.extend(chain.from_iterable(values))
-        per_member.append(len(lengths) - before)
     owner = np.full(space.size, UNOWNED, dtype=np.int32)
-    if not partitions:
-        return owner
-
-    entry_member = np.repeat(np.arange(len(claims)), per_member)
-    entry_topic = np.asarray(topic_positions, dtype=np.int64)
-    lengths_array = np.asarray(lengths, dtype=np.int64)
-    member = np.repeat(entry_member, lengths_array)
-    topic = np.repeat(entry_topic, lengths_array)
-    partition = np.asarray(partitions, dtype=np.int64)
-    known = topic >= 0
-    member, topic, partition = member[known], topic[known], partition[known]
+    known = claims.topic >= 0
+    member, topic, partition = claims.member[known], claims.topic[known], claims.partition[known]
     valid = (partition >= 0) & (partition < space.counts[topic])
     valid &= subscriptions.subscribes(member, topic)
     member, flat = member[valid], space.offsets[topic[valid]] + partition[valid]
-    generation = np.asarray([c.generation for c in claims], dtype=np.int64)[member]
-
+    if flat.size == 0:
+        return owner
     claim_counts = np.bincount(flat, minlength=space.size)
     single = claim_counts[flat] == 1
     owner[flat[single]] = member[single]
     if not single.all():
-        _settle_contested(owner, flat[~single], member[~single], generation[~single])
+        contested = ~single
+        generation = claims.generation[member[contested]]
+        _settle_contested(owner, flat[contested], member[contested], generation)
     return owner
 
 
@@ -191,13 +160,19 @@ def _balance_topic(
         holders = np.unique(segment[segment >= 0])
         if holders.size == 0:
             return moved
-        giver = holders[np.argmax(counts[holders])]
+        holder_counts = counts[holders]
+        heaviest = int(np.argmax(holder_counts))
+        giver = holders[heaviest]
         taker = eligible[np.argmin(counts[eligible])]
         gap = int(counts[giver] - counts[taker])
         if gap < 2:
             return moved
         held = np.flatnonzero(segment == giver)
-        amount = min(held.size, gap // 2)
+        # Never push the giver below the next-heaviest holder: taking a big batch from one
+        # member would unbalance it and cost a second round of moves to refill it.
+        others = np.delete(holder_counts, heaviest)
+        next_level = int(others.max()) if others.size else int(counts[taker])
+        amount = min(held.size, gap // 2, max(1, int(counts[giver]) - next_level))
         segment[held[held.size - amount :]] = taker
         counts[giver] -= amount
         counts[taker] += amount
@@ -205,7 +180,7 @@ def _balance_topic(
 
 
 def place(
-    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Sequence[Claim]
+    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Claims
 ) -> Placement:
     """Sticky placement for `members` (already in member order) given their `claims`."""
     subscriptions = _Subscriptions(space, members)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kgroups.assignors.claims import claims_from_mappings
 from kgroups.assignors.interface import PartitionAssignor
 from kgroups.assignors.model import (
     NO_GENERATION,
@@ -21,7 +22,7 @@ from kgroups.assignors.model import (
     ordered_members,
 )
 from kgroups.assignors.space import GroupAssignment, PartitionSpace
-from kgroups.assignors.sticky_engine import Claim, place
+from kgroups.assignors.sticky_engine import place
 
 
 class UniformAssignor(PartitionAssignor):
@@ -34,6 +35,8 @@ class UniformAssignor(PartitionAssignor):
     ) -> GroupAssignment:
         members = ordered_members(group_subscription)
         space = PartitionSpace.build(cluster, members)
-        claims = [Claim(m.owned, NO_GENERATION) for m in members]
+        claims = claims_from_mappings(
+            space, [m.owned for m in members], [NO_GENERATION] * len(members)
+        )
         placement = place(space, members, claims)
         return GroupAssignment(space, [m.member_id for m in members], placement.owner)
