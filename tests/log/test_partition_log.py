@@ -6,8 +6,10 @@ import itertools
 import logging
 import os
 import shutil
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from kgroups.log.batch import BatchCorruptError, build_batch, iter_records_raw
@@ -128,6 +130,11 @@ def test_a_batch_that_is_not_exactly_one_intact_batch_is_refused(tmp_path: Path)
     damaged = batch[:-1] + bytes([batch[-1] ^ 1])
     with pytest.raises(BatchCorruptError, match="CRC"):
         log.append_batch(damaged)
+    backwards = bytearray(batch)
+    struct.pack_into(">i", backwards, 23, -1)
+    struct.pack_into(">I", backwards, 17, crc32c.crc32c(bytes(backwards[21:])))
+    with pytest.raises(BatchCorruptError, match="lastOffsetDelta -1"):
+        log.append_batch(bytes(backwards))
     assert log.log_end_offset == 0
 
 

@@ -98,6 +98,10 @@ class PartitionLog:
             raise BatchCorruptError(
                 f"expected exactly one batch, found {len(batch) - end} bytes after it", end
             )
+        if header[6] < 0 or header[12] < 1:
+            raise BatchCorruptError(
+                f"batch has lastOffsetDelta {header[6]} and {header[12]} records", 0
+            )
         active = self._segments[-1]
         if active.size and active.size + len(batch) > self.config.segment_bytes:
             active = self._roll()

@@ -10,6 +10,7 @@ whose unknown tags are skipped rather than rejected, as Kafka's readers do.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import struct
 from typing import Any
 
@@ -280,15 +281,32 @@ def _decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
         version, offset, leader_epoch, metadata_len = _V3_HEAD.unpack_from(data, 0)
         metadata_end = _V3_HEAD.size + metadata_len
         if version == 3 and metadata_len >= 0 and metadata_end + 8 == len(data):
-            return OffsetCommitValue(
-                offset,
-                data[_V3_HEAD.size : metadata_end].decode(),
-                INT64.unpack_from(data, metadata_end)[0],
-                leader_epoch,
-            )
+            value = _new_object(OffsetCommitValue)
+            _set_offset(value, offset)
+            _set_metadata(value, data[_V3_HEAD.size : metadata_end].decode())
+            _set_commit_timestamp(value, INT64.unpack_from(data, metadata_end)[0])
+            _set_leader_epoch(value, leader_epoch)
+            _set_expire_timestamp(value, None)
+            return value
     except (struct.error, UnicodeDecodeError):
         pass
     return _decode_offset_commit_value_checked(data)
+
+
+# OffsetCommitValue is a frozen dataclass, whose __init__ goes through object.__setattr__ per
+# field; it is the most common value in any offsets log, so the fast path above fills its slots
+# through their descriptors directly (about twice as fast). The check keeps that honest if the
+# schema ever gains a field.
+if tuple(f.name for f in dataclasses.fields(OffsetCommitValue)) != (
+    "offset", "metadata", "commit_timestamp", "leader_epoch", "expire_timestamp"
+):
+    raise ImportError("OffsetCommitValue fields changed; update the codec's fast path")
+_new_object = object.__new__
+_set_offset = OffsetCommitValue.__dict__["offset"].__set__
+_set_metadata = OffsetCommitValue.__dict__["metadata"].__set__
+_set_commit_timestamp = OffsetCommitValue.__dict__["commit_timestamp"].__set__
+_set_leader_epoch = OffsetCommitValue.__dict__["leader_epoch"].__set__
+_set_expire_timestamp = OffsetCommitValue.__dict__["expire_timestamp"].__set__
 
 
 def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
