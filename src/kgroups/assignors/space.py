@@ -108,12 +108,28 @@ class GroupAssignment:
         return self._all_grouped(self.revoked_from)
 
     def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
+        """One pass over all partitions ordered by (member, flat number): each run of equal
+        (member, topic) becomes one list, so the Python work is one step per run."""
         result: dict[str, dict[str, list[int]]] = {m: {} for m in self.member_ids}
         flat = np.flatnonzero(owners >= 0)
+        if flat.size == 0:
+            return result
         by_member = flat[np.argsort(owners[flat], kind="stable")]
-        bounds = np.searchsorted(owners[by_member], np.arange(len(self.member_ids) + 1))
-        for i, member_id in enumerate(self.member_ids):
-            result[member_id] = self._grouped(by_member[bounds[i] : bounds[i + 1]])
+        members = owners[by_member]
+        topics = self.space.topic_of(by_member)
+        starts = np.flatnonzero(
+            np.concatenate(([True], (members[1:] != members[:-1]) | (topics[1:] != topics[:-1])))
+        )
+        ends = [*starts[1:].tolist(), by_member.size]
+        local = (by_member - self.space.offsets[topics]).tolist()
+        names = self.space.topics
+        ids = self.member_ids
+        run_members = members[starts].tolist()
+        run_topics = topics[starts].tolist()
+        for start, end, member, topic in zip(
+            starts.tolist(), ends, run_members, run_topics, strict=True
+        ):
+            result[ids[member]][names[topic]] = local[start:end]
         return result
 
     def _grouped(self, flat: np.ndarray) -> dict[str, list[int]]:
