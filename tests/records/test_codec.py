@@ -151,8 +151,8 @@ def test_malformed_values_name_the_field_and_byte() -> None:
     with pytest.raises(RecordDecodeError, match="metadata at byte 16") as caught:
         decode_value(OffsetCommitKey("g", "t", 0), data[:17])
     assert caught.value.position == 16
-    with pytest.raises(RecordDecodeError, match="unknown version 9"):
-        decode_value(OffsetCommitKey("g", "t", 0), b"\x00\x09" + data[2:])
+    with pytest.raises(RecordDecodeError, match="version -2"):
+        decode_value(OffsetCommitKey("g", "t", 0), b"\xff\xfe" + data[2:])
     bad_utf8 = data[:16] + b"\xff\xfe" + data[18:]
     with pytest.raises(RecordDecodeError, match="UTF-8"):
         decode_value(OffsetCommitKey("g", "t", 0), bad_utf8)
@@ -252,3 +252,17 @@ def test_keys_decode_the_same_from_any_buffer_and_repeatedly() -> None:
     raw = encode_key(OffsetCommitKey("g", "t", 9))
     assert decode_key(bytearray(raw)) == decode_key(memoryview(raw)) == decode_key(raw)
     assert decode_key(raw) is decode_key(raw)
+
+
+def test_versions_after_4_are_read_with_the_flexible_layout() -> None:
+    """KIP-915: a newer Kafka may bump the version but only adds tagged fields."""
+    value = OffsetCommitValue(offset=3, metadata="m", commit_timestamp=4, leader_epoch=1)
+    newer = b"\x00\x05" + encode_value(value, 4)[2:-1] + b"\x01\x07\x02\xab\xcd"
+    assert decode_value(OffsetCommitKey("g", "t", 0), newer) == value
+    out = record_to_json(OffsetsRecord(OffsetCommitKey("g", "t", 0), value), 5)
+    assert out["value"] == {
+        "version": 5,
+        "data": {"offset": 3, "leaderEpoch": 1, "metadata": "m", "commitTimestamp": 4},
+    }
+    group = GroupMetadataValue("consumer", 1, None, None, 3)
+    assert decode_value(GroupMetadataKey("g"), b"\x00\x06" + encode_value(group, 4)[2:]) == group

@@ -65,6 +65,8 @@ __all__ = [
     "value_version",
 ]
 
+# Versions kgroups writes. Reading accepts any version >= 0: since KIP-915 a version above 4
+# may only add tagged fields, so it is read with the v4 layout.
 OFFSET_COMMIT_VALUE_VERSIONS = range(5)
 GROUP_METADATA_VALUE_VERSIONS = range(5)
 FLEXIBLE_VERSION = 4
@@ -311,11 +313,10 @@ _set_expire_timestamp = OffsetCommitValue.__dict__["expire_timestamp"].__set__
 
 def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
     version, pos = read_int16(data, 0, "OffsetCommitValue version")
-    if version not in OFFSET_COMMIT_VALUE_VERSIONS:
-        raise RecordDecodeError(
-            f"cannot read OffsetCommitValue at byte 0: unknown version {version}", 0
-        )
+    if version < 0:
+        raise RecordDecodeError(f"cannot read OffsetCommitValue at byte 0: version {version}", 0)
     what = f"OffsetCommitValue v{version}"
+    version = min(version, FLEXIBLE_VERSION)  # KIP-915: later versions only add tagged fields
     offset, pos = read_int64(data, pos, f"{what} offset")
     leader_epoch = -1
     if version >= 3:
@@ -336,11 +337,10 @@ def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
 
 def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     version, pos = read_int16(data, 0, "GroupMetadataValue version")
-    if version not in GROUP_METADATA_VALUE_VERSIONS:
-        raise RecordDecodeError(
-            f"cannot read GroupMetadataValue at byte 0: unknown version {version}", 0
-        )
+    if version < 0:
+        raise RecordDecodeError(f"cannot read GroupMetadataValue at byte 0: version {version}", 0)
     what = f"GroupMetadataValue v{version}"
+    version = min(version, FLEXIBLE_VERSION)  # KIP-915: later versions only add tagged fields
     flexible = version == FLEXIBLE_VERSION
     string = read_compact_string if flexible else read_string
     nullable = read_compact_nullable_string if flexible else read_nullable_string
