@@ -28,6 +28,7 @@ from kgroups.coordinator import (
     Write,
     partition_for,
 )
+from kgroups.records.codec import decode_record, encode_record
 from kgroups.records.consumer_protocol import encode_subscription
 from kgroups.records.schema import ConsumerSubscription, OffsetsRecord
 
@@ -88,9 +89,13 @@ class Harness:
         return self.replies.get(request_id)
 
     def replayed(self) -> GroupCoordinator:
+        """A new coordinator loaded from the log's bytes (every record through the codec)."""
         fresh = GroupCoordinator(self.config)
         for partition in range(self.config.offsets_topic_num_partitions):
-            fresh.load_partition(partition, self.log.get(partition, []), self.now)
+            records = [
+                decode_record(*encode_record(record)) for record in self.log.get(partition, [])
+            ]
+            fresh.load_partition(partition, records, self.now)
         return fresh
 
     # -- requests -----------------------------------------------------------------------------

@@ -184,3 +184,27 @@ def test_config_from_properties_uses_kafka_names():
         GroupCoordinatorConfig(group_initial_rebalance_delay_ms=-1)
     with pytest.raises(ValueError, match="must not exceed"):
         GroupCoordinatorConfig(group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
+
+
+def test_bulk_image_from_encoded_records_equals_record_replay():
+    from kgroups.coordinator import PartitionImage
+    from kgroups.records.codec import encode_record
+
+    h = make()
+    (a, _b), generation = stable(h, "g", 2)
+    h.commit("g", {("t", 0): 4, ("t", 1): 5}, generation=generation, member_id=a)
+    h.commit("simple", {("x", 0): 1}, retention=60_000, version=2)
+    h.commit("simple", {("x", 1): 2}, metadata="meta")
+    fresh = GroupCoordinator(h.config)
+    for partition in range(4):
+        image = PartitionImage()
+        image.apply_raw(encode_record(record) for record in h.log.get(partition, []))
+        fresh.load_image(partition, image, h.now)
+    assert fresh.group_views() == h.replayed().group_views() == h.coordinator.group_views()
+
+
+def test_bulk_image_rejects_a_corrupt_record():
+    from kgroups.coordinator import PartitionImage
+
+    with pytest.raises(ValueError):
+        PartitionImage().apply_raw([(b"\x00\x01\x00\x05ab", b"\x00\x03")])

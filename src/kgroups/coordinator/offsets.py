@@ -79,7 +79,9 @@ class OffsetHandlers(MembershipHandlers):
                     offset=part.offset,
                     metadata=metadata,
                     commit_timestamp=commit_ts,
-                    leader_epoch=part.leader_epoch,
+                    # The v1 record that carries an expire timestamp has no leader epoch (and
+                    # OffsetCommit versions with a retention time never send one).
+                    leader_epoch=part.leader_epoch if expire is None else -1,
                     expire_timestamp=expire,
                 )
 

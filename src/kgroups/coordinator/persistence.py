@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.records.codec import decode_key, decode_offset_commit_fields, decode_value
 from kgroups.records.consumer_protocol import decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
@@ -93,6 +94,29 @@ class PartitionImage:
                 offsets[(key.group, key.topic, key.partition)] = record.value  # type: ignore[assignment]
             elif type(key) is GroupMetadataKey:
                 group_values[key.group] = record.value  # type: ignore[assignment]
+
+    def apply_raw(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """`apply` for encoded (key, value) pairs: the bulk path of a log replay. Offset commit
+        values (nearly all of a log) skip the generic decoder; a malformed record raises
+        RecordDecodeError naming its byte position."""
+        group_values = self.group_values
+        offsets = self.offsets
+        for raw_key, raw_value in records:
+            key = decode_key(raw_key)
+            if type(key) is OffsetCommitKey:
+                offsets[(key.group, key.topic, key.partition)] = (
+                    None
+                    if raw_value is None
+                    else _offset_value(*decode_offset_commit_fields(raw_value))
+                )
+            elif type(key) is GroupMetadataKey:
+                group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
+
+
+def _offset_value(
+    offset: int, leader_epoch: int, metadata: str, commit_timestamp: int, expire: int | None
+) -> OffsetCommitValue:
+    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire)
 
 
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
