@@ -387,6 +387,10 @@ def _parse_section(
         if b < 0x80:
             record_end = pos + 1 + ((b >> 1) ^ -(b & 1))
             pos += 2  # the length byte and the (unused) attributes byte
+        elif data[pos + 1] < 0x80:  # records of 64-8191 bytes: a 2-byte length
+            zigzag = (b & 0x7F) | (data[pos + 1] << 7)
+            record_end = pos + 2 + ((zigzag >> 1) ^ -(zigzag & 1))
+            pos += 3
         else:
             length, pos = _slow_varint(data, pos, stop, batch_pos)
             record_end = pos + length
