@@ -118,3 +118,18 @@ def test_compacted_log_replays_to_the_same_state(
     ]
     log.close()
     assert len(cleaned_keys) == len(set(cleaned_keys))
+
+
+def test_a_compaction_cut_short_leaves_the_original_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "__consumer_offsets-0"
+    log = PartitionLog.open(directory, CONFIG)
+    write(log, [(b"k%d" % (i % 2), b"v%d" % i) for i in range(20)])
+    log.flush()
+    before = contents(log)
+    first = log.segments()[0]
+    log.close()
+    half_written = first.log_path.with_name(first.log_path.name + ".cleaned")
+    half_written.write_bytes(first.log_path.read_bytes()[:30])
+    reopened = PartitionLog.open(directory, CONFIG)
+    assert not half_written.exists()
+    assert contents(reopened) == before

@@ -30,8 +30,9 @@ from kgroups.log.segment import SCAN_WINDOW, Segment
 logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
-# Files a crashed compaction may leave behind; the segment they were replacing is intact.
-_LEFTOVER_SUFFIXES = (".cleaned", ".swap")
+# What a crashed compaction leaves behind (kgroups' and Kafka's cleaner alike): the segment it
+# was replacing is still intact, so the half-written copy is simply removed.
+_LEFTOVER_SUFFIX = ".cleaned"
 
 
 class OffsetOutOfRangeError(ValueError):
@@ -56,7 +57,7 @@ class PartitionLog:
     def open(cls, directory: Path, config: LogConfig) -> PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         for leftover in directory.iterdir():
-            if leftover.name.endswith(_LEFTOVER_SUFFIXES):
+            if leftover.name.endswith(_LEFTOVER_SUFFIX):
                 leftover.unlink()
         bases = sorted(
             int(match.group(1))
