@@ -28,7 +28,8 @@ STARTUP_TIMEOUT_S = 60.0
 
 @dataclass
 class ServerProcess:
-    """A `kgroups serve` subprocess; `restart()` keeps its port and data directory."""
+    """A `kgroups serve` subprocess; `start()` after `stop()`/`kill()` keeps its port and data
+    directory, so clients reconnect to the same address."""
 
     data_dir: Path
     log_path: Path
@@ -80,11 +81,6 @@ class ServerProcess:
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
 
-    def restart(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.stop()
-        self.start()
-
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
@@ -126,11 +122,6 @@ class InProcessBroker:
     @property
     def port(self) -> int:
         return self.broker.port
-
-    def call(self, coroutine_function: Callable[[], object]) -> object:
-        """Run `coroutine_function()` on the broker's loop and wait for its result."""
-        future = asyncio.run_coroutine_threadsafe(coroutine_function(), self.loop)  # type: ignore[arg-type]
-        return future.result(timeout=30)
 
 
 @pytest.fixture
