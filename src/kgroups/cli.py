@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "kgroups.broker.admin_cli",
     "kgroups.assignors.cli",
     "kgroups.records.cli",
+    "kgroups.pipeline.cli",
 )
 
 
