@@ -133,3 +133,15 @@ def test_a_compaction_cut_short_leaves_the_original_segment(tmp_path: Path) -> N
     reopened = PartitionLog.open(directory, CONFIG)
     assert not half_written.exists()
     assert contents(reopened) == before
+
+
+def test_compaction_never_moves_the_log_start(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "__consumer_offsets-0", CONFIG)
+    write(log, [(b"same", b"v%d" % i) for i in range(30)])
+    compact(log, now_ms=0)
+    assert log.log_start_offset == 0
+    first, *_, active = log.segments()
+    assert first.base_offset == 0 and first.size == 0
+    fetched = list(iter_records_raw(log.read(0, 1 << 20)))
+    assert fetched[0][0] == active.base_offset  # the fetch skips to the next record left
+    assert all(segment.size == 0 for segment in log.segments()[:-1])

@@ -176,13 +176,14 @@ class PartitionLog:
     def replace_segment(self, segment: Segment, data: bytes) -> None:
         """Swap a non-active segment's contents for `data` (whole batches, same offsets):
         written to a side file, synced, then renamed over the original, so a crash leaves
-        either the old or the new segment. Empty `data` deletes the segment."""
+        either the old or the new segment. Empty `data` deletes the segment, except the first
+        one, which stays (empty) so that compaction never moves the log start offset."""
         if segment is self._segments[-1]:
             raise ValueError("the active segment cannot be replaced")
         index = self._segments.index(segment)
         with self._sync_lock:
             self._dirty.discard(segment)
-            if not data:
+            if not data and index > 0:
                 segment.delete()
                 del self._segments[index]
                 del self._bases[index]
