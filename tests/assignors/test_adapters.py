@@ -145,6 +145,7 @@ def test_aiokafka_leader_path_with_aiokafka_types() -> None:
     )
     leader = AIOKafkaAssignor("sticky")
     follower = AIOKafkaAssignor("sticky")
+    assert leader.name == "sticky"  # how aiokafka's coordinator finds the chosen strategy
     members = {
         m: ConsumerProtocol.METADATA.decode(a.metadata({"t1"}).encode())
         for m, a in (("x", leader), ("y", follower))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -92,3 +93,9 @@ def test_missing_file_is_one_line_and_exit_1(tmp_path, capsys) -> None:
     code = main(["assign", "--strategy", "range", "--input", str(tmp_path / "absent.json")])
     assert code == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_reads_the_scenario_from_stdin(capsys, monkeypatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(SCENARIO)))
+    assert main(["assign", "--strategy", "sticky", "--input", "-"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["assignment"]) == {"c1", "c2"}

@@ -9,6 +9,7 @@ import pytest
 from kgroups.assignors import (
     AssignmentInputError,
     ClusterMetadata,
+    CooperativeStickyAssignor,
     GroupAssignment,
     MemberSubscription,
     PartitionAssignor,
@@ -166,3 +167,50 @@ def test_a_member_listed_twice_is_rejected() -> None:
     twice = [MemberSubscription.of("m", ["t"]), MemberSubscription.of("m", ["t"])]
     with pytest.raises(AssignmentInputError, match="appears twice"):
         RangeAssignor().assign(cluster, twice)
+
+
+@pytest.mark.parametrize(
+    "strategy", ["range", "roundrobin", "sticky", "cooperative-sticky", "uniform"]
+)
+def test_an_empty_group_or_unknown_topics_assign_nothing(strategy: str) -> None:
+    assignor = create_assignor(strategy)
+    assert assignor.assign(ClusterMetadata({"t": 3}), []).as_dict() == {}
+    lonely = [MemberSubscription.of("m", ["missing"])]
+    assert assignor.assign(ClusterMetadata({"t": 3}), lonely).as_dict() == {"m": {}}
+
+
+def test_cooperative_reads_the_generation_from_user_data_for_old_subscriptions() -> None:
+    """Subscriptions before v2 carry no generation; cooperative-sticky's own user data does."""
+    cluster = ClusterMetadata({"t": 2})
+    older = CooperativeStickyAssignor()
+    older.on_assignment({"t": [0, 1]}, 5)
+    members = [
+        MemberSubscription.of(
+            "m1", ["t"], {"t": [0, 1]}, user_data=older.subscription_user_data(frozenset({"t"}))
+        ),
+        MemberSubscription.of("m2", ["t"], {"t": [1]}, generation=4),
+    ]
+    result = CooperativeStickyAssignor().assign(cluster, members)
+    # m1's generation 5 beats m2's 4, so m1 owns t-1 and must revoke it before m2 gets it.
+    assert result.revoked("m1") == {"t": [1]}
+    assert result.partitions("m1") == {"t": [0]}
+    assert result.partitions("m2") == {}
+    garbled = [members[0], MemberSubscription.of("m2", ["t"], user_data=b"\x01")]
+    assert CooperativeStickyAssignor().assign(cluster, garbled).counts() == {"m1": 1, "m2": 0}
+
+
+def test_a_rack_member_with_no_replica_racks_known_still_gets_its_range() -> None:
+    topics = {"racked": {"partitions": 2, "racks": [["a"], ["b"]]}, "plain": 2}
+    members = {
+        "m1": {"topics": ["racked", "plain"], "rack": "a"},
+        "m2": {"topics": ["racked", "plain"], "rack": "b"},
+    }
+    result = _assignment("range", topics, members)
+    assert result == {"m1": {"plain": [0], "racked": [0]}, "m2": {"plain": [1], "racked": [1]}}
+
+
+def test_registry_and_choice_reject_empty_input() -> None:
+    with pytest.raises(ValueError, match="non-empty name"):
+        register_assignor("", RangeAssignor)
+    with pytest.raises(AssignmentInputError, match="no members"):
+        choose_strategy([])

@@ -64,6 +64,12 @@ def test_garbage_is_a_user_data_error(garbage: bytes) -> None:
         decode_sticky_user_data(garbage)
 
 
+def test_a_topic_name_that_is_not_utf8_is_a_user_data_error() -> None:
+    blob = b"\x00\x00\x00\x01\x00\x02\xff\xfe\x00\x00\x00\x00"
+    with pytest.raises(UserDataError, match="UTF-8"):
+        decode_sticky_user_data(blob)
+
+
 def test_a_member_with_garbage_user_data_still_gets_partitions() -> None:
     members = [
         MemberSubscription.of("m1", ["t"], user_data=b"\x01\x02\x03"),

@@ -42,21 +42,6 @@ class PartitionSpace:
     def size(self) -> int:
         return int(self.offsets[-1])
 
-    def flat(self, owned: Mapping[str, Sequence[int]], allowed: frozenset[str]) -> np.ndarray:
-        """Flat numbers of `owned` partitions that still exist and are in `allowed` topics;
-        anything else (deleted topic, shrunk count, unsubscribed topic) is dropped."""
-        chunks = []
-        for topic, partitions in owned.items():
-            position = self.index.get(topic)
-            if position is None or topic not in allowed:
-                continue
-            numbers = np.asarray(partitions, dtype=np.int64)
-            numbers = numbers[(numbers >= 0) & (numbers < self.counts[position])]
-            chunks.append(numbers + self.offsets[position])
-        if not chunks:
-            return np.empty(0, dtype=np.int64)
-        return np.unique(np.concatenate(chunks))
-
     def topic_of(self, flat: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.offsets, flat, side="right") - 1
 

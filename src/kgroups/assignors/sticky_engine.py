@@ -157,9 +157,8 @@ def _balance_topic(
     moved = False
     segment = owner[start:end]
     while True:
-        holders = np.unique(segment[segment >= 0])
-        if holders.size == 0:
-            return moved
+        # Every partition is assigned by now (the fill step ran first), so holders exist.
+        holders = np.unique(segment)
         holder_counts = counts[holders]
         heaviest = int(np.argmax(holder_counts))
         giver = holders[heaviest]
