@@ -16,6 +16,7 @@ from kgroups.broker.cluster_handlers import ProducerIdAllocator
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.events import log_event
+from kgroups.broker.producer_state import ProducerStateTable
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.config import LogConfig
@@ -76,6 +77,7 @@ class Broker:
         self.topics = TopicCatalog(self.logs)
         self.appends = AppendNotifier()
         self.producer_ids = ProducerIdAllocator()
+        self.producer_states = ProducerStateTable()
         self.registry = HandlerRegistry()
         for module_name in HANDLER_MODULES:
             importlib.import_module(module_name).install(self.registry)

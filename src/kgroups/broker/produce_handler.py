@@ -19,6 +19,7 @@ from typing import Any
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.events import log_event
+from kgroups.broker.producer_state import BatchIdentity, last_sequence
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -31,6 +32,9 @@ MAGIC_OFFSET = 16
 CURRENT_MAGIC = 2
 # Positions in the RecordBatch header tuple that kgroups.log.batch.check_batch returns.
 LAST_OFFSET_DELTA = 6
+PRODUCER_ID = 9
+PRODUCER_EPOCH = 10
+BASE_SEQUENCE = 11
 RECORD_COUNT = 12
 VALID_ACKS = (-1, 0, 1)
 
@@ -43,11 +47,14 @@ class PartitionOutcome:
     message: str | None = None
 
 
-def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes] | PartitionOutcome:
-    """The record set as one bytes object per v2 batch, or the error that refuses all of it."""
+def split_batches(
+    records: bytes, max_batch_bytes: int
+) -> list[tuple[bytes, BatchIdentity]] | PartitionOutcome:
+    """The record set as one bytes object per v2 batch (with its producer identity), or the
+    error that refuses all of it."""
     if not records:
         return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message="empty record set")
-    batches: list[bytes] = []
+    batches: list[tuple[bytes, BatchIdentity]] = []
     position = 0
     while position < len(records):
         magic_at = position + MAGIC_OFFSET
@@ -69,7 +76,9 @@ def split_batches(records: bytes, max_batch_bytes: int) -> list[bytes] | Partiti
                 ErrorCode.MESSAGE_TOO_LARGE,
                 message=f"batch of {next_position - position} bytes exceeds message.max.bytes "
                         f"{max_batch_bytes}")
-        batches.append(records[position:next_position])
+        identity = BatchIdentity(header[PRODUCER_ID], header[PRODUCER_EPOCH], header[BASE_SEQUENCE],
+                                 last_sequence(header[BASE_SEQUENCE], last_offset_delta))
+        batches.append((records[position:next_position], identity))
         position = next_position
     return batches
 
@@ -89,9 +98,20 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
                   error=batches.error.name, client=ctx.client_id)
         return batches
     base_offset = -1
+    producers = broker.producer_states
     try:
-        for batch in batches:
-            first, _ = log.append_batch(batch)
+        for batch, identity in batches:
+            verdict = producers.check(log, identity)
+            if verdict.error != ErrorCode.NONE:
+                log_event(logger, logging.INFO, "produce_rejected", topic=topic,
+                          partition=partition, error=verdict.error.name, client=ctx.client_id,
+                          producer_id=identity.producer_id)
+                return PartitionOutcome(verdict.error)
+            if verdict.duplicate_of is not None:
+                first = verdict.duplicate_of
+            else:
+                first, _ = log.append_batch(batch)
+                producers.record(log, identity, first)
             if base_offset < 0:
                 base_offset = first
     except OSError as exc:

@@ -1,0 +1,100 @@
+"""Idempotent-producer bookkeeping: drop retried batches, refuse gaps and fenced epochs.
+
+An idempotent producer numbers its batches per partition. When an acknowledgement is lost it
+resends the same batch; Kafka recognises the resend by (producer id, epoch, sequence range) and
+answers with the original offset instead of storing the records twice. Like Kafka, the last
+five batches of each producer are remembered per partition. The table lives in memory only: after
+a restart a producer's first batch is accepted whatever its sequence (Kafka rebuilds the table
+from its log; kgroups accepts the small window where a retry across a restart is stored twice).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+
+from kgroups.errors import ErrorCode
+from kgroups.log.partition_log import PartitionLog
+
+NO_PRODUCER_ID = -1
+REMEMBERED_BATCHES = 5
+INT32_MAX = 2**31 - 1
+
+
+def next_sequence(sequence: int) -> int:
+    """Sequences wrap from INT32_MAX to 0, as in Kafka."""
+    return 0 if sequence == INT32_MAX else sequence + 1
+
+
+def last_sequence(first_sequence: int, last_offset_delta: int) -> int:
+    return (first_sequence + last_offset_delta) % (INT32_MAX + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchIdentity:
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    last_sequence: int
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    epoch: int
+    # (first sequence, last sequence, base offset) of the most recent batches, oldest first.
+    batches: deque[tuple[int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=REMEMBERED_BATCHES)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """APPEND (error NONE, no offset), DUPLICATE (error NONE, the original offset) or an error."""
+
+    error: ErrorCode
+    duplicate_of: int | None = None
+
+    @property
+    def append(self) -> bool:
+        return self.error == ErrorCode.NONE and self.duplicate_of is None
+
+
+APPEND = Verdict(ErrorCode.NONE)
+
+
+class ProducerStateTable:
+    """Per partition log, per producer id: the epoch and the last batches appended."""
+
+    def __init__(self) -> None:
+        self._by_log: weakref.WeakKeyDictionary[PartitionLog, dict[int, _ProducerEntry]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def check(self, log: PartitionLog, batch: BatchIdentity) -> Verdict:
+        if batch.producer_id == NO_PRODUCER_ID:
+            return APPEND
+        entry = self._by_log.get(log, {}).get(batch.producer_id)
+        if entry is None:
+            return APPEND
+        if batch.producer_epoch < entry.epoch:
+            return Verdict(ErrorCode.INVALID_PRODUCER_EPOCH)
+        if batch.producer_epoch > entry.epoch:
+            return APPEND if batch.first_sequence == 0 else Verdict(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        for first, last, base_offset in entry.batches:
+            if (first, last) == (batch.first_sequence, batch.last_sequence):
+                return Verdict(ErrorCode.NONE, duplicate_of=base_offset)
+        newest_last = entry.batches[-1][1]
+        if batch.first_sequence == next_sequence(newest_last):
+            return APPEND
+        return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+    def record(self, log: PartitionLog, batch: BatchIdentity, base_offset: int) -> None:
+        if batch.producer_id == NO_PRODUCER_ID:
+            return
+        producers = self._by_log.setdefault(log, {})
+        entry = producers.get(batch.producer_id)
+        if entry is None or batch.producer_epoch > entry.epoch:
+            entry = producers[batch.producer_id] = _ProducerEntry(batch.producer_epoch)
+        entry.batches.append((batch.first_sequence, batch.last_sequence, base_offset))
