@@ -4,6 +4,7 @@ from the events a test declares, so a test can state what the tables must say.""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +106,13 @@ class OffsetsLogBuilder:
             members=tuple(members),
         )
         return self._append(group, [(encode_key(GroupMetadataKey(group)), encode_value(value), ts)])
+
+    def transaction_marker(self, group: str, producer_id: int, commit: bool, ts: int) -> int:
+        """The control batch ending `producer_id`'s transaction in the partition of `group`:
+        key (version 0, type 1 commit / 0 abort), value (version 0, coordinator epoch 0)."""
+        key = struct.pack(">hh", 0, 1 if commit else 0)
+        return self._append(group, [(key, struct.pack(">hi", 0, 0), ts)], control=True,
+                            transactional=True, producer_id=producer_id, producer_epoch=0)
 
     def delete_group(self, group: str, ts: int) -> int:
         return self._append(group, [(encode_key(GroupMetadataKey(group)), None, ts)])

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from kgroups.pipeline.discovery import InputNotFoundError
+from kgroups.pipeline.discovery import InputNotFoundError, find_inputs
 
 
 def _epoch_ms(text: str) -> int:
@@ -58,16 +58,18 @@ def run(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         print("kgroups analyze: --since is after --until", file=sys.stderr)
         return 2
+    # Listing first means a wrong PATH is reported in a second, before a JVM starts.
+    try:
+        inputs = find_inputs(args.paths)
+    except (InputNotFoundError, OSError) as exc:
+        print(f"kgroups analyze: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     spark = build_session(args.master)
     try:
         with StepProgress(spark, enabled=not args.quiet) as progress:
-            result = run_analysis(
-                spark, args.paths, args.out, TimeWindow(args.since, args.until), progress
-            )
-    except InputNotFoundError as exc:
-        print(f"kgroups analyze: {exc}", file=sys.stderr)
-        return 2
+            result = run_analysis(spark, args.paths, args.out,
+                                  TimeWindow(args.since, args.until), progress, inputs)
     finally:
         spark.stop()
     print(

@@ -102,7 +102,8 @@ def rebalances(events: Iterable[GroupEvent]) -> list[Rebalance]:
 
 
 class PartitionStatus(IntEnum):
-    """Burrow's partition verdicts, ordered by severity so a group takes its worst one."""
+    """Burrow's partition verdicts, ordered by severity: a group's status is its worst
+    partition's (tables.lag ranks them in this order)."""
 
     OK = 0
     WARN = 1
@@ -142,7 +143,3 @@ def partition_status(
         return PartitionStatus.WARN
     return PartitionStatus.OK
 
-
-def group_status(statuses: Iterable[PartitionStatus]) -> PartitionStatus:
-    """A group is as bad as its worst partition (OK when it has none)."""
-    return max(statuses, default=PartitionStatus.OK)

@@ -50,17 +50,20 @@ def run_analysis(
     out: str,
     window: tables.TimeWindow | None = None,
     progress: StepProgress | None = None,
+    inputs: LogInputs | None = None,
 ) -> AnalysisResult:
     """Analyse the __consumer_offsets segments under `paths` into `out`.
 
-    Raises discovery.InputNotFoundError when there is nothing to analyse; damaged segments do
-    not raise, they are counted, logged and listed in the report.
+    `inputs` saves a second listing when the caller already ran `find_inputs(paths)`. Raises
+    discovery.InputNotFoundError when there is nothing to analyse; damaged segments do not
+    raise, they are counted, logged and listed in the report.
     """
     window = window or tables.TimeWindow()
     steps = progress or StepProgress(spark, enabled=False)
     started = time.monotonic()
-    with steps.step("finding segment files"):
-        inputs: LogInputs = find_inputs(paths)
+    if inputs is None:
+        with steps.step("finding segment files"):
+            inputs = find_inputs(paths)
     log.info("%d __consumer_offsets segments, %d topic segments",
              len(inputs.offsets_segments), len(inputs.topic_segments))
 
