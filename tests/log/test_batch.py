@@ -186,3 +186,12 @@ def test_a_record_count_that_lies_is_corruption() -> None:
 def test_an_empty_batch_cannot_be_built() -> None:
     with pytest.raises(ValueError, match="at least one record"):
         build_batch([])
+
+
+def test_lz4_batches_use_independent_blocks_as_kafkas_java_reader_needs() -> None:
+    big = [(b"k%d" % i, bytes(range(256)) * 4, i) for i in range(200)]  # > one 64 KiB block
+    data = build_batch(big, compression=Compression.LZ4)
+    frame = data[61:]
+    assert frame[:4] == b"\x04\x22\x4d\x18"
+    assert frame[4] & 0x20  # FLG: block independence
+    assert [r.value for r in decode_batch(data)[0].records] == [v for _, v, _ in big]

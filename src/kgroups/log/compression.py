@@ -39,7 +39,7 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec is Compression.SNAPPY:
         return _xerial_snappy(data)
     if codec is Compression.LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return _lz4_frame(data)
     return bytes(cramjam.zstd.compress(data))
 
 
@@ -60,6 +60,14 @@ def decompress(codec: Compression, data: bytes) -> bytes:
     except cramjam.DecompressionError as exc:
         raise CompressionError(f"{codec.name.lower()} data does not decompress: {exc}") from exc
     raise CompressionError(f"unknown compression codec {int(codec)}")
+
+
+def _lz4_frame(data: bytes) -> bytes:
+    """An LZ4 frame with independent blocks: Kafka's Java reader decompresses each block on its
+    own, so linked blocks (cramjam's default) would break batches over one 64 KiB block."""
+    compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+    compressor.compress(data)
+    return bytes(compressor.finish())
 
 
 def _xerial_snappy(data: bytes) -> bytes:
