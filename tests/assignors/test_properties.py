@@ -130,3 +130,36 @@ def test_result_does_not_depend_on_member_order(
     shuffler.shuffle(members)
     shuffled = {"topics": scenario["topics"], "members": dict(members)}
     assert assign_scenario(strategy, shuffled) == assign_scenario(strategy, scenario)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.integers(1, 9), min_size=1),
+    st.integers(2, 7),
+    st.booleans(),
+    st.sampled_from(STICKY_FAMILY),
+)
+def test_when_one_member_joins_or_leaves_only_its_share_moves(
+    topics: dict, member_count: int, joins: bool, strategy: str
+) -> None:
+    """Equal subscriptions: members who stay never trade partitions among themselves; they
+    only hand some to a newcomer or take over a leaver's."""
+    members = {f"c{i}": {"topics": sorted(topics)} for i in range(member_count)}
+    before = assign_scenario(strategy, {"topics": topics, "members": members})["assignment"]
+    changed = "c-new" if joins else "c0"
+    after_members = {m: spec for m, spec in members.items() if m != changed}
+    if joins:
+        after_members[changed] = {"topics": sorted(topics)}
+    after = assign_scenario(
+        strategy,
+        _next_round({"topics": topics, "members": after_members}, before | {"c-new": {}}, 5),
+    )
+    owner_before = {(t, p): m for m, t, p in _pairs(before)}
+    for member, topic, partition in _pairs(after["assignment"]):
+        previous = owner_before[(topic, partition)]
+        to_newcomer = joins and member == changed
+        from_leaver = not joins and previous == changed
+        assert previous == member or to_newcomer or from_leaver, f"{topic}-{partition} moved"
+    counts = [sum(map(len, a.values())) for a in after["assignment"].values()]
+    if strategy != "cooperative-sticky":
+        assert max(counts) - min(counts) <= 1

@@ -45,7 +45,6 @@ class _Subscriptions:
             positions = [space.index[t] for t in topics if t in space.index]
             self.matrix[g, positions] = True
         self.identical = bool((self.matrix == self.matrix[:1]).all()) if len(group_of) else True
-        self.space = space
 
     def subscribes(self, members: np.ndarray, topic_positions: np.ndarray) -> np.ndarray:
         return self.matrix[self.group[members], topic_positions]
