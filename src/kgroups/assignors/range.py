@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import islice
 
 import numpy as np
 
@@ -128,9 +129,9 @@ class RangeAssignor(PartitionAssignor):
         for consumer in state.consumers:
             if not state.unassigned:
                 return
-            room = state.room(consumer)
-            chosen = [
+            candidates = (
                 p for p in state.unassigned if not rack_local or state.racks_match(consumer, p)
-            ][:room]
+            )
+            chosen = list(islice(candidates, state.room(consumer)))
             if chosen:
                 state.give(consumer, chosen, owner, offset)
