@@ -30,6 +30,7 @@ __all__ = [
     "iter_batches",
     "iter_records_raw",
     "peek_batch_header",
+    "read_varint",
     "records_of",
 ]
 
@@ -319,7 +320,9 @@ def iter_records_raw(
         pos = end
 
 
-def _slow_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int, int]:
+    """A zigzag varint of any length ending before `stop` (the record walks inline the 1-byte
+    case and call this for the rest); `batch_pos` names the batch in errors."""
     result = 0
     shift = 0
     while True:
@@ -392,7 +395,7 @@ def _parse_section(
             record_end = pos + 2 + ((zigzag >> 1) ^ -(zigzag & 1))
             pos += 3
         else:
-            length, pos = _slow_varint(data, pos, stop, batch_pos)
+            length, pos = read_varint(data, pos, stop, batch_pos)
             record_end = pos + length
             pos += 1
         if record_end > stop or record_end < pos:
@@ -402,19 +405,19 @@ def _parse_section(
             ts_delta = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            ts_delta, pos = _slow_varint(data, pos, record_end, batch_pos)
+            ts_delta, pos = read_varint(data, pos, record_end, batch_pos)
         b = data[pos]
         if b < 0x80:
             offset_delta = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            offset_delta, pos = _slow_varint(data, pos, record_end, batch_pos)
+            offset_delta, pos = read_varint(data, pos, record_end, batch_pos)
         b = data[pos]
         if b < 0x80:
             size = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            size, pos = _slow_varint(data, pos, record_end, batch_pos)
+            size, pos = read_varint(data, pos, record_end, batch_pos)
         if size < 0:
             key = None
         else:
@@ -425,7 +428,7 @@ def _parse_section(
             size = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            size, pos = _slow_varint(data, pos, record_end, batch_pos)
+            size, pos = read_varint(data, pos, record_end, batch_pos)
         if size < 0:
             value = None
         else:
@@ -456,10 +459,10 @@ def _parse_section(
 def _read_headers(
     data: bytes, pos: int, record_end: int, batch_pos: int
 ) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
-    count, pos = _slow_varint(data, pos, record_end, batch_pos)
+    count, pos = read_varint(data, pos, record_end, batch_pos)
     headers = []
     for _ in range(count):
-        name_len, pos = _slow_varint(data, pos, record_end, batch_pos)
+        name_len, pos = read_varint(data, pos, record_end, batch_pos)
         if name_len < 0 or pos + name_len > record_end:
             raise BatchCorruptError(f"batch at byte {batch_pos}: bad header name", pos)
         try:
@@ -469,7 +472,7 @@ def _read_headers(
                 f"batch at byte {batch_pos}: header name is not UTF-8", pos
             ) from exc
         pos += name_len
-        value_len, pos = _slow_varint(data, pos, record_end, batch_pos)
+        value_len, pos = read_varint(data, pos, record_end, batch_pos)
         value = None
         if value_len >= 0:
             value = data[pos : pos + value_len]
