@@ -163,3 +163,33 @@ def test_when_one_member_joins_or_leaves_only_its_share_moves(
     counts = [sum(map(len, a.values())) for a in after["assignment"].values()]
     if strategy != "cooperative-sticky":
         assert max(counts) - min(counts) <= 1
+
+
+@st.composite
+def racked_groups(draw: st.DrawFn) -> dict:
+    """Groups whose members and partitions carry racks (some members without one)."""
+    racks = ["r1", "r2", "r3"]
+    scenario = draw(groups())
+    for topic, count in list(scenario["topics"].items()):
+        replica_racks = [
+            draw(st.lists(st.sampled_from(racks), unique=True, max_size=2)) for _ in range(count)
+        ]
+        scenario["topics"][topic] = {"partitions": count, "racks": replica_racks}
+    for spec in scenario["members"].values():
+        rack = draw(st.sampled_from([None, *racks]))
+        if rack is not None:
+            spec["rack"] = rack
+    return scenario
+
+
+@settings(max_examples=150, deadline=None)
+@given(racked_groups())
+def test_range_keeps_per_topic_quotas_whatever_the_racks(scenario: dict) -> None:
+    result = assign_scenario("range", scenario)["assignment"]
+    for topic, spec in scenario["topics"].items():
+        subscribers = [m for m, s in scenario["members"].items() if topic in s["topics"]]
+        if not subscribers:
+            continue
+        sizes = sorted(len(result[m].get(topic, [])) for m in subscribers)
+        share, extra = divmod(spec["partitions"], len(subscribers))
+        assert sizes == [share] * (len(subscribers) - extra) + [share + 1] * extra
