@@ -4,8 +4,8 @@ Each connection reads frames and starts one task per request, so a slow handler 
 poll, a JoinGroup waiting for the rebalance) does not stop the next request from being
 *processed*, while responses still leave in the order the requests came, as Kafka clients
 require. Memory per connection is bounded: a frame over socket.request.max.bytes is refused
-before it is read, and at most queued.max.requests requests are in flight; beyond that the
-reader stops reading and TCP pushes back on the client.
+before it is read, at most queued.max.requests requests are in flight, and reading pauses
+while the client leaves its responses unread; TCP then pushes back on the client.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import logging
 import struct
+from collections import deque
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
@@ -43,7 +45,9 @@ class ConnectionClosed(Exception):
 
 
 class Connection:
-    """One client socket: a reader loop that dispatches and a writer loop that answers in order."""
+    """One client socket. The reader loop starts a task per request; each task's completion
+    flushes, in request order, every response that is ready. No responder task or queue sits
+    between them: on a busy connection that saves several event-loop turns per request."""
 
     def __init__(
         self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -51,22 +55,30 @@ class Connection:
         self._broker = broker
         self._reader = reader
         self._writer = writer
+        self._loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         self.client_host = peer[0] if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         config = broker.config
         self._max_frame = config.socket_request_max_bytes
         self._idle_timeout = config.connections_max_idle_ms / 1000
-        self._pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
-            maxsize=max(1, config.queued_max_requests)
-        )
+        self._max_in_flight = max(1, config.queued_max_requests)
+        # Requests in arrival order; the head is the next response owed to the client.
+        self._in_flight: deque[asyncio.Task[bytes | None]] = deque()
+        self._room = asyncio.Event()  # set while fewer than _max_in_flight requests are open
+        self._room.set()
+        self._all_answered = asyncio.Event()  # set while nothing is in flight
+        self._all_answered.set()
+        self._last_activity = self._loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closed = False  # a close reason has been logged; stop reading and answering
 
     async def serve(self) -> None:
         """Read until the client leaves or misbehaves, then deliver what is still owed to it.
 
-        When the broker shuts down (this task is cancelled) nothing more is delivered: the
-        responder and every request still in flight are cancelled instead of awaited."""
-        responder = asyncio.create_task(self._respond())
+        When the broker shuts down (this task is cancelled) nothing more is delivered: every
+        request still in flight is cancelled instead of awaited."""
+        self._idle_timer = self._loop.call_later(self._idle_timeout, self._check_idle)
         shutting_down = False
         try:
             await self._read_requests()
@@ -76,51 +88,62 @@ class Connection:
             log_event(logger, logging.DEBUG, "connection_lost", peer=self.peer)
         except asyncio.CancelledError:
             shutting_down = True
-            self._cancel_in_flight(responder)
+            self._cancel_in_flight()
             raise
         finally:
+            self._idle_timer.cancel()
             if not shutting_down:
-                await self._pending.put(None)
-                with contextlib.suppress(ConnectionError):
-                    await responder
+                await self._all_answered.wait()
             self._writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.wait_closed()
 
-    def _cancel_in_flight(self, responder: asyncio.Task[None]) -> None:
-        responder.cancel()
-        while not self._pending.empty():
-            task = self._pending.get_nowait()
-            if task is not None:
-                task.cancel()
+    def _cancel_in_flight(self) -> None:
+        for task in self._in_flight:
+            task.cancel()
+        self._in_flight.clear()
+        self._all_answered.set()
+
+    def _close(self, level: int, reason: str, **fields: Any) -> None:
+        """Log why (once) and close the socket; the reader then sees EOF and stops."""
+        if self._closed:
+            return
+        self._closed = True
+        log_event(logger, level, "connection_closed", peer=self.peer, reason=reason, **fields)
+        self._writer.close()
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
-        log_event(logger, logging.WARNING, "connection_closed", peer=self.peer, reason=reason,
-                  **fields)
+        self._close(logging.WARNING, reason, **fields)
         return ConnectionClosed(reason)
 
+    def _check_idle(self) -> None:
+        """connections.max.idle.ms: nothing read or written and nothing in flight that long.
+        One timer per connection, re-armed lazily, instead of a timeout around every read."""
+        idle_for = self._loop.time() - self._last_activity
+        if self._in_flight or idle_for < self._idle_timeout:
+            delay = self._idle_timeout if self._in_flight else self._idle_timeout - idle_for
+            self._idle_timer = self._loop.call_later(delay, self._check_idle)
+            return
+        self._close(logging.WARNING, "idle", idle_ms=int(self._idle_timeout * 1000))
+
     async def _read_frame(self) -> bytes | None:
-        # asyncio.timeout rather than wait_for: wait_for wraps each read in a new task, a
-        # measurable cost on every request.
         try:
-            async with asyncio.timeout(self._idle_timeout):
-                prefix = await self._reader.readexactly(4)
+            prefix = await self._reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
-            if exc.partial:
+            if exc.partial and not self._closed:
                 raise self._refuse("truncated_size_prefix", received=len(exc.partial)) from None
             return None
-        except TimeoutError:
-            raise self._refuse("idle", idle_ms=int(self._idle_timeout * 1000)) from None
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
         try:
-            async with asyncio.timeout(self._idle_timeout):
-                return await self._reader.readexactly(size)
+            frame = await self._reader.readexactly(size)
         except asyncio.IncompleteReadError as exc:
+            if self._closed:
+                return None
             raise self._refuse("truncated_frame", size=size, received=len(exc.partial)) from None
-        except TimeoutError:
-            raise self._refuse("frame_stalled", size=size) from None
+        self._last_activity = self._loop.time()
+        return frame
 
     async def _read_requests(self) -> None:
         registry = self._broker.registry
@@ -140,7 +163,7 @@ class Connection:
                 # newer client can retry with a version both sides know.
                 log_event(logger, logging.INFO, "api_versions_fallback", peer=self.peer,
                           version=api_version)
-                await self._enqueue(self._unsupported_api_versions(correlation_id))
+                await self._submit(self._unsupported_api_versions(correlation_id))
                 continue
             try:
                 request = decode_request(frame)
@@ -149,10 +172,19 @@ class Connection:
                                    error=exc) from None
             ctx = RequestContext(api_key, api_version, correlation_id, request.client_id,
                                  self.client_host, self._broker)
-            await self._enqueue(self._dispatch(handler, ctx, request.body))
+            await self._submit(self._dispatch(handler, ctx, request.body))
 
-    async def _enqueue(self, work: Any) -> None:
-        await self._pending.put(asyncio.create_task(work))
+    async def _submit(self, work: Coroutine[Any, Any, bytes | None]) -> None:
+        """Start a request; then, before reading on, wait while too many are open or while
+        the client is not reading its responses (the transport's buffer is over its mark)."""
+        task = self._loop.create_task(work)
+        self._in_flight.append(task)
+        self._all_answered.clear()
+        if len(self._in_flight) >= self._max_in_flight:
+            self._room.clear()
+        task.add_done_callback(self._flush)
+        await self._room.wait()
+        await self._writer.drain()
 
     async def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         response = ApiVersionsResponse(
@@ -170,32 +202,29 @@ class Connection:
             return None
         return encode_response(ctx.correlation_id, response)
 
-    async def _respond(self) -> None:
-        """Answer in request order; a failing handler closes the connection (Kafka's behaviour
-        for an exception it cannot map to an error code) after logging it."""
-        failed = False
-        while (task := await self._pending.get()) is not None:
-            if failed:
-                task.cancel()
+    def _flush(self, _finished: asyncio.Task[bytes | None]) -> None:
+        """Write every response that is ready at the head, in request order. A failing handler
+        closes the connection (Kafka's behaviour for an exception it cannot map to an error
+        code) after logging it; the requests behind it are cancelled."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].done():
+            task = in_flight.popleft()
+            if task.cancelled():
                 continue
-            try:
-                data = await task
-            except Exception as exc:
-                logger.exception("handler failed peer=%s", self.peer)
-                log_event(logger, logging.ERROR, "connection_closed", peer=self.peer,
-                          reason="handler_failed", error=repr(exc))
-                failed = True
-                self._reader.feed_eof()
-                self._writer.close()
-                continue
-            if data is None:
-                continue
-            try:
+            error = task.exception()
+            if error is not None:
+                logger.error("handler failed peer=%s", self.peer, exc_info=error)
+                self._close(logging.ERROR, "handler_failed", error=repr(error))
+                self._cancel_in_flight()
+                break
+            data = task.result()
+            if data is not None and not self._closed and not self._writer.is_closing():
                 self._writer.write(data)
-                await self._writer.drain()
-            except ConnectionError:
-                failed = True
-                self._reader.feed_eof()
+                self._last_activity = self._loop.time()
+        if len(in_flight) < self._max_in_flight:
+            self._room.set()
+        if not in_flight:
+            self._all_answered.set()
 
 
 class BrokerServer:
