@@ -70,6 +70,7 @@ def test_compare_adds_balance_and_moves(tmp_path, capsys) -> None:
         ("{not json", "range", "is not valid JSON"),
         ({"topics": {"t1": 1}, "members": {"c": {"topics": ["nope"]}}}, "sticky", "no known topic"),
         ({"topics": {"t1": -1}, "members": {"c": {"topics": ["t1"]}}}, "range", "partitions must"),
+        ({"topics": {"t1": 2**31}, "members": {"c": {"topics": ["t1"]}}}, "range", "from 0 to"),
         ({"topics": {"t1": 1}, "members": {}}, "range", '"members" must be'),
         ({"topics": {"t1": 1}, "members": {"c": {"topics": "t1"}}}, "range", "list of topic"),
         (

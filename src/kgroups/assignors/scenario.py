@@ -27,6 +27,10 @@ from kgroups.assignors.model import (
 from kgroups.assignors.space import GroupAssignment
 
 
+# Partition ids are int32 on the wire, so no topic can have more.
+MAX_PARTITIONS = 2**31 - 1
+
+
 def _need(condition: bool, message: str) -> None:
     if not condition:
         raise AssignmentInputError(message)
@@ -46,7 +50,10 @@ def parse_cluster(topics: Any) -> ClusterMetadata:
             replica_racks = spec.get("racks")
         else:
             count, replica_racks = spec, None
-        _need(_is_int(count) and count >= 0, f"topic {topic!r}: partitions must be an integer >= 0")
+        _need(
+            _is_int(count) and 0 <= count <= MAX_PARTITIONS,
+            f"topic {topic!r}: partitions must be an integer from 0 to {MAX_PARTITIONS}",
+        )
         counts[topic] = count
         if replica_racks is not None:
             _need(
