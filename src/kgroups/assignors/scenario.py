@@ -26,7 +26,6 @@ from kgroups.assignors.model import (
 )
 from kgroups.assignors.space import GroupAssignment
 
-
 # Partition ids are int32 on the wire, so no topic can have more.
 MAX_PARTITIONS = 2**31 - 1
 
