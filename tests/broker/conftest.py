@@ -14,9 +14,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -24,6 +25,7 @@ from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig
 
 STARTUP_TIMEOUT_S = 60.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -122,6 +124,11 @@ class InProcessBroker:
     @property
     def port(self) -> int:
         return self.broker.port
+
+    def call(self, coroutine_function: Callable[[], Awaitable[T]]) -> T:
+        """Run `coroutine_function()` on the broker's loop and wait for its result."""
+        future = asyncio.run_coroutine_threadsafe(coroutine_function(), self.loop)  # type: ignore[arg-type]
+        return future.result(timeout=30)
 
 
 @pytest.fixture

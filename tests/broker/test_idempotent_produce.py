@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from broker_wire_helpers import connect, create_topic, list_offsets_request, produce_request
 from conftest import InProcessBroker
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgroups.broker.producer_state import (
@@ -78,6 +78,7 @@ def test_sequences_wrap_at_int32_max() -> None:
     assert last_sequence(INT32_MAX, 1) == 0
 
 
+@settings(deadline=None)
 @given(sizes=st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=20),
        resend=st.data())
 def test_any_recent_batch_resent_is_a_duplicate_and_the_next_one_appends(
