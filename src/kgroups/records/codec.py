@@ -76,6 +76,21 @@ _GROUP_METADATA_KEY_TYPE = 2
 _TYPE_AND_LEN = struct.Struct(">hh")  # key type, then the group's string length
 _V3_HEAD = struct.Struct(">hqih")  # version, offset, leaderEpoch, metadata length
 
+# OffsetCommitKey and OffsetCommitValue are frozen dataclasses, whose __init__ goes through
+# object.__setattr__ per field. They are nearly every record of an offsets log, so the fast
+# paths fill their slots through the slot descriptors directly (about twice as fast). These
+# checks keep that honest if the schema ever gains a field.
+if tuple(f.name for f in dataclasses.fields(OffsetCommitKey)) != (
+    "group", "topic", "partition", "version"
+) or tuple(f.name for f in dataclasses.fields(OffsetCommitValue)) != (
+    "offset", "metadata", "commit_timestamp", "leader_epoch", "expire_timestamp"
+):
+    raise ImportError("OffsetCommitKey/OffsetCommitValue fields changed; update codec fast paths")
+_set_key_group = OffsetCommitKey.__dict__["group"].__set__
+_set_key_topic = OffsetCommitKey.__dict__["topic"].__set__
+_set_key_partition = OffsetCommitKey.__dict__["partition"].__set__
+_set_key_version = OffsetCommitKey.__dict__["version"].__set__
+
 
 # ---------------------------------------------------------------------------------------- keys
 
@@ -127,12 +142,12 @@ def _decode_key_uncached(data: bytes) -> RecordKey:
             (topic_len,) = INT16.unpack_from(data, group_end)
             topic_end = group_end + 2 + topic_len
             if topic_len >= 0 and topic_end + 4 == len(data):
-                return OffsetCommitKey(
-                    data[4:group_end].decode(),
-                    data[group_end + 2 : topic_end].decode(),
-                    INT32.unpack_from(data, topic_end)[0],
-                    key_type,
-                )
+                key = _new_object(OffsetCommitKey)
+                _set_key_group(key, data[4:group_end].decode())
+                _set_key_topic(key, data[group_end + 2 : topic_end].decode())
+                _set_key_partition(key, INT32.unpack_from(data, topic_end)[0])
+                _set_key_version(key, key_type)
+                return key
     except (struct.error, UnicodeDecodeError):
         pass
     return _decode_key_checked(data)
@@ -295,14 +310,6 @@ def _decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     return _decode_offset_commit_value_checked(data)
 
 
-# OffsetCommitValue is a frozen dataclass, whose __init__ goes through object.__setattr__ per
-# field; it is the most common value in any offsets log, so the fast path above fills its slots
-# through their descriptors directly (about twice as fast). The check keeps that honest if the
-# schema ever gains a field.
-if tuple(f.name for f in dataclasses.fields(OffsetCommitValue)) != (
-    "offset", "metadata", "commit_timestamp", "leader_epoch", "expire_timestamp"
-):
-    raise ImportError("OffsetCommitValue fields changed; update the codec's fast path")
 _new_object = object.__new__
 _set_offset = OffsetCommitValue.__dict__["offset"].__set__
 _set_metadata = OffsetCommitValue.__dict__["metadata"].__set__
