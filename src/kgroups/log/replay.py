@@ -38,6 +38,7 @@ _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 = ABORT, 1 = COMMIT)
 _COMMIT = 1
 _GENERAL_PATH = CONTROL | TRANSACTIONAL | COMPRESSION_MASK | TIMESTAMP_LOG_APPEND
 _key = itemgetter(2)
+_offset = itemgetter(0)
 
 
 class LatestPerKey:
@@ -113,7 +114,7 @@ class LatestPerKey:
 
     def records(self) -> list[RawRecord]:
         """Each key's last committed record, in offset order (tombstones included)."""
-        return sorted(self._latest.values())
+        return sorted(self._latest.values(), key=_offset)
 
 
 def latest_per_key(chunks: Iterable[bytes]) -> list[RawRecord]:
