@@ -22,7 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kgroups",
-        description="Kafka consumer groups in Python: broker, coordinator, log, assignors, pipeline",
+        description="Kafka consumer groups: broker, coordinator, log, assignors, pipeline",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
