@@ -6,12 +6,13 @@ batches (one OffsetCommit request per batch, as a coordinator writes them), some
 records with three members each, some offset and group tombstones. Then replays every partition
 into a fresh GroupCoordinator the way a broker taking over the partitions would:
 
-    segment bytes -> kgroups.log.replay.LatestPerKey (last record per key, CRC-checked)
+    segment bytes -> kgroups.coordinator.latest_values (last raw value per key, CRC-checked)
                   -> PartitionImage.apply_raw (decodes only the survivors)
                   -> GroupCoordinator.load_image
 
-and, as the named peer measured in the same run, the naive path over a prefix of the same log:
-decode every record into the record model and feed them all to load_partition.
+and, as named peers measured in the same run on the largest partition: the naive path over a
+prefix (decode every record into the record model and feed them all to load_partition), and
+kgroups.log.replay.LatestPerKey, the log's general last-record-per-key walker, for the fold.
 
     .venv/bin/python bench/replay.py [--records N] [--partitions P] [--groups G]
 """
@@ -29,6 +30,7 @@ from kgroups.coordinator import (
     GroupCoordinator,
     GroupCoordinatorConfig,
     PartitionImage,
+    latest_values,
     partition_for,
 )
 from kgroups.log.batch import build_batch, iter_records_raw
@@ -136,12 +138,10 @@ def partition_bytes(log: PartitionLog) -> bytes:
 def bulk_replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> dict[str, float]:
     """The fast path; returns seconds spent in each stage."""
     started = time.perf_counter()
-    table = LatestPerKey()
-    table.add(data)
-    survivors = table.records()
+    survivors, walked = latest_values(data)
     folded = time.perf_counter()
     image = PartitionImage()
-    image.apply_raw((key, value) for _, _, key, value in survivors)
+    image.apply_raw(survivors.items())
     decoded_at = time.perf_counter()
     coordinator.load_image(partition, image, NOW)
     loaded = time.perf_counter()
@@ -150,7 +150,7 @@ def bulk_replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> d
         "decode": decoded_at - folded,
         "load": loaded - decoded_at,
         "survivors": len(survivors),
-        "walked": table.records_seen,
+        "walked": walked,
     }
 
 
@@ -199,6 +199,7 @@ def main() -> None:
     totals = dict.fromkeys(("read", "fold", "decode", "load", "survivors", "walked"), 0.0)
     largest = (0, b"")
     started = time.perf_counter()
+    cpu_started = time.process_time()
     for partition, log in enumerate(logs):
         read_started = time.perf_counter()
         data = partition_bytes(log)
@@ -208,15 +209,27 @@ def main() -> None:
         if len(data) > len(largest[1]):
             largest = (partition, data)
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_started
     walked = int(totals["walked"])
     rate = walked / elapsed
     groups = len(coordinator.group_views())
     print(
         f"bulk replay: {walked:,} records, {int(totals['survivors']):,} live keys, "
-        f"{groups:,} groups in {elapsed:.2f} s = {rate:,.0f} records/s"
+        f"{groups:,} groups in {elapsed:.2f} s = {rate:,.0f} records/s "
+        f"(CPU {cpu:.2f} s = {walked / cpu:,.0f} records/CPU-s)"
     )
     for stage in ("read", "fold", "decode", "load"):
         print(f"  {stage:<7}{totals[stage]:7.2f} s  ({totals[stage] / elapsed:5.1%})")
+    fold_started = time.perf_counter()
+    latest_values(largest[1])
+    fast_fold = time.perf_counter() - fold_started
+    fold_started = time.perf_counter()
+    LatestPerKey().add(largest[1])
+    general_fold = time.perf_counter() - fold_started
+    print(
+        f"fold of partition {largest[0]}: latest_values {fast_fold:.2f} s, "
+        f"LatestPerKey {general_fold:.2f} s ({general_fold / fast_fold:.1f}x)"
+    )
     count, seconds = naive_replay(largest[0], largest[1], args.peer_records, args.partitions)
     peer_rate = count / seconds
     print(f"peer (decode every record, then load): {count:,} records = {peer_rate:,.0f} records/s")

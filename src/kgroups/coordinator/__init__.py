@@ -20,6 +20,9 @@ API (everything below is exported here):
     fx = coordinator.unload_partition(p, now)          # parked requests get NOT_COORDINATOR
     partition_for(group_id, num_partitions)            # where a group lives (Kafka's formula)
 
+Bulk load (a big log): `latest, _ = latest_values(partition_bytes)`, then
+`image = PartitionImage(); image.apply_raw(latest.items()); core.load_image(p, image, now)`.
+
 JoinGroup and SyncGroup may be answered in a later call's effects (when the rebalance completes);
 the leader's SyncGroup, OffsetCommit, a static member's replacement, OffsetDelete and
 DeleteGroups are answered only after `write_completed` for their write. See docs/coordinator.md.
@@ -62,6 +65,7 @@ from kgroups.coordinator.api import (
     SyncGroupResponse,
     TopicPartitionErrors,
 )
+from kgroups.coordinator.bulk_load import latest_values
 from kgroups.coordinator.config import GroupCoordinatorConfig
 from kgroups.coordinator.coordinator import GroupCoordinator
 from kgroups.coordinator.effects import Effects, GroupEvent, Reply, Write
@@ -116,5 +120,6 @@ __all__ = [
     "SyncGroupResponse",
     "TopicPartitionErrors",
     "Write",
+    "latest_values",
     "partition_for",
 ]
