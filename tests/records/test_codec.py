@@ -266,3 +266,11 @@ def test_versions_after_4_are_read_with_the_flexible_layout() -> None:
     }
     group = GroupMetadataValue("consumer", 1, None, None, 3)
     assert decode_value(GroupMetadataKey("g"), b"\x00\x06" + encode_value(group, 4)[2:]) == group
+
+
+def test_malformed_group_metadata_names_the_member_field() -> None:
+    member = MemberMetadata("m", "c", "h", 10, 20, b"sub", b"asg")
+    data = encode_value(GroupMetadataValue("consumer", 1, "range", "m", 5, (member, member)))
+    with pytest.raises(RecordDecodeError, match=r"v3 members\[1\]\.assignment at byte") as caught:
+        decode_value(GroupMetadataKey("g"), data[:-2])
+    assert caught.value.position == len(data) - 3

@@ -343,6 +343,28 @@ def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
 
 
 def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    """Read once with constant field labels (building a label per field of every member costs
+    more than the reading), and only on failure again with exact ones for the message."""
+    try:
+        return _read_group_metadata_value(data, named=False)
+    except RecordDecodeError:
+        return _read_group_metadata_value(data, named=True)
+
+
+_MEMBER_FIELDS = (
+    "memberId", "groupInstanceId", "clientId", "clientHost", "rebalanceTimeout",
+    "sessionTimeout", "subscription", "assignment",
+)
+_QUIET_LABEL = "GroupMetadataValue"
+_QUIET_MEMBER_LABELS = (_QUIET_LABEL,) * (len(_MEMBER_FIELDS) + 1)
+
+
+def _member_labels(what: str, index: int) -> tuple[str, ...]:
+    where = f"{what} members[{index}]"
+    return (where, *(f"{where}.{field}" for field in _MEMBER_FIELDS))
+
+
+def _read_group_metadata_value(data: bytes, *, named: bool) -> GroupMetadataValue:
     version, pos = read_int16(data, 0, "GroupMetadataValue version")
     if version < 0:
         raise RecordDecodeError(f"cannot read GroupMetadataValue at byte 0: version {version}", 0)
@@ -352,32 +374,35 @@ def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     string = read_compact_string if flexible else read_string
     nullable = read_compact_nullable_string if flexible else read_nullable_string
     blob = read_compact_bytes if flexible else read_bytes
-    protocol_type, pos = string(data, pos, f"{what} protocolType")
-    generation, pos = read_int32(data, pos, f"{what} generation")
-    protocol, pos = nullable(data, pos, f"{what} protocol")
-    leader, pos = nullable(data, pos, f"{what} leader")
+    label = what if named else _QUIET_LABEL
+    protocol_type, pos = string(data, pos, f"{label} protocolType" if named else label)
+    generation, pos = read_int32(data, pos, f"{label} generation" if named else label)
+    protocol, pos = nullable(data, pos, f"{label} protocol" if named else label)
+    leader, pos = nullable(data, pos, f"{label} leader" if named else label)
     current_state_timestamp = -1
     if version >= 2:
-        current_state_timestamp, pos = read_int64(data, pos, f"{what} currentStateTimestamp")
+        current_state_timestamp, pos = read_int64(
+            data, pos, f"{label} currentStateTimestamp" if named else label
+        )
     counter = read_compact_array_length if flexible else array_length
-    count, pos = counter(data, pos, f"{what} members")
+    count, pos = counter(data, pos, f"{label} members" if named else label)
     members = []
     for index in range(count):
-        where = f"{what} members[{index}]"
-        member_id, pos = string(data, pos, f"{where}.memberId")
+        labels = _member_labels(what, index) if named else _QUIET_MEMBER_LABELS
+        member_id, pos = string(data, pos, labels[1])
         instance_id = None
         if version >= 3:
-            instance_id, pos = nullable(data, pos, f"{where}.groupInstanceId")
-        client_id, pos = string(data, pos, f"{where}.clientId")
-        client_host, pos = string(data, pos, f"{where}.clientHost")
+            instance_id, pos = nullable(data, pos, labels[2])
+        client_id, pos = string(data, pos, labels[3])
+        client_host, pos = string(data, pos, labels[4])
         rebalance_timeout = None
         if version >= 1:
-            rebalance_timeout, pos = read_int32(data, pos, f"{where}.rebalanceTimeout")
-        session_timeout, pos = read_int32(data, pos, f"{where}.sessionTimeout")
-        subscription, pos = blob(data, pos, f"{where}.subscription")
-        assignment, pos = blob(data, pos, f"{where}.assignment")
+            rebalance_timeout, pos = read_int32(data, pos, labels[5])
+        session_timeout, pos = read_int32(data, pos, labels[6])
+        subscription, pos = blob(data, pos, labels[7])
+        assignment, pos = blob(data, pos, labels[8])
         if flexible:
-            pos = skip_tagged_fields(data, pos, where)
+            pos = skip_tagged_fields(data, pos, labels[0])
         members.append(
             MemberMetadata(
                 member_id=member_id,
