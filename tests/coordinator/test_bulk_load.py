@@ -59,3 +59,23 @@ def test_corrupt_bytes_raise_with_position():
         latest_values(bytes(data[:first_length + 10]))
     with pytest.raises(BatchCorruptError, match="bad magic or length"):
         latest_values(bytes(data[: first_length + 65]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(max_size=30), st.text(max_size=30), st.integers(-(2**31), 2**31 - 1))
+def test_raw_offset_keys_decode_like_the_codec(group, topic, partition):
+    from kgroups.coordinator import PartitionImage
+    from kgroups.records.codec import encode_key, encode_value
+    from kgroups.records.schema import OffsetCommitKey, OffsetCommitValue
+
+    value = OffsetCommitValue(5, "m", 77, 3)
+    image = PartitionImage()
+    image.apply_raw([(encode_key(OffsetCommitKey(group, topic, partition)), encode_value(value))])
+    assert image.offsets == {(group, topic, partition): value}
+
+
+def test_malformed_raw_key_is_reported_by_the_codec():
+    from kgroups.coordinator import PartitionImage
+
+    with pytest.raises(ValueError):
+        PartitionImage().apply_raw([(b"\x00\x01\x00\x09short", None)])

@@ -102,15 +102,38 @@ class PartitionImage:
         group_values = self.group_values
         offsets = self.offsets
         for raw_key, raw_value in records:
-            key = decode_key(raw_key)
-            if type(key) is OffsetCommitKey:
-                offsets[(key.group, key.topic, key.partition)] = (
+            where = _offset_key_fields(raw_key)
+            if where is not None:
+                offsets[where] = (
                     None
                     if raw_value is None
                     else _offset_value(*decode_offset_commit_fields(raw_value))
                 )
-            elif type(key) is GroupMetadataKey:
+                continue
+            key = decode_key(raw_key)
+            if type(key) is GroupMetadataKey:
                 group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
+
+
+_OFFSET_KEY_TYPES = (b"\x00\x00", b"\x00\x01")
+
+
+def _offset_key_fields(raw: bytes) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of a well-formed offset commit key, else None (the caller
+    then takes the codec, which names what is wrong). Every survivor of a replay is a distinct
+    key, so a flat parse beats the codec's shared key cache here."""
+    if raw[:2] not in _OFFSET_KEY_TYPES or len(raw) < 10:
+        return None
+    group_end = 4 + int.from_bytes(raw[2:4], "big", signed=True)
+    topic_end = group_end + 2 + int.from_bytes(raw[group_end : group_end + 2], "big", signed=True)
+    if group_end < 4 or topic_end < group_end + 2 or topic_end + 4 != len(raw):
+        return None
+    try:
+        group = raw[4:group_end].decode()
+        topic = raw[group_end + 2 : topic_end].decode()
+    except UnicodeDecodeError:
+        return None
+    return group, topic, int.from_bytes(raw[topic_end:], "big", signed=True)
 
 
 def _offset_value(
