@@ -1,7 +1,8 @@
 """Data-path figures of `kgroups serve` beside the Tansu broker, measured in the same run.
 
-Produce (librdkafka, acks=all) and partition-level consume throughput, and the round-trip
-latency of a small request (Metadata) on one connection, for each broker. Tansu runs with its
+Produce (librdkafka, acks=all) and partition-level consume throughput, the round-trip latency
+of a small request (Metadata) on one connection, and small requests per second when several
+connections pipeline them, for each broker. Tansu runs with its
 in-memory storage engine while kgroups fsyncs every acknowledged produce, so the produce ratio
 flatters Tansu; the figures say so next to them.
 
@@ -11,6 +12,7 @@ Run: .venv/bin/python bench/broker_data.py [--messages N]
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import selectors
@@ -33,6 +35,9 @@ from kgroups.broker.wire import encode_request
 PARTITIONS = 4
 VALUE_BYTES = 100
 LATENCY_SAMPLES = 2000
+PIPELINE_CONNECTIONS = 8
+PIPELINE_DEPTH = 16
+PIPELINE_REQUESTS = 2500
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Figures:
     consume_msgs_per_s: float
     latency_p50_us: float
     latency_p99_us: float
+    pipelined_requests_per_s: float
 
 
 def free_port() -> int:
@@ -141,7 +147,34 @@ def measure(bootstrap: str, messages: int) -> Figures:
             _recv(sock, size)
             samples.append((time.perf_counter() - begin) * 1e6)
     quantiles = statistics.quantiles(samples, n=100)
-    return Figures(produce_rate, consume_rate, quantiles[49], quantiles[98])
+    pipelined = asyncio.run(pipelined_rate(host, int(port), request))
+    return Figures(produce_rate, consume_rate, quantiles[49], quantiles[98], pipelined)
+
+
+async def pipelined_rate(host: str, port: int, request: bytes) -> float:
+    """Requests/s with PIPELINE_CONNECTIONS connections each keeping PIPELINE_DEPTH requests
+    in flight; the client is asyncio in this process, the same for both brokers."""
+
+    async def one_connection() -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        in_flight = asyncio.Semaphore(PIPELINE_DEPTH)
+
+        async def read_responses() -> None:
+            for _ in range(PIPELINE_REQUESTS):
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                await reader.readexactly(size)
+                in_flight.release()
+
+        responses = asyncio.create_task(read_responses())
+        for _ in range(PIPELINE_REQUESTS):
+            await in_flight.acquire()
+            writer.write(request)
+        await responses
+        writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_connection() for _ in range(PIPELINE_CONNECTIONS)))
+    return PIPELINE_CONNECTIONS * PIPELINE_REQUESTS / (time.perf_counter() - started)
 
 
 def _recv(sock: socket.socket, size: int) -> bytes:
@@ -167,7 +200,9 @@ def main() -> int:
     rows = [("produce msgs/s (acks=all)", ours.produce_msgs_per_s, theirs.produce_msgs_per_s),
             ("consume msgs/s (assign)", ours.consume_msgs_per_s, theirs.consume_msgs_per_s),
             ("metadata p50 us", ours.latency_p50_us, theirs.latency_p50_us),
-            ("metadata p99 us", ours.latency_p99_us, theirs.latency_p99_us)]
+            ("metadata p99 us", ours.latency_p99_us, theirs.latency_p99_us),
+            ("pipelined metadata req/s", ours.pipelined_requests_per_s,
+             theirs.pipelined_requests_per_s)]
     for name, mine, peer in rows:
         print(f"{name:28} {mine:12.0f} {peer:12.0f} {mine / peer:14.2f}")
     return 0
