@@ -88,6 +88,9 @@ def _walk_records(
         if b < 0x80:
             record_end = p + 1 + (b >> 1)
             p += 2
+        elif data[p + 1] < 0x80:  # most offset commit records are 64-8191 bytes long
+            record_end = p + 2 + (((b & 0x7F) | data[p + 1] << 7) >> 1)
+            p += 3
         else:
             length, p = _varint(data, p)
             record_end = p + length
