@@ -5,9 +5,11 @@ rewrites, transactions, generations), plus the time window and the report."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +18,6 @@ from tests.pipeline.logdata import OffsetsLogBuilder, write_topic_log
 
 from kgroups.log.batch import peek_batch_header
 from kgroups.pipeline.job import AnalysisResult, run_analysis
-from kgroups.pipeline.tables import TimeWindow
 
 pytestmark = pytest.mark.spark
 
@@ -191,48 +192,56 @@ def test_report_is_self_contained(full_run):
     assert "No damaged segments" in page
 
 
-def test_time_window_bounds_state_and_history(spark, scenario, tmp_path):
-    window = TimeWindow(since_ms=T + 30 * SECOND, until_ms=T + 61 * SECOND + 500)
-    run_analysis(spark, [str(scenario.data_dir)], str(tmp_path), window)
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
+
+
+def test_cli_time_window_and_damaged_segment(scenario, tmp_path):
+    """One `kgroups analyze` process (its own Spark) covers --since/--until and damage."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(scenario.data_dir, data_dir)
+    broken = OffsetsLogBuilder()
+    broken.commit("broken", {("t", 0): 1}, T + 35 * SECOND)
+    broken.commit("broken", {("t", 0): 2}, T + 36 * SECOND)
+    [segment] = broken.write(tmp_path / "broken")
+    target = data_dir / segment.parent.name / segment.name
+    assert not target.exists()  # "broken" must not share a partition with the scenario
+    target.parent.mkdir(exist_ok=True)
+    data = bytearray(segment.read_bytes())
+    damaged_at = peek_batch_header(bytes(data), 0)[2]
+    data[damaged_at + 70] ^= 0xFF
+    target.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [sys.executable, "-m", "kgroups.cli", "analyze", str(data_dir), "--out", str(out),
+         "--master", "local[2]", "--quiet",
+         "--since", iso(T + 30 * SECOND), "--until", iso(T + 61 * SECOND + 500)],
+        capture_output=True, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        timeout=300, check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "1 damaged region(s) skipped" in completed.stderr
+    assert f"skipped {target} at byte {damaged_at}" in completed.stderr
+    page = (out / "report.html").read_text()
+    assert str(target) in page and f"<td>{damaged_at}</td>" in page
+
     committed = {(r["group"], r["topic"], r["partition"]): r["offset"]
-                 for r in table(tmp_path, "committed_offsets")}
+                 for r in table(out, "committed_offsets")}
+    # The damaged segment's first batch is intact and kept.
+    assert committed[("broken", "t", 0)] == 1
     # As of until: orders' second commit is in, its offset deletion (T+62 s) is not yet.
     assert {k: v for k, v in committed.items() if k[0] == "orders"} == {
         ("orders", "events", p): 20 for p in range(4)
     }
     assert committed[("old", "events", 1)] == 8 and ("old", "events", 0) not in committed
-    assert len(table(tmp_path, "offset_commits")) == 6
-    assert sorted((r["group"], r["generation"]) for r in table(tmp_path, "group_generations")) == [
+    # History inside [since, until]: orders x4, billing, old, broken.
+    assert len(table(out, "offset_commits")) == 7
+    assert sorted((r["group"], r["generation"]) for r in table(out, "group_generations")) == [
         ("billing", 6), ("orders", 2)
     ]
-    assert sorted((r["group"], r["to_generation"]) for r in table(tmp_path, "rebalances")) == [
+    assert sorted((r["group"], r["to_generation"]) for r in table(out, "rebalances")) == [
         ("billing", 6), ("orders", 2)
     ]
-
-
-def test_cli_reports_damaged_segment_and_keeps_going(tmp_path):
-    data_dir = tmp_path / "data"
-    log = OffsetsLogBuilder()
-    log.commit("g", {("t", 0): 1}, T)
-    log.commit("g", {("t", 0): 2}, T + SECOND)
-    [segment] = log.write(data_dir)
-    data = bytearray(segment.read_bytes())
-    damaged_at = peek_batch_header(bytes(data), 0)[2]
-    data[damaged_at + 70] ^= 0xFF
-    segment.write_bytes(bytes(data))
-    out = tmp_path / "out"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    completed = subprocess.run(
-        [sys.executable, "-m", "kgroups.cli", "analyze", str(data_dir), "--out", str(out),
-         "--master", "local[1]", "--quiet"],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert "1 damaged region(s) skipped" in completed.stderr
-    assert f"skipped {segment} at byte {damaged_at}" in completed.stderr
-    assert [r["offset"] for r in table(out, "committed_offsets")] == [1]
-    page = (out / "report.html").read_text()
-    assert str(segment) in page and f"<td>{damaged_at}</td>" in page
 
 
 def test_cli_rejects_missing_path_before_starting_spark(tmp_path):

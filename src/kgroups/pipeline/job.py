@@ -38,6 +38,11 @@ def _write(frame: DataFrame, out: str, name: str) -> None:
     frame.write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
 
 
+def _read_back(spark: SparkSession, out: str, name: str) -> DataFrame:
+    """A table just written: reading its Parquet beats recomputing the joins behind it."""
+    return spark.read.parquet(f"{out.rstrip('/')}/{name}")
+
+
 def _write_text(out: str, name: str, text: str) -> None:
     filesystem, path = open_filesystem(f"{out.rstrip('/')}/{name}")
     with filesystem.open_output_stream(path) as stream:
@@ -134,8 +139,8 @@ def run_analysis(
             seconds=time.monotonic() - started,
             commits_per_minute=_commits_per_minute(commits),
             lag_over_time=lag_over_time,
-            rebalances=found_rebalances.orderBy("ts").toPandas(),
-            summary=summary.orderBy("group").toPandas(),
+            rebalances=_read_back(spark, out, "rebalances").orderBy("ts").toPandas(),
+            summary=_read_back(spark, out, "group_summary").orderBy("group").toPandas(),
             errors=error_rows,
             notes=notes,
         )
