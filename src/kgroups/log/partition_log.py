@@ -40,7 +40,12 @@ class OffsetOutOfRangeError(ValueError):
 
 
 class PartitionLog:
-    """Segments of one partition, in offset order; the last one takes appends."""
+    """Segments of one partition, in offset order; the last one takes appends.
+
+    Not thread-safe beyond `flush`: appends, reads, retention and compaction belong to one
+    thread at a time (the broker's event loop); `flush` alone may run in a worker thread
+    concurrently with them. A reader in another thread must not overlap compaction or
+    retention of the same log, which close and replace segment files."""
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
         self.directory = directory
