@@ -86,3 +86,19 @@ def test_fsync_errors_reach_the_waiters(tmp_path: Path) -> None:
 def test_linger_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="linger_ms"):
         GroupCommit(linger_ms=-1)
+
+
+def test_linger_lets_staggered_appends_share_one_fsync(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    commit = GroupCommit(linger_ms=50)
+
+    async def writer(i: int) -> None:
+        await asyncio.sleep(i * 0.005)
+        log.append_batch(build_batch([(b"k", b"%d" % i, i)]))
+        await commit.wait_durable(log)
+
+    async def main() -> None:
+        await asyncio.gather(*(writer(i) for i in range(5)))
+
+    asyncio.run(main())
+    assert commit.fsyncs <= 2

@@ -116,6 +116,9 @@ def test_retention_deletes_old_and_excess_segments_but_never_the_active(tmp_path
     assert log.log_start_offset == log.segments()[0].base_offset > 0
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, 100)
+    forever = PartitionLog.open(tmp_path / "f-0", LogConfig(segment_bytes=600, retention_ms=-1))
+    fill(forever, 40, start_ts=0)
+    assert forever.apply_retention(now_ms=10**12) == 0
     sized = PartitionLog.open(tmp_path / "u-0", LogConfig(segment_bytes=600, retention_bytes=1200))
     fill(sized, 60)
     sized.apply_retention(now_ms=0)

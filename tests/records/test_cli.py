@@ -158,3 +158,17 @@ def test_dump_of_a_missing_path_fails_clearly(
     code, _, err = run(capsys, "offsets", "dump", str(tmp_path / "nope"))
     assert code == 1
     assert "no such file or directory" in err
+
+
+def test_dump_ignores_a_kafka_brokers_other_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "__consumer_offsets-3"
+    _offsets_log(directory)
+    (directory / "00000000000000000000.timeindex").write_bytes(b"\x00" * 12)
+    (directory / "00000000000000000000.snapshot").write_bytes(b"\x01\x02")
+    (directory / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (directory / "partition.metadata").write_text("version: 0\ntopic_id: abc\n")
+    code, out, _ = run(capsys, "offsets", "dump", str(directory))
+    assert code == 0
+    assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(8))
