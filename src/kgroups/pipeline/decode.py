@@ -1,10 +1,11 @@
 """Segment files to Arrow rows, run inside Spark's Python workers through `mapInArrow`.
 
-Each task receives file URIs, reads each file once, walks its batches with `kgroups.log.batch`
-and decodes keys and values with `kgroups.records`: the same decoder as the broker and
-`kgroups offsets dump`, so the pipeline cannot disagree with them about a byte. The rows are
-flat (one row per record, columns of the kind that applies, nulls elsewhere) because flat
-columns are what Spark's Arrow path moves cheapest; only a group's member list is nested.
+Each task receives file URIs, reads each file once, checks and walks its batches with
+`kgroups.log.batch` (`check_batch`, `records_of`: plain tuples, no per-record objects) and
+decodes keys and values with `kgroups.records`: the same decoder as the broker and `kgroups
+offsets dump`, so the pipeline cannot disagree with them about a byte. The rows are flat (one
+row per record, columns of the kind that applies, nulls elsewhere) because flat columns are
+what Spark's Arrow path moves cheapest; only a group's member list is nested.
 
 Damage never stops a run: a batch that fails its checks ends the reading of that file (Kafka's
 own recovery truncates a segment at the first bad batch, so the records before it are the ones a
@@ -21,11 +22,13 @@ from typing import Any
 import pyarrow as pa
 
 from kgroups.log.batch import (
+    CONTROL,
     HEADER,
+    TRANSACTIONAL,
     BatchCorruptError,
-    RecordBatch,
-    decode_batch,
+    check_batch,
     peek_batch_header,
+    records_of,
 )
 from kgroups.pipeline.discovery import open_filesystem
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
@@ -46,8 +49,11 @@ ERROR = "error"
 # A control record's key is (version int16, type int16); type 1 commits a transaction, 0 aborts.
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_COMMIT = 1
-# Index of maxTimestamp among the fields of kgroups.log.batch.HEADER.
+# Indexes into kgroups.log.batch.HEADER's fields (baseOffset, length, partitionLeaderEpoch,
+# magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, ...).
+_ATTRIBUTES_FIELD = 5
 _MAX_TIMESTAMP_FIELD = 8
+_PRODUCER_ID_FIELD = 9
 
 PARTITION_TYPE = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 MEMBER_TYPE = pa.struct(
@@ -193,52 +199,51 @@ class _OffsetsSegmentDecoder:
 
     def decode(self, data: bytes) -> None:
         pos = 0
-        while pos < len(data):
+        size = len(data)
+        while pos < size:
             try:
-                batch, next_pos = decode_batch(data, pos)
+                header, end = check_batch(data, pos)
+                records = records_of(data, pos, end, header, False)
             except BatchCorruptError as exc:
                 self.error(exc.position, f"corrupt batch, rest of file skipped: {exc}")
                 return
-            if batch.is_control:
-                self._add_markers(batch)
+            attributes = header[_ATTRIBUTES_FIELD]
+            if attributes & CONTROL:
+                self._add_markers(records, header[_PRODUCER_ID_FIELD])
             else:
-                self._add_records(batch, pos)
-            pos = next_pos
+                self._add_records(records, pos, bool(attributes & TRANSACTIONAL),
+                                  header[_PRODUCER_ID_FIELD])
+            pos = end
 
-    def _add_markers(self, batch: RecordBatch) -> None:
-        for record in batch.records:
-            if record.key is None or len(record.key) < _CONTROL_KEY.size:
+    def _add_markers(self, records: list[tuple[Any, ...]], producer_id: int) -> None:
+        for offset, timestamp, key, _value in records:
+            if key is None or len(key) < _CONTROL_KEY.size:
                 continue
-            _version, control_type = _CONTROL_KEY.unpack_from(record.key)
+            _version, control_type = _CONTROL_KEY.unpack_from(key)
             self.markers.append(
-                (self.uri, self.log_partition, record.offset, record.timestamp,
-                 batch.producer_id, control_type == _CONTROL_COMMIT)
+                (self.uri, self.log_partition, offset, timestamp, producer_id,
+                 control_type == _CONTROL_COMMIT)
             )
 
-    def _add_records(self, batch: RecordBatch, batch_position: int) -> None:
-        transactional = batch.is_transactional
-        producer_id = batch.producer_id
+    def _add_records(self, records: list[tuple[Any, ...]], batch_position: int,
+                     transactional: bool, producer_id: int) -> None:
         keys = self._keys
-        for record in batch.records:
+        for offset, timestamp, raw_key, raw_value in records:
             try:
-                if record.key is None:
+                if raw_key is None:
                     raise RecordDecodeError("record has no key", 0)
-                raw_key = bytes(record.key)
                 key = keys.get(raw_key)
                 if key is None:
                     key = keys[raw_key] = decode_key(raw_key)
-                value = decode_value(key, record.value)
+                value = decode_value(key, raw_value)
                 if isinstance(key, OffsetCommitKey):
-                    self._add_commit(record.offset, record.timestamp, transactional,
-                                     producer_id, key, value)
+                    self._add_commit(offset, timestamp, transactional, producer_id, key, value)
                 elif isinstance(key, GroupMetadataKey):
-                    self._add_group(record.offset, record.timestamp, transactional,
-                                    producer_id, key, value)
+                    self._add_group(offset, timestamp, transactional, producer_id, key, value)
             except ValueError as exc:
                 self.error(
                     batch_position,
-                    f"record at offset {record.offset} of the batch at this position skipped: "
-                    f"{exc}",
+                    f"record at offset {offset} of the batch at this position skipped: {exc}",
                 )
 
     def _add_commit(self, log_offset: int, record_ts: int, transactional: bool,
