@@ -21,6 +21,7 @@ from kgroups.log.partition_log import PartitionLog
 class _LogSync:
     running: asyncio.Future[None] | None = None
     next_round: asyncio.Future[None] | None = None
+    fsync_started: bool = False  # False while the running round still lingers
 
 
 class GroupCommit:
@@ -47,6 +48,9 @@ class GroupCommit:
             state.running = asyncio.ensure_future(self._sync(log, state))
             await asyncio.shield(state.running)
             return
+        if not state.fsync_started:  # its fsync has not begun: it will cover this caller too
+            await asyncio.shield(state.running)
+            return
         if state.next_round is None:
             state.next_round = asyncio.ensure_future(self._after(log, state, state.running))
         await asyncio.shield(state.next_round)
@@ -62,9 +66,11 @@ class GroupCommit:
         await state.running
 
     async def _sync(self, log: PartitionLog, state: _LogSync) -> None:
+        state.fsync_started = False
         try:
             if self.linger_ms:
                 await asyncio.sleep(self.linger_ms / 1000)
+            state.fsync_started = True
             await asyncio.get_running_loop().run_in_executor(self.executor, log.flush)
             self.fsyncs += 1
         finally:
