@@ -7,6 +7,7 @@ its own event-loop thread so plain synchronous tests can talk to it over a socke
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import selectors
 import signal
@@ -17,12 +18,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from kio.serial import entity_writer
 
+from kgroups.broker import wire
 from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig
+from kgroups.broker.fast_writer import fast_entity_writer
 
 STARTUP_TIMEOUT_S = 60.0
 T = TypeVar("T")
@@ -131,8 +135,28 @@ class InProcessBroker:
         return future.result(timeout=30)
 
 
+def _cross_checked_writer(entity: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    """The broker's fast writer, verified against kio's reference writer on every call."""
+    fast, reference = fast_entity_writer(entity), entity_writer(entity)
+
+    def write(buffer: io.BytesIO, value: Any) -> None:
+        expected = io.BytesIO()
+        reference(expected, value)
+        start = buffer.tell()
+        fast(buffer, value)
+        written = buffer.getvalue()[start:]
+        assert written == expected.getvalue(), f"fast writer differs from kio for {entity}"
+
+    return write
+
+
 @pytest.fixture
-def make_inprocess_broker(tmp_path: Path) -> Iterator[Callable[..., InProcessBroker]]:
+def make_inprocess_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[..., InProcessBroker]]:
+    """In-process brokers whose every response (and every test request) is encoded twice, by
+    the fast writer and by kio's, and must come out byte-identical."""
+    monkeypatch.setattr(wire, "_writer", _cross_checked_writer)
     started: list[tuple[InProcessBroker, threading.Thread]] = []
 
     def make(*overrides: str) -> InProcessBroker:

@@ -16,8 +16,9 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
+from kgroups.broker.fast_writer import fast_entity_writer
 from kgroups.errors import ErrorCode
 
 _SIZE = struct.Struct(">i")
@@ -60,9 +61,8 @@ def _reader(entity: type[Any]) -> Any:
     return entity_reader(entity)
 
 
-@cache
 def _writer(entity: type[Any]) -> Any:
-    return entity_writer(entity)
+    return fast_entity_writer(entity)
 
 
 def decode_request(frame: bytes) -> DecodedRequest:
