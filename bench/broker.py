@@ -1,0 +1,342 @@
+"""Group-coordinator figures of `kgroups serve` beside the Tansu broker, measured in the same run.
+
+Over loopback, with raw pipelined Kafka requests (no client library in the way):
+- OffsetCommit/s and Heartbeat/s from many connections, each keeping several requests in flight,
+  with p50/p99 request latency;
+- time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
+  all holding their SyncGroup answer, i.e. to a Stable group.
+Each broker gets the newest version of each API that both it and this script speak. Tansu waits
+a fixed ~3 s initial rebalance delay, so kgroups runs with Kafka's default of 3000 ms unless
+--initial-delay-ms says otherwise. kgroups fsyncs every commit before answering; Tansu runs with
+its in-memory storage engine. Members waiting for the others heartbeat every 100 ms, which
+bounds the resolution of the time-to-Stable figures.
+
+Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
+     [--members 10,100,1000] [--initial-delay-ms MS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker_data import free_port, tansu_broker, wait_for_port
+from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
+from kgroups.broker.wire import response_type as response_schema
+from kgroups.errors import ErrorCode
+from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
+from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
+
+API_VERSIONS, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 11, 14, 12, 8
+# The newest version of each API this script fills in (older ones drop fields via `build`).
+PREFERRED_MAX = {JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
+SESSION = datetime.timedelta(seconds=30)
+# Real ConsumerProtocol bytes: a broker may parse them (Tansu does).
+SUBSCRIPTION = encode_subscription(ConsumerSubscription(topics=("bench",), version=0))
+ASSIGNMENT = encode_assignment(
+    ConsumerAssignment(assigned_partitions=(TopicPartitions("bench", (0,)),), version=0)
+)
+
+
+class PipelinedConnection:
+    """One socket; `send` returns a future, many requests may be in flight (answers in order)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 versions: dict[int, int]) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.versions = versions
+        self._pending: dict[int, tuple[asyncio.Future[Any], type[Any]]] = {}
+        self._next_id = 0
+        self._reading = asyncio.ensure_future(self._read_loop())
+
+    @classmethod
+    async def open(cls, port: int, versions: dict[int, int] | None = None) -> PipelinedConnection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+        return cls(reader, writer, versions or {})
+
+    def request(self, api_key: int, **fields: Any) -> Any:
+        return build(request_type(api_key, self.versions[api_key]), **fields)
+
+    def nested(self, api_key: int, class_name: str, **fields: Any) -> Any:
+        return build(sibling(request_type(api_key, self.versions[api_key]), class_name), **fields)
+
+    def send(self, request: Any) -> asyncio.Future[Any]:
+        self._next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        schema = response_schema(int(request.__api_key__), int(request.__version__))
+        self._pending[self._next_id] = (future, schema)
+        self._writer.write(encode_request(self._next_id, "bench", request))
+        return future
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await self._reader.readexactly(4))
+                frame = await self._reader.readexactly(size)
+                (correlation_id,) = struct.unpack_from(">i", frame)
+                future, schema = self._pending.pop(correlation_id)
+                if not future.done():
+                    future.set_result(decode_response(schema, frame)[1])
+        except Exception as exc:
+            # A closed or undecodable connection fails every request still waiting on it.
+            for future, _ in self._pending.values():
+                if not future.done():
+                    future.set_exception(exc)
+
+    async def close(self) -> None:
+        self._reading.cancel()
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+
+async def negotiate(port: int) -> dict[int, int]:
+    """The newest version per API that both the broker and this script speak."""
+    connection = await PipelinedConnection.open(port, {API_VERSIONS: 0})
+    response = await connection.send(connection.request(API_VERSIONS))
+    await connection.close()
+    advertised = {int(a.api_key): (int(a.min_version), int(a.max_version))
+                  for a in response.api_keys}
+    versions = {}
+    for api_key, preferred in PREFERRED_MAX.items():
+        low, high = advertised[api_key]
+        versions[api_key] = min(high, preferred)
+        if versions[api_key] < low:
+            raise RuntimeError(f"broker needs API {api_key} >= v{low}")
+    return versions
+
+
+async def join_group(connection: PipelinedConnection, group: str, member_id: str = "") -> Any:
+    """JoinGroup, following MEMBER_ID_REQUIRED (v4+) once, as real clients do."""
+    for _ in range(2):
+        answer = await connection.send(connection.request(
+            JOIN, group_id=group, session_timeout=SESSION, rebalance_timeout=SESSION,
+            member_id=member_id, group_instance_id=None, protocol_type="consumer", reason=None,
+            protocols=(connection.nested(JOIN, "JoinGroupRequestProtocol", name="range",
+                                         metadata=SUBSCRIPTION),)))
+        if answer.error_code != ErrorCode.MEMBER_ID_REQUIRED:
+            return answer
+        member_id = answer.member_id
+    raise RuntimeError("JoinGroup kept asking for a member id")
+
+
+async def form_group(connections: list[PipelinedConnection], group: str) -> tuple[float, Any]:
+    """Every connection becomes a member of one group, each behaving as a client does (rejoin
+    on REBALANCE_IN_PROGRESS, heartbeat while waiting for the others). Returns the seconds
+    until all members hold a SyncGroup answer of one generation, and each member's last
+    JoinGroup answer."""
+    synced: dict[int, int] = {}
+    last_join: dict[int, Any] = {}
+    everyone_in = asyncio.Event()
+
+    async def member(index: int, connection: PipelinedConnection) -> None:
+        member_id = ""
+        while not everyone_in.is_set():
+            join = await join_group(connection, group, member_id)
+            if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                member_id = ""
+                continue
+            if join.error_code != ErrorCode.NONE:
+                raise RuntimeError(f"JoinGroup: {ErrorCode(int(join.error_code)).name}")
+            member_id = join.member_id
+            last_join[index] = join
+            assignments = tuple(
+                connection.nested(SYNC, "SyncGroupRequestAssignment", member_id=m.member_id,
+                                  assignment=ASSIGNMENT)
+                for m in join.members
+            )
+            sync = await connection.send(connection.request(
+                SYNC, group_id=group, generation_id=join.generation_id, member_id=member_id,
+                group_instance_id=None, protocol_type="consumer",
+                protocol_name=join.protocol_name, assignments=assignments))
+            if sync.error_code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
+                continue
+            if sync.error_code != ErrorCode.NONE:
+                raise RuntimeError(f"SyncGroup: {ErrorCode(int(sync.error_code)).name}")
+            synced[index] = join.generation_id
+            while not everyone_in.is_set():
+                if len(synced) == len(connections) and len(set(synced.values())) == 1:
+                    everyone_in.set()
+                    break
+                await asyncio.sleep(0.1)
+                beat = await connection.send(connection.request(
+                    HEARTBEAT, group_id=group, generation_id=join.generation_id,
+                    member_id=member_id, group_instance_id=None))
+                if beat.error_code != ErrorCode.NONE:
+                    synced.pop(index, None)
+                    break
+
+    started = time.perf_counter()
+    await asyncio.gather(*(member(i, c) for i, c in enumerate(connections)))
+    return time.perf_counter() - started, [last_join[i] for i in range(len(connections))]
+
+
+@dataclass(frozen=True)
+class Throughput:
+    per_second: float
+    p50_ms: float
+    p99_ms: float
+
+
+async def hammer(connections: list[PipelinedConnection], make_request: Any, depth: int,
+                 seconds: float) -> Throughput:
+    """Keep `depth` requests in flight on every connection for `seconds`; every answer must be
+    error-free (a fast error is not a throughput figure)."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def lane(index: int, connection: PipelinedConnection) -> None:
+        while time.perf_counter() < deadline:
+            sent = time.perf_counter()
+            answer = await connection.send(make_request(index, connection))
+            latencies.append(time.perf_counter() - sent)
+            check_answer(answer)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane(i, c) for i, c in enumerate(connections) for _ in range(depth)))
+    elapsed = time.perf_counter() - started
+    ordered = sorted(latencies)
+    return Throughput(len(ordered) / elapsed, statistics.median(ordered) * 1000,
+                      ordered[int(len(ordered) * 0.99)] * 1000)
+
+
+def check_answer(answer: Any) -> None:
+    errors = [int(answer.error_code)] if hasattr(answer, "error_code") else [
+        int(p.error_code) for t in answer.topics for p in t.partitions]
+    if any(errors):
+        raise RuntimeError(f"request failed: {[ErrorCode(e).name for e in errors if e]}")
+
+
+async def measure(port: int, seconds: float, connection_count: int, depth: int,
+                  member_counts: list[int]) -> dict[str, float]:
+    versions = await negotiate(port)
+    figures: dict[str, float] = {}
+
+    # Heartbeats: one member per connection in a Stable group, `depth` heartbeats in flight each.
+    members = [await PipelinedConnection.open(port, versions) for _ in range(connection_count)]
+    _, joins = await form_group(members, "bench-heartbeat")
+
+    def heartbeat(index: int, connection: PipelinedConnection) -> Any:
+        return connection.request(HEARTBEAT, group_id="bench-heartbeat",
+                                  generation_id=joins[index].generation_id,
+                                  member_id=joins[index].member_id, group_instance_id=None)
+
+    beats = await hammer(members, heartbeat, depth, seconds)
+    figures.update({"heartbeat/s": beats.per_second, "heartbeat p50 ms": beats.p50_ms,
+                    "heartbeat p99 ms": beats.p99_ms})
+
+    # Offset commits: a standalone group per connection (generation -1, no member), as admin
+    # tools and assign()-mode consumers commit; each commit is one durable write.
+    def commit(index: int, connection: PipelinedConnection) -> Any:
+        return connection.request(
+            COMMIT, group_id=f"bench-commit-{index}", generation_id_or_member_epoch=-1,
+            member_id="", group_instance_id=None, retention_time=datetime.timedelta(0),
+            topics=(connection.nested(COMMIT, "OffsetCommitRequestTopic", name="bench",
+                                      partitions=(connection.nested(
+                                          COMMIT, "OffsetCommitRequestPartition",
+                                          partition_index=0, committed_offset=index,
+                                          committed_leader_epoch=-1,
+                                          committed_metadata=""),)),))
+
+    commits = await hammer(members, commit, depth, seconds)
+    figures.update({"commit/s": commits.per_second, "commit p50 ms": commits.p50_ms,
+                    "commit p99 ms": commits.p99_ms})
+    for connection in members:
+        await connection.close()
+
+    for count in member_counts:
+        joiners = [await PipelinedConnection.open(port, versions) for _ in range(count)]
+        elapsed, _ = await form_group(joiners, f"bench-stable-{count}")
+        figures[f"stable {count} members s"] = elapsed
+        for connection in joiners:
+            await connection.close()
+    return figures
+
+
+@contextlib.contextmanager
+def kgroups_broker(data_dir: Path, initial_delay_ms: int) -> Iterator[int]:
+    port = free_port()
+    command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
+               str(data_dir), "--log-level", "WARNING",
+               "--override", f"group.initial.rebalance.delay.ms={initial_delay_ms}"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def wait_coordinator_ready(port: int) -> None:
+    """A freshly started coordinator may still be loading __consumer_offsets."""
+    versions = await negotiate(port)
+    connection = await PipelinedConnection.open(port, versions)
+    try:
+        for _ in range(200):
+            answer = await connection.send(connection.request(
+                HEARTBEAT, group_id="probe", generation_id=-1, member_id="x",
+                group_instance_id=None))
+            if answer.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await connection.close()
+
+
+def run_against(port: int, args: argparse.Namespace) -> dict[str, float]:
+    # Kafka refuses commits for topics it does not have, so the committed topic must exist.
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
+        "bench"].result(timeout=30)
+
+    async def run() -> dict[str, float]:
+        await wait_coordinator_ready(port)
+        return await measure(port, args.seconds, args.connections, args.depth, args.members)
+
+    return asyncio.run(run())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--depth", type=int, default=8)
+    parser.add_argument("--members", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[10, 100, 1000])
+    parser.add_argument("--initial-delay-ms", type=int, default=3000,
+                        help="kgroups' group.initial.rebalance.delay.ms (Kafka's default 3000)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch, kgroups_broker(Path(scratch),
+                                                                     args.initial_delay_ms) as port:
+        ours = run_against(port, args)
+    with tansu_broker() as bootstrap:
+        theirs = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
+    print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
+          f"kgroups group.initial.rebalance.delay.ms={args.initial_delay_ms}")
+    print(f"{'figure':26} {'kgroups':>12} {'tansu(mem)':>12} {'kgroups/tansu':>14}")
+    for name, value in ours.items():
+        other = theirs.get(name)
+        ratio = f"{value / other:14.2f}" if other else f"{'-':>14}"
+        print(f"{name:26} {value:12.2f} {other if other is not None else float('nan'):12.2f} "
+              f"{ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
