@@ -31,13 +31,17 @@ from kgroups.log.batch import (
     records_of,
 )
 from kgroups.pipeline.discovery import open_filesystem
-from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
+from kgroups.records.codec import (
+    RecordDecodeError,
+    decode_key,
+    decode_offset_commit_fields,
+    decode_value,
+)
 from kgroups.records.consumer_protocol import decode_assignment, decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
-    OffsetCommitValue,
 )
 
 # Row kinds of the offsets-topic decode.
@@ -227,7 +231,11 @@ class _OffsetsSegmentDecoder:
 
     def _add_records(self, records: list[tuple[Any, ...]], batch_position: int,
                      transactional: bool, producer_id: int) -> None:
+        """The hot loop: offset commits are most of any __consumer_offsets log, so their keys
+        are decoded once per distinct key and their values straight into a row tuple."""
         keys = self._keys
+        commits = self.commits
+        uri, log_partition = self.uri, self.log_partition
         for offset, timestamp, raw_key, raw_value in records:
             try:
                 if raw_key is None:
@@ -235,32 +243,30 @@ class _OffsetsSegmentDecoder:
                 key = keys.get(raw_key)
                 if key is None:
                     key = keys[raw_key] = decode_key(raw_key)
-                value = decode_value(key, raw_value)
                 if isinstance(key, OffsetCommitKey):
-                    self._add_commit(offset, timestamp, transactional, producer_id, key, value)
+                    if raw_value is None:
+                        commits.append(
+                            (uri, log_partition, offset, timestamp, transactional, producer_id,
+                             key.group, key.topic, key.partition, True, None, None, None, None,
+                             None)
+                        )
+                    else:
+                        committed, epoch, metadata, commit_ts, expire_ts = (
+                            decode_offset_commit_fields(raw_value)
+                        )
+                        commits.append(
+                            (uri, log_partition, offset, timestamp, transactional, producer_id,
+                             key.group, key.topic, key.partition, False, committed, epoch,
+                             metadata, commit_ts, expire_ts)
+                        )
                 elif isinstance(key, GroupMetadataKey):
-                    self._add_group(offset, timestamp, transactional, producer_id, key, value)
+                    self._add_group(offset, timestamp, transactional, producer_id, key,
+                                    decode_value(key, raw_value))
             except ValueError as exc:
                 self.error(
                     batch_position,
                     f"record at offset {offset} of the batch at this position skipped: {exc}",
                 )
-
-    def _add_commit(self, log_offset: int, record_ts: int, transactional: bool,
-                    producer_id: int, key: OffsetCommitKey, value: Any) -> None:
-        if isinstance(value, OffsetCommitValue):
-            self.commits.append(
-                (self.uri, self.log_partition, log_offset, record_ts, transactional,
-                 producer_id, key.group, key.topic, key.partition, False, value.offset,
-                 value.leader_epoch, value.metadata, value.commit_timestamp,
-                 value.expire_timestamp)
-            )
-        else:
-            self.commits.append(
-                (self.uri, self.log_partition, log_offset, record_ts, transactional,
-                 producer_id, key.group, key.topic, key.partition, True, None, None, None,
-                 None, None)
-            )
 
     def _add_group(self, log_offset: int, record_ts: int, transactional: bool,
                    producer_id: int, key: GroupMetadataKey, value: Any) -> None:
