@@ -100,11 +100,12 @@ class Broker:
                   data_dir=self.config.data_dir, apis=len(self.registry))
 
     async def stop(self) -> None:
-        """Stop accepting, close connections, and make everything written durable."""
+        """Stop accepting, close connections, make everything written durable, close files."""
         await self._server.stop()
         await self.coordinator.stop()
         for topic, partition in self.logs.partitions():
             log = self.logs.get(topic, partition)
             if log is not None:
                 log.flush()
+        self.logs.close()
         log_event(logger, logging.INFO, "broker_stopped", port=self.port)
