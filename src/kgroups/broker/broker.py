@@ -7,6 +7,7 @@ can run several brokers in one process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import socket
@@ -16,6 +17,7 @@ from kgroups.broker.cluster_handlers import ProducerIdAllocator
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.events import log_event
+from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.producer_state import ProducerStateTable
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
@@ -82,6 +84,7 @@ class Broker:
         for module_name in HANDLER_MODULES:
             importlib.import_module(module_name).install(self.registry)
         self._server = BrokerServer(self)
+        self._cleaner: asyncio.Task[None] | None = None
         self.coordinator = CoordinatorRuntime(self)
         self.host = config.host
         self.port = config.port
@@ -95,6 +98,8 @@ class Broker:
         """Listen; afterwards `self.port` is the bound port (useful with --port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
+        self._cleaner = asyncio.create_task(
+            run_cleaner(self, self.config.log_retention_check_interval_ms))
         self.host, self.port = await self._server.start(self.config.host, self.config.port)
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
@@ -103,6 +108,10 @@ class Broker:
         """Stop accepting, close connections, make everything written durable, close files."""
         await self._server.stop()
         await self.coordinator.stop()
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleaner
         for topic, partition in self.logs.partitions():
             log = self.logs.get(topic, partition)
             if log is not None:

@@ -27,6 +27,7 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "queued.max.requests": "500",
         "message.max.bytes": "1048588",
         "offsets.topic.num.partitions": "50",
+        "log.retention.check.interval.ms": "300000",
     }
 )
 
@@ -92,11 +93,14 @@ class BrokerConfig:
         """Read every typed key once so a bad value fails at start-up, not mid-request."""
         for key in ("node.id", "num.partitions", "socket.request.max.bytes",
                     "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
-                    "offsets.topic.num.partitions"):
+                    "offsets.topic.num.partitions", "log.retention.check.interval.ms"):
             self.int_value(key)
         self.bool_value("auto.create.topics.enable")
         if self.num_partitions < 1:
             raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
+        if self.log_retention_check_interval_ms < 1:
+            raise ConfigError("log.retention.check.interval.ms must be >= 1, got "
+                              f"{self.log_retention_check_interval_ms}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         try:
@@ -154,6 +158,10 @@ class BrokerConfig:
     @property
     def message_max_bytes(self) -> int:
         return self.int_value("message.max.bytes")
+
+    @property
+    def log_retention_check_interval_ms(self) -> int:
+        return self.int_value("log.retention.check.interval.ms")
 
     @property
     def offsets_topic_num_partitions(self) -> int:

@@ -1,0 +1,54 @@
+"""Retention and compaction of the topic logs, on Kafka's schedule.
+
+Kafka's log manager wakes every log.retention.check.interval.ms and, per partition, deletes the
+oldest segments past retention.ms / retention.bytes (cleanup.policy=delete) or compacts it
+(cleanup.policy=compact). Without this a kgroups data directory would only ever grow.
+__consumer_offsets is left to the coordinator runtime, which compacts it on its own schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from kgroups.broker.events import log_event
+from kgroups.broker.topics import OFFSETS_TOPIC
+from kgroups.log.compaction import compact
+
+if TYPE_CHECKING:
+    from kgroups.broker.broker import Broker
+
+logger = logging.getLogger("kgroups.cleaner")
+
+
+def clean_once(broker: Broker, now_ms: int) -> int:
+    """One pass over every topic partition; returns how many segments retention deleted."""
+    deleted_total = 0
+    for topic, partition in broker.logs.partitions():
+        if topic == OFFSETS_TOPIC:
+            continue
+        log = broker.logs.get(topic, partition)
+        if log is None:
+            continue
+        if log.config.compacted:
+            compact(log, now_ms)
+        if log.config.deletes:
+            deleted = log.apply_retention(now_ms)
+            if deleted:
+                log_event(logger, logging.INFO, "segments_deleted", topic=topic,
+                          partition=partition, segments=deleted,
+                          log_start_offset=log.log_start_offset)
+            deleted_total += deleted
+    return deleted_total
+
+
+async def run_cleaner(broker: Broker, interval_ms: int) -> None:
+    """Forever: wait an interval, clean, repeat (cancelled when the broker stops)."""
+    while True:
+        await asyncio.sleep(interval_ms / 1000)
+        try:
+            clean_once(broker, int(time.time() * 1000))
+        except OSError as exc:
+            log_event(logger, logging.ERROR, "log_cleaning_failed", error=exc)
