@@ -13,7 +13,21 @@ from broker_wire_helpers import (
 )
 
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch
+from kgroups.log.batch import build_batch, iter_batches
+
+
+def _all_records(client, topic: str) -> list[tuple[bytes | None, bytes | None]]:  # type: ignore[no-untyped-def]
+    """(key, value) of every record, fetching on until the log end (a fetch stops at the end
+    of a segment, as Kafka's does)."""
+    records: list[tuple[bytes | None, bytes | None]] = []
+    offset = 0
+    while True:
+        (data,) = client.call(fetch_request(topic, 0, offset)).responses[0].partitions
+        batch_records = [r for b in iter_batches(bytes(data.records or b"")) for r in b.records]
+        records += [(r.key, r.value) for r in batch_records if r.offset >= offset]
+        if not batch_records:
+            return records
+        offset = batch_records[-1].offset + 1
 
 
 def _earliest(client, topic: str) -> int:  # type: ignore[no-untyped-def]
@@ -66,3 +80,23 @@ def test_retention_ms_deletes_segments_of_old_records(make_inprocess_broker) -> 
             time.sleep(0.05)
         # Every closed segment held only day-old records; the active one always stays.
         assert 0 < _earliest(client, "stale") <= 10
+
+
+def test_compacted_topic_keeps_the_latest_value_per_key(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = make_inprocess_broker("log.cleanup.policy=compact", "log.segment.bytes=300",
+                                   "log.retention.check.interval.ms=50")
+    now = int(time.time() * 1000)
+    with connect(broker.port) as client:
+        create_topic(client, "table")
+        for round_number in range(6):
+            for key in (b"a", b"b"):
+                client.call(produce_request("table", 0, build_batch(
+                    [(key, f"{key.decode()}{round_number}".encode(), now)])))
+        deadline = time.monotonic() + 10
+        values = _all_records(client, "table")
+        while len(values) == 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            values = _all_records(client, "table")
+    assert len(values) < 12
+    assert values[-2:] == [(b"a", b"a5"), (b"b", b"b5")]
+    assert len({key for key, _ in values}) == 2

@@ -33,7 +33,11 @@ def clean_once(broker: Broker, now_ms: int) -> int:
         if log is None:
             continue
         if log.config.compacted:
-            compact(log, now_ms)
+            result = compact(log, now_ms)
+            if result.records_removed:
+                log_event(logger, logging.INFO, "log_compacted", topic=topic,
+                          partition=partition, removed=result.records_removed,
+                          kept=result.records_kept)
         if log.config.deletes:
             deleted = log.apply_retention(now_ms)
             if deleted:
