@@ -149,15 +149,13 @@ class MembershipHandlers(CoordinatorCore):
                 self._reply(req.request_id, self._join_response(group, member.member_id))
             else:
                 self._update_member_and_rebalance(group, member, req)
-        elif state is GroupState.STABLE:
-            if group.is_leader(member.member_id) or member.protocols != req.protocols:
-                # A leader's JoinGroup is how it asks for a rebalance (e.g. new topic metadata).
-                self._update_member_and_rebalance(group, member, req)
-            else:
-                response = self._join_response(group, member.member_id, include_members=False)
-                self._reply(req.request_id, response)
+        elif group.is_leader(member.member_id) or member.protocols != req.protocols:
+            # Stable (an Empty group has no member to get this far). A leader's JoinGroup is
+            # how it asks for a rebalance (e.g. after topic metadata changed).
+            self._update_member_and_rebalance(group, member, req)
         else:
-            self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)
+            response = self._join_response(group, member.member_id, include_members=False)
+            self._reply(req.request_id, response)
 
     def _validate_member(
         self, group: ClassicGroup, member_id: str, instance_id: str | None
@@ -299,14 +297,15 @@ class MembershipHandlers(CoordinatorCore):
 
         def failed(error: ErrorCode) -> None:
             current = group.members.get(new_id)
-            if current is not None and current.join_request == req.request_id:
-                current.join_request = None
-                self._cancel_session(group, new_id)
-                restored = group.replace_static_member(instance_id, new_id, old_id)
-                restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
-                    old_settings
-                )
-                self._refresh_session(group, restored)
+            if current is None or current.join_request != req.request_id:
+                return  # already answered (removed, superseded or swept into a rebalance)
+            current.join_request = None
+            self._cancel_session(group, new_id)
+            restored = group.replace_static_member(instance_id, new_id, old_id)
+            restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
+                old_settings
+            )
+            self._refresh_session(group, restored)
             self._reply(
                 req.request_id,
                 JoinGroupResponse(
@@ -359,8 +358,8 @@ class MembershipHandlers(CoordinatorCore):
             self._complete_join(group)
 
     def _on_join_timer(self, group: ClassicGroup) -> None:
-        if group.state is not GroupState.PREPARING_REBALANCE:
-            return
+        """Only armed while PreparingRebalance: leaving that state goes through _complete_join,
+        which runs from this timer or cancels it."""
         remaining = group.initial_delay_remaining_ms
         delay = group.initial_delay_ms
         if remaining is not None and delay is not None and group.new_member_added and remaining:
