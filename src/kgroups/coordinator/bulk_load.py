@@ -107,15 +107,18 @@ def _walk_records(
             p += 1
         else:
             size, p = _varint(data, p)
-        key = data[p : p + size] if size >= 0 else None
-        p += max(size, 0)
+        if size >= 0:
+            key = data[p : p + size]
+            p += size
+        else:
+            key = None
         b = data[p]
         if b < 0x80:
             size = (b >> 1) ^ -(b & 1)
             p += 1
         else:
             size, p = _varint(data, p)
-        if record_end > end or p + max(size, 0) > record_end:
+        if record_end > end or p + size > record_end:
             raise ValueError("a record overruns its batch")
         if key is not None:
             latest[key] = data[p : p + size] if size >= 0 else None
