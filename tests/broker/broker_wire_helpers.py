@@ -21,11 +21,14 @@ def connect(port: int) -> KafkaWireClient:
 
 
 def create_topic(client: KafkaWireClient, name: str, partitions: int = 1,
-                 replication: int = 1, validate_only: bool = False) -> object:
+                 replication: int = 1, validate_only: bool = False,
+                 configs: dict[str, str] | None = None) -> object:
+    entries = tuple(create_topics.CreatableTopicConfig(name=key, value=value)
+                    for key, value in (configs or {}).items())
     request = create_topics.CreateTopicsRequest(
         topics=(create_topics.CreatableTopic(name=name, num_partitions=partitions,
                                              replication_factor=replication, assignments=(),
-                                             configs=()),),
+                                             configs=entries),),
         timeout=datetime.timedelta(seconds=5), validate_only=validate_only)
     (result,) = client.call(request).topics
     return result

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from broker_wire_helpers import (
     connect,
     create_topic,
     fetch_request,
     list_offsets_request,
+    metadata_request,
     produce_request,
 )
 
+from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.config import LogConfig
+from kgroups.log.manager import LogManager
 
 
 def _all_records(client, topic: str) -> list[tuple[bytes | None, bytes | None]]:  # type: ignore[no-untyped-def]
@@ -100,3 +105,53 @@ def test_compacted_topic_keeps_the_latest_value_per_key(make_inprocess_broker) -
     assert len(values) < 12
     assert values[-2:] == [(b"a", b"a5"), (b"b", b"b5")]
     assert len({key for key, _ in values}) == 2
+
+
+def test_topic_level_cleanup_policy_compacts_only_that_topic(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = make_inprocess_broker("log.segment.bytes=300", "log.retention.check.interval.ms=50")
+    now = int(time.time() * 1000)
+    with connect(broker.port) as client:
+        assert create_topic(client, "table", configs={"cleanup.policy": "compact"}).error_code == (
+            ErrorCode.NONE)
+        create_topic(client, "stream")
+        for round_number in range(6):
+            for topic in ("table", "stream"):
+                client.call(produce_request(topic, 0, build_batch(
+                    [(b"k", f"v{round_number}".encode(), now)])))
+        deadline = time.monotonic() + 10
+        while len(_all_records(client, "table")) == 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_all_records(client, "table")) < 6
+        assert len(_all_records(client, "stream")) == 6
+
+
+def test_unsupported_or_bad_topic_config_is_refused_and_nothing_created(
+    inprocess_broker,  # type: ignore[no-untyped-def]
+) -> None:
+    with connect(inprocess_broker.port) as client:
+        unsupported = create_topic(client, "a", configs={"min.insync.replicas": "2"})
+        bad_value = create_topic(client, "b", configs={"retention.ms": "soon"})
+        topics = client.call(metadata_request("a", "b", auto_create=False)).topics
+    assert unsupported.error_code == ErrorCode.INVALID_CONFIG
+    assert "min.insync.replicas" in unsupported.error_message
+    assert bad_value.error_code == ErrorCode.INVALID_CONFIG
+    assert "retention.ms" in bad_value.error_message
+    assert {t.error_code for t in topics} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+
+def test_topic_config_survives_restart_and_is_forgotten_on_delete(tmp_path: Path) -> None:
+    base = LogConfig()
+    catalog = TopicCatalog(LogManager(tmp_path, base))
+    assert catalog.create("t", 2, {"cleanup.policy": "compact", "retention.ms": "1000"}) == (
+        ErrorCode.NONE)
+    reopened = LogManager(tmp_path, base)
+    TopicCatalog(reopened)
+    assert reopened.config_for("t").compacted
+    assert reopened.config_for("t").retention_ms == 1000
+    assert reopened.get("t", 1) is not None
+    again = TopicCatalog(reopened)
+    assert again.delete("t") == ErrorCode.NONE
+    assert again.create("t", 1) == ErrorCode.NONE
+    fresh = LogManager(tmp_path, base)
+    TopicCatalog(fresh)
+    assert not fresh.config_for("t").compacted

@@ -8,6 +8,7 @@ from typing import Any
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.events import log_event
+from kgroups.broker.topic_configs import TopicConfigError, topic_log_config
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -38,11 +39,17 @@ def _create_one(
         partitions = int(topic.num_partitions)
     if partitions < 1:
         return ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.", -1
+    configs = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
+    try:
+        topic_log_config(broker.log_config, configs)
+    except TopicConfigError as exc:
+        return ErrorCode.INVALID_CONFIG, str(exc), -1
     if not validate_only:
-        error = broker.topics.create(topic.name, partitions)
+        error = broker.topics.create(topic.name, partitions, configs)
         if error != ErrorCode.NONE:
             return error, None, -1
-        log_event(logger, logging.INFO, "topic_created", topic=topic.name, partitions=partitions)
+        log_event(logger, logging.INFO, "topic_created", topic=topic.name, partitions=partitions,
+                  **configs)
     return ErrorCode.NONE, None, partitions
 
 

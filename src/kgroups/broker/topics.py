@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 
+from kgroups.broker.topic_configs import TopicConfigStore, topic_log_config
 from kgroups.errors import ErrorCode
 from kgroups.log.manager import LogManager
 
@@ -38,6 +40,9 @@ class TopicCatalog:
 
     def __init__(self, logs: LogManager) -> None:
         self._logs = logs
+        self._configs = TopicConfigStore(logs.data_dir)
+        for topic, overrides in self._configs.load_all().items():
+            logs.set_topic_config(topic, topic_log_config(logs.config, overrides))
         self._counts: dict[str, int] = dict(
             sorted(Counter(topic for topic, _ in logs.partitions()).items())
         )
@@ -49,22 +54,37 @@ class TopicCatalog:
     def partition_count(self, topic: str) -> int | None:
         return self._counts.get(topic)
 
-    def create(self, topic: str, num_partitions: int) -> ErrorCode:
-        """Create every partition's log; the error Kafka's CreateTopics would give otherwise."""
+    def create(
+        self, topic: str, num_partitions: int, configs: Mapping[str, str] | None = None
+    ) -> ErrorCode:
+        """Create every partition's log (with the topic's own log settings, if any); the error
+        Kafka's CreateTopics would give otherwise. Bad settings raise TopicConfigError."""
         if topic_name_error(topic) is not None:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if num_partitions < 1:
             return ErrorCode.INVALID_PARTITIONS
         if self.partition_count(topic) is not None:
             return ErrorCode.TOPIC_ALREADY_EXISTS
+        if configs:
+            log_config = topic_log_config(self._logs.config, configs)
+            self._configs.save(topic, configs)
+            self._logs.set_topic_config(topic, log_config)
+        else:
+            self._forget_config(topic)
         for partition in range(num_partitions):
             self._logs.get_or_create(topic, partition)
         self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
         return ErrorCode.NONE
 
+    def _forget_config(self, topic: str) -> None:
+        """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""
+        self._configs.remove(topic)
+        self._logs.set_topic_config(topic, self._logs.config.for_topic(topic))
+
     def delete(self, topic: str) -> ErrorCode:
         if self.partition_count(topic) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         self._logs.delete_topic(topic)
+        self._forget_config(topic)
         del self._counts[topic]
         return ErrorCode.NONE
