@@ -15,13 +15,15 @@ from typing import Any
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
-from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
+from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.topics")
 
 NO_THROTTLE = datetime.timedelta(0)
 GROUP_KEY_TYPE = 0
+# Kafka's INT32_MIN marker for "authorized operations were not requested".
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @handles(api_key=18, min_version=0, max_version=4)
@@ -87,12 +89,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         )
     brokers = (build(broker_cls, node_id=node, host=broker.advertised_host,
                      port=broker.port, rack=None),)
-    fields: dict[str, Any] = {"throttle_time": NO_THROTTLE, "brokers": brokers,
-                              "cluster_id": broker.config.cluster_id, "controller_id": node,
-                              "topics": tuple(topics)}
-    if has_field(response_cls, "cluster_authorized_operations"):
-        fields["cluster_authorized_operations"] = -2147483648
-    return build(response_cls, **fields)
+    return build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
+                 cluster_id=broker.config.cluster_id, controller_id=node, topics=tuple(topics),
+                 cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
 
 
 @handles(api_key=10, min_version=0, max_version=6)
