@@ -199,16 +199,17 @@ def test_list_offsets_earliest_latest_and_by_time(inprocess_broker: InProcessBro
         _produce(client, "lo", 0, _records(b"a", b"b", timestamp=1000))
         _produce(client, "lo", 0, _records(b"c", timestamp=5000))
 
-        def offset_at(timestamp: int) -> int:
+        def offset_at(timestamp: int) -> tuple[int, int]:
             response = client.call(list_offsets_request("lo", 0, timestamp))
             (partition,) = response.topics[0].partitions
             assert partition.error_code == ErrorCode.NONE
-            return int(partition.offset)
+            return int(partition.offset), int(partition.timestamp)
 
-        assert offset_at(-2) == 0
-        assert offset_at(-1) == 3
-        assert offset_at(3000) == 2
-        assert offset_at(9000) == -1
+        assert offset_at(-2)[0] == 0
+        assert offset_at(-1)[0] == 3
+        assert offset_at(500) == (0, 1000)
+        assert offset_at(3000) == (2, 5000)
+        assert offset_at(9000) == (-1, -1)
 
 
 def test_delete_topic_removes_it(inprocess_broker: InProcessBroker) -> None:

@@ -1,4 +1,5 @@
-"""ListOffsets: earliest, latest, or the first offset at or after a timestamp."""
+"""ListOffsets: earliest, latest, or the first offset at or after a timestamp (with that
+record's own timestamp, as Kafka answers offsetsForTimes)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,38 @@ from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import decode_batch
+from kgroups.log.partition_log import PartitionLog
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 NOT_FOUND = -1
+NO_TIMESTAMP = -1
 
 
-def _lookup(ctx: RequestContext, topic: str, partition: int, timestamp: int) -> tuple[ErrorCode,
-                                                                                     int]:
+def _record_timestamp(log: PartitionLog, offset: int) -> int:
+    """The timestamp of the record at `offset` (the read starts at the batch holding it)."""
+    batch, _ = decode_batch(log.read(offset, 1))
+    return next((r.timestamp for r in batch.records if r.offset >= offset), NO_TIMESTAMP)
+
+
+def _lookup(
+    ctx: RequestContext, topic: str, partition: int, timestamp: int
+) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp) for one partition."""
     log = ctx.broker.logs.get(topic, partition)
     if log is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND, NO_TIMESTAMP
     if timestamp == LATEST_TIMESTAMP:
-        return ErrorCode.NONE, log.log_end_offset
+        return ErrorCode.NONE, log.log_end_offset, NO_TIMESTAMP
     if timestamp == EARLIEST_TIMESTAMP:
-        return ErrorCode.NONE, log.log_start_offset
+        return ErrorCode.NONE, log.log_start_offset, NO_TIMESTAMP
     if timestamp < 0:
-        return ErrorCode.INVALID_REQUEST, NOT_FOUND
+        return ErrorCode.INVALID_REQUEST, NOT_FOUND, NO_TIMESTAMP
     found = log.offset_for_timestamp(timestamp)
-    return ErrorCode.NONE, NOT_FOUND if found is None else found
+    if found is None:
+        return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
+    return ErrorCode.NONE, found, _record_timestamp(log, found)
 
 
 @handles(api_key=2, min_version=1, max_version=6)
@@ -38,13 +52,11 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for entry in topic.partitions:
-            error, offset = _lookup(ctx, topic.name, int(entry.partition_index),
-                                    int(entry.timestamp))
-            # The matched record's own timestamp is not kept by the index, so it is reported
-            # as unknown (-1), which clients treat as "no timestamp".
+            error, offset, found_at = _lookup(ctx, topic.name, int(entry.partition_index),
+                                              int(entry.timestamp))
             partitions.append(build(partition_cls, partition_index=entry.partition_index,
-                                    error_code=kio_error(error), timestamp=-1, offset=offset,
-                                    leader_epoch=-1))
+                                    error_code=kio_error(error), timestamp=found_at,
+                                    offset=offset, leader_epoch=-1))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
     return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
