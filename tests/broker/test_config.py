@@ -39,6 +39,7 @@ def test_properties_file_then_overrides_win(tmp_path: Path) -> None:
      ("num.partitions=0", "num.partitions"),
      ("auto.create.topics.enable=yes", "auto.create.topics.enable"),
      ("log.segment.bytes=tiny", "log.segment.bytes"),
+     ("advertised.listeners=somewhere", "advertised.listeners"),
      ("novalue", "key=value")],
 )
 def test_bad_values_name_the_key(override: str, named: str) -> None:

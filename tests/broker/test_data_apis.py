@@ -314,3 +314,13 @@ def test_failed_read_is_a_storage_error_for_that_partition_only(
         (data,) = client.call(fetch_request("bad-disk", 0, 0)).responses[0].partitions
         assert data.error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert client.call(metadata_request(all_topics=True)).brokers
+
+
+def test_advertised_listener_is_what_clients_are_told(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = make_inprocess_broker("advertised.listeners=PLAINTEXT://kafka.example:19092")
+    with connect(broker.port) as client:
+        (node,) = client.call(metadata_request(all_topics=True)).brokers
+        (coordinator,) = client.call(
+            FindCoordinatorV4(key_type=0, coordinator_keys=("g",))).coordinators
+    assert (node.host, node.port) == ("kafka.example", 19092)
+    assert (coordinator.host, coordinator.port) == ("kafka.example", 19092)

@@ -60,11 +60,11 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 def advertised_host(config: BrokerConfig) -> str:
-    """The host clients are told to connect to: `advertised.host.name` (Kafka's older name),
-    else the listen host, else this machine's name when listening on every interface."""
-    configured = config.properties.get("advertised.host.name")
-    if configured:
-        return configured
+    """The host clients are told to connect to: from `advertised.listeners`, else the listen
+    host, else this machine's name when listening on every interface."""
+    listener = config.advertised_listener
+    if listener is not None:
+        return listener[0]
     return socket.gethostname() if config.host in WILDCARD_HOSTS else config.host
 
 
@@ -93,6 +93,12 @@ class Broker:
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    @property
+    def advertised_port(self) -> int:
+        """The port clients are told to connect to (advertised.listeners, else the bound one)."""
+        listener = self.config.advertised_listener
+        return listener[1] if listener is not None else self.port
 
     async def start(self) -> None:
         """Listen; afterwards `self.port` is the bound port (useful with --port 0)."""

@@ -88,7 +88,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                   is_internal=name in INTERNAL_TOPICS, partitions=partitions)
         )
     brokers = (build(broker_cls, node_id=node, host=broker.advertised_host,
-                     port=broker.port, rack=None),)
+                     port=broker.advertised_port, rack=None),)
     return build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.config.cluster_id, controller_id=node, topics=tuple(topics),
                  cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
@@ -103,7 +103,7 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     error = ErrorCode.NONE if key_type == GROUP_KEY_TYPE else ErrorCode.COORDINATOR_NOT_AVAILABLE
     found = {"node_id": broker.node_id if error == ErrorCode.NONE else -1,
              "host": broker.advertised_host if error == ErrorCode.NONE else "",
-             "port": broker.port if error == ErrorCode.NONE else -1,
+             "port": broker.advertised_port if error == ErrorCode.NONE else -1,
              "error_code": kio_error(error),
              "error_message": None if error == ErrorCode.NONE else "transactions are not supported"}
     if ctx.api_version < 4:

@@ -96,6 +96,9 @@ class BrokerConfig:
                     "offsets.topic.num.partitions", "log.retention.check.interval.ms"):
             self.int_value(key)
         self.bool_value("auto.create.topics.enable")
+        listener = self.advertised_listener
+        if listener is not None and not 0 < listener[1] < 65536:
+            raise ConfigError(f"advertised.listeners port must be in 1..65535, got {listener[1]}")
         if self.num_partitions < 1:
             raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
         if self.log_retention_check_interval_ms < 1:
@@ -126,6 +129,21 @@ class BrokerConfig:
     def with_prefixes(self, *prefixes: str) -> dict[str, str]:
         """The keys another part owns (e.g. "group.", "offsets." for the coordinator)."""
         return {k: v for k, v in self.properties.items() if k.startswith(prefixes)}
+
+    @property
+    def advertised_listener(self) -> tuple[str, int] | None:
+        """Host and port of the first `advertised.listeners` entry (`NAME://host:port`): what
+        Metadata and FindCoordinator tell clients when they must not use the listen address."""
+        raw = self.properties.get("advertised.listeners", "").strip()
+        if not raw:
+            return None
+        first = raw.split(",")[0].strip()
+        _, scheme_sep, address = first.partition("://")
+        host, port_sep, port = address.rpartition(":")
+        if not scheme_sep or not port_sep or not host or not port.isdigit():
+            raise ConfigError(
+                f"advertised.listeners must look like PLAINTEXT://host:port, got {raw!r}")
+        return host, int(port)
 
     @property
     def node_id(self) -> int:
