@@ -24,6 +24,7 @@ from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
 from kgroups.broker.api import FunctionHandler
 from kgroups.broker.wire import decode_response, encode_request
+from kgroups.broker.wire_client import WireError
 from kgroups.errors import ErrorCode
 
 
@@ -160,3 +161,23 @@ def test_failing_handler_closes_its_connection_only(
         assert is_closed_by_peer(sock)
         _still_serves(inprocess_broker.port)
     assert any("handler_failed" in line for line in _closed_reasons(caplog))
+
+
+def test_connections_per_ip_are_capped(
+    make_inprocess_broker, caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
+) -> None:
+    broker = make_inprocess_broker("max.connections.per.ip=2")
+    with connect(broker.port) as first, connect(broker.port), caplog.at_level(logging.WARNING):
+        with raw_socket(broker.port) as third:
+            assert is_closed_by_peer(third)
+        assert first.call(metadata_request(all_topics=True)).brokers
+    assert any("max_connections_per_ip" in r.getMessage() for r in caplog.records)
+    # Closed connections give their slots back (once the broker has seen them close).
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            _still_serves(broker.port)
+            break
+        except WireError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)

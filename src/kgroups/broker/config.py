@@ -28,6 +28,9 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "message.max.bytes": "1048588",
         "offsets.topic.num.partitions": "50",
         "log.retention.check.interval.ms": "300000",
+        # Kafka's default for both is Integer.MAX_VALUE; -1 here means the same: no limit.
+        "max.connections": "-1",
+        "max.connections.per.ip": "-1",
     }
 )
 
@@ -93,7 +96,8 @@ class BrokerConfig:
         """Read every typed key once so a bad value fails at start-up, not mid-request."""
         for key in ("node.id", "num.partitions", "socket.request.max.bytes",
                     "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
-                    "offsets.topic.num.partitions", "log.retention.check.interval.ms"):
+                    "offsets.topic.num.partitions", "log.retention.check.interval.ms",
+                    "max.connections", "max.connections.per.ip"):
             self.int_value(key)
         self.bool_value("auto.create.topics.enable")
         listener = self.advertised_listener
@@ -180,6 +184,16 @@ class BrokerConfig:
     @property
     def log_retention_check_interval_ms(self) -> int:
         return self.int_value("log.retention.check.interval.ms")
+
+    @property
+    def max_connections(self) -> int:
+        """Connections the broker accepts in all; negative = unlimited."""
+        return self.int_value("max.connections")
+
+    @property
+    def max_connections_per_ip(self) -> int:
+        """Connections one client host may hold; negative = unlimited."""
+        return self.int_value("max.connections.per.ip")
 
     @property
     def offsets_topic_num_partitions(self) -> int:

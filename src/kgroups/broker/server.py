@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -228,30 +228,52 @@ class Connection:
 
 
 class BrokerServer:
-    """Accepts connections; each runs independently so one bad client affects only itself."""
+    """Accepts connections; each runs independently so one bad client affects only itself.
+    max.connections and max.connections.per.ip (Kafka's names; unlimited by default) cap how
+    many a host, or everyone, may hold, so many idle sockets cannot exhaust the broker."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._per_host: Counter[str] = Counter()
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
+    def _over_limit(self, host: str) -> str | None:
+        config = self._broker.config
+        if 0 <= config.max_connections <= len(self._connections):
+            return "max_connections"
+        if 0 <= config.max_connections_per_ip <= self._per_host[host]:
+            return "max_connections_per_ip"
+        return None
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        connection = Connection(self._broker, reader, writer)
+        limit = self._over_limit(connection.client_host)
+        if limit is not None:
+            log_event(logger, logging.WARNING, "connection_refused", peer=connection.peer,
+                      reason=limit)
+            writer.close()
+            return
         self._connections.add(task)
+        self._per_host[connection.client_host] += 1
         try:
-            await Connection(self._broker, reader, writer).serve()
+            await connection.serve()
         except asyncio.CancelledError:
             # The broker is stopping. Ending normally matters: asyncio's stream callback asks a
             # cancelled connection task for its exception and logs a spurious traceback.
             pass
         finally:
             self._connections.discard(task)
+            self._per_host[connection.client_host] -= 1
+            if not self._per_host[connection.client_host]:
+                del self._per_host[connection.client_host]
 
     async def stop(self) -> None:
         if self._server is None:
