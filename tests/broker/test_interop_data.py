@@ -23,11 +23,12 @@ def _create_topic(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def _produce_acked(
-    bootstrap: str, topic: str, count: int, partitions: int
+    bootstrap: str, topic: str, count: int, partitions: int, compression: str = "none"
 ) -> dict[int, list[bytes]]:
     """Produce with acks=all and idempotence; return per partition what the broker acknowledged."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "enable.idempotence": True, "linger.ms": 5})
+                         "enable.idempotence": True, "linger.ms": 5,
+                         "compression.type": compression})
     acked: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     failures: list[str] = []
 
@@ -77,6 +78,13 @@ def test_confluent_kafka_produce_and_assign_consume(kgroups_server: ServerProces
     _create_topic(kgroups_server.bootstrap, "events", 3)
     acked = _produce_acked(kgroups_server.bootstrap, "events", 300, 3)
     assert _consume_all(kgroups_server.bootstrap, "events", 3, 300) == acked
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_round_trip(kgroups_server: ServerProcess, codec: str) -> None:
+    _create_topic(kgroups_server.bootstrap, f"packed-{codec}", 2)
+    acked = _produce_acked(kgroups_server.bootstrap, f"packed-{codec}", 100, 2, codec)
+    assert _consume_all(kgroups_server.bootstrap, f"packed-{codec}", 2, 100) == acked
 
 
 def test_kcat_round_trip(kgroups_server: ServerProcess) -> None:
