@@ -11,9 +11,11 @@ from broker_wire_helpers import (
     connect,
     create_topic,
     fetch_request,
+    is_closed_by_peer,
     list_offsets_request,
     metadata_request,
     produce_request,
+    raw_socket,
 )
 from conftest import InProcessBroker
 from hypothesis import HealthCheck, given, settings
@@ -324,3 +326,12 @@ def test_advertised_listener_is_what_clients_are_told(make_inprocess_broker) -> 
             FindCoordinatorV4(key_type=0, coordinator_keys=("g",))).coordinators
     assert (node.host, node.port) == ("kafka.example", 19092)
     assert (coordinator.host, coordinator.port) == ("kafka.example", 19092)
+
+
+def test_failed_acks_zero_produce_closes_the_connection(inprocess_broker: InProcessBroker) -> None:
+    """acks=0 has no response, so Kafka signals a failure by closing the connection."""
+    with raw_socket(inprocess_broker.port) as sock:
+        sock.sendall(encode_request(1, "t", produce_request("nowhere", 0, _records(b"x"), acks=0)))
+        assert is_closed_by_peer(sock)
+    with connect(inprocess_broker.port) as client:
+        assert client.call(metadata_request(all_topics=True)).brokers

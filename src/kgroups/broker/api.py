@@ -37,6 +37,15 @@ class ApiHandler(Protocol):
     async def __call__(self, ctx: RequestContext, request: Any) -> Any: ...
 
 
+class CloseConnection(Exception):
+    """Raised by a handler that must answer by closing the connection, as Kafka does for an
+    acks=0 produce that failed (the client learns of the failure only that way)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class DuplicateHandlerError(ValueError):
     """Two handlers claimed one API key: a wiring mistake that must fail loudly at start-up."""
 

@@ -6,7 +6,8 @@ already stored. The records inside a CRC-valid batch are not parsed one by one: 
 Python costs ~9 us per record and capped produce throughput, while the client's CRC already
 vouches for the bytes. For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
-(GroupCommit); acks=0 gets no response at all, as in Kafka.
+(GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
+closed, the only signal such a producer gets.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.api import CloseConnection, HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.events import log_event
 from kgroups.broker.producer_state import BatchIdentity, last_sequence
@@ -160,6 +161,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     if appended:
         broker.appends.notify()
     if acks == 0:
+        if any(o.error != ErrorCode.NONE for _, partitions in outcomes for _, o in partitions):
+            raise CloseConnection("acks0_produce_failed")
         return None
     response_cls = response_type(0, ctx.api_version)
     topic_cls = sibling(response_cls, "TopicProduceResponse")

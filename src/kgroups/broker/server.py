@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 
-from kgroups.broker.api import RequestContext
+from kgroups.broker.api import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.wire import (
     FrameDecodeError,
@@ -212,6 +212,10 @@ class Connection:
             if task.cancelled():
                 continue
             error = task.exception()
+            if isinstance(error, CloseConnection):
+                self._close(logging.INFO, error.reason)
+                self._cancel_in_flight()
+                break
             if error is not None:
                 logger.error("handler failed peer=%s", self.peer, exc_info=error)
                 self._close(logging.ERROR, "handler_failed", error=repr(error))
