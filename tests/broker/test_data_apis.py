@@ -335,3 +335,19 @@ def test_failed_acks_zero_produce_closes_the_connection(inprocess_broker: InProc
         assert is_closed_by_peer(sock)
     with connect(inprocess_broker.port) as client:
         assert client.call(metadata_request(all_topics=True)).brokers
+
+
+def test_topic_names_from_requests_never_reach_the_file_system(
+    inprocess_broker: InProcessBroker,
+) -> None:
+    with connect(inprocess_broker.port) as client:
+        # A topic with its own settings makes the __topic_configs directory exist.
+        create_topic(client, "real", configs={"retention.ms": "86400000"})
+        sneaky = "__topic_configs/../real"
+        assert (_produce(client, sneaky, 0, _records(b"x")).error_code
+                == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        (data,) = client.call(fetch_request(sneaky, 0, 0)).responses[0].partitions
+        assert data.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        (offsets,) = client.call(list_offsets_request(sneaky, 0, -1)).topics[0].partitions
+        assert offsets.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert _produce(client, "real", 0, _records(b"ok")).base_offset == 0

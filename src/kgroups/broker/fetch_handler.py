@@ -35,7 +35,7 @@ class PartitionRead:
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
                     budget: int) -> PartitionRead:
     index = int(request_partition.partition)
-    log = ctx.broker.logs.get(topic, index)
+    log = ctx.broker.topics.log(topic, index)
     if log is None:
         return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     start, end = log.log_start_offset, log.log_end_offset

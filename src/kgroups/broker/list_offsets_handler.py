@@ -28,7 +28,7 @@ def _lookup(
     ctx: RequestContext, topic: str, partition: int, timestamp: int
 ) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one partition."""
-    log = ctx.broker.logs.get(topic, partition)
+    log = ctx.broker.topics.log(topic, partition)
     if log is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND, NO_TIMESTAMP
     if timestamp == LATEST_TIMESTAMP:

@@ -90,7 +90,7 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     if topic in INTERNAL_TOPICS:
         return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                 message=f"cannot produce to internal topic {topic}")
-    log = broker.logs.get(topic, partition)
+    log = broker.topics.log(topic, partition)
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from kgroups.broker.topic_configs import TopicConfigStore, topic_log_config
 from kgroups.errors import ErrorCode
 from kgroups.log.manager import LogManager
+from kgroups.log.partition_log import PartitionLog
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
@@ -53,6 +54,15 @@ class TopicCatalog:
 
     def partition_count(self, topic: str) -> int | None:
         return self._counts.get(topic)
+
+    def log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log, or None unless the topic exists and has that partition. Data
+        requests go through here, so a client-chosen name (say `x/../other`) never reaches
+        the file system."""
+        count = self._counts.get(topic)
+        if count is None or not 0 <= partition < count:
+            return None
+        return self._logs.get(topic, partition)
 
     def create(
         self, topic: str, num_partitions: int, configs: Mapping[str, str] | None = None
