@@ -20,6 +20,8 @@ kgroups.log.replay.LatestPerKey, the log's general last-record-per-key walker, f
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import random
 import shutil
 import tempfile
@@ -33,6 +35,7 @@ from kgroups.coordinator import (
     latest_values,
     partition_for,
 )
+from kgroups.coordinator.parallel_fold import fold_partitions
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
@@ -135,23 +138,37 @@ def partition_bytes(log: PartitionLog) -> bytes:
     return b"".join(segment.pread(segment.size, 0) for segment in log.segments())
 
 
-def bulk_replay(coordinator: GroupCoordinator, partition: int, data: bytes) -> dict[str, float]:
-    """The fast path; returns seconds spent in each stage."""
-    started = time.perf_counter()
-    survivors, walked = latest_values(data)
-    folded = time.perf_counter()
-    image = PartitionImage()
-    image.apply_raw(survivors.items())
-    decoded_at = time.perf_counter()
-    coordinator.load_image(partition, image, NOW)
-    loaded = time.perf_counter()
-    return {
-        "fold": folded - started,
-        "decode": decoded_at - folded,
-        "load": loaded - decoded_at,
-        "survivors": len(survivors),
-        "walked": walked,
-    }
+def cpu_seconds() -> float:
+    """CPU time of this process and of its reaped children (the fold workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def bulk_replay(
+    coordinator: GroupCoordinator, logs: list[PartitionLog], workers: int
+) -> dict[str, float]:
+    """The fast path over every partition; returns seconds spent in each stage of this process
+    (waiting for folds, decoding survivors, installing groups) and the record counts."""
+    stages = dict.fromkeys(("fold wait", "decode", "load", "survivors", "walked"), 0.0)
+
+    def read(partition: int) -> bytes:
+        return partition_bytes(logs[partition])
+
+    waited_from = time.perf_counter()
+    for partition, survivors, walked in fold_partitions(read, range(len(logs)), workers):
+        folded = time.perf_counter()
+        image = PartitionImage()
+        image.apply_raw(survivors.items())
+        decoded_at = time.perf_counter()
+        coordinator.load_image(partition, image, NOW)
+        loaded = time.perf_counter()
+        stages["fold wait"] += folded - waited_from
+        stages["decode"] += decoded_at - folded
+        stages["load"] += loaded - decoded_at
+        stages["survivors"] += len(survivors)
+        stages["walked"] += walked
+        waited_from = loaded
+    return stages
 
 
 def naive_replay(partition: int, data: bytes, limit: int, partitions: int) -> tuple[int, float]:
@@ -174,6 +191,11 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--peer-records", type=int, default=500_000)
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[2, 1],
+        help="fold worker processes; one replay per value (1 = fold in this process)",
+    )
+    parser.add_argument("--gc", action="store_true", help="keep the garbage collector on")
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
 
@@ -195,45 +217,47 @@ def main() -> None:
         for p in range(args.partitions)
     ]
     config = GroupCoordinatorConfig(offsets_topic_num_partitions=args.partitions)
-    coordinator = GroupCoordinator(config)
-    totals = dict.fromkeys(("read", "fold", "decode", "load", "survivors", "walked"), 0.0)
-    largest = (0, b"")
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    for partition, log in enumerate(logs):
-        read_started = time.perf_counter()
-        data = partition_bytes(log)
-        totals["read"] += time.perf_counter() - read_started
-        for stage, value in bulk_replay(coordinator, partition, data).items():
-            totals[stage] += value
-        if len(data) > len(largest[1]):
-            largest = (partition, data)
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu_started
-    walked = int(totals["walked"])
-    rate = walked / elapsed
-    groups = len(coordinator.group_views())
-    print(
-        f"bulk replay: {walked:,} records, {int(totals['survivors']):,} live keys, "
-        f"{groups:,} groups in {elapsed:.2f} s = {rate:,.0f} records/s "
-        f"(CPU {cpu:.2f} s = {walked / cpu:,.0f} records/CPU-s)"
-    )
-    for stage in ("read", "fold", "decode", "load"):
-        print(f"  {stage:<7}{totals[stage]:7.2f} s  ({totals[stage] / elapsed:5.1%})")
+    print(f"load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
+    rates: dict[int, float] = {}
+    for workers in args.workers:
+        coordinator = GroupCoordinator(config)
+        gc.collect()
+        if not args.gc:
+            gc.disable()  # replay builds ~1M long-lived objects: collections only rescan them
+        started = time.perf_counter()
+        cpu_started = cpu_seconds()
+        stages = bulk_replay(coordinator, logs, workers)
+        elapsed = time.perf_counter() - started
+        cpu = cpu_seconds() - cpu_started
+        gc.enable()
+        walked = int(stages["walked"])
+        rates[workers] = rate = walked / elapsed
+        groups = len(coordinator.group_views())
+        print(
+            f"bulk replay, {workers} fold worker(s), gc {'on' if args.gc else 'off'}: "
+            f"{walked:,} records, {int(stages['survivors']):,} live keys, {groups:,} groups "
+            f"in {elapsed:.2f} s = {rate:,.0f} records/s (CPU {cpu:.2f} s = "
+            f"{walked / cpu:,.0f} records/CPU-s; load average now {os.getloadavg()[0]:.2f})"
+        )
+        for stage in ("fold wait", "decode", "load"):
+            print(f"  {stage:<10}{stages[stage]:7.2f} s  ({stages[stage] / elapsed:5.1%})")
+    largest = max(range(args.partitions), key=lambda p: logs[p].log_end_offset)
+    largest_bytes = partition_bytes(logs[largest])
     fold_started = time.perf_counter()
-    latest_values(largest[1])
+    latest_values(largest_bytes)
     fast_fold = time.perf_counter() - fold_started
     fold_started = time.perf_counter()
-    LatestPerKey().add(largest[1])
+    LatestPerKey().add(largest_bytes)
     general_fold = time.perf_counter() - fold_started
     print(
-        f"fold of partition {largest[0]}: latest_values {fast_fold:.2f} s, "
+        f"fold of partition {largest}: latest_values {fast_fold:.2f} s, "
         f"LatestPerKey {general_fold:.2f} s ({general_fold / fast_fold:.1f}x)"
     )
-    count, seconds = naive_replay(largest[0], largest[1], args.peer_records, args.partitions)
+    count, seconds = naive_replay(largest, largest_bytes, args.peer_records, args.partitions)
     peer_rate = count / seconds
     print(f"peer (decode every record, then load): {count:,} records = {peer_rate:,.0f} records/s")
-    print(f"bulk / peer: {rate / peer_rate:.1f}x")
+    for workers, rate in rates.items():
+        print(f"bulk ({workers} fold worker(s)) / peer: {rate / peer_rate:.1f}x")
 
 
 if __name__ == "__main__":
