@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import math
 import statistics
 import struct
 import subprocess
@@ -223,7 +224,7 @@ def check_answer(answer: Any) -> None:
 
 
 async def measure(port: int, seconds: float, connection_count: int, depth: int,
-                  member_counts: list[int]) -> dict[str, float]:
+                  member_counts: list[int], settle_timeout_s: float) -> dict[str, float]:
     versions = await negotiate(port)
     figures: dict[str, float] = {}
 
@@ -261,7 +262,11 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
 
     for count in member_counts:
         joiners = [await PipelinedConnection.open(port, versions) for _ in range(count)]
-        elapsed, _ = await form_group(joiners, f"bench-stable-{count}")
+        try:
+            elapsed, _ = await asyncio.wait_for(form_group(joiners, f"bench-stable-{count}"),
+                                                settle_timeout_s)
+        except TimeoutError:
+            elapsed = math.inf  # never settled: printed as such, not as a number
         figures[f"stable {count} members s"] = elapsed
         for connection in joiners:
             await connection.close()
@@ -307,7 +312,8 @@ def run_against(port: int, args: argparse.Namespace) -> dict[str, float]:
 
     async def run() -> dict[str, float]:
         await wait_coordinator_ready(port)
-        return await measure(port, args.seconds, args.connections, args.depth, args.members)
+        return await measure(port, args.seconds, args.connections, args.depth, args.members,
+                             args.settle_timeout)
 
     return asyncio.run(run())
 
@@ -319,6 +325,8 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=8)
     parser.add_argument("--members", type=lambda text: [int(n) for n in text.split(",")],
                         default=[10, 100, 1000])
+    parser.add_argument("--settle-timeout", type=float, default=120.0,
+                        help="seconds a group may take to become Stable before giving up")
     parser.add_argument("--initial-delay-ms", type=int, default=3000,
                         help="kgroups' group.initial.rebalance.delay.ms (Kafka's default 3000)")
     args = parser.parse_args()
@@ -331,10 +339,10 @@ def main() -> int:
           f"kgroups group.initial.rebalance.delay.ms={args.initial_delay_ms}")
     print(f"{'figure':26} {'kgroups':>12} {'tansu(mem)':>12} {'kgroups/tansu':>14}")
     for name, value in ours.items():
-        other = theirs.get(name)
-        ratio = f"{value / other:14.2f}" if other else f"{'-':>14}"
-        print(f"{name:26} {value:12.2f} {other if other is not None else float('nan'):12.2f} "
-              f"{ratio}")
+        other = theirs[name]
+        settled = math.isfinite(value) and math.isfinite(other) and other > 0
+        ratio = f"{value / other:14.2f}" if settled else f"{'-':>14}"
+        print(f"{name:26} {value:12.2f} {other:12.2f} {ratio}")
     return 0
 
 
