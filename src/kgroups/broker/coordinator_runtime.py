@@ -133,7 +133,8 @@ class CoordinatorRuntime:
         await self._loaded.wait()
 
     async def stop(self) -> None:
-        """Cancel timers and background work; writes already appended finish their fsync."""
+        """Cancel the timer and background work (loading, compaction, fsync waits); whatever was
+        appended is made durable by the Broker's final flush of every log."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
