@@ -49,11 +49,11 @@ class AppendNotifier:
         self._event = asyncio.Event()
 
     async def wait(self, timeout: float) -> None:
+        """Until the next append anywhere, or `timeout` seconds."""
         event = self._event
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await event.wait()
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -101,7 +101,8 @@ class Broker:
         return listener[1] if listener is not None else self.port
 
     async def start(self) -> None:
-        """Listen; afterwards `self.port` is the bound port (useful with --port 0)."""
+        """Start the group coordinator (it replays __consumer_offsets in the background) and
+        the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
         self._cleaner = asyncio.create_task(
