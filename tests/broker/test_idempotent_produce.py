@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from broker_wire_helpers import connect, create_topic, list_offsets_request, produce_request
-from conftest import InProcessBroker
+from conftest import InProcessBroker, ServerProcess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,3 +101,34 @@ def test_any_recent_batch_resent_is_a_duplicate_and_the_next_one_appends(
     assert table.check(log, BatchIdentity(PRODUCER, 0, sequence, sequence)).append
     assert (table.check(log, BatchIdentity(PRODUCER, 0, sequence + 1, sequence + 1)).error
             == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+def test_table_rebuilt_from_the_log_recognises_a_resend_after_restart(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=300)  # several segments, so the rebuild crosses a roll
+    log = PartitionLog.open(tmp_path / "t-0", config)
+    bases = [log.append_batch(_batch(sequence))[0] for sequence in range(0, 20, 2)]
+    log.append_batch(_batch(0, producer=-1))
+    assert len(log.segments()) > 2
+    reopened = PartitionLog.open(tmp_path / "t-0", config)
+    table = ProducerStateTable()  # a fresh broker knows nothing until it reads the log
+    resent = BatchIdentity(PRODUCER, 0, 18, 19)
+    assert table.check(reopened, resent).duplicate_of == bases[-1]
+    assert table.check(reopened, BatchIdentity(PRODUCER, 0, 20, 20)).append
+    assert (table.check(reopened, BatchIdentity(PRODUCER, 0, 25, 25)).error
+            == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+@pytest.mark.interop
+def test_resend_across_a_broker_kill_is_stored_once(kgroups_server: ServerProcess) -> None:
+    with connect(kgroups_server.port) as client:
+        create_topic(client, "survivor")
+        original = _send(client, "survivor", _batch(0))
+        _send(client, "survivor", _batch(2))
+    kgroups_server.kill()
+    kgroups_server.start()
+    with connect(kgroups_server.port) as client:
+        resent = _send(client, "survivor", _batch(2))
+        assert (resent.error_code, resent.base_offset) == (ErrorCode.NONE, 2)
+        assert _end(client, "survivor") == 4
+        assert _send(client, "survivor", _batch(4)).base_offset == 4
+    assert original.base_offset == 0

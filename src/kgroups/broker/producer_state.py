@@ -3,9 +3,11 @@
 An idempotent producer numbers its batches per partition. When an acknowledgement is lost it
 resends the same batch; Kafka recognises the resend by (producer id, epoch, sequence range) and
 answers with the original offset instead of storing the records twice. Like Kafka, the last
-five batches of each producer are remembered per partition. The table lives in memory only: after
-a restart a producer's first batch is accepted whatever its sequence (Kafka rebuilds the table
-from its log; kgroups accepts the small window where a retry across a restart is stored twice).
+five batches of each producer are remembered per partition. The table lives in memory and is
+rebuilt for a partition, on its first idempotent produce after a start, from the batch headers
+of its last REBUILD_TAIL_OFFSETS offsets (Kafka keeps producer snapshots for the same purpose),
+so a retry that straddles a broker restart is still recognised; a producer silent for longer
+than that tail is treated as new.
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import HEADER
 from kgroups.log.partition_log import PartitionLog
 
 NO_PRODUCER_ID = -1
 REMEMBERED_BATCHES = 5
+# How far back from the log end a rebuild reads batch headers: bounded work (no whole-segment
+# scan on the event loop), far more than the last five batches of any active producer.
+REBUILD_TAIL_OFFSETS = 50_000
+# Positions in the RecordBatch v2 header tuple (kgroups.log.batch.HEADER).
+HEADER_LAST_OFFSET_DELTA = 6
+HEADER_PRODUCER_ID = 9
+HEADER_PRODUCER_EPOCH = 10
+HEADER_BASE_SEQUENCE = 11
 INT32_MAX = 2**31 - 1
 
 
@@ -74,7 +85,9 @@ class ProducerStateTable:
     def check(self, log: PartitionLog, batch: BatchIdentity) -> Verdict:
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
-        entry = self._by_log.get(log, {}).get(batch.producer_id)
+        if log not in self._by_log:
+            self._rebuild(log)
+        entry = self._by_log[log].get(batch.producer_id)
         if entry is None:
             return APPEND
         if batch.producer_epoch < entry.epoch:
@@ -89,6 +102,25 @@ class ProducerStateTable:
         if batch.first_sequence == next_sequence(newest_last):
             return APPEND
         return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+    def _rebuild(self, log: PartitionLog) -> None:
+        """Replay the producer fields of the recent batch headers (no records are parsed)."""
+        self._by_log[log] = {}
+        tail_start = max(log.log_start_offset, log.log_end_offset - REBUILD_TAIL_OFFSETS)
+        for segment in log.segments():
+            if segment.next_offset <= tail_start:
+                continue
+            start = segment.start_position_for(max(tail_start, segment.base_offset))
+            for position, base_offset, _last, _size in segment.batch_positions(start):
+                header = HEADER.unpack(segment.pread(HEADER.size, position))
+                producer_id, epoch, first_sequence = (
+                    header[HEADER_PRODUCER_ID], header[HEADER_PRODUCER_EPOCH],
+                    header[HEADER_BASE_SEQUENCE])
+                if producer_id == NO_PRODUCER_ID:
+                    continue
+                last = last_sequence(first_sequence, header[HEADER_LAST_OFFSET_DELTA])
+                self.record(log, BatchIdentity(producer_id, epoch, first_sequence, last),
+                            base_offset)
 
     def record(self, log: PartitionLog, batch: BatchIdentity, base_offset: int) -> None:
         if batch.producer_id == NO_PRODUCER_ID:
