@@ -117,16 +117,16 @@ TOPIC_ROW_SCHEMA = pa.schema(
 )
 
 _COMMIT_COLUMNS = (
-    "file", "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
+    "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
     "group", "topic", "partition", "tombstone", "offset", "leader_epoch", "metadata",
     "commit_ts", "expire_ts",
 )
 _GROUP_COLUMNS = (
-    "file", "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
+    "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
     "group", "tombstone", "generation", "protocol_type", "protocol", "leader", "state_ts",
     "members",
 )
-_MARKER_COLUMNS = ("file", "log_partition", "log_offset", "record_ts", "producer_id",
+_MARKER_COLUMNS = ("log_partition", "log_offset", "record_ts", "producer_id",
                    "marker_commits")
 _ERROR_COLUMNS = ("file", "log_partition", "error_position", "error")
 
@@ -225,7 +225,7 @@ class _OffsetsSegmentDecoder:
                 continue
             _version, control_type = _CONTROL_KEY.unpack_from(key)
             self.markers.append(
-                (self.uri, self.log_partition, offset, timestamp, producer_id,
+                (self.log_partition, offset, timestamp, producer_id,
                  control_type == _CONTROL_COMMIT)
             )
 
@@ -235,7 +235,7 @@ class _OffsetsSegmentDecoder:
         are decoded once per distinct key and their values straight into a row tuple."""
         keys = self._keys
         commits = self.commits
-        uri, log_partition = self.uri, self.log_partition
+        log_partition = self.log_partition
         for offset, timestamp, raw_key, raw_value in records:
             try:
                 if raw_key is None:
@@ -246,7 +246,7 @@ class _OffsetsSegmentDecoder:
                 if isinstance(key, OffsetCommitKey):
                     if raw_value is None:
                         commits.append(
-                            (uri, log_partition, offset, timestamp, transactional, producer_id,
+                            (log_partition, offset, timestamp, transactional, producer_id,
                              key.group, key.topic, key.partition, True, None, None, None, None,
                              None)
                         )
@@ -255,7 +255,7 @@ class _OffsetsSegmentDecoder:
                             decode_offset_commit_fields(raw_value)
                         )
                         commits.append(
-                            (uri, log_partition, offset, timestamp, transactional, producer_id,
+                            (log_partition, offset, timestamp, transactional, producer_id,
                              key.group, key.topic, key.partition, False, committed, epoch,
                              metadata, commit_ts, expire_ts)
                         )
@@ -272,14 +272,14 @@ class _OffsetsSegmentDecoder:
                    producer_id: int, key: GroupMetadataKey, value: Any) -> None:
         if isinstance(value, GroupMetadataValue):
             self.groups.append(
-                (self.uri, self.log_partition, log_offset, record_ts, transactional,
+                (self.log_partition, log_offset, record_ts, transactional,
                  producer_id, key.group, False, value.generation, value.protocol_type,
                  value.protocol, value.leader, value.current_state_timestamp,
                  _members(value))
             )
         else:
             self.groups.append(
-                (self.uri, self.log_partition, log_offset, record_ts, transactional,
+                (self.log_partition, log_offset, record_ts, transactional,
                  producer_id, key.group, True, None, None, None, None, None, None)
             )
 
@@ -329,9 +329,9 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.RecordBatch
                            f"corrupt batch, rest of file skipped: {exc}"))
             break
         max_timestamp = HEADER.unpack_from(data, pos)[_MAX_TIMESTAMP_FIELD]
-        rows.append((uri, topic, partition, base_offset, last_offset, max_timestamp))
+        rows.append((topic, partition, base_offset, last_offset, max_timestamp))
         pos += size
-    names = ("file", "topic", "partition", "base_offset", "last_offset", "max_timestamp")
+    names = ("topic", "partition", "base_offset", "last_offset", "max_timestamp")
     error_names = ("file", "topic", "partition", "error_position", "error")
     return pa.concat_batches(
         [_columns_batch(TOPIC_ROW_SCHEMA, None, names, rows),

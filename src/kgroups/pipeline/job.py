@@ -87,7 +87,8 @@ def run_analysis(
         with steps.step("reading topic partition logs"):
             topic_batches.count()
 
-    applied = tables.applied_records(raw).persist(StorageLevel.MEMORY_AND_DISK)
+    # Not persisted: a filter and a small join over the cached rows, cheaper than a second copy.
+    applied = tables.applied_records(raw)
     commits = tables.offset_commits(applied, window)
     with steps.step("offset_commits"):
         _write(commits.drop("record_ts"), out, "offset_commits")
@@ -145,7 +146,7 @@ def run_analysis(
             notes=notes,
         )
         _write_text(out, "report.html", render(report))
-    for frame in (raw, applied, committed, events, found_rebalances, topic_batches, current_lag):
+    for frame in (raw, committed, events, found_rebalances, topic_batches, current_lag):
         if frame is not None:
             frame.unpersist()
     return AnalysisResult(
