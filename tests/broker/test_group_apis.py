@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect
+from broker_wire_helpers import connect, create_topic
 from conftest import InProcessBroker
 
 from kgroups.broker.wire import build, request_type, sibling
@@ -25,6 +25,8 @@ def _ready(make_inprocess_broker: Any, *overrides: str) -> InProcessBroker:
     COORDINATOR_LOAD_IN_PROGRESS, which is what clients retry on)."""
     broker: InProcessBroker = make_inprocess_broker(*FAST, *overrides)
     broker.call(broker.broker.coordinator.wait_loaded)
+    with connect(broker.port) as client:
+        create_topic(client, "events", 2)  # the topic the tests commit offsets for
     return broker
 
 
@@ -220,3 +222,17 @@ def test_delete_groups_and_offset_delete(make_inprocess_broker) -> None:  # type
                 DELETE, version, groups_names=("to-trim", "busy", "never-was"))).results
             assert {r.group_id: ErrorCode(int(r.error_code)) for r in results} == outcome
         assert _fetch(client, 9, "to-trim") == {}
+
+
+def test_commits_for_partitions_the_broker_lacks_are_refused_alone(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        # Partition 5 of `events` (which has 2) is refused; 0 and 1 are committed.
+        assert _commit(client, 9, "partial", -1, "", {0: 3, 5: 9, 1: 4}) == {
+            0: ErrorCode.NONE, 5: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 1: ErrorCode.NONE}
+        assert _fetch(client, 9, "partial") == {0: 3, 1: 4}
+        # Nothing known at all: the coordinator is not even asked, so no group appears.
+        assert _commit(client, 9, "ghost", -1, "", {7: 1}) == {
+            7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        listed = client.call(_request(LIST, 4, states_filter=())).groups
+        assert sorted(g.group_id for g in listed) == ["partial"]

@@ -181,38 +181,55 @@ class OffsetCommitHandler(_GroupApi):
     api_key, min_version, max_version = 8, 2, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        retention = getattr(request, "retention_time", -1)
-        topics = tuple(
-            core.OffsetCommitTopic(
-                name=topic.name,
-                partitions=tuple(
-                    core.OffsetCommitPartition(
-                        partition=int(p.partition_index),
-                        offset=int(p.committed_offset),
-                        metadata=p.committed_metadata,
-                        leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+        # As Kafka's request handler does, partitions this broker does not have are refused
+        # here, and only the rest go to the coordinator (not at all if none are left).
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        known: list[core.OffsetCommitTopic] = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                if ctx.broker.logs.get(topic.name, int(p.partition_index)) is None:
+                    errors[(topic.name, int(p.partition_index))] = (
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
-                    for p in topic.partitions
+                    continue
+                partitions.append(core.OffsetCommitPartition(
+                    partition=int(p.partition_index),
+                    offset=int(p.committed_offset),
+                    metadata=p.committed_metadata,
+                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                ))
+            if partitions:
+                known.append(core.OffsetCommitTopic(topic.name, tuple(partitions)))
+        if known:
+            answer: core.OffsetCommitResponse = await _ask(
+                ctx,
+                lambda request_id: core.OffsetCommitRequest(
+                    request_id=request_id,
+                    group_id=request.group_id,
+                    topics=tuple(known),
+                    generation_id=int(request.generation_id_or_member_epoch),
+                    member_id=request.member_id,
+                    group_instance_id=getattr(request, "group_instance_id", None),
+                    retention_time_ms=_ms(getattr(request, "retention_time", -1)),
+                    version=ctx.api_version,
                 ),
             )
+            for answered in answer.topics:
+                for result in answered.partitions:
+                    errors[(answered.name, result.partition)] = result.error
+        in_request_order = tuple(
+            core.TopicPartitionErrors(topic.name, tuple(
+                core.PartitionError(int(p.partition_index),
+                                    errors[(topic.name, int(p.partition_index))])
+                for p in topic.partitions
+            ))
             for topic in request.topics
-        )
-        answer: core.OffsetCommitResponse = await _ask(
-            ctx,
-            lambda request_id: core.OffsetCommitRequest(
-                request_id=request_id,
-                group_id=request.group_id,
-                topics=topics,
-                generation_id=int(request.generation_id_or_member_epoch),
-                member_id=request.member_id,
-                group_instance_id=getattr(request, "group_instance_id", None),
-                retention_time_ms=_ms(retention),
-                version=ctx.api_version,
-            ),
         )
         response = _response(ctx)
         return build(response, throttle_time=_NO_THROTTLE, topics=_partition_errors_response(
-            response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition", answer.topics))
+            response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition",
+            in_request_order))
 
 
 def _fetch_group(group_id: str, topics: Any) -> core.OffsetFetchGroup:
