@@ -8,12 +8,16 @@ import time
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect, create_topic
+from broker_wire_helpers import connect, create_topic, fetch_request
 from conftest import InProcessBroker
 
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import iter_batches
+from kgroups.records.codec import decode_record
+from kgroups.records.schema import OffsetCommitKey, OffsetCommitValue
 
 FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=200")
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 11, 14, 12, 13, 8, 9
@@ -236,3 +240,21 @@ def test_commits_for_partitions_the_broker_lacks_are_refused_alone(make_inproces
             7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
         listed = client.call(_request(LIST, 4, states_filter=())).groups
         assert sorted(g.group_id for g in listed) == ["partial"]
+
+
+def test_consumer_offsets_is_a_topic_clients_fetch_and_decode(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        _commit(client, 9, "visible", -1, "", {1: 77})
+        partition = partition_for("visible", 50)
+        response = client.call(fetch_request("__consumer_offsets", partition, 0))
+        (data,) = response.responses[0].partitions
+        assert data.error_code == ErrorCode.NONE
+        records = [decode_record(record.key, record.value)
+                   for batch in iter_batches(bytes(data.records or b""))
+                   for record in batch.records]
+    commits = [r for r in records if isinstance(r.key, OffsetCommitKey)]
+    assert [(r.key.group, r.key.topic, r.key.partition) for r in commits] == [
+        ("visible", "events", 1)]
+    assert isinstance(commits[0].value, OffsetCommitValue)
+    assert (commits[0].value.offset, commits[0].value.metadata) == (77, "m")
