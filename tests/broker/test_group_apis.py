@@ -258,3 +258,35 @@ def test_consumer_offsets_is_a_topic_clients_fetch_and_decode(make_inprocess_bro
         ("visible", "events", 1)]
     assert isinstance(commits[0].value, OffsetCommitValue)
     assert (commits[0].value.offset, commits[0].value.metadata) == (77, "m")
+
+
+def test_consumer_offsets_is_compacted_in_the_background(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = _ready(make_inprocess_broker, "offsets.topic.segment.bytes=2048",
+                    "log.cleaner.backoff.ms=100")
+    partition = partition_for("churn", 50)
+    log = broker.broker.logs.get("__consumer_offsets", partition)
+    assert log is not None
+    with connect(broker.port) as client:
+        for offset in range(100):
+            assert _commit(client, 9, "churn", -1, "", {0: offset}) == {0: ErrorCode.NONE}
+
+        def stored_commits() -> list[int]:
+            stored: list[int] = []
+            position = log.log_start_offset
+            while position < log.log_end_offset:
+                (data,) = client.call(fetch_request("__consumer_offsets", partition,
+                                                    position)).responses[0].partitions
+                for batch in iter_batches(bytes(data.records or b"")):
+                    position = batch.last_offset + 1
+                    stored += [decode_record(r.key, r.value).value.offset  # type: ignore[union-attr]
+                               for r in batch.records]
+            return stored
+
+        deadline = time.monotonic() + 20
+        while len(stored_commits()) == 100 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        remaining = stored_commits()
+        # Superseded commits in closed segments are gone; the active segment keeps its own.
+        assert len(remaining) < 100
+        assert remaining[-1] == 99
+        assert _fetch(client, 9, "churn") == {0: 99}
