@@ -173,3 +173,27 @@ def test_replay_skips_undecodable_records_and_keeps_the_rest(tmp_path) -> None: 
     image, count, skipped = read_partition_image(log)
     assert (count, skipped) == (1, 1)
     assert image.offsets == {("g", "t", 0): good.value}
+
+
+def test_describe_shows_members_whose_assignment_does_not_decode(
+    broker: InProcessBroker, capsys  # type: ignore[no-untyped-def]
+) -> None:
+    join, sync = request_type(11, 9), request_type(14, 5)
+    with connect(broker.port) as client:
+        joined = client.call(build(
+            join, group_id="odd", session_timeout=datetime.timedelta(seconds=30),
+            rebalance_timeout=datetime.timedelta(seconds=30), member_id="",
+            group_instance_id="odd-one", protocol_type="consumer", reason=None,
+            protocols=(build(sibling(join, "JoinGroupRequestProtocol"), name="range",
+                             metadata=b""),)))
+        synced = client.call(build(
+            sync, group_id="odd", generation_id=joined.generation_id, member_id=joined.member_id,
+            group_instance_id="odd-one", protocol_type="consumer", protocol_name="range",
+            assignments=(build(sibling(sync, "SyncGroupRequestAssignment"),
+                               member_id=joined.member_id, assignment=b"\x00\x00\xff\xff\xff"),)))
+        assert synced.error_code == 0
+    code, out, _ = _run(broker, capsys, "describe", "odd")
+    assert code == 0
+    assert "STATE Stable" in out
+    (member_row,) = _rows(out, joined.member_id)
+    assert member_row[1:] == ["odd-one", "/127.0.0.1", "broker-tests", "0"]

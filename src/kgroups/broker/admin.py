@@ -113,10 +113,14 @@ def list_groups(client: KafkaWireClient, states: tuple[str, ...] = ()) -> list[G
 
 
 def _member_partitions(protocol_type: str, assignment: bytes) -> tuple[tuple[str, int], ...]:
-    """Only "consumer" groups carry ConsumerProtocol assignments; others are opaque bytes."""
+    """Only "consumer" groups carry ConsumerProtocol assignments; others are opaque bytes, and
+    so is an assignment some client encoded wrongly (describe still shows the member)."""
     if protocol_type != "consumer" or not assignment:
         return ()
-    decoded = decode_assignment(assignment)
+    try:
+        decoded = decode_assignment(assignment)
+    except ValueError:
+        return ()
     return tuple(
         (topic_partitions.topic, partition)
         for topic_partitions in decoded.assigned_partitions
