@@ -148,6 +148,13 @@ def test_delete_group_then_it_is_gone(broker: InProcessBroker, capsys) -> None: 
     assert "STATE Dead" in out
 
 
+def test_bootstrap_server_may_follow_the_action(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = main(["groups", "describe", "reader", "--bootstrap-server", f"127.0.0.1:{broker.port}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "GROUP reader" in out
+
+
 def test_unreachable_broker_and_bad_arguments_give_clear_errors(capsys) -> None:  # type: ignore[no-untyped-def]
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

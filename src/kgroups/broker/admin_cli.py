@@ -130,23 +130,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=_parse_bootstrap(DEFAULT_BOOTSTRAP), metavar="HOST:PORT",
                         help=f"broker to ask (default {DEFAULT_BOOTSTRAP})")
     groups.set_defaults(handler=_handle)
+    # Kafka's kafka-consumer-groups.sh takes --bootstrap-server anywhere on the line, so each
+    # action accepts it too; SUPPRESS keeps an action from overriding the value given before it.
+    after_action = argparse.ArgumentParser(add_help=False)
+    after_action.add_argument("--bootstrap-server", type=_parse_bootstrap,
+                              default=argparse.SUPPRESS, metavar="HOST:PORT",
+                              help="broker to ask")
     actions = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
 
-    listing = actions.add_parser("list", help="every group with its state")
+    def add_action(name: str, help_text: str) -> argparse.ArgumentParser:
+        return actions.add_parser(name, help=help_text, parents=[after_action])
+
+    listing = add_action("list", "every group with its state")
     listing.add_argument("--state", action="append",
                          help="only groups in this state (repeatable, case-insensitive)")
     listing.set_defaults(groups_action=_run_list)
 
-    describe = actions.add_parser("describe", help="members, partitions, offsets and lag")
+    describe = add_action("describe", "members, partitions, offsets and lag")
     describe.add_argument("group")
     describe.set_defaults(groups_action=_run_describe)
 
-    delete = actions.add_parser("delete", help="delete an empty group and its offsets")
+    delete = add_action("delete", "delete an empty group and its offsets")
     delete.add_argument("group")
     delete.set_defaults(groups_action=_run_delete)
 
-    reset = actions.add_parser("reset-offsets",
-                               help="move an inactive group's offsets (dry run unless --execute)")
+    reset = add_action("reset-offsets",
+                       "move an inactive group's offsets (dry run unless --execute)")
     reset.add_argument("group")
     reset.add_argument("--topic", required=True, type=_parse_topic, metavar="TOPIC[:P,P...]")
     target = reset.add_mutually_exclusive_group(required=True)
