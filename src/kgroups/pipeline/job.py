@@ -87,8 +87,10 @@ def run_analysis(
         with steps.step("reading topic partition logs"):
             topic_batches.count()
 
-    # Not persisted: a filter and a small join over the cached rows, cheaper than a second copy.
-    applied = tables.applied_records(raw)
+    # Not persisted: a filter and a broadcast lookup over the cached rows, cheaper than a
+    # second copy of them; the lookup itself is small and computed once.
+    transactions = tables.committed_transactions(raw).persist()
+    applied = tables.applied_records(raw, transactions)
     commits = tables.offset_commits(applied, window)
     with steps.step("offset_commits"):
         _write(commits.drop("record_ts"), out, "offset_commits")
@@ -146,7 +148,8 @@ def run_analysis(
             notes=notes,
         )
         _write_text(out, "report.html", render(report))
-    for frame in (raw, committed, events, found_rebalances, topic_batches, current_lag):
+    cached = (raw, transactions, committed, events, found_rebalances, topic_batches, current_lag)
+    for frame in cached:
         if frame is not None:
             frame.unpersist()
     return AnalysisResult(

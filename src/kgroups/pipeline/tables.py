@@ -64,31 +64,37 @@ def decode_topics(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> Dat
     )
 
 
-def applied_records(raw: DataFrame) -> DataFrame:
-    """Commit and group records that a coordinator applies.
-
-    A transactional record counts only when the first control marker after it from the same
-    producer commits the transaction; aborted and still-open transactions are left out, as a
-    coordinator keeps them pending or drops them.
-    """
-    records = raw.filter(F.col("kind").isin(decode.COMMIT, decode.GROUP))
-    plain = records.filter(~F.col("transactional"))
+def committed_transactions(raw: DataFrame) -> DataFrame:
+    """(log_partition, log_offset) of every transactional record whose transaction committed:
+    the first control marker after it from the same producer is a COMMIT. Aborted and
+    still-open transactions are absent, as a coordinator keeps them pending or drops them.
+    Small (transactional offset commits are rare), so callers may persist and broadcast it."""
     markers = raw.filter(F.col("kind") == decode.MARKER).select(
         "log_partition", "producer_id",
         F.col("log_offset").alias("marker_offset"), "marker_commits",
     )
-    pending = records.filter(F.col("transactional"))
-    decided = (
-        pending.select("log_partition", "producer_id", "log_offset")
+    return (
+        raw.filter(F.col("kind").isin(decode.COMMIT, decode.GROUP) & F.col("transactional"))
+        .select("log_partition", "producer_id", "log_offset")
         .join(markers, ["log_partition", "producer_id"])
         .filter(F.col("marker_offset") > F.col("log_offset"))
         .groupBy("log_partition", "log_offset")
         .agg(F.min_by("marker_commits", "marker_offset").alias("commits"))
         .filter(F.col("commits"))
-        .select("log_partition", "log_offset")
+        .select("log_partition", "log_offset", F.lit(True).alias("transaction_committed"))
     )
-    committed = pending.join(decided, ["log_partition", "log_offset"], "left_semi")
-    return plain.unionByName(committed)
+
+
+def applied_records(raw: DataFrame, transactions: DataFrame) -> DataFrame:
+    """Commit and group records that a coordinator applies: every non-transactional one, and
+    the transactional ones listed in `transactions` (see committed_transactions). One pass over
+    `raw` with a broadcast lookup, since every table starts from here."""
+    return (
+        raw.filter(F.col("kind").isin(decode.COMMIT, decode.GROUP))
+        .join(F.broadcast(transactions), ["log_partition", "log_offset"], "left")
+        .filter(~F.col("transactional") | F.col("transaction_committed").isNotNull())
+        .drop("transaction_committed")
+    )
 
 
 def _ts(column: str) -> Column:
