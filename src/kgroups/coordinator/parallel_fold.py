@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from kgroups.coordinator.bulk_load import latest_values
+from kgroups.log.batch import BatchCorruptError
 
 Folded = tuple[int, dict[bytes, bytes | None], int]  # partition, last value per key, walked
 Reader = Callable[[int], bytes]
@@ -32,7 +34,10 @@ def fold_partitions(read: Reader, partitions: Sequence[int], workers: int) -> It
         return
     context = multiprocessing.get_context("fork")
     with context.Pool(min(workers, len(partitions)), _keep_reader, (read,)) as pool:
-        yield from pool.imap(_fold_in_worker, partitions)
+        for folded in pool.imap(_fold_in_worker, partitions):
+            if isinstance(folded, _Corrupt):
+                raise BatchCorruptError(folded.message, folded.position)
+            yield folded
         pool.close()  # let the workers exit on their own (their CPU time is then accounted)
         pool.join()
 
@@ -45,8 +50,20 @@ def _keep_reader(read: Reader) -> None:
     _reader.append(read)
 
 
-def _fold_in_worker(partition: int) -> Folded:
-    return _fold(partition, _reader[0])
+@dataclass(frozen=True, slots=True)
+class _Corrupt:
+    """A BatchCorruptError on its way back: the error itself does not survive pickling (its
+    constructor takes two arguments), and an unpicklable result would hang the pool."""
+
+    message: str
+    position: int
+
+
+def _fold_in_worker(partition: int) -> Folded | _Corrupt:
+    try:
+        return _fold(partition, _reader[0])
+    except BatchCorruptError as error:
+        return _Corrupt(str(error), error.position)
 
 
 def _fold(partition: int, read: Reader) -> Folded:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
-from kgroups.records.codec import decode_key, decode_offset_commit_fields, decode_value
+from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
 from kgroups.records.consumer_protocol import decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
@@ -95,26 +95,36 @@ class PartitionImage:
             elif type(key) is GroupMetadataKey:
                 group_values[key.group] = record.value  # type: ignore[assignment]
 
-    def apply_raw(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """`apply` for encoded (key, value) pairs: the bulk path of a log replay. Offset commit
-        values (nearly all of a log) skip the generic decoder; a malformed record raises
-        RecordDecodeError naming its byte position."""
+    def apply_raw(
+        self, records: Iterable[tuple[bytes, bytes | None]], *, skip_undecodable: bool = False
+    ) -> int:
+        """`apply` for encoded (key, value) pairs, each key at most once (the survivors of a
+        fold): the bulk path of a log replay. Values decode exactly as `decode_record` decodes
+        them. A malformed record raises RecordDecodeError naming its byte position, or with
+        `skip_undecodable` is left out and counted (returned): its key then holds nothing, as
+        its earlier records were superseded by it."""
         group_values = self.group_values
         offsets = self.offsets
+        skipped = 0
         for raw_key, raw_value in records:
-            where = _offset_key_fields(raw_key)
-            if where is not None:
-                offsets[where] = (
-                    None
-                    if raw_value is None
-                    else _offset_value(*decode_offset_commit_fields(raw_value))
-                )
-                continue
-            key = decode_key(raw_key)
-            if type(key) is GroupMetadataKey:
-                group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
+            try:
+                where = _offset_key_fields(raw_key)
+                if where is not None:
+                    value = None if raw_value is None else decode_value(_AN_OFFSET_KEY, raw_value)
+                    offsets[where] = value  # type: ignore[assignment]
+                    continue
+                key = decode_key(raw_key)
+                if type(key) is GroupMetadataKey:
+                    group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
+            except RecordDecodeError:
+                if not skip_undecodable:
+                    raise
+                skipped += 1
+        return skipped
 
 
+# decode_value only looks at the key's type: any offset commit key selects the value schema.
+_AN_OFFSET_KEY = OffsetCommitKey("", "", 0)
 _OFFSET_KEY_TYPES = (b"\x00\x00", b"\x00\x01")
 
 
@@ -134,12 +144,6 @@ def _offset_key_fields(raw: bytes) -> tuple[str, str, int] | None:
     except UnicodeDecodeError:
         return None
     return group, topic, int.from_bytes(raw[topic_end:], "big", signed=True)
-
-
-def _offset_value(
-    offset: int, leader_epoch: int, metadata: str, commit_timestamp: int, expire: int | None
-) -> OffsetCommitValue:
-    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire)
 
 
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
