@@ -20,22 +20,25 @@ from typing import TYPE_CHECKING, Any
 
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
-from kgroups.coordinator import GroupCoordinator, GroupCoordinatorConfig, PartitionImage
+from kgroups.coordinator import (
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    PartitionImage,
+    latest_values,
+)
 from kgroups.coordinator import api as core
 from kgroups.coordinator.effects import Effects, GroupEvent, Write
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.batch import build_batch
 from kgroups.log.compaction import compact
 from kgroups.log.partition_log import PartitionLog
-from kgroups.records.codec import RecordDecodeError, decode_record, encode_record
+from kgroups.records.codec import encode_record
 
 if TYPE_CHECKING:
     from kgroups.broker.broker import Broker
 
 logger = logging.getLogger("kgroups.coordinator")
 
-# How much of a partition one read pulls while replaying it.
-_REPLAY_READ_BYTES = 4 * 1024 * 1024
 # Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
 _DEFAULT_CLEANER_BACKOFF_MS = 15_000
 # The GroupCoordinator method that takes each request type.
@@ -67,30 +70,12 @@ def coordinator_config(broker: Broker) -> GroupCoordinatorConfig:
 
 def read_partition_image(log: PartitionLog) -> tuple[PartitionImage, int, int]:
     """Fold one __consumer_offsets partition into its latest value per key (off the loop: a
-    big log takes a while). Returns the image, the records read, and how many were skipped
-    as undecodable (they cannot be replayed; the caller logs them)."""
+    big log takes a while) by the coordinator's bulk replay path. Returns the image, the data
+    records read, and how many keys were skipped because their last record does not decode
+    (they cannot be replayed; the caller logs them)."""
+    latest, count = latest_values(b"".join(s.pread(s.size, 0) for s in log.segments()))
     image = PartitionImage()
-    count = skipped = 0
-    offset = log.log_start_offset
-    end = log.log_end_offset
-    while offset < end:
-        data = log.read(offset, _REPLAY_READ_BYTES)
-        if not data:
-            break
-        for batch in iter_batches(data):
-            offset = batch.last_offset + 1
-            if batch.is_control:
-                continue
-            for record in batch.records:
-                if record.key is None:
-                    continue
-                try:
-                    decoded = decode_record(record.key, record.value)
-                except RecordDecodeError:
-                    skipped += 1
-                    continue
-                image.apply((decoded,))
-                count += 1
+    skipped = image.apply_raw(latest.items(), skip_undecodable=True)
     return image, count, skipped
 
 
