@@ -4,15 +4,18 @@ Loading a partition only needs each key's final record (later commits overwrite 
 the premise of log compaction), so this fold keeps raw key -> raw value and decodes nothing;
 `PartitionImage.apply_raw` then decodes each survivor once. The batches a coordinator writes
 (uncompressed, non-transactional) are located with numpy (`bulk_scan`), and the last record per
-key is picked by building one dict in C from every key in log order, so no Python code runs per
-record. Any other batch in the bytes (compressed, transactional, control) sends the whole chunk
-through `kgroups.log.replay.LatestPerKey`, the general walker that honours transaction markers.
-CRCs are checked either way.
+key is picked by comparing keys as 8-byte words in numpy too (or, for keys over 64 bytes, by
+one dict built in C from every key in log order), so no Python code runs per record. Any other
+batch in the bytes (compressed, transactional, control) sends the whole chunk through
+`kgroups.log.replay.LatestPerKey`, the general walker that honours transaction markers. CRCs
+are checked either way.
 """
 
 from __future__ import annotations
 
-from kgroups.coordinator.bulk_scan import scan_batches, scan_records
+import numpy as np
+
+from kgroups.coordinator.bulk_scan import last_of_each_key, scan_batches, scan_records
 from kgroups.log.batch import COMPRESSION_MASK, CONTROL, TRANSACTIONAL
 from kgroups.log.replay import LatestPerKey
 
@@ -34,16 +37,23 @@ def latest_values(data: bytes) -> tuple[dict[bytes, bytes | None], int]:
     records = scan_records(data, batches)
     keyed = records.key_lengths >= 0
     key_starts = records.key_starts[keyed]
-    key_ends = key_starts + records.key_lengths[keyed]
-    # dict() keeps the last index it sees for a key: the record that wins.
-    last_index = dict(
-        zip(map(data.__getitem__, map(slice, key_starts.tolist(), key_ends.tolist())),
-            range(key_starts.size), strict=True)
-    )
-    winners = list(last_index.values())
+    key_lengths = records.key_lengths[keyed]
+    winners = last_of_each_key(data, key_starts, key_lengths)
+    if winners is None:
+        # dict() keeps the last index it sees for a key: the record that wins.
+        key_ends = key_starts + key_lengths
+        last_index = dict(
+            zip(map(data.__getitem__, map(slice, key_starts.tolist(), key_ends.tolist())),
+                range(key_starts.size), strict=True)
+        )
+        winners = np.fromiter(last_index.values(), dtype=np.int64, count=len(last_index))
+    starts = key_starts[winners].tolist()
+    ends = (key_starts[winners] + key_lengths[winners]).tolist()
     value_starts = records.value_starts[keyed][winners].tolist()
     value_lengths = records.value_lengths[keyed][winners].tolist()
     return {
-        key: data[start : start + length] if length >= 0 else None
-        for key, start, length in zip(last_index, value_starts, value_lengths, strict=True)
+        data[start:end]: data[value_start : value_start + length] if length >= 0 else None
+        for start, end, value_start, length in zip(
+            starts, ends, value_starts, value_lengths, strict=True
+        )
     }, int(batches.counts.sum())

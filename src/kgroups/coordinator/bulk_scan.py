@@ -223,3 +223,56 @@ def _first_failing(bad: npt.NDArray[np.bool_], starts: Positions, what: str) -> 
     if bad.any():
         start = int(starts[int(np.argmax(bad))])
         raise BatchCorruptError(f"batch at byte {start}: {what}", start)
+
+
+_WORD = 8
+_HASHED_KEY_BYTES = 64  # longer keys (never written by a coordinator) take the dict path
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it is a bijection on 64 bits
+# _BYTE_MASKS[n] keeps the first n bytes of a little-endian word.
+_BYTE_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(_WORD + 1)], dtype=np.uint64)
+
+
+def last_of_each_key(
+    data: bytes, key_starts: Positions, key_lengths: Positions
+) -> Positions | None:
+    """Indexes of the records that are the last of their key, in log order; None when keys are
+    too long to compare as words (the caller then uses a dict). Keys are compared as up to
+    eight 8-byte words: records are grouped by a hash of their words and every record is then
+    checked word by word against its group's last record, so a hash collision can never merge
+    two keys (it sends the caller to the dict path instead)."""
+    count = key_starts.size
+    if count == 0:
+        return np.empty(0, dtype=np.int64)
+    longest = int(key_lengths.max())
+    if longest > _HASHED_KEY_BYTES:
+        return None
+    padded = np.zeros(len(data) + _WORD, dtype=np.uint8)
+    padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    # A uint64 starting at every byte: words of a key are gathered straight from the log.
+    words_at = np.ndarray((len(data) + 1,), dtype="<u8", buffer=padded.data, strides=(1,))
+    words = []
+    digest = key_lengths.astype(np.uint64) * _MIX
+    for first in range(0, max(longest, 1), _WORD):
+        kept = np.clip(key_lengths - first, 0, _WORD)
+        # a key shorter than `first` keeps none of its word, which may then lie past the end
+        at = np.minimum(key_starts + first, len(data))
+        word = words_at[at] & _BYTE_MASKS[kept]
+        words.append(word)
+        digest = (digest ^ word) * _MIX
+        digest ^= digest >> np.uint64(31)
+    order = np.argsort(digest, kind="stable")  # equal keys keep their log order
+    grouped = digest[order]
+    starts_group = np.empty(count, dtype=bool)
+    starts_group[0] = True
+    np.not_equal(grouped[1:], grouped[:-1], out=starts_group[1:])
+    ends_group = np.empty(count, dtype=bool)
+    ends_group[-1] = True
+    ends_group[:-1] = starts_group[1:]
+    last = order[ends_group]
+    representative = last[np.cumsum(starts_group) - 1]
+    same = key_lengths[order] == key_lengths[representative]
+    for word in words:
+        same &= word[order] == word[representative]
+    if not same.all():
+        return None
+    return np.sort(last)
