@@ -6,15 +6,20 @@ batches (one OffsetCommit request per batch, as a coordinator writes them), some
 records with three members each, some offset and group tombstones. Then replays every partition
 into a fresh GroupCoordinator the way a broker taking over the partitions would:
 
-    segment bytes -> kgroups.coordinator.latest_values (last raw value per key, CRC-checked)
-                  -> PartitionImage.apply_raw (decodes only the survivors)
+    segment bytes -> kgroups.coordinator.latest_values (last raw value per key, CRC-checked),
+                     in forked worker processes (fold_partitions; --workers 1: in-process)
+                  -> PartitionImage.apply_raw (decodes only the survivors), in this process
                   -> GroupCoordinator.load_image
 
-and, as named peers measured in the same run on the largest partition: the naive path over a
+with the garbage collector off during the replay (--gc keeps it on). Each --workers value is a
+separate replay; each prints wall and CPU time (this process plus its reaped workers) and the
+load average, since the machine is shared. As named peers measured in the same run on the
+largest partition: the naive path over a
 prefix (decode every record into the record model and feed them all to load_partition), and
 kgroups.log.replay.LatestPerKey, the log's general last-record-per-key walker, for the fold.
 
     .venv/bin/python bench/replay.py [--records N] [--partitions P] [--groups G]
+                                     [--workers W ...] [--gc]
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ API (everything below is exported here):
     partition_for(group_id, num_partitions)            # where a group lives (Kafka's formula)
 
 Bulk load (a big log): `latest, _ = latest_values(partition_bytes)`, then
-`image = PartitionImage(); image.apply_raw(latest.items()); core.load_image(p, image, now)`.
+`image = PartitionImage(); image.apply_raw(latest.items()); core.load_image(p, image, now)`;
+`kgroups.coordinator.parallel_fold.fold_partitions` runs the folds in forked workers.
 
 JoinGroup and SyncGroup may be answered in a later call's effects (when the rebalance completes);
 the leader's SyncGroup, OffsetCommit, a static member's replacement, OffsetDelete and
