@@ -26,7 +26,7 @@ _HEADER_SIZE = 61
 _LOG_OVERHEAD = 12  # base offset + length: the part of the header its length does not count
 _CRC_START = 21
 _MAGIC = 2
-_LENGTH = struct.Struct(">i")
+_LENGTH = struct.Struct(">8xi")  # a batch's length, read from the batch's start
 _MAX_LENGTH_VARINT = 5  # a length is an int32 varint
 _MAX_DELTA_VARINT = 10  # a delta is an int64 varint
 
@@ -61,15 +61,16 @@ def scan_batches(data: bytes) -> ScannedBatches:
     starts: list[int] = []
     append = starts.append
     length_at = _LENGTH.unpack_from
+    last_header = size - _HEADER_SIZE  # the loop runs once per batch: as few steps as can be
     pos = 0
-    while pos < size:
-        if size - pos < _HEADER_SIZE:
-            raise BatchCorruptError(f"batch at byte {pos}: truncated header", pos)
+    while pos <= last_header:
         append(pos)
-        (length,) = length_at(data, pos + 8)
+        (length,) = length_at(data, pos)
         if length < _HEADER_SIZE - _LOG_OVERHEAD:
             raise BatchCorruptError(f"batch at byte {pos}: bad magic or length", pos)
         pos += _LOG_OVERHEAD + length
+    if pos < size:
+        raise BatchCorruptError(f"batch at byte {pos}: truncated header", pos)
     if pos > size:
         raise BatchCorruptError(f"batch at byte {starts[-1]}: bad magic or length", starts[-1])
     buf = np.frombuffer(data, dtype=np.uint8)
