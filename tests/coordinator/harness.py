@@ -46,6 +46,7 @@ class Harness:
     replies: dict[object, Response] = field(default_factory=dict)
     pending: list[Write] = field(default_factory=list)
     events: list = field(default_factory=list)
+    removals: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         counter = itertools.count(1)
@@ -61,6 +62,7 @@ class Harness:
             assert reply.request_id not in self.replies, f"two replies for {reply.request_id}"
             self.replies[reply.request_id] = reply.response
         self.events.extend(fx.events)
+        self.removals.extend(fx.removals)
         self.pending.extend(fx.writes)
         if self.auto_complete:
             self.complete_writes()

@@ -16,6 +16,7 @@ API (everything below is exported here):
     fx.writes   -> [Write(write_id, offsets_partition, records)]  append in this order, then
     fx = coordinator.write_completed(write_id, None | ErrorCode, now)   # releases waiting replies
     fx.events   -> [GroupEvent(group_id, old_state, new_state, generation, member_count)]
+    fx.removals -> [MemberRemoved(group_id, member_id, group_instance_id, RemovalReason)]
     fx = coordinator.advance_time(now)                 # call at coordinator.next_deadline()
     fx = coordinator.unload_partition(p, now)          # parked requests get NOT_COORDINATOR
     partition_for(group_id, num_partitions)            # where a group lives (Kafka's formula)
@@ -69,7 +70,14 @@ from kgroups.coordinator.api import (
 from kgroups.coordinator.bulk_load import latest_values
 from kgroups.coordinator.config import GroupCoordinatorConfig
 from kgroups.coordinator.coordinator import GroupCoordinator
-from kgroups.coordinator.effects import Effects, GroupEvent, Reply, Write
+from kgroups.coordinator.effects import (
+    Effects,
+    GroupEvent,
+    MemberRemoved,
+    RemovalReason,
+    Reply,
+    Write,
+)
 from kgroups.coordinator.group import GroupState
 from kgroups.coordinator.persistence import PartitionImage
 from kgroups.coordinator.placement import partition_for
@@ -103,6 +111,7 @@ __all__ = [
     "ListedGroup",
     "MemberIdentity",
     "MemberLeaveResult",
+    "MemberRemoved",
     "MemberView",
     "OffsetCommitPartition",
     "OffsetCommitRequest",
@@ -115,6 +124,7 @@ __all__ = [
     "OffsetFetchResponse",
     "PartitionError",
     "PartitionImage",
+    "RemovalReason",
     "Reply",
     "Response",
     "SyncGroupRequest",

@@ -24,7 +24,7 @@ from kgroups.coordinator.api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroups.coordinator.effects import Effects
+from kgroups.coordinator.effects import Effects, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.offsets import OffsetHandlers
 from kgroups.coordinator.persistence import (
@@ -106,7 +106,7 @@ class GroupCoordinator(OffsetHandlers):
         elif kind == "session":
             self._on_session_timer(group, key[2])
         else:
-            self._remove_pending_member(group, key[2])
+            self._remove_pending_member(group, key[2], RemovalReason.PENDING_MEMBER_TIMEOUT)
 
     # -- ownership ----------------------------------------------------------------------------
 

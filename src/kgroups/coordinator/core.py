@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from kgroups.coordinator.api import RequestId, Response
 from kgroups.coordinator.config import GroupCoordinatorConfig
-from kgroups.coordinator.effects import Effects, GroupEvent, Reply, Write
+from kgroups.coordinator.effects import (
+    Effects,
+    GroupEvent,
+    MemberRemoved,
+    RemovalReason,
+    Reply,
+    Write,
+)
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.timers import TimerQueue
@@ -165,6 +172,11 @@ class CoordinatorCore(ABC):
                 len(group.members),
             )
         )
+
+    def _member_removed(
+        self, group: ClassicGroup, member_id: str, instance_id: str | None, reason: RemovalReason
+    ) -> None:
+        self._fx.removals.append(MemberRemoved(group.group_id, member_id, instance_id, reason))
 
     # -- member liveness ----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""What the sans-IO core asks its shell to do: send replies, persist records, log state changes.
+"""What the sans-IO core asks its shell to do: send replies, persist records, log group events.
 
 Every entry point returns an `Effects`; the shell performs them in order. Writes must be appended
 to their __consumer_offsets partition in the order emitted, then confirmed with
@@ -8,6 +8,7 @@ to their __consumer_offsets partition in the order emitted, then confirmed with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from kgroups.coordinator.api import RequestId, Response
 from kgroups.records.schema import OffsetsRecord
@@ -37,8 +38,35 @@ class GroupEvent:
     member_count: int
 
 
+class RemovalReason(Enum):
+    """Why a member left a group: an operator reading the log needs to tell a crashed consumer
+    (a timeout) from one that left, was too slow to rejoin, or was replaced."""
+
+    SESSION_TIMEOUT = "session_timeout"  # no heartbeat within session.timeout.ms
+    JOIN_TIMEOUT = "new_member_join_timeout"  # a new member's join outlived the join timeout
+    PENDING_MEMBER_TIMEOUT = "pending_member_timeout"  # MEMBER_ID_REQUIRED id never used
+    LEFT_GROUP = "left_group"  # LeaveGroup naming the member
+    REMOVED_BY_INSTANCE_ID = "removed_by_instance_id"  # LeaveGroup naming only its instance id
+    DID_NOT_REJOIN = "did_not_rejoin"  # a dynamic member missed the join phase
+    DID_NOT_SYNC = "did_not_sync"  # got its JoinGroup answer, never sent SyncGroup
+    FENCED_BY_STATIC_REPLACEMENT = "fenced_by_static_replacement"  # its instance id rejoined
+    STATIC_REPLACEMENT_REVERTED = "static_replacement_reverted"  # replacement write failed
+    GROUP_MAX_SIZE_REACHED = "group_max_size_reached"  # over group.max.size when rejoining
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRemoved:
+    """A member (or a pending member id) is no longer part of the group."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    reason: RemovalReason
+
+
 @dataclass(slots=True)
 class Effects:
     replies: list[Reply] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
     events: list[GroupEvent] = field(default_factory=list)
+    removals: list[MemberRemoved] = field(default_factory=list)

@@ -20,6 +20,7 @@ from kgroups.coordinator.api import (
     SyncGroupResponse,
 )
 from kgroups.coordinator.core import CoordinatorCore, ignore_failure, ignore_success
+from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.persistence import group_record, subscribed_topics
 from kgroups.errors import ErrorCode
@@ -55,9 +56,13 @@ class MembershipHandlers(CoordinatorCore):
             group = self._create_group(req.group_id)
 
         if not self._accepts_joining_member(group, req.member_id):
-            removed = group.remove(req.member_id)
-            if removed is not None:
-                self._cancel_session(group, removed.member_id)
+            # Kafka drops the member, or the pending member id, that asked to join.
+            if req.member_id in group.pending_members:
+                self._remove_pending_member(
+                    group, req.member_id, RemovalReason.GROUP_MAX_SIZE_REACHED
+                )
+            else:
+                self._remove_member(group, req.member_id, RemovalReason.GROUP_MAX_SIZE_REACHED)
             self._reply_join_error(req, ErrorCode.GROUP_MAX_SIZE_REACHED, UNKNOWN_MEMBER_ID)
         elif is_new_member:
             self._join_new_member(group, req)
@@ -261,6 +266,7 @@ class MembershipHandlers(CoordinatorCore):
             old_member.sync_request = None
         self._cancel_session(group, old_id)
         member = group.replace_static_member(instance_id, old_id, new_id)
+        self._member_removed(group, old_id, instance_id, RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
         self._refresh_session(group, member)
         member.protocols = req.protocols
         member.rebalance_timeout_ms = self._rebalance_timeout(req)
@@ -302,6 +308,9 @@ class MembershipHandlers(CoordinatorCore):
             current.join_request = None
             self._cancel_session(group, new_id)
             restored = group.replace_static_member(instance_id, new_id, old_id)
+            self._member_removed(
+                group, new_id, instance_id, RemovalReason.STATIC_REPLACEMENT_REVERTED
+            )
             restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
                 old_settings
             )
@@ -375,8 +384,7 @@ class MembershipHandlers(CoordinatorCore):
         group.initial_delay_remaining_ms = None
         for member in list(group.members.values()):
             if not member.awaiting_join and member.group_instance_id is None:
-                group.remove(member.member_id)
-                self._cancel_session(group, member.member_id)
+                self._remove_member(group, member.member_id, RemovalReason.DID_NOT_REJOIN)
         if group.members and not self._elect_joined_leader(group):
             # Nobody rejoined (only static members remain): wait another rebalance timeout for
             # their sessions to expire.
@@ -425,7 +433,7 @@ class MembershipHandlers(CoordinatorCore):
         if group.state not in _MEMBERSHIP_STATES or not group.pending_sync_members:
             return
         for member_id in list(group.pending_sync_members):
-            self._remove_member(group, member_id)
+            self._remove_member(group, member_id, RemovalReason.DID_NOT_SYNC)
         self._prepare_rebalance(group)
 
     # -- SyncGroup ----------------------------------------------------------------------------
@@ -592,24 +600,25 @@ class MembershipHandlers(CoordinatorCore):
             current = group.static_members.get(instance_id or "")
             if instance_id is None or current is None:
                 return ErrorCode.UNKNOWN_MEMBER_ID
-            self._remove_member_and_update(group, current)
+            self._remove_member_and_update(group, current, RemovalReason.REMOVED_BY_INSTANCE_ID)
             return ErrorCode.NONE
         if member_id in group.pending_members:
-            self._remove_pending_member(group, member_id)
+            self._remove_pending_member(group, member_id, RemovalReason.LEFT_GROUP)
             return ErrorCode.NONE
         error = self._validate_member(group, member_id, instance_id)
         if error is not None:
             return error
-        self._remove_member_and_update(group, member_id)
+        self._remove_member_and_update(group, member_id, RemovalReason.LEFT_GROUP)
         return ErrorCode.NONE
 
     # -- removing members ---------------------------------------------------------------------
 
-    def _remove_member(self, group: ClassicGroup, member_id: str) -> None:
+    def _remove_member(self, group: ClassicGroup, member_id: str, reason: RemovalReason) -> None:
         member = group.remove(member_id)
         if member is None:
             return
         self._cancel_session(group, member_id)
+        self._member_removed(group, member_id, member.group_instance_id, reason)
         if member.join_request is not None:
             self._reply(
                 member.join_request,
@@ -618,16 +627,23 @@ class MembershipHandlers(CoordinatorCore):
         if member.sync_request is not None:
             self._reply(member.sync_request, SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
 
-    def _remove_member_and_update(self, group: ClassicGroup, member_id: str) -> None:
-        self._remove_member(group, member_id)
+    def _remove_member_and_update(
+        self, group: ClassicGroup, member_id: str, reason: RemovalReason
+    ) -> None:
+        self._remove_member(group, member_id, reason)
         if group.state in _MEMBERSHIP_STATES:
             self._maybe_prepare_rebalance(group)
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
-    def _remove_pending_member(self, group: ClassicGroup, member_id: str) -> None:
+    def _remove_pending_member(
+        self, group: ClassicGroup, member_id: str, reason: RemovalReason
+    ) -> None:
+        if member_id not in group.pending_members:
+            return
         group.pending_members.discard(member_id)
         self._timers.cancel(("pending", group.group_id, member_id))
+        self._member_removed(group, member_id, None, reason)
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 
@@ -637,4 +653,6 @@ class MembershipHandlers(CoordinatorCore):
             return
         if not member.is_new and (member.awaiting_join or member.awaiting_sync):
             return  # waiting members are alive by definition; re-armed when they are answered
-        self._remove_member_and_update(group, member_id)
+        # A new member's timer is the new-member join timeout, not its session timeout.
+        reason = RemovalReason.JOIN_TIMEOUT if member.is_new else RemovalReason.SESSION_TIMEOUT
+        self._remove_member_and_update(group, member_id, reason)
