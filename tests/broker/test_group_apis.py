@@ -4,6 +4,7 @@ version carries reaches the coordinator, and each answer comes back in that vers
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from typing import Any
 
@@ -164,9 +165,11 @@ def test_join_errors_in_every_version(make_inprocess_broker, version: int) -> No
         assert bad_session.protocol_name in ("", None)
 
 
-def test_member_without_heartbeats_expires_on_the_loop_timer(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+def test_member_without_heartbeats_expires_on_the_loop_timer(
+    make_inprocess_broker, caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
+) -> None:
     broker = _ready(make_inprocess_broker)
-    with connect(broker.port) as client:
+    with connect(broker.port) as client, caplog.at_level(logging.INFO, "kgroups.coordinator"):
         joined = _join_until_member(client, 9, "quiet", session_ms=300)
         client.call(_request(SYNC, 5, group_id="quiet", generation_id=joined.generation_id,
                              member_id=joined.member_id, group_instance_id=None,
@@ -182,6 +185,10 @@ def test_member_without_heartbeats_expires_on_the_loop_timer(make_inprocess_brok
         heartbeat = client.call(_request(HEARTBEAT, 4, group_id="quiet", generation_id=1,
                                          member_id=joined.member_id, group_instance_id=None))
         assert heartbeat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    removed = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("member_removed ")]
+    assert removed == [f"member_removed group=quiet member={joined.member_id} instance=- "
+                       "reason=session_timeout"]
 
 
 def test_list_groups_filters_by_state_and_type(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]

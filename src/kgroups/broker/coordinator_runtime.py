@@ -27,7 +27,7 @@ from kgroups.coordinator import (
     latest_values,
 )
 from kgroups.coordinator import api as core
-from kgroups.coordinator.effects import Effects, GroupEvent, Write
+from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 from kgroups.log.compaction import compact
@@ -201,6 +201,9 @@ class CoordinatorRuntime:
             future = self._waiting.pop(reply.request_id, None)
             if future is not None and not future.done():
                 future.set_result(reply.response)
+        # Removals first: within one call, a member's removal precedes the state change it causes.
+        for removal in effects.removals:
+            self._log_member_removed(removal)
         for event in effects.events:
             self._log_group_event(event)
         self._rearm_timer()
@@ -252,6 +255,12 @@ class CoordinatorRuntime:
         self._timer = None
         self._timer_deadline = None
         self._apply(self.core.advance_time(wall_clock_ms()))
+
+    @staticmethod
+    def _log_member_removed(removal: MemberRemoved) -> None:
+        log_event(logger, logging.INFO, "member_removed", group=removal.group_id,
+                  member=removal.member_id, instance=removal.group_instance_id or "-",
+                  reason=removal.reason.value)
 
     @staticmethod
     def _log_group_event(event: GroupEvent) -> None:
