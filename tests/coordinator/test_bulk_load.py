@@ -105,3 +105,31 @@ def test_short_and_long_keys_alike():
     assert latest_values(data)[0] == {b"": b"3", b"a" * 64: None, b"a" * 63 + b"b": b"5"}
     with_long = log_of([[(long_key, b"1", 1), (b"x", b"2", 2), (long_key, b"3", 3)]])
     assert latest_values(with_long) == ({long_key: b"3", b"x": b"2"}, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([b"\x00\x00", b"\x00\x01", b"\x00\x02", b"\x00\x07", b"\xff\xff"]),
+    st.binary(max_size=24),
+)
+def test_any_raw_key_is_read_as_the_codec_reads_it(key_type, rest):
+    from kgroups.coordinator import PartitionImage
+    from kgroups.records.codec import RecordDecodeError, decode_key
+    from kgroups.records.schema import GroupMetadataKey, OffsetCommitKey
+
+    raw = key_type + rest
+    image = PartitionImage()
+    try:
+        key = decode_key(raw)
+    except RecordDecodeError:
+        with pytest.raises(RecordDecodeError):
+            image.apply_raw([(raw, None)])
+        return
+    image.apply_raw([(raw, None)])  # a tombstone: the key alone decides where it lands
+    if type(key) is OffsetCommitKey:
+        where = (key.group, key.topic, key.partition)
+        assert (image.offsets, image.group_values) == ({where: None}, {})
+    elif type(key) is GroupMetadataKey:
+        assert (image.offsets, image.group_values) == ({}, {key.group: None})
+    else:
+        assert (image.offsets, image.group_values) == ({}, {})

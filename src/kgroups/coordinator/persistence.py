@@ -6,6 +6,7 @@ Writing and replaying live side by side so they cannot drift: whatever `group_re
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -125,25 +126,31 @@ class PartitionImage:
 
 # decode_value only looks at the key's type: any offset commit key selects the value schema.
 _AN_OFFSET_KEY = OffsetCommitKey("", "", 0)
-_OFFSET_KEY_TYPES = (b"\x00\x00", b"\x00\x01")
+_KEY_HEAD = struct.Struct(">hh")  # key type, group length
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 
 
 def _offset_key_fields(raw: bytes) -> tuple[str, str, int] | None:
     """(group, topic, partition) of a well-formed offset commit key, else None (the caller
     then takes the codec, which names what is wrong). Every survivor of a replay is a distinct
     key, so a flat parse beats the codec's shared key cache here."""
-    if raw[:2] not in _OFFSET_KEY_TYPES or len(raw) < 10:
+    size = len(raw)
+    if size < 10:
         return None
-    group_end = 4 + int.from_bytes(raw[2:4], "big", signed=True)
-    topic_end = group_end + 2 + int.from_bytes(raw[group_end : group_end + 2], "big", signed=True)
-    if group_end < 4 or topic_end < group_end + 2 or topic_end + 4 != len(raw):
+    key_type, group_length = _KEY_HEAD.unpack_from(raw)
+    group_end = 4 + group_length
+    if key_type not in (0, 1) or group_length < 0 or group_end + 6 > size:
+        return None
+    topic_end = group_end + 2 + _INT16.unpack_from(raw, group_end)[0]
+    if topic_end < group_end + 2 or topic_end + 4 != size:
         return None
     try:
         group = raw[4:group_end].decode()
         topic = raw[group_end + 2 : topic_end].decode()
     except UnicodeDecodeError:
         return None
-    return group, topic, int.from_bytes(raw[topic_end:], "big", signed=True)
+    return group, topic, _INT32.unpack_from(raw, topic_end)[0]
 
 
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
