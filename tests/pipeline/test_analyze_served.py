@@ -4,6 +4,8 @@ the generations and rebalances must be the ones the kafka-python members went th
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
@@ -113,6 +115,20 @@ def test_tables_match_the_broker_and_the_clients(spark, tmp_path):
     rebalances = {(r["from_generation"], r["to_generation"]): r
                   for r in pq.read_table(out / "rebalances").to_pylist()
                   if r["group"] == "pipe-g"}
-    assert {(alone, together), (together, alone_again)} <= set(rebalances)
-    assert rebalances[(alone, together)]["members_joined"] == 1
-    assert rebalances[(together, alone_again)]["members_left"] == 1
+    # On a loaded machine the clients may rebalance more often than the three generations they
+    # settled in, so the checks follow the stored chain: each generation is reached from the one
+    # stored before it, the second client's arrival is one join, its departure one leave.
+    stored = sorted(generations)
+    assert set(rebalances) == set(itertools.pairwise(stored))
+
+    def client_ids(generation: int) -> set[str]:
+        return {m["client_id"] for m in generations[generation]["members"]}
+
+    def rebalance_into(generation: int) -> dict:  # type: ignore[type-arg]
+        return rebalances[(max(g for g in stored if g < generation), generation)]
+
+    arrival = min(g for g in stored if alone < g <= together and len(client_ids(g)) == 2)
+    departure = min(g for g in stored if together < g <= alone_again
+                    and client_ids(g) == {"first"})
+    assert rebalance_into(arrival)["members_joined"] == 1
+    assert rebalance_into(departure)["members_left"] == 1
