@@ -3,8 +3,9 @@
 Several groups with static and dynamic members join, sync, heartbeat, leave and commit while the
 clock jumps, writes complete late and partitions fail over. After each step: states move only
 along Kafka's transitions, generations never go down, a Stable group's leader is a member, every
-member of a CompletingRebalance/Stable group was in that generation's join, and replaying the
-records written so far rebuilds the same groups and offsets.
+member of a CompletingRebalance/Stable group was in that generation's join, every member that
+leaves a group is reported as removed, and replaying the records written so far rebuilds the same
+groups and offsets.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kgroups.coordinator import (
     GroupCoordinatorConfig,
     JoinGroupResponse,
     MemberIdentity,
+    RemovalReason,
     SyncGroupResponse,
 )
 from kgroups.coordinator.group import VALID_PREVIOUS_STATES, GroupState
@@ -61,6 +63,9 @@ class GroupTraffic(RuleBasedStateMachine):
         self.last_state: dict[str, str] = {}
         self.max_generation: dict[str, int] = {}
         self.events_seen = 0
+        self.removals_seen = 0
+        self.members_before: dict[str, set[str]] = {}
+        self.reloaded: set[str] = set()
         self.log_may_lag = False
 
     # -- client behaviour ---------------------------------------------------------------------
@@ -228,6 +233,7 @@ class GroupTraffic(RuleBasedStateMachine):
         )
         for group in [g for g in GROUPS if self.h.partition_of(g) == partition]:
             self.last_state.pop(group, None)
+            self.reloaded.add(group)  # transient members vanish with the old coordinator
         self._absorb_replies()
 
     # -- checks -------------------------------------------------------------------------------
@@ -251,6 +257,25 @@ class GroupTraffic(RuleBasedStateMachine):
                 assert event.generation >= floor, event
                 self.max_generation[event.group_id] = event.generation
         self.events_seen = len(self.h.events)
+
+    @invariant()
+    def every_member_that_vanishes_is_reported_removed(self) -> None:
+        removals = self.h.removals[self.removals_seen :]
+        reported = {(r.group_id, r.member_id) for r in removals}
+        now = {
+            group: {m.member_id for m in view.members}
+            for group, view in self.h.coordinator.group_views().items()
+        }
+        for group, before in self.members_before.items():
+            if group in now and group not in self.reloaded:
+                vanished = {(group, member) for member in before - now[group]}
+                assert vanished <= reported, (vanished, removals)
+        for removal in removals:
+            if removal.reason is not RemovalReason.FENCED_BY_STATIC_REPLACEMENT:
+                assert removal.member_id not in now.get(removal.group_id, set()), removal
+        self.members_before = now
+        self.removals_seen = len(self.h.removals)
+        self.reloaded.clear()
 
     @invariant()
     def members_belong_to_their_generation(self) -> None:
