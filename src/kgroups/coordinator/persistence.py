@@ -68,10 +68,13 @@ def subscribed_topics(group: ClassicGroup) -> frozenset[str] | None:
         return frozenset()
     if group.protocol_name is None:
         return None
+    protocol = group.protocol_name
+    # Members usually send identical subscriptions: each distinct one is decoded once.
+    subscriptions = {member.metadata_for(protocol) for member in group.members.values()}
     topics: set[str] = set()
     try:
-        for member in group.members.values():
-            topics.update(decode_subscription(member.metadata_for(group.protocol_name)).topics)
+        for subscription in subscriptions:
+            topics.update(decode_subscription(subscription).topics)
     except ValueError:
         return None
     return frozenset(topics)
