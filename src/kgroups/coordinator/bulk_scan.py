@@ -9,6 +9,7 @@ walked in Python (their lengths chain them) and checked with the C CRC-32C.
 
 The checks are the general record parser's: whole batches, magic 2, CRC-32C, every record inside
 its batch, its fields inside its length, and the batch's record count exactly filling it.
+`last_of_each_key` then picks each key's last record, also without a Python step per record.
 """
 
 from __future__ import annotations
