@@ -10,17 +10,24 @@ from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition, wri
 
 from kgroups.log.batch import build_batch, peek_batch_header
 from kgroups.pipeline.decode import (
-    OFFSETS_ROW_SCHEMA,
-    decode_offsets_segment,
+    COMMIT_ROW_SCHEMA,
+    OTHER_ROW_SCHEMA,
+    decode_commits_segment,
+    decode_other_records_segment,
     decode_topic_segment,
 )
 
 
 def rows(path: Path, log_partition: int = 7) -> list[dict]:
-    batches = list(decode_offsets_segment(str(path), log_partition))
-    assert all(batch.schema == OFFSETS_ROW_SCHEMA for batch in batches)
-    table = pa.Table.from_batches(batches, OFFSETS_ROW_SCHEMA)
-    return sorted(table.to_pylist(), key=lambda r: (r["kind"], r["log_offset"] or -1))
+    """Both outputs of a segment's decode as dicts, commits tagged with kind "commit"."""
+    commits = list(decode_commits_segment(str(path), log_partition))
+    others = list(decode_other_records_segment(str(path), log_partition))
+    assert all(batch.schema == COMMIT_ROW_SCHEMA for batch in commits)
+    assert all(batch.schema == OTHER_ROW_SCHEMA for batch in others)
+    found = [{"kind": "commit", **row}
+             for row in pa.Table.from_batches(commits, COMMIT_ROW_SCHEMA).to_pylist()]
+    found += pa.Table.from_batches(others, OTHER_ROW_SCHEMA).to_pylist()
+    return sorted(found, key=lambda r: (r["kind"], r["log_offset"] or -1))
 
 
 def one_segment(builder: OffsetsLogBuilder, tmp_path: Path) -> Path:

@@ -1,11 +1,16 @@
-"""Segment files to Arrow rows, run inside Spark's Python workers through `mapInArrow`.
+"""Segment files to Arrow batches, run inside Spark's Python workers through `mapInArrow`.
 
-Each task receives file URIs, reads each file once, checks and walks its batches with
-`kgroups.log.batch` (`check_batch`, `records_of`: plain tuples, no per-record objects) and
-decodes keys and values with `kgroups.records`: the same decoder as the broker and `kgroups
-offsets dump`, so the pipeline cannot disagree with them about a byte. The rows are flat (one
-row per record, columns of the kind that applies, nulls elsewhere) because flat columns are
-what Spark's Arrow path moves cheapest; only a group's member list is nested.
+Two outputs, each with its own narrow schema, because nearly every record of a
+__consumer_offsets log is an offset commit and a wide row with the other kinds' columns null
+would make Spark carry (and convert) those columns ten million times:
+
+* COMMIT_ROW_SCHEMA, one row per OffsetCommit record. Plain batches are decoded by
+  `kgroups.records.columnar` (numpy gathers straight into Arrow, no Python per record);
+  whatever it leaves goes through the record-by-record path below, with the same result.
+* OTHER_ROW_SCHEMA: group metadata records, transaction markers and skipped regions, decoded
+  record by record with `kgroups.log.batch` (`check_batch`, `records_of`) and
+  `kgroups.records` (codec, consumer protocol): the same decoder as the broker and `kgroups
+  offsets dump`, so the pipeline cannot disagree with them about a byte.
 
 Damage never stops a run: a batch that fails its checks ends the reading of that file (Kafka's
 own recovery truncates a segment at the first bad batch, so the records before it are the ones a
@@ -19,6 +24,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from kgroups.log.batch import (
@@ -37,6 +43,7 @@ from kgroups.records.codec import (
     decode_offset_commit_fields,
     decode_value,
 )
+from kgroups.records.columnar import decode_offset_commits
 from kgroups.records.consumer_protocol import decode_assignment, decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
@@ -44,8 +51,7 @@ from kgroups.records.schema import (
     OffsetCommitKey,
 )
 
-# Row kinds of the offsets-topic decode.
-COMMIT = "commit"
+# Row kinds of the non-commit rows.
 GROUP = "group"
 MARKER = "marker"
 ERROR = "error"
@@ -73,15 +79,13 @@ MEMBER_TYPE = pa.struct(
     ]
 )
 
-OFFSETS_ROW_SCHEMA = pa.schema(
+COMMIT_ROW_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),
-        ("file", pa.string()),
         ("log_partition", pa.int32()),
         ("log_offset", pa.int64()),
         ("record_ts", pa.int64()),
         ("transactional", pa.bool_()),
-        ("producer_id", pa.int64()),
+        ("producer_id", pa.int64()),  # only set for transactional records
         ("group", pa.string()),
         ("topic", pa.string()),
         ("partition", pa.int32()),
@@ -91,6 +95,20 @@ OFFSETS_ROW_SCHEMA = pa.schema(
         ("metadata", pa.string()),
         ("commit_ts", pa.int64()),
         ("expire_ts", pa.int64()),
+    ]
+)
+
+OTHER_ROW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("file", pa.string()),
+        ("log_partition", pa.int32()),
+        ("log_offset", pa.int64()),
+        ("record_ts", pa.int64()),
+        ("transactional", pa.bool_()),
+        ("producer_id", pa.int64()),
+        ("group", pa.string()),
+        ("tombstone", pa.bool_()),
         ("generation", pa.int32()),
         ("protocol_type", pa.string()),
         ("protocol", pa.string()),
@@ -129,6 +147,9 @@ _GROUP_COLUMNS = (
 _MARKER_COLUMNS = ("log_partition", "log_offset", "record_ts", "producer_id",
                    "marker_commits")
 _ERROR_COLUMNS = ("file", "log_partition", "error_position", "error")
+# The columns of kgroups.records.columnar's output that the commit rows keep.
+_COLUMNAR_KEPT = ("log_offset", "record_ts", "group", "topic", "partition", "tombstone",
+                  "offset", "leader_epoch", "metadata", "commit_ts", "expire_ts")
 
 
 def read_file(uri: str) -> bytes:
@@ -186,7 +207,9 @@ def _members(value: GroupMetadataValue) -> list[dict[str, Any]]:
 
 
 class _OffsetsSegmentDecoder:
-    """Accumulates the rows of one __consumer_offsets segment file."""
+    """The record-by-record decode of a segment, or of some of its batches: every batch the
+    columnar decoder leaves (group metadata, transactions, markers, compression, anything
+    unusual), and whole files that turn out damaged."""
 
     def __init__(self, uri: str, log_partition: int) -> None:
         self.uri = uri
@@ -195,14 +218,16 @@ class _OffsetsSegmentDecoder:
         self.groups: list[tuple[Any, ...]] = []
         self.markers: list[tuple[Any, ...]] = []
         self.errors: list[tuple[Any, ...]] = []
-        # Keys repeat across commits (same group, topic and partition), values never do.
-        self._keys: dict[bytes, Any] = {}
 
     def error(self, position: int, message: str) -> None:
         self.errors.append((self.uri, self.log_partition, position, message))
 
-    def decode(self, data: bytes) -> None:
-        pos = 0
+    def decode(self, data: bytes, batch_starts: list[int] | None = None) -> None:
+        """Every batch of `data` in order, or only those starting at `batch_starts`. A batch
+        failing its checks ends the reading (only possible when reading every batch: the
+        columnar scan has checked the others)."""
+        starts = iter(batch_starts) if batch_starts is not None else None
+        pos = 0 if starts is None else next(starts, len(data))
         size = len(data)
         while pos < size:
             try:
@@ -212,12 +237,13 @@ class _OffsetsSegmentDecoder:
                 self.error(exc.position, f"corrupt batch, rest of file skipped: {exc}")
                 return
             attributes = header[_ATTRIBUTES_FIELD]
+            transactional = bool(attributes & TRANSACTIONAL)
+            producer_id = header[_PRODUCER_ID_FIELD] if transactional else None
             if attributes & CONTROL:
                 self._add_markers(records, header[_PRODUCER_ID_FIELD])
             else:
-                self._add_records(records, pos, bool(attributes & TRANSACTIONAL),
-                                  header[_PRODUCER_ID_FIELD])
-            pos = end
+                self._add_records(records, pos, transactional, producer_id)
+            pos = end if starts is None else next(starts, size)
 
     def _add_markers(self, records: list[tuple[Any, ...]], producer_id: int) -> None:
         for offset, timestamp, key, _value in records:
@@ -230,19 +256,14 @@ class _OffsetsSegmentDecoder:
             )
 
     def _add_records(self, records: list[tuple[Any, ...]], batch_position: int,
-                     transactional: bool, producer_id: int) -> None:
-        """The hot loop: offset commits are most of any __consumer_offsets log, so their keys
-        are decoded once per distinct key and their values straight into a row tuple."""
-        keys = self._keys
+                     transactional: bool, producer_id: int | None) -> None:
         commits = self.commits
         log_partition = self.log_partition
         for offset, timestamp, raw_key, raw_value in records:
             try:
                 if raw_key is None:
                     raise RecordDecodeError("record has no key", 0)
-                key = keys.get(raw_key)
-                if key is None:
-                    key = keys[raw_key] = decode_key(raw_key)
+                key = decode_key(raw_key)
                 if isinstance(key, OffsetCommitKey):
                     if raw_value is None:
                         commits.append(
@@ -269,7 +290,7 @@ class _OffsetsSegmentDecoder:
                 )
 
     def _add_group(self, log_offset: int, record_ts: int, transactional: bool,
-                   producer_id: int, key: GroupMetadataKey, value: Any) -> None:
+                   producer_id: int | None, key: GroupMetadataKey, value: Any) -> None:
         if isinstance(value, GroupMetadataValue):
             self.groups.append(
                 (self.log_partition, log_offset, record_ts, transactional,
@@ -283,28 +304,65 @@ class _OffsetsSegmentDecoder:
                  producer_id, key.group, True, None, None, None, None, None, None)
             )
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
+    def other_batches(self) -> Iterator[pa.RecordBatch]:
         parts = (
-            (COMMIT, _COMMIT_COLUMNS, self.commits),
             (GROUP, _GROUP_COLUMNS, self.groups),
             (MARKER, _MARKER_COLUMNS, self.markers),
             (ERROR, _ERROR_COLUMNS, self.errors),
         )
         for kind, names, rows in parts:
             if rows:
-                yield _columns_batch(OFFSETS_ROW_SCHEMA, kind, names, rows)
+                yield _columns_batch(OTHER_ROW_SCHEMA, kind, names, rows)
 
 
-def decode_offsets_segment(uri: str, log_partition: int) -> Iterator[pa.RecordBatch]:
-    """Every record of one __consumer_offsets segment as OFFSETS_ROW_SCHEMA batches."""
+def _commit_rows(columns: pa.RecordBatch, log_partition: int) -> pa.RecordBatch:
+    """Columnar-decoded commits as COMMIT_ROW_SCHEMA (their batches are never transactional)."""
+    count = columns.num_rows
+    arrays = {name: columns.column(name) for name in _COLUMNAR_KEPT}
+    arrays["log_partition"] = pa.array(np.full(count, log_partition, dtype=np.int32))
+    arrays["transactional"] = pa.array(np.zeros(count, dtype=bool))
+    arrays["producer_id"] = pa.nulls(count, pa.int64())
+    return pa.RecordBatch.from_arrays([arrays[f.name] for f in COMMIT_ROW_SCHEMA],
+                                      schema=COMMIT_ROW_SCHEMA)
+
+
+def _decode_segment(
+    uri: str, log_partition: int
+) -> tuple[pa.RecordBatch | None, _OffsetsSegmentDecoder]:
+    """The columnar commits of a segment (None when the file must be read record by record)
+    and the record-by-record decode of the rest."""
     decoder = _OffsetsSegmentDecoder(uri, log_partition)
     try:
         data = read_file(uri)
     except OSError as exc:
         decoder.error(0, f"unreadable segment skipped: {exc}")
-    else:
+        return None, decoder
+    try:
+        columnar = decode_offset_commits(data)
+    except BatchCorruptError:
+        # Damage: the ordinary reader keeps what precedes it and reports where it is.
         decoder.decode(data)
-    yield from decoder.batches()
+        return None, decoder
+    decoder.decode(data, [start for start, _end in columnar.other_batches])
+    return _commit_rows(columnar.commits, log_partition), decoder
+
+
+def decode_commits_segment(uri: str, log_partition: int) -> Iterator[pa.RecordBatch]:
+    """Every OffsetCommit record (commits and offset tombstones) of one __consumer_offsets
+    segment as COMMIT_ROW_SCHEMA batches. Damage is reported by decode_other_records_segment."""
+    columnar, decoder = _decode_segment(uri, log_partition)
+    if columnar is not None and columnar.num_rows:
+        yield columnar
+    if decoder.commits:
+        yield _columns_batch(COMMIT_ROW_SCHEMA, None, _COMMIT_COLUMNS, decoder.commits)
+
+
+def decode_other_records_segment(uri: str, log_partition: int) -> Iterator[pa.RecordBatch]:
+    """Group records, transaction markers and skipped regions of one __consumer_offsets
+    segment as OTHER_ROW_SCHEMA batches. Its commits are decoded again (columnar, cheap) only
+    to find the batches holding something else."""
+    _columnar, decoder = _decode_segment(uri, log_partition)
+    yield from decoder.other_batches()
 
 
 def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.RecordBatch:
@@ -339,13 +397,26 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.RecordBatch
     )
 
 
-def offsets_segments_to_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: input rows (uri, log_partition), output OFFSETS_ROW_SCHEMA."""
+def offsets_segments_to_commits(
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: input rows (uri, log_partition), output COMMIT_ROW_SCHEMA."""
     for batch in batches:
         for uri, log_partition in zip(
             batch.column("uri").to_pylist(), batch.column("partition").to_pylist(), strict=True
         ):
-            yield from decode_offsets_segment(uri, log_partition)
+            yield from decode_commits_segment(uri, log_partition)
+
+
+def offsets_segments_to_other_records(
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: input rows (uri, log_partition), output OTHER_ROW_SCHEMA."""
+    for batch in batches:
+        for uri, log_partition in zip(
+            batch.column("uri").to_pylist(), batch.column("partition").to_pylist(), strict=True
+        ):
+            yield from decode_other_records_segment(uri, log_partition)
 
 
 def topic_segments_to_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

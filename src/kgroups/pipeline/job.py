@@ -1,7 +1,7 @@
 """`kgroups analyze` end to end: discover, decode in Spark, write the tables, render the report.
 
-The decoded rows are persisted once and every table is derived from them, so each segment file
-is read and decoded exactly once per run whatever the number of tables.
+The decoded rows are persisted once (commits and the other records as two narrow caches) and every
+table is derived from them, whatever the number of tables.
 """
 
 from __future__ import annotations
@@ -72,12 +72,17 @@ def run_analysis(
     log.info("%d __consumer_offsets segments, %d topic segments",
              len(inputs.offsets_segments), len(inputs.topic_segments))
 
-    raw = tables.decode_offsets(spark, inputs.offsets_segments).persist(
+    # Commits are nearly every record: decoded once into a narrow cache that every table
+    # reads. The other records are few, decoded in a second pass over the files.
+    decoded_commits = tables.decode_commits(spark, inputs.offsets_segments).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    others = tables.decode_other_records(spark, inputs.offsets_segments).persist(
         StorageLevel.MEMORY_AND_DISK
     )
     with steps.step("decoding __consumer_offsets"):
-        counts = {row["kind"]: row["count"] for row in raw.groupBy("kind").count().collect()}
-    records = counts.get(decode.COMMIT, 0) + counts.get(decode.GROUP, 0)
+        kinds = {row["kind"]: row["count"] for row in others.groupBy("kind").count().collect()}
+        records = decoded_commits.count() + kinds.get(decode.GROUP, 0)
 
     topic_batches = None
     if inputs.topic_segments:
@@ -89,15 +94,16 @@ def run_analysis(
 
     # Not persisted: a filter and a broadcast lookup over the cached rows, cheaper than a
     # second copy of them; the lookup itself is small and computed once.
-    transactions = tables.committed_transactions(raw).persist()
-    applied = tables.applied_records(raw, transactions)
-    commits = tables.offset_commits(applied, window)
+    transactions = tables.committed_transactions(decoded_commits, others).persist()
+    applied_commits = tables.applied_records(decoded_commits, transactions)
+    applied_groups = tables.applied_records(tables.group_records(others), transactions)
+    commits = tables.offset_commits(applied_commits, window)
     with steps.step("offset_commits"):
         _write(commits.drop("record_ts"), out, "offset_commits")
-    committed = tables.committed_offsets(applied, window).persist()
+    committed = tables.committed_offsets(applied_commits, applied_groups, window).persist()
     with steps.step("committed_offsets"):
         _write(committed, out, "committed_offsets")
-    events = tables.group_events(applied, window).persist()
+    events = tables.group_events(applied_groups, window).persist()
     with steps.step("group_generations"):
         _write(tables.group_generations(events, window), out, "group_generations")
     found_rebalances = tables.rebalances(events, window).persist()
@@ -111,7 +117,9 @@ def run_analysis(
     if topic_batches is not None:
         now_ms = window.until_ms
         if now_ms is None:
-            latest = applied.agg(F.max("record_ts")).first()
+            latest = (applied_commits.select("record_ts")
+                      .unionByName(applied_groups.select("record_ts"))
+                      .agg(F.max("record_ts")).first())
             now_ms = int(latest[0]) if latest and latest[0] is not None else 0
         ends = tables.log_end_offsets(topic_batches, spark, inputs.topic_segments)
         history_rows = tables.lag_history(commits, topic_batches).persist()
@@ -131,7 +139,7 @@ def run_analysis(
     written.append("group_summary")
 
     with steps.step("report"):
-        found_errors = tables.errors(raw, topic_batches).orderBy("file", "error_position")
+        found_errors = tables.errors(others, topic_batches).orderBy("file", "error_position")
         error_rows = found_errors.toPandas()
         for row in error_rows.itertuples(index=False):
             log.warning("skipped %s at byte %d: %s", row.file, row.error_position, row.error)
@@ -148,7 +156,8 @@ def run_analysis(
             notes=notes,
         )
         _write_text(out, "report.html", render(report))
-    cached = (raw, transactions, committed, events, found_rebalances, topic_batches, current_lag)
+    cached = (decoded_commits, others, transactions, committed, events, found_rebalances,
+              topic_batches, current_lag)
     for frame in cached:
         if frame is not None:
             frame.unpersist()

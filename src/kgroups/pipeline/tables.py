@@ -1,4 +1,5 @@
-"""The tables of `kgroups analyze`, as Spark DataFrames over the decoded rows.
+"""The tables of `kgroups analyze`, as Spark DataFrames over the decoded commit rows and the
+other rows (group records, markers, errors).
 
 Everything here is Spark SQL over flat columns except the two per-group rules that are easier
 to state as code (rebalances, Burrow status), which run through grouped pandas UDFs calling
@@ -43,14 +44,24 @@ def _paths_frame(spark: SparkSession, rows: list[tuple[object, ...]], schema: st
     return spark.createDataFrame(rdd, schema)
 
 
-def decode_offsets(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> DataFrame:
-    """All __consumer_offsets records, markers and errors (decode.OFFSETS_ROW_SCHEMA)."""
+def _offsets_paths(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> DataFrame:
     # Biggest files first: they start first and the small ones fill in behind them.
     ordered = sorted(segments, key=lambda s: -s.size)
-    paths = _paths_frame(spark, [(s.uri, s.partition) for s in ordered],
-                         "uri string, partition int")
-    return paths.mapInArrow(
-        decode.offsets_segments_to_rows, from_arrow_schema(decode.OFFSETS_ROW_SCHEMA)
+    return _paths_frame(spark, [(s.uri, s.partition) for s in ordered],
+                        "uri string, partition int")
+
+
+def decode_commits(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> DataFrame:
+    """Every OffsetCommit record of the __consumer_offsets segments (decode.COMMIT_ROW_SCHEMA)."""
+    return _offsets_paths(spark, segments).mapInArrow(
+        decode.offsets_segments_to_commits, from_arrow_schema(decode.COMMIT_ROW_SCHEMA)
+    )
+
+
+def decode_other_records(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> DataFrame:
+    """Group records, transaction markers and skipped regions (decode.OTHER_ROW_SCHEMA)."""
+    return _offsets_paths(spark, segments).mapInArrow(
+        decode.offsets_segments_to_other_records, from_arrow_schema(decode.OTHER_ROW_SCHEMA)
     )
 
 
@@ -64,19 +75,24 @@ def decode_topics(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> Dat
     )
 
 
-def committed_transactions(raw: DataFrame) -> DataFrame:
+def committed_transactions(commits: DataFrame, others: DataFrame) -> DataFrame:
     """(log_partition, log_offset) of every transactional record whose transaction committed:
     the first control marker after it from the same producer is a COMMIT. Aborted and
     still-open transactions are absent, as a coordinator keeps them pending or drops them.
     Small (transactional offset commits are rare), so callers may persist and broadcast it."""
-    markers = raw.filter(F.col("kind") == decode.MARKER).select(
+    markers = others.filter(F.col("kind") == decode.MARKER).select(
         "log_partition", "producer_id",
         F.col("log_offset").alias("marker_offset"), "marker_commits",
     )
+    transactional = commits.filter(F.col("transactional")).select(
+        "log_partition", "producer_id", "log_offset"
+    ).unionByName(
+        others.filter((F.col("kind") == decode.GROUP) & F.col("transactional")).select(
+            "log_partition", "producer_id", "log_offset"
+        )
+    )
     return (
-        raw.filter(F.col("kind").isin(decode.COMMIT, decode.GROUP) & F.col("transactional"))
-        .select("log_partition", "producer_id", "log_offset")
-        .join(markers, ["log_partition", "producer_id"])
+        transactional.join(markers, ["log_partition", "producer_id"])
         .filter(F.col("marker_offset") > F.col("log_offset"))
         .groupBy("log_partition", "log_offset")
         .agg(F.min_by("marker_commits", "marker_offset").alias("commits"))
@@ -85,51 +101,52 @@ def committed_transactions(raw: DataFrame) -> DataFrame:
     )
 
 
-def applied_records(raw: DataFrame, transactions: DataFrame) -> DataFrame:
-    """Commit and group records that a coordinator applies: every non-transactional one, and
-    the transactional ones listed in `transactions` (see committed_transactions). One pass over
-    `raw` with a broadcast lookup, since every table starts from here."""
+def applied_records(records: DataFrame, transactions: DataFrame) -> DataFrame:
+    """The records (commits, or group rows of `others`) that a coordinator applies: every
+    non-transactional one, and the transactional ones listed in `transactions` (see
+    committed_transactions). One pass with a broadcast lookup, since every table starts here."""
     return (
-        raw.filter(F.col("kind").isin(decode.COMMIT, decode.GROUP))
-        .join(F.broadcast(transactions), ["log_partition", "log_offset"], "left")
+        records.join(F.broadcast(transactions), ["log_partition", "log_offset"], "left")
         .filter(~F.col("transactional") | F.col("transaction_committed").isNotNull())
         .drop("transaction_committed")
     )
+
+
+def group_records(others: DataFrame) -> DataFrame:
+    """The GroupMetadata records (values and tombstones) among the non-commit rows."""
+    return others.filter(F.col("kind") == decode.GROUP)
 
 
 def _ts(column: str) -> Column:
     return F.timestamp_millis(F.col(column))
 
 
-def offset_commits(applied: DataFrame, window: TimeWindow) -> DataFrame:
-    """Every commit (tombstones are deletions, not commits) inside the window."""
-    return applied.filter(
-        (F.col("kind") == decode.COMMIT) & ~F.col("tombstone") & window.inside(F.col("record_ts"))
-    ).select(
+def offset_commits(commits: DataFrame, window: TimeWindow) -> DataFrame:
+    """Every applied commit (tombstones are deletions, not commits) inside the window."""
+    return commits.filter(~F.col("tombstone") & window.inside(F.col("record_ts"))).select(
         "group", "topic", "partition", "offset", "leader_epoch", "metadata",
         _ts("commit_ts").alias("commit_ts"), "log_partition", "log_offset",
         _ts("expire_ts").alias("expire_ts"), "record_ts",
     )
 
 
-def committed_offsets(applied: DataFrame, window: TimeWindow) -> DataFrame:
+def committed_offsets(commits: DataFrame, groups: DataFrame, window: TimeWindow) -> DataFrame:
     """What a coordinator loading the log (up to --until) serves from OffsetFetch.
 
     Per (log partition, group, topic, partition) the last record in log order wins; a tombstone
     removes the offset; a group tombstone removes the offsets of that group written before it.
     """
-    upto = applied.filter(window.up_to_until(F.col("record_ts")))
     key = ["log_partition", "group", "topic", "partition"]
     fields = ["tombstone", "offset", "leader_epoch", "metadata", "commit_ts", "log_offset"]
     latest = (
-        upto.filter(F.col("kind") == decode.COMMIT)
+        commits.filter(window.up_to_until(F.col("record_ts")))
         .groupBy(*key)
         .agg(F.max_by(F.struct(*fields), "log_offset").alias("last"))
         .select(*key, *[F.col(f"last.{name}").alias(name) for name in fields])
         .filter(~F.col("tombstone"))
     )
     deletions = (
-        upto.filter((F.col("kind") == decode.GROUP) & F.col("tombstone"))
+        groups.filter(F.col("tombstone") & window.up_to_until(F.col("record_ts")))
         .groupBy("log_partition", "group")
         .agg(F.max("log_offset").alias("deleted_at"))
     )
@@ -143,13 +160,13 @@ def committed_offsets(applied: DataFrame, window: TimeWindow) -> DataFrame:
     )
 
 
-def group_events(applied: DataFrame, window: TimeWindow) -> DataFrame:
-    """GroupMetadata records and tombstones up to --until (rebalances need the ones before
-    --since too, to know the generation a rebalance left)."""
-    return applied.filter(
-        (F.col("kind") == decode.GROUP) & window.up_to_until(F.col("record_ts"))
-    ).select("group", "log_partition", "log_offset", "record_ts", "tombstone", "generation",
-             "protocol_type", "protocol", "leader", "state_ts", "members")
+def group_events(groups: DataFrame, window: TimeWindow) -> DataFrame:
+    """Applied GroupMetadata records and tombstones up to --until (rebalances need the ones
+    before --since too, to know the generation a rebalance left)."""
+    return groups.filter(window.up_to_until(F.col("record_ts"))).select(
+        "group", "log_partition", "log_offset", "record_ts", "tombstone", "generation",
+        "protocol_type", "protocol", "leader", "state_ts", "members",
+    )
 
 
 def group_generations(events: DataFrame, window: TimeWindow) -> DataFrame:
@@ -439,9 +456,9 @@ def group_summary(events: DataFrame, committed: DataFrame, commits: DataFrame,
     )
 
 
-def errors(raw: DataFrame, topic_batches: DataFrame | None) -> DataFrame:
+def errors(others: DataFrame, topic_batches: DataFrame | None) -> DataFrame:
     """Every skipped file region or record, with file and byte position."""
-    found = raw.filter(F.col("kind") == decode.ERROR).select(
+    found = others.filter(F.col("kind") == decode.ERROR).select(
         "file", "error_position", "error"
     )
     if topic_batches is not None:
