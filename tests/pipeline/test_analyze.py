@@ -4,7 +4,6 @@ rewrites, transactions, generations), plus the time window and the report."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.pipeline.logdata import OffsetsLogBuilder, write_topic_log
 
+from kgroups.cli import main
 from kgroups.log.batch import peek_batch_header
 from kgroups.pipeline.job import AnalysisResult, run_analysis
 
@@ -196,8 +196,9 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
-def test_cli_time_window_and_damaged_segment(scenario, tmp_path):
-    """One `kgroups analyze` process (its own Spark) covers --since/--until and damage."""
+def test_cli_time_window_and_damaged_segment(spark, scenario, tmp_path, capsys, caplog):
+    """`kgroups analyze` (in this process: the command reuses the running SparkSession and
+    leaves it running) covers --since/--until and damage."""
     data_dir = tmp_path / "data"
     shutil.copytree(scenario.data_dir, data_dir)
     broken = OffsetsLogBuilder()
@@ -212,16 +213,12 @@ def test_cli_time_window_and_damaged_segment(scenario, tmp_path):
     data[damaged_at + 70] ^= 0xFF
     target.write_bytes(bytes(data))
     out = tmp_path / "out"
-    completed = subprocess.run(
-        [sys.executable, "-m", "kgroups.cli", "analyze", str(data_dir), "--out", str(out),
-         "--master", "local[2]", "--quiet",
-         "--since", iso(T + 30 * SECOND), "--until", iso(T + 61 * SECOND + 500)],
-        capture_output=True, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-        timeout=300, check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert "1 damaged region(s) skipped" in completed.stderr
-    assert f"skipped {target} at byte {damaged_at}" in completed.stderr
+    code = main(["analyze", str(data_dir), "--out", str(out), "--quiet",
+                 "--since", iso(T + 30 * SECOND), "--until", iso(T + 61 * SECOND + 500)])
+    assert code == 0
+    assert "1 damaged region(s) skipped" in capsys.readouterr().err
+    assert f"skipped {target} at byte {damaged_at}" in caplog.text
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session still runs
     page = (out / "report.html").read_text()
     assert str(target) in page and f"<td>{damaged_at}</td>" in page
 

@@ -39,7 +39,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master: local[N], spark://..., yarn (default: spark-submit's "
-                        "--master, else local[*])")
+                        "--master, else local[*]; a SparkSession already running in the process "
+                        "is used as it is)")
     parser.add_argument("--since", type=_epoch_ms, metavar="ISO",
                         help="history tables start at this time")
     parser.add_argument("--until", type=_epoch_ms, metavar="ISO",
@@ -50,6 +51,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Spark is imported here so that `kgroups --help` and the other commands stay fast.
+    from pyspark.sql import SparkSession
+
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
     from kgroups.pipeline.session import build_session
@@ -65,13 +68,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"kgroups analyze: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    spark = build_session(args.master)
+    # Inside a process that already runs Spark (a notebook, a test session) that session is
+    # used and left running; starting a second JVM would cost more than the analysis.
+    running = SparkSession.getActiveSession()
+    spark = running or build_session(args.master)
     try:
         with StepProgress(spark, enabled=not args.quiet) as progress:
             result = run_analysis(spark, args.paths, args.out,
                                   TimeWindow(args.since, args.until), progress, inputs)
     finally:
-        spark.stop()
+        if running is None:
+            spark.stop()
     print(
         f"{result.records:,} records from {result.segments} segments in {result.seconds:.1f} s; "
         f"tables: {', '.join(result.tables)}; report: {result.out.rstrip('/')}/report.html"

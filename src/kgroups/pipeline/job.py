@@ -133,7 +133,9 @@ def run_analysis(
         notes.append("No topic partition logs were found next to __consumer_offsets, so the "
                      "lag table and lag statuses are not produced.")
 
-    summary = tables.group_summary(events, committed, commits, found_rebalances, current_lag)
+    commit_minutes = tables.commits_per_group_minute(commits).persist()
+    summary = tables.group_summary(events, committed, commit_minutes, found_rebalances,
+                                   current_lag)
     with steps.step("group_summary"):
         _write(summary, out, "group_summary")
     written.append("group_summary")
@@ -148,7 +150,7 @@ def run_analysis(
             segments=len(inputs.offsets_segments) + len(inputs.topic_segments),
             records=records,
             seconds=time.monotonic() - started,
-            commits_per_minute=_commits_per_minute(commits),
+            commits_per_minute=_commits_per_minute(commit_minutes),
             lag_over_time=lag_over_time,
             rebalances=_read_back(spark, out, "rebalances").orderBy("ts").toPandas(),
             summary=_read_back(spark, out, "group_summary").orderBy("group").toPandas(),
@@ -157,7 +159,7 @@ def run_analysis(
         )
         _write_text(out, "report.html", render(report))
     cached = (decoded_commits, others, transactions, committed, events, found_rebalances,
-              topic_batches, current_lag)
+              topic_batches, current_lag, commit_minutes)
     for frame in cached:
         if frame is not None:
             frame.unpersist()
@@ -171,11 +173,10 @@ def run_analysis(
     )
 
 
-def _commits_per_minute(commits: DataFrame) -> pd.DataFrame:
+def _commits_per_minute(commit_minutes: DataFrame) -> pd.DataFrame:
     return (
-        commits.groupBy(F.date_trunc("minute", "commit_ts").alias("minute"))
-        .count()
-        .withColumnRenamed("count", "commits")
+        commit_minutes.groupBy("minute")
+        .agg(F.sum("commits").alias("commits"))
         .orderBy("minute")
         .toPandas()
     )
