@@ -10,7 +10,10 @@ run and over the same files:
   * the peer: a single process decoding the same segments the way `kgroups offsets dump` does
     (`iter_records_raw`, then `decode_key` and `decode_value` per record; the dump's JSON
     printing is left out, which only makes the peer faster). With --with-json the dump's own
-    per-segment generator (JSON lines, not printed) is timed as well.
+    per-segment generator (JSON lines, not printed) is timed as well;
+  * for reference, the pipeline's own decode of the same files in this one process, outside
+    Spark (both mapInArrow bodies' work: `decode_commits_segment` and
+    `decode_other_records_segment`), so what Spark adds on top is visible.
 
     .venv/bin/python bench/pipeline.py [--records N] [--master local[2]] [--with-json]
 
@@ -30,7 +33,8 @@ from pathlib import Path
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
-from kgroups.pipeline.discovery import OFFSETS_TOPIC, find_inputs
+from kgroups.pipeline.decode import decode_commits_segment, decode_other_records_segment
+from kgroups.pipeline.discovery import OFFSETS_TOPIC, SegmentFile, find_inputs
 from kgroups.pipeline.job import run_analysis
 from kgroups.pipeline.session import build_session
 from kgroups.records.codec import decode_key, decode_value, encode_key, encode_value
@@ -144,6 +148,17 @@ def peer_decode(files: list[Path]) -> int:
     return count
 
 
+def pipeline_decode(segments: tuple[SegmentFile, ...]) -> int:
+    """The two decodes the Spark tasks run, in this process: columnar commits, other records."""
+    count = 0
+    for segment in segments:
+        for batch in decode_commits_segment(segment.uri, segment.partition):
+            count += batch.num_rows
+        for batch in decode_other_records_segment(segment.uri, segment.partition):
+            count += batch.num_rows
+    return count
+
+
 def peer_dump_json(files: list[Path]) -> int:
     """`kgroups offsets dump`'s own per-segment generator (JSON lines, discarded)."""
     from kgroups.records.cli import _dump_segment
@@ -183,6 +198,9 @@ def main() -> int:
     started = time.perf_counter()
     peer_records = peer_decode(files)
     peer_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    decoded_rows = pipeline_decode(inputs.offsets_segments)
+    decode_seconds = time.perf_counter() - started
     job_rate = records / job_seconds
     peer_rate = peer_records / peer_seconds
     print(f"Spark session start ({args.master}): {session_seconds:.1f} s")
@@ -190,6 +208,9 @@ def main() -> int:
           f"{job_rate:,.0f} records/s")
     print(f"peer: single-process dump decode: {peer_seconds:.1f} s, {peer_rate:,.0f} records/s")
     print(f"ratio job / peer: {job_rate / peer_rate:.2f}")
+    print(f"reference: the pipeline's decode in one process, outside Spark: "
+          f"{decode_seconds:.1f} s, {decoded_rows / decode_seconds:,.0f} rows/s "
+          f"({decoded_rows:,} rows)")
     if args.with_json:
         started = time.perf_counter()
         dumped = peer_dump_json(files)

@@ -17,6 +17,12 @@ import pandas as pd
 
 # More lines than this on one lag chart are unreadable; the groups with the most lag are kept.
 MAX_LAG_LINES = 12
+# A timeline row per group and a bar per rebalance stop being readable (and take matplotlib
+# seconds to draw) long before a large cluster's hundreds of groups and thousands of
+# rebalances: past these, the timeline keeps the groups that rebalance most and the moved/kept
+# chart becomes two stacked areas.
+MAX_TIMELINE_GROUPS = 30
+MAX_BARS = 200
 
 
 @dataclass(slots=True)
@@ -75,12 +81,17 @@ def lag_chart(frame: pd.DataFrame | None) -> str:
 def rebalance_timeline(frame: pd.DataFrame) -> str:
     if frame.empty:
         return _empty("No rebalances in the analysed window.")
-    groups = sorted(frame["group"].unique())
+    counts = frame["group"].value_counts()
+    groups = sorted(counts.nlargest(MAX_TIMELINE_GROUPS).index)
+    shown = frame[frame["group"].isin(groups)]
     rows = {group: index for index, group in enumerate(groups)}
     figure, axes = plt.subplots(figsize=(10, max(1.5, 0.35 * len(groups) + 1)))
-    axes.scatter(frame["ts"], frame["group"].map(rows), marker="|", s=200)
+    axes.scatter(shown["ts"], shown["group"].map(rows), marker="|", s=200)
     axes.set_yticks(range(len(groups)), groups)
     axes.set_xlabel("time (UTC)")
+    if len(groups) < len(counts):
+        axes.set_title(f"the {len(groups)} of {len(counts)} groups with the most rebalances",
+                       fontsize="small")
     return _png(figure)
 
 
@@ -89,14 +100,19 @@ def moved_chart(frame: pd.DataFrame) -> str:
         return _empty("No rebalances in the analysed window.")
     ordered = frame.sort_values("ts")
     figure, axes = plt.subplots(figsize=(10, 3))
-    labels = [f"{g} {a}→{b}" for g, a, b in zip(
-        ordered["group"], ordered["from_generation"], ordered["to_generation"], strict=True)]
     positions = range(len(ordered))
-    axes.bar(positions, ordered["partitions_moved"], label="moved")
-    axes.bar(positions, ordered["partitions_kept"], bottom=ordered["partitions_moved"],
-             label="kept", alpha=0.4)
-    if len(labels) <= 40:
-        axes.set_xticks(positions, labels, rotation=60, ha="right", fontsize="x-small")
+    if len(ordered) > MAX_BARS:
+        axes.stackplot(positions, ordered["partitions_moved"], ordered["partitions_kept"],
+                       labels=["moved", "kept"], alpha=0.7)
+        axes.set_xlabel("rebalances, oldest first")
+    else:
+        labels = [f"{g} {a}→{b}" for g, a, b in zip(
+            ordered["group"], ordered["from_generation"], ordered["to_generation"], strict=True)]
+        axes.bar(positions, ordered["partitions_moved"], label="moved")
+        axes.bar(positions, ordered["partitions_kept"], bottom=ordered["partitions_moved"],
+                 label="kept", alpha=0.4)
+        if len(labels) <= 40:
+            axes.set_xticks(positions, labels, rotation=60, ha="right", fontsize="x-small")
     axes.set_ylabel("partitions")
     axes.legend(fontsize="small")
     return _png(figure)
