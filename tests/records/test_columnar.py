@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -178,3 +179,14 @@ def test_empty_segment_decodes_to_no_rows():
     decoded = decode_offset_commits(b"")
     assert decoded.commits.num_rows == 0
     assert decoded.other_batches == []
+
+
+def test_batch_claiming_no_records_over_record_bytes_is_left_to_the_scalar_reader():
+    key, value = encode_record(OffsetsRecord(OffsetCommitKey("g", "t", 0),
+                                             OffsetCommitValue(5, "", 1)))
+    batch = bytearray(build_batch([(key, value, 1)]))
+    batch[57:61] = (0).to_bytes(4, "big")  # record count
+    batch[17:21] = crc32c.crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    decoded = decode_offset_commits(bytes(batch))
+    assert decoded.commits.num_rows == 0
+    assert decoded.other_batches == [(0, len(batch))]

@@ -119,7 +119,9 @@ def decode_offset_commits(data: bytes) -> ColumnarSegment:
     reads the file the ordinary way, which keeps the records before the damage and reports it.
     """
     batches = scan_batches(data)
-    plain = (batches.attributes & _SCALAR_ONLY) == 0
+    # An empty batch is left to the scalar reader too: it alone checks that nothing follows
+    # the (zero) records, and such batches are too rare to be worth a columnar rule.
+    plain = ((batches.attributes & _SCALAR_ONLY) == 0) & (batches.counts > 0)
     chosen = ScannedBatches(
         batches.starts[plain], batches.ends[plain], batches.attributes[plain],
         batches.counts[plain],
