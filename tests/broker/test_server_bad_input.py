@@ -124,16 +124,22 @@ def test_client_that_never_reads_cannot_make_the_broker_buffer_without_bound(
 ) -> None:
     """The broker stops reading when answers pile up, so the client's sends stall instead."""
     broker = make_inprocess_broker("queued.max.requests=4")
-    frame = encode_request(1, "hog", metadata_request(all_topics=True))
+    # Many frames per send, so the socket buffers fill within the deadline even when this
+    # process is slowed down by a loaded machine.
+    frames = encode_request(1, "hog", metadata_request(all_topics=True)) * 2048
     with raw_socket(broker.port) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.setblocking(False)
         sent = 0
-        deadline = time.monotonic() + 5
+        pending = memoryview(frames)
+        deadline = time.monotonic() + 20
         stalled_since = None
         while time.monotonic() < deadline:
             try:
-                sent += sock.send(frame)
+                written = sock.send(pending)
+                sent += written
+                # A partial send leaves the rest of a frame queued, so the stream stays framed.
+                pending = pending[written:] or memoryview(frames)
                 stalled_since = None
             except BlockingIOError:
                 stalled_since = stalled_since or time.monotonic()
