@@ -466,16 +466,28 @@ class MembershipHandlers(CoordinatorCore):
             if group.is_leader(member.member_id):
                 self._store_assignment(group, dict(req.assignments))
 
-    def _validate_sync(self, group: ClassicGroup | None, req: SyncGroupRequest) -> ErrorCode | None:
+    def _validate_generation_member(
+        self, group: ClassicGroup | None, member_id: str, instance_id: str | None, generation: int,
+    ) -> ErrorCode | None:
+        """The checks SyncGroup and Heartbeat share, in Kafka's order: the group exists and is
+        not Dead, the member (and its instance id) is known, and it speaks of this generation."""
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = self._validate_member(group, member_id, instance_id)
         if error is not None:
             return error
-        if req.generation_id != group.generation_id:
+        if generation != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
+        return None
+
+    def _validate_sync(self, group: ClassicGroup | None, req: SyncGroupRequest) -> ErrorCode | None:
+        error = self._validate_generation_member(
+            group, req.member_id, req.group_instance_id, req.generation_id)
+        if error is not None:
+            return error
+        assert group is not None  # a missing group failed validation above
         if req.protocol_type is not None and req.protocol_type != group.protocol_type:
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         if req.protocol_name is not None and req.protocol_name != group.protocol_name:
@@ -550,15 +562,11 @@ class MembershipHandlers(CoordinatorCore):
 
     def _heartbeat_error(self, req: HeartbeatRequest) -> ErrorCode:
         group = self._groups.get(req.group_id)
-        if group is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if group.state is GroupState.DEAD:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(group, req.member_id, req.group_instance_id)
+        error = self._validate_generation_member(
+            group, req.member_id, req.group_instance_id, req.generation_id)
         if error is not None:
             return error
-        if req.generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
+        assert group is not None  # a missing group failed validation above
         if group.state is GroupState.EMPTY:
             return ErrorCode.UNKNOWN_MEMBER_ID
         self._refresh_session(group, group.members[req.member_id])
