@@ -32,10 +32,13 @@ def _kafka_python_consume(bootstrap: str, group_id: str, topic: str, count: int)
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              session_timeout_ms=6000, heartbeat_interval_ms=500)
     values: list[bytes] = []
+    # A long poll: kafka-python 3.0.12 drops a metadata-triggered rejoin whose JoinGroup is still
+    # out when poll() times out (the member then stops heartbeating); poll returns as soon as
+    # records arrive, so the length costs nothing.
     try:
         wait_until(lambda: len(values) >= count, f"{count} messages", pump=lambda: values.extend(
             record.value
-            for records in consumer.poll(timeout_ms=200, max_records=count - len(values)).values()
+            for records in consumer.poll(timeout_ms=5000, max_records=count - len(values)).values()
             for record in records
         ))
         consumer.commit()
