@@ -11,11 +11,11 @@ run and over the same files:
     (`iter_records_raw`, then `decode_key` and `decode_value` per record; the dump's JSON
     printing is left out, which only makes the peer faster). With --with-json the dump's own
     per-segment generator (JSON lines, not printed) is timed as well;
-  * for reference, the pipeline's own decode of the same files in this one process, outside
-    Spark (both mapInArrow bodies' work: `decode_commits_segment` and
-    `decode_other_records_segment`), so what Spark adds on top is visible.
+  * for reference, the Spark tasks' own work done in this one process, outside Spark
+    (`analyze_partition` for every __consumer_offsets partition, offset_commits written to a
+    scratch directory), so what Spark adds on top is visible.
 
-    .venv/bin/python bench/pipeline.py [--records N] [--master local[2]] [--with-json]
+    .venv/bin/python bench/pipeline.py [--records N] [--master local[2]] [--runs 2] [--with-json]
 
 The generated log is kept under /tmp (keyed by N) so reruns skip generation.
 """
@@ -33,10 +33,12 @@ from pathlib import Path
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
-from kgroups.pipeline.decode import decode_commits_segment, decode_other_records_segment
 from kgroups.pipeline.discovery import OFFSETS_TOPIC, SegmentFile, find_inputs
 from kgroups.pipeline.job import run_analysis
+from kgroups.pipeline.partition import analyze_partition
 from kgroups.pipeline.session import build_session
+from kgroups.pipeline.tables import clear_table
+from kgroups.pipeline.window import TimeWindow
 from kgroups.records.codec import decode_key, decode_value, encode_key, encode_value
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import (
@@ -148,15 +150,21 @@ def peer_decode(files: list[Path]) -> int:
     return count
 
 
-def pipeline_decode(segments: tuple[SegmentFile, ...]) -> int:
-    """The two decodes the Spark tasks run, in this process: columnar commits, other records."""
-    count = 0
+def pipeline_in_process(segments: tuple[SegmentFile, ...]) -> int:
+    """The partition tasks' work, one partition after the other in this process."""
+    by_partition: dict[int, list[SegmentFile]] = {}
     for segment in segments:
-        for batch in decode_commits_segment(segment.uri, segment.partition):
-            count += batch.num_rows
-        for batch in decode_other_records_segment(segment.uri, segment.partition):
-            count += batch.num_rows
-    return count
+        by_partition.setdefault(segment.partition, []).append(segment)
+    scratch = tempfile.mkdtemp(prefix="kgroups-bench-pipeline-inprocess-")
+    clear_table(scratch, "offset_commits")
+    try:
+        return sum(
+            analyze_partition(partition, [s.uri for s in own], TimeWindow(), None,
+                              scratch).records
+            for partition, own in sorted(by_partition.items())
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def peer_dump_json(files: list[Path]) -> int:
@@ -170,6 +178,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="analyses of the same files in one Spark session (default 2)")
     parser.add_argument("--with-json", action="store_true",
                         help="also time the dump's JSON-lines generator")
     args = parser.parse_args()
@@ -183,34 +193,43 @@ def main() -> int:
     started = time.perf_counter()
     spark = build_session(args.master, shuffle_partitions=8)
     session_seconds = time.perf_counter() - started
-    out = Path(tempfile.mkdtemp(prefix="kgroups-bench-pipeline-out-"))
+    # Run 1 is what `kgroups analyze` pays: the first job of a fresh JVM, whose classes load
+    # and compile while it runs. Later runs are a notebook's or a scheduler's second analysis
+    # in the same session.
+    job_seconds = []
     try:
-        started = time.perf_counter()
-        result = run_analysis(spark, [str(data_dir)], str(out), inputs=inputs)
-        job_seconds = time.perf_counter() - started
+        for _run in range(args.runs):
+            out = Path(tempfile.mkdtemp(prefix="kgroups-bench-pipeline-out-"))
+            try:
+                started = time.perf_counter()
+                result = run_analysis(spark, [str(data_dir)], str(out), inputs=inputs)
+                job_seconds.append(time.perf_counter() - started)
+            finally:
+                shutil.rmtree(out, ignore_errors=True)
+            if result.records != records:
+                print(f"job decoded {result.records:,} records, expected {records:,}",
+                      file=sys.stderr)
+                return 1
     finally:
         spark.stop()
-        shutil.rmtree(out, ignore_errors=True)
-    if result.records != records:
-        print(f"job decoded {result.records:,} records, expected {records:,}", file=sys.stderr)
-        return 1
 
     started = time.perf_counter()
     peer_records = peer_decode(files)
     peer_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    decoded_rows = pipeline_decode(inputs.offsets_segments)
+    in_process_records = pipeline_in_process(inputs.offsets_segments)
     decode_seconds = time.perf_counter() - started
-    job_rate = records / job_seconds
+    job_rate = records / job_seconds[0]
     peer_rate = peer_records / peer_seconds
     print(f"Spark session start ({args.master}): {session_seconds:.1f} s")
-    print(f"kgroups analyze job ({args.master}), all tables + report: {job_seconds:.1f} s, "
-          f"{job_rate:,.0f} records/s")
+    for number, seconds in enumerate(job_seconds, 1):
+        when = "first job of the JVM" if number == 1 else "same session again"
+        print(f"kgroups analyze run {number} ({args.master}, {when}), all tables + report: "
+              f"{seconds:.1f} s, {records / seconds:,.0f} records/s")
     print(f"peer: single-process dump decode: {peer_seconds:.1f} s, {peer_rate:,.0f} records/s")
-    print(f"ratio job / peer: {job_rate / peer_rate:.2f}")
-    print(f"reference: the pipeline's decode in one process, outside Spark: "
-          f"{decode_seconds:.1f} s, {decoded_rows / decode_seconds:,.0f} rows/s "
-          f"({decoded_rows:,} rows)")
+    print(f"ratio job (run 1) / peer: {job_rate / peer_rate:.2f}")
+    print(f"reference: the partition tasks' work in one process, outside Spark: "
+          f"{decode_seconds:.1f} s, {in_process_records / decode_seconds:,.0f} records/s")
     if args.with_json:
         started = time.perf_counter()
         dumped = peer_dump_json(files)
@@ -218,7 +237,8 @@ def main() -> int:
         print(f"peer: dump JSON-lines generator: {json_seconds:.1f} s, "
               f"{dumped / json_seconds:,.0f} records/s; ratio job / it: "
               f"{job_rate / (dumped / json_seconds):.2f}")
-    print(f"target 1,000,000 records/s end to end: {'met' if job_rate >= 1e6 else 'not met'}")
+    verdict = "met" if job_rate >= 1e6 else "not met"
+    print(f"target 1,000,000 records/s end to end (run 1): {verdict}")
     return 0
 
 

@@ -5,28 +5,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition, write_topic_log
 
 from kgroups.log.batch import build_batch, peek_batch_header
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
-    OTHER_ROW_SCHEMA,
-    decode_commits_segment,
-    decode_other_records_segment,
+    GROUP_ROW_SCHEMA,
+    decode_offsets_segment,
     decode_topic_segment,
 )
 
 
 def rows(path: Path, log_partition: int = 7) -> list[dict]:
-    """Both outputs of a segment's decode as dicts, commits tagged with kind "commit"."""
-    commits = list(decode_commits_segment(str(path), log_partition))
-    others = list(decode_other_records_segment(str(path), log_partition))
-    assert all(batch.schema == COMMIT_ROW_SCHEMA for batch in commits)
-    assert all(batch.schema == OTHER_ROW_SCHEMA for batch in others)
-    found = [{"kind": "commit", **row}
-             for row in pa.Table.from_batches(commits, COMMIT_ROW_SCHEMA).to_pylist()]
-    found += pa.Table.from_batches(others, OTHER_ROW_SCHEMA).to_pylist()
+    """A segment's decode as dicts tagged by kind (commit, group, marker, error)."""
+    segment = decode_offsets_segment(str(path), log_partition)
+    assert segment.commits.schema == COMMIT_ROW_SCHEMA
+    assert segment.groups.schema == GROUP_ROW_SCHEMA
+    found = [{"kind": "commit", **row} for row in segment.commits.to_pylist()]
+    found += [{"kind": "group", **row} for row in segment.groups.to_pylist()]
+    found += [{"kind": "marker", "log_offset": m.log_offset, "producer_id": m.producer_id,
+               "marker_commits": m.commits} for m in segment.markers]
+    found += [{"kind": "error", "log_offset": None, "file": e.file,
+               "error_position": e.position, "error": e.message} for e in segment.errors]
     return sorted(found, key=lambda r: (r["kind"], r["log_offset"] or -1))
 
 
@@ -49,7 +49,7 @@ def test_commits_groups_and_tombstones_become_rows(tmp_path):
                                   ("t", 2, None, True, 3)]
     assert commits[0]["metadata"] == "meta" and commits[0]["leader_epoch"] == 4
     assert commits[0]["commit_ts"] == 6000 and commits[0]["record_ts"] == 6000
-    assert {r["log_partition"] for r in found} == {7}
+    assert {r["log_partition"] for r in found if r["kind"] in ("commit", "group")} == {7}
     generation, deletion = [r for r in found if r["kind"] == "group"]
     assert (generation["generation"], generation["protocol"], generation["leader"]) == (
         3, "roundrobin", "m1")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
     from kgroups.pipeline.session import build_session
-    from kgroups.pipeline.tables import TimeWindow
+    from kgroups.pipeline.window import TimeWindow
 
     if args.since is not None and args.until is not None and args.since > args.until:
         print("kgroups analyze: --since is after --until", file=sys.stderr)

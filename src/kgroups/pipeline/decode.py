@@ -1,27 +1,26 @@
-"""Segment files to Arrow batches, run inside Spark's Python workers through `mapInArrow`.
+"""__consumer_offsets segment files decoded into Arrow tables, inside Spark's Python workers.
 
-Two outputs, each with its own narrow schema, because nearly every record of a
-__consumer_offsets log is an offset commit and a wide row with the other kinds' columns null
-would make Spark carry (and convert) those columns ten million times:
+A segment yields:
 
-* COMMIT_ROW_SCHEMA, one row per OffsetCommit record. Plain batches are decoded by
-  `kgroups.records.columnar` (numpy gathers straight into Arrow, no Python per record);
-  whatever it leaves goes through the record-by-record path below, with the same result.
-* OTHER_ROW_SCHEMA: group metadata records, transaction markers and skipped regions, decoded
-  record by record with `kgroups.log.batch` (`check_batch`, `records_of`) and
-  `kgroups.records` (codec, consumer protocol): the same decoder as the broker and `kgroups
-  offsets dump`, so the pipeline cannot disagree with them about a byte.
+* its OffsetCommit records as one Arrow table (COMMIT_ROW_SCHEMA). Plain batches are decoded by
+  `kgroups.records.columnar` (numpy gathers straight into Arrow, no Python per record); whatever
+  it leaves goes through the record-by-record path below, with the same result;
+* its GroupMetadata records (GROUP_ROW_SCHEMA), transaction markers and skipped regions, decoded
+  record by record with `kgroups.log.batch` (`check_batch`, `records_of`) and `kgroups.records`
+  (codec, consumer protocol): the same decoder as the broker and `kgroups offsets dump`, so the
+  pipeline cannot disagree with them about a byte.
 
 Damage never stops a run: a batch that fails its checks ends the reading of that file (Kafka's
 own recovery truncates a segment at the first bad batch, so the records before it are the ones a
-coordinator would load) and a record that does not decode is skipped; both become `error` rows
-carrying the file and byte position so the run can count and report them.
+coordinator would load) and a record that does not decode is skipped; both become SegmentError
+entries carrying the file and byte position so the run can count and report them.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,11 +49,6 @@ from kgroups.records.schema import (
     GroupMetadataValue,
     OffsetCommitKey,
 )
-
-# Row kinds of the non-commit rows.
-GROUP = "group"
-MARKER = "marker"
-ERROR = "error"
 
 # A control record's key is (version int16, type int16); type 1 commits a transaction, 0 aborts.
 _CONTROL_KEY = struct.Struct(">hh")
@@ -98,10 +92,8 @@ COMMIT_ROW_SCHEMA = pa.schema(
     ]
 )
 
-OTHER_ROW_SCHEMA = pa.schema(
+GROUP_ROW_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),
-        ("file", pa.string()),
         ("log_partition", pa.int32()),
         ("log_offset", pa.int64()),
         ("record_ts", pa.int64()),
@@ -115,9 +107,6 @@ OTHER_ROW_SCHEMA = pa.schema(
         ("leader", pa.string()),
         ("state_ts", pa.int64()),
         ("members", pa.list_(MEMBER_TYPE)),
-        ("marker_commits", pa.bool_()),
-        ("error_position", pa.int64()),
-        ("error", pa.string()),
     ]
 )
 
@@ -134,22 +123,37 @@ TOPIC_ROW_SCHEMA = pa.schema(
     ]
 )
 
-_COMMIT_COLUMNS = (
-    "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
-    "group", "topic", "partition", "tombstone", "offset", "leader_epoch", "metadata",
-    "commit_ts", "expire_ts",
-)
-_GROUP_COLUMNS = (
-    "log_partition", "log_offset", "record_ts", "transactional", "producer_id",
-    "group", "tombstone", "generation", "protocol_type", "protocol", "leader", "state_ts",
-    "members",
-)
-_MARKER_COLUMNS = ("log_partition", "log_offset", "record_ts", "producer_id",
-                   "marker_commits")
-_ERROR_COLUMNS = ("file", "log_partition", "error_position", "error")
 # The columns of kgroups.records.columnar's output that the commit rows keep.
 _COLUMNAR_KEPT = ("log_offset", "record_ts", "group", "topic", "partition", "tombstone",
                   "offset", "leader_epoch", "metadata", "commit_ts", "expire_ts")
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMarker:
+    """A control record: the end of `producer_id`'s transaction in this partition."""
+
+    log_offset: int
+    producer_id: int
+    commits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentError:
+    """A skipped region: the batch (or the record in the batch) at `position` of `file`."""
+
+    file: str
+    position: int
+    message: str
+
+
+@dataclass(slots=True)
+class DecodedSegment:
+    """Everything one segment holds, commits in log order."""
+
+    commits: pa.Table
+    groups: pa.Table
+    markers: list[TransactionMarker] = field(default_factory=list)
+    errors: list[SegmentError] = field(default_factory=list)
 
 
 def read_file(uri: str) -> bytes:
@@ -159,20 +163,16 @@ def read_file(uri: str) -> bytes:
         return bytes(stream.read())
 
 
-def _columns_batch(schema: pa.Schema, kind: str | None, names: tuple[str, ...],
-                   rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-    """A batch of `schema` from row tuples holding `names`; every other column is null."""
+def rows_table(schema: pa.Schema, names: tuple[str, ...],
+               rows: list[tuple[Any, ...]]) -> pa.Table:
+    """A table of `schema` from row tuples holding `names`; every other column is null."""
     count = len(rows)
     by_name = dict(zip(names, zip(*rows, strict=True), strict=True)) if rows else {}
-    arrays = []
-    for field in schema:
-        if field.name == "kind" and kind is not None:
-            arrays.append(pa.array([kind] * count, pa.string()))
-        elif field.name in by_name:
-            arrays.append(pa.array(by_name[field.name], field.type))
-        else:
-            arrays.append(pa.nulls(count, field.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    arrays = [
+        pa.array(by_name[f.name], f.type) if f.name in by_name else pa.nulls(count, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _members(value: GroupMetadataValue) -> list[dict[str, Any]]:
@@ -206,7 +206,7 @@ def _members(value: GroupMetadataValue) -> list[dict[str, Any]]:
     return rows
 
 
-class _OffsetsSegmentDecoder:
+class _RecordDecoder:
     """The record-by-record decode of a segment, or of some of its batches: every batch the
     columnar decoder leaves (group metadata, transactions, markers, compression, anything
     unusual), and whole files that turn out damaged."""
@@ -216,11 +216,11 @@ class _OffsetsSegmentDecoder:
         self.log_partition = log_partition
         self.commits: list[tuple[Any, ...]] = []
         self.groups: list[tuple[Any, ...]] = []
-        self.markers: list[tuple[Any, ...]] = []
-        self.errors: list[tuple[Any, ...]] = []
+        self.markers: list[TransactionMarker] = []
+        self.errors: list[SegmentError] = []
 
     def error(self, position: int, message: str) -> None:
-        self.errors.append((self.uri, self.log_partition, position, message))
+        self.errors.append(SegmentError(self.uri, position, message))
 
     def decode(self, data: bytes, batch_starts: list[int] | None = None) -> None:
         """Every batch of `data` in order, or only those starting at `batch_starts`. A batch
@@ -246,13 +246,12 @@ class _OffsetsSegmentDecoder:
             pos = end if starts is None else next(starts, size)
 
     def _add_markers(self, records: list[tuple[Any, ...]], producer_id: int) -> None:
-        for offset, timestamp, key, _value in records:
+        for offset, _timestamp, key, _value in records:
             if key is None or len(key) < _CONTROL_KEY.size:
                 continue
             _version, control_type = _CONTROL_KEY.unpack_from(key)
             self.markers.append(
-                (self.log_partition, offset, timestamp, producer_id,
-                 control_type == _CONTROL_COMMIT)
+                TransactionMarker(offset, producer_id, control_type == _CONTROL_COMMIT)
             )
 
     def _add_records(self, records: list[tuple[Any, ...]], batch_position: int,
@@ -304,68 +303,50 @@ class _OffsetsSegmentDecoder:
                  producer_id, key.group, True, None, None, None, None, None, None)
             )
 
-    def other_batches(self) -> Iterator[pa.RecordBatch]:
-        parts = (
-            (GROUP, _GROUP_COLUMNS, self.groups),
-            (MARKER, _MARKER_COLUMNS, self.markers),
-            (ERROR, _ERROR_COLUMNS, self.errors),
-        )
-        for kind, names, rows in parts:
-            if rows:
-                yield _columns_batch(OTHER_ROW_SCHEMA, kind, names, rows)
 
-
-def _commit_rows(columns: pa.RecordBatch, log_partition: int) -> pa.RecordBatch:
+def _columnar_commits(columns: pa.RecordBatch, log_partition: int) -> pa.Table:
     """Columnar-decoded commits as COMMIT_ROW_SCHEMA (their batches are never transactional)."""
     count = columns.num_rows
     arrays = {name: columns.column(name) for name in _COLUMNAR_KEPT}
     arrays["log_partition"] = pa.array(np.full(count, log_partition, dtype=np.int32))
     arrays["transactional"] = pa.array(np.zeros(count, dtype=bool))
     arrays["producer_id"] = pa.nulls(count, pa.int64())
-    return pa.RecordBatch.from_arrays([arrays[f.name] for f in COMMIT_ROW_SCHEMA],
-                                      schema=COMMIT_ROW_SCHEMA)
+    return pa.Table.from_arrays([arrays[f.name] for f in COMMIT_ROW_SCHEMA],
+                                schema=COMMIT_ROW_SCHEMA)
 
 
-def _decode_segment(
-    uri: str, log_partition: int
-) -> tuple[pa.RecordBatch | None, _OffsetsSegmentDecoder]:
-    """The columnar commits of a segment (None when the file must be read record by record)
-    and the record-by-record decode of the rest."""
-    decoder = _OffsetsSegmentDecoder(uri, log_partition)
+def _finish(decoder: _RecordDecoder, columnar: pa.Table | None) -> DecodedSegment:
+    scalar = rows_table(COMMIT_ROW_SCHEMA, tuple(COMMIT_ROW_SCHEMA.names), decoder.commits)
+    if columnar is None:
+        commits = scalar
+    elif scalar.num_rows == 0:
+        commits = columnar
+    else:
+        # The two paths cover different batches: interleave them back into log order.
+        commits = pa.concat_tables([columnar, scalar]).sort_by("log_offset")
+    groups = rows_table(GROUP_ROW_SCHEMA, tuple(GROUP_ROW_SCHEMA.names), decoder.groups)
+    return DecodedSegment(commits, groups, decoder.markers, decoder.errors)
+
+
+def decode_offsets_segment(uri: str, log_partition: int) -> DecodedSegment:
+    """Every record of one __consumer_offsets segment; damage becomes SegmentError entries."""
+    decoder = _RecordDecoder(uri, log_partition)
     try:
         data = read_file(uri)
     except OSError as exc:
         decoder.error(0, f"unreadable segment skipped: {exc}")
-        return None, decoder
+        return _finish(decoder, None)
     try:
         columnar = decode_offset_commits(data)
     except BatchCorruptError:
         # Damage: the ordinary reader keeps what precedes it and reports where it is.
         decoder.decode(data)
-        return None, decoder
+        return _finish(decoder, None)
     decoder.decode(data, [start for start, _end in columnar.other_batches])
-    return _commit_rows(columnar.commits, log_partition), decoder
+    return _finish(decoder, _columnar_commits(columnar.commits, log_partition))
 
 
-def decode_commits_segment(uri: str, log_partition: int) -> Iterator[pa.RecordBatch]:
-    """Every OffsetCommit record (commits and offset tombstones) of one __consumer_offsets
-    segment as COMMIT_ROW_SCHEMA batches. Damage is reported by decode_other_records_segment."""
-    columnar, decoder = _decode_segment(uri, log_partition)
-    if columnar is not None and columnar.num_rows:
-        yield columnar
-    if decoder.commits:
-        yield _columns_batch(COMMIT_ROW_SCHEMA, None, _COMMIT_COLUMNS, decoder.commits)
-
-
-def decode_other_records_segment(uri: str, log_partition: int) -> Iterator[pa.RecordBatch]:
-    """Group records, transaction markers and skipped regions of one __consumer_offsets
-    segment as OTHER_ROW_SCHEMA batches. Its commits are decoded again (columnar, cheap) only
-    to find the batches holding something else."""
-    _columnar, decoder = _decode_segment(uri, log_partition)
-    yield from decoder.other_batches()
-
-
-def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.RecordBatch:
+def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.Table:
     """One row per batch of a data topic's segment: enough to know its log end offset at any
     time (the lag a group had when it committed). Only batch headers are read: the records
     (and so the CRC over them) do not matter to offsets and times, and data topics are large."""
@@ -391,32 +372,10 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.RecordBatch
         pos += size
     names = ("topic", "partition", "base_offset", "last_offset", "max_timestamp")
     error_names = ("file", "topic", "partition", "error_position", "error")
-    return pa.concat_batches(
-        [_columns_batch(TOPIC_ROW_SCHEMA, None, names, rows),
-         _columns_batch(TOPIC_ROW_SCHEMA, None, error_names, errors)]
+    return pa.concat_tables(
+        [rows_table(TOPIC_ROW_SCHEMA, names, rows),
+         rows_table(TOPIC_ROW_SCHEMA, error_names, errors)]
     )
-
-
-def offsets_segments_to_commits(
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: input rows (uri, log_partition), output COMMIT_ROW_SCHEMA."""
-    for batch in batches:
-        for uri, log_partition in zip(
-            batch.column("uri").to_pylist(), batch.column("partition").to_pylist(), strict=True
-        ):
-            yield from decode_commits_segment(uri, log_partition)
-
-
-def offsets_segments_to_other_records(
-    batches: Iterator[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: input rows (uri, log_partition), output OTHER_ROW_SCHEMA."""
-    for batch in batches:
-        for uri, log_partition in zip(
-            batch.column("uri").to_pylist(), batch.column("partition").to_pylist(), strict=True
-        ):
-            yield from decode_other_records_segment(uri, log_partition)
 
 
 def topic_segments_to_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -428,4 +387,4 @@ def topic_segments_to_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Rec
             batch.column("partition").to_pylist(),
             strict=True,
         ):
-            yield decode_topic_segment(uri, topic, partition)
+            yield from decode_topic_segment(uri, topic, partition).to_batches()

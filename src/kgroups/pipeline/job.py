@@ -1,7 +1,11 @@
-"""`kgroups analyze` end to end: discover, decode in Spark, write the tables, render the report.
+"""`kgroups analyze` end to end: discover, analyse every __consumer_offsets partition in Spark,
+finish the tables that need all of them, render the report.
 
-The decoded rows are persisted once (commits and the other records as two narrow caches) and every
-table is derived from them, whatever the number of tables.
+Spark runs two kinds of tasks: one per topic segment (one row per batch: offsets and times, for
+lag) and one per __consumer_offsets partition (`partition.analyze_partition`). A partition task
+writes its own `offset_commits` part, the only table as large as the log, and sends back its
+small tables as Arrow IPC bytes; the driver concatenates them, judges lag statuses against the
+run's "now" (which needs every partition) and writes the rest.
 """
 
 from __future__ import annotations
@@ -11,16 +15,24 @@ import time
 from dataclasses import dataclass
 
 import pandas as pd
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
-from kgroups.pipeline import decode, tables
-from kgroups.pipeline.discovery import LogInputs, find_inputs, open_filesystem
+from kgroups.pipeline import decode, tables, tasks
+from kgroups.pipeline.discovery import LogInputs, SegmentFile, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
+from kgroups.pipeline.topic_logs import TopicLogs
+from kgroups.pipeline.window import TimeWindow
 
 log = logging.getLogger("kgroups.analyze")
+
+# A few tasks per core: enough for the big partitions to balance, few enough that the per-task
+# cost (a Python worker round trip) stays small next to the decoding.
+TASKS_PER_CORE = 4
+
 
 @dataclass(frozen=True, slots=True)
 class AnalysisResult:
@@ -34,13 +46,17 @@ class AnalysisResult:
     seconds: float
 
 
-def _write(frame: DataFrame, out: str, name: str) -> None:
-    frame.write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
-
-
-def _read_back(spark: SparkSession, out: str, name: str) -> DataFrame:
-    """A table just written: reading its Parquet beats recomputing the joins behind it."""
-    return spark.read.parquet(f"{out.rstrip('/')}/{name}")
+def _read_topic_logs(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> pa.Table:
+    """One TOPIC_ROW_SCHEMA row per batch of every topic segment, decoded by Spark tasks."""
+    ordered = sorted(segments, key=lambda s: -s.size)
+    rows = [(s.uri, s.topic, s.partition) for s in ordered]
+    paths = spark.createDataFrame(
+        spark.sparkContext.parallelize(rows, numSlices=len(rows)),
+        "uri string, topic string, partition int",
+    )
+    return paths.mapInArrow(
+        decode.topic_segments_to_rows, from_arrow_schema(decode.TOPIC_ROW_SCHEMA)
+    ).toArrow()
 
 
 def _write_text(out: str, name: str, text: str) -> None:
@@ -53,7 +69,7 @@ def run_analysis(
     spark: SparkSession,
     paths: list[str],
     out: str,
-    window: tables.TimeWindow | None = None,
+    window: TimeWindow | None = None,
     progress: StepProgress | None = None,
     inputs: LogInputs | None = None,
 ) -> AnalysisResult:
@@ -63,7 +79,7 @@ def run_analysis(
     discovery.InputNotFoundError when there is nothing to analyse; damaged segments do not
     raise, they are counted, logged and listed in the report.
     """
-    window = window or tables.TimeWindow()
+    window = window or TimeWindow()
     steps = progress or StepProgress(spark, enabled=False)
     started = time.monotonic()
     if inputs is None:
@@ -72,77 +88,52 @@ def run_analysis(
     log.info("%d __consumer_offsets segments, %d topic segments",
              len(inputs.offsets_segments), len(inputs.topic_segments))
 
-    # Commits are nearly every record: decoded once into a narrow cache that every table
-    # reads. The other records are few, decoded in a second pass over the files.
-    decoded_commits = tables.decode_commits(spark, inputs.offsets_segments).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    others = tables.decode_other_records(spark, inputs.offsets_segments).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
-    with steps.step("decoding __consumer_offsets"):
-        kinds = {row["kind"]: row["count"] for row in others.groupBy("kind").count().collect()}
-        records = decoded_commits.count() + kinds.get(decode.GROUP, 0)
-
-    topic_batches = None
+    topic_logs = None
+    topic_errors = tables.ERRORS.empty_table()
     if inputs.topic_segments:
-        topic_batches = tables.decode_topics(spark, inputs.topic_segments).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
         with steps.step("reading topic partition logs"):
-            topic_batches.count()
+            batches = _read_topic_logs(spark, inputs.topic_segments)
+        topic_logs = TopicLogs.from_batches(batches, inputs.topic_segments)
+        topic_errors = batches.filter(pc.is_valid(batches["error"])).select(
+            ["file", "error_position", "error"]).cast(tables.ERRORS)
+    shared_logs = spark.sparkContext.broadcast(topic_logs)
 
-    # Not persisted: a filter and a broadcast lookup over the cached rows, cheaper than a
-    # second copy of them; the lookup itself is small and computed once.
-    transactions = tables.committed_transactions(decoded_commits, others).persist()
-    applied_commits = tables.applied_records(decoded_commits, transactions)
-    applied_groups = tables.applied_records(tables.group_records(others), transactions)
-    commits = tables.offset_commits(applied_commits, window)
-    with steps.step("offset_commits"):
-        _write(commits.drop("record_ts"), out, "offset_commits")
-    committed = tables.committed_offsets(applied_commits, applied_groups, window).persist()
-    with steps.step("committed_offsets"):
-        _write(committed, out, "committed_offsets")
-    events = tables.group_events(applied_groups, window).persist()
-    with steps.step("group_generations"):
-        _write(tables.group_generations(events, window), out, "group_generations")
-    found_rebalances = tables.rebalances(events, window).persist()
-    with steps.step("rebalances"):
-        _write(found_rebalances, out, "rebalances")
+    tables.clear_table(out, "offset_commits")
+    plan = tasks.plan_tasks(inputs.offsets_segments,
+                            TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
+    task = tasks.partition_task(plan, window, shared_logs, out)
+    with steps.step("analysing __consumer_offsets partitions"):
+        results = spark.range(0, len(plan), 1, len(plan)).mapInArrow(
+            task, from_arrow_schema(tasks.RESULT_SCHEMA)).toArrow()
+    shared_logs.unpersist()
+    parts = tasks.collect_parts(results)
 
-    written = ["offset_commits", "committed_offsets", "group_generations", "rebalances"]
-    current_lag = None
-    lag_over_time = None
-    notes: list[str] = []
-    if topic_batches is not None:
-        now_ms = window.until_ms
-        if now_ms is None:
-            latest = (applied_commits.select("record_ts")
-                      .unionByName(applied_groups.select("record_ts"))
-                      .agg(F.max("record_ts")).first())
-            now_ms = int(latest[0]) if latest and latest[0] is not None else 0
-        ends = tables.log_end_offsets(topic_batches, spark, inputs.topic_segments)
-        history_rows = tables.lag_history(commits, topic_batches).persist()
-        current_lag = tables.lag(committed, ends, history_rows, now_ms).persist()
-        with steps.step("lag"):
-            _write(current_lag, out, "lag")
-        written.append("lag")
-        with steps.step("lag over time"):
-            lag_over_time = _lag_per_minute(history_rows)
-    else:
-        notes.append("No topic partition logs were found next to __consumer_offsets, so the "
-                     "lag table and lag statuses are not produced.")
+    with steps.step("writing tables"):
+        written = ["offset_commits"]
+        for name in ("committed_offsets", "group_generations", "rebalances"):
+            tables.write_table(tables.sorted_by(parts[name], "group"), out, name)
+            written.append(name)
+        lag = None
+        notes: list[str] = []
+        if topic_logs is not None:
+            stats = parts["stats"]["max_record_ts"]
+            now_ms = window.until_ms if window.until_ms is not None else (
+                pc.max(stats).as_py() or 0)
+            lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms)
+            tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
+            written.append("lag")
+        else:
+            notes.append("No topic partition logs were found next to __consumer_offsets, so "
+                         "the lag table and lag statuses are not produced.")
+        summary = tables.sorted_by(tables.summary_table(parts["summary"], lag), "group")
+        tables.write_table(summary, out, "group_summary")
+        written.append("group_summary")
 
-    commit_minutes = tables.commits_per_group_minute(commits).persist()
-    summary = tables.group_summary(events, committed, commit_minutes, found_rebalances,
-                                   current_lag)
-    with steps.step("group_summary"):
-        _write(summary, out, "group_summary")
-    written.append("group_summary")
-
+    records = int(pc.sum(parts["stats"]["records"]).as_py() or 0)
     with steps.step("report"):
-        found_errors = tables.errors(others, topic_batches).orderBy("file", "error_position")
-        error_rows = found_errors.toPandas()
+        errors = tables.sorted_by(pa.concat_tables([parts["errors"], topic_errors]),
+                                  "file", "error_position")
+        error_rows = errors.to_pandas()
         for row in error_rows.itertuples(index=False):
             log.warning("skipped %s at byte %d: %s", row.file, row.error_position, row.error)
         report = ReportData(
@@ -150,19 +141,15 @@ def run_analysis(
             segments=len(inputs.offsets_segments) + len(inputs.topic_segments),
             records=records,
             seconds=time.monotonic() - started,
-            commits_per_minute=_commits_per_minute(commit_minutes),
-            lag_over_time=lag_over_time,
-            rebalances=_read_back(spark, out, "rebalances").orderBy("ts").toPandas(),
-            summary=_read_back(spark, out, "group_summary").orderBy("group").toPandas(),
+            commits_per_minute=_commits_per_minute(parts["commit_minutes"]),
+            lag_over_time=None if topic_logs is None else tables.sorted_by(
+                parts["lag_minutes"], "group", "minute").to_pandas(),
+            rebalances=tables.sorted_by(parts["rebalances"], "ts").to_pandas(),
+            summary=summary.to_pandas(),
             errors=error_rows,
             notes=notes,
         )
         _write_text(out, "report.html", render(report))
-    cached = (decoded_commits, others, transactions, committed, events, found_rebalances,
-              topic_batches, current_lag, commit_minutes)
-    for frame in cached:
-        if frame is not None:
-            frame.unpersist()
     return AnalysisResult(
         out=out,
         tables=tuple(written),
@@ -173,24 +160,7 @@ def run_analysis(
     )
 
 
-def _commits_per_minute(commit_minutes: DataFrame) -> pd.DataFrame:
-    return (
-        commit_minutes.groupBy("minute")
-        .agg(F.sum("commits").alias("commits"))
-        .orderBy("minute")
-        .toPandas()
-    )
-
-
-def _lag_per_minute(history_rows: DataFrame) -> pd.DataFrame:
-    """A group's lag in a minute: the sum over its partitions of each one's last lag then."""
-    minute = F.date_trunc("minute", F.timestamp_millis("record_ts")).alias("minute")
-    per_partition = history_rows.groupBy("group", "topic", "partition", minute).agg(
-        F.max_by("lag", F.struct("log_partition", "log_offset")).alias("lag")
-    )
-    return (
-        per_partition.groupBy("group", "minute")
-        .agg(F.sum("lag").alias("lag"))
-        .orderBy("group", "minute")
-        .toPandas()
-    )
+def _commits_per_minute(commit_minutes: pa.Table) -> pd.DataFrame:
+    summed = commit_minutes.group_by("minute").aggregate([("commits", "sum")])
+    per_minute = summed.select(["minute", "commits_sum"]).rename_columns(["minute", "commits"])
+    return tables.sorted_by(per_minute, "minute").to_pandas()

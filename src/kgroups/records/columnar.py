@@ -15,7 +15,7 @@ the columnar one only ever answers where its answer is the codec's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -157,6 +157,9 @@ class _Fields:
     metadata: tuple[Positions, Positions]
     commit_ts: Positions
     expire_ts: Positions
+    # group, topic and metadata bytes gathered back to back with their offsets, filled by the
+    # ASCII check in that order.
+    texts: list[tuple[Positions, Positions]] = field(default_factory=list)
 
 
 def _read_records(
@@ -234,7 +237,9 @@ def _read_records(
         expire_ts=view.at(view.i64, commit_at + 8),
     )
     for starts, lengths in (fields.group, fields.topic, fields.metadata):
-        usual &= _ascii(view, starts, np.where(usual, lengths, 0))
+        ascii_only, gathered = _ascii(view, starts, np.where(usual, lengths, 0))
+        usual &= ascii_only
+        fields.texts.append(gathered)
     return fields, usual
 
 
@@ -246,24 +251,27 @@ def _gather(view: _Bytes, starts: Positions, lengths: Positions) -> tuple[Positi
     return view.u8[where], offsets
 
 
-def _ascii(view: _Bytes, starts: Positions, lengths: Positions) -> Mask:
-    """Which ranges hold only ASCII (for them, bytes and UTF-8 text are the same thing)."""
+def _ascii(view: _Bytes, starts: Positions,
+           lengths: Positions) -> tuple[Mask, tuple[Positions, Positions]]:
+    """Which ranges hold only ASCII (for them, bytes and UTF-8 text are the same thing), and
+    the ranges gathered (the string column itself when every record turns out plain)."""
     gathered, offsets = _gather(view, starts, np.maximum(lengths, 0))
     high = np.zeros(gathered.size + 1, dtype=np.int64)
     np.cumsum(gathered >= 0x80, out=high[1:])
-    return high[offsets[1:]] == high[offsets[:-1]]
+    return high[offsets[1:]] == high[offsets[:-1]], (gathered, offsets)
 
 
-def _strings(view: _Bytes, starts: Positions, lengths: Positions, valid: Mask | None) -> pa.Array:
+def _strings(view: _Bytes, starts: Positions, lengths: Positions, valid: Mask | None,
+             gathered: tuple[Positions, Positions] | None = None) -> pa.Array:
     """A string column over the ranges (their total stays under 2 GiB: a segment's size is an
-    int32); `valid` marks the non-null ones."""
-    gathered, offsets = _gather(view, starts, lengths)
+    int32), or over ranges already gathered; `valid` marks the non-null ones."""
+    data, offsets = gathered if gathered is not None else _gather(view, starts, lengths)
     validity = None
     if valid is not None and not valid.all():
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     return pa.Array.from_buffers(
         pa.string(), lengths.size,
-        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(gathered)],
+        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
     )
 
 
@@ -275,19 +283,22 @@ def _to_arrow(view: _Bytes, fields: _Fields, keep: Mask) -> pa.RecordBatch:
 
     tombstone = fields.tombstone[keep]
     present = ~tombstone
+    # Every record plain: the ranges gathered for the ASCII check are the columns already.
+    group_text, topic_text, metadata_text = fields.texts if keep.all() else (None, None, None)
     no_expire = fields.tombstone | (fields.value_version != 1)
     arrays = [
         column(fields.log_offset, pa.int64()),
         column(fields.record_ts, pa.int64()),
         column(fields.key_version, pa.int16()),
-        _strings(view, fields.group[0][keep], fields.group[1][keep], None),
-        _strings(view, fields.topic[0][keep], fields.topic[1][keep], None),
+        _strings(view, fields.group[0][keep], fields.group[1][keep], None, group_text),
+        _strings(view, fields.topic[0][keep], fields.topic[1][keep], None, topic_text),
         column(fields.partition, pa.int32()),
         pa.array(tombstone, pa.bool_()),
         column(fields.value_version, pa.int16(), fields.tombstone),
         column(fields.offset, pa.int64(), fields.tombstone),
         column(fields.leader_epoch, pa.int32(), fields.tombstone),
-        _strings(view, fields.metadata[0][keep], fields.metadata[1][keep], present),
+        _strings(view, fields.metadata[0][keep], fields.metadata[1][keep], present,
+                 metadata_text),
         column(fields.commit_ts, pa.int64(), fields.tombstone),
         column(fields.expire_ts, pa.int64(), no_expire),
     ]

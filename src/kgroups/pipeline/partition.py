@@ -1,0 +1,367 @@
+"""One __consumer_offsets partition analysed the way a coordinator loads it: every segment in
+order, transactions resolved by their markers, the latest record per key kept. Runs as one
+Spark task per partition (`job.py`).
+
+A group lives on exactly one partition (abs(hash(group)) % partitions), so every table about a
+group can be computed here with no shuffle: the partition's ten million commits never leave
+the worker. The task writes its `offset_commits` rows to Parquet itself and hands back only
+small tables (latest offsets, generations, rebalances, per-minute counts, lag windows)."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kgroups.pipeline import history, tables
+from kgroups.pipeline.decode import (
+    COMMIT_ROW_SCHEMA,
+    GROUP_ROW_SCHEMA,
+    TransactionMarker,
+    decode_offsets_segment,
+)
+from kgroups.pipeline.topic_logs import TopicLogs
+from kgroups.pipeline.window import TimeWindow
+
+_LAST = pc.ScalarAggregateOptions(skip_nulls=False)
+_KEY = ["group", "topic", "partition"]
+_LATEST_FIELDS = ("tombstone", "offset", "leader_epoch", "metadata", "commit_ts", "log_offset")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionResult:
+    """What one partition contributes to the run; `offset_commits` is already written."""
+
+    records: int  # OffsetCommit and GroupMetadata records decoded (markers not counted)
+    max_record_ts: int | None  # of the applied records: the run's "now" when --until is open
+    committed_offsets: pa.Table
+    group_generations: pa.Table
+    rebalances: pa.Table
+    commit_minutes: pa.Table
+    summary: pa.Table  # tables.PARTIAL_SUMMARY
+    errors: pa.Table
+    current_lag: pa.Table | None  # None when no topic log was found
+    lag_windows: pa.Table | None
+    lag_minutes: pa.Table | None
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The small tables by name (what travels back to the driver)."""
+        named = {
+            "committed_offsets": self.committed_offsets,
+            "group_generations": self.group_generations,
+            "rebalances": self.rebalances,
+            "commit_minutes": self.commit_minutes,
+            "summary": self.summary,
+            "errors": self.errors,
+            "current_lag": self.current_lag,
+            "lag_windows": self.lag_windows,
+            "lag_minutes": self.lag_minutes,
+        }
+        return {name: table for name, table in named.items() if table is not None}
+
+
+def analyze_partition(
+    log_partition: int,
+    uris: Iterable[str],
+    window: TimeWindow,
+    topic_logs: TopicLogs | None,
+    out: str,
+) -> PartitionResult:
+    """Decode the partition's segments (`uris`, in base-offset order), write its offset_commits
+    part under `out` and return the rest."""
+    commit_parts, group_parts, markers, errors = [], [], [], []
+    for uri in uris:
+        segment = decode_offsets_segment(uri, log_partition)
+        commit_parts.append(segment.commits)
+        group_parts.append(segment.groups)
+        markers.extend(segment.markers)
+        errors.extend(segment.errors)
+    all_commits = tables.concat(commit_parts, COMMIT_ROW_SCHEMA)
+    all_groups = tables.concat(group_parts, GROUP_ROW_SCHEMA)
+    records = all_commits.num_rows + all_groups.num_rows
+    commits = _applied(all_commits, markers)
+    events = [row for row in _applied(all_groups, markers).to_pylist()
+              if window.reached(row["record_ts"])]
+
+    live = commits
+    if pc.any(commits["tombstone"]).as_py():
+        live = commits.filter(pc.invert(commits["tombstone"]))
+    history_rows = window.inside(live, "record_ts")
+    if history_rows.num_rows:
+        tables.write_part(_offset_commits(history_rows), out, "offset_commits",
+                          f"{log_partition:05d}")
+    committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
+    found_rebalances = _rebalances(events, window)
+    commit_minutes = _commit_minutes(history_rows)
+    lag_parts = None if topic_logs is None else _lag(committed, history_rows, topic_logs)
+    return PartitionResult(
+        records=records,
+        max_record_ts=_max_record_ts(commits, events),
+        committed_offsets=committed,
+        group_generations=_generations(events, window),
+        rebalances=found_rebalances,
+        commit_minutes=commit_minutes,
+        summary=_summary(events, committed, commit_minutes, found_rebalances),
+        errors=pa.Table.from_pylist(
+            [{"file": e.file, "error_position": e.position, "error": e.message}
+             for e in errors],
+            schema=tables.ERRORS,
+        ),
+        current_lag=None if lag_parts is None else lag_parts[0],
+        lag_windows=None if lag_parts is None else lag_parts[1],
+        lag_minutes=None if lag_parts is None else lag_parts[2],
+    )
+
+
+def _applied(records: pa.Table, markers: list[TransactionMarker]) -> pa.Table:
+    """The records a coordinator applies: every non-transactional one, and a transactional one
+    when the first marker after it from the same producer commits (aborted and still-open
+    transactions are left out, as a coordinator drops or keeps them pending)."""
+    if not pc.any(records["transactional"]).as_py():
+        return records
+    ends: dict[int, tuple[list[int], list[bool]]] = {}
+    for marker in sorted(markers, key=lambda m: m.log_offset):
+        offsets, commits = ends.setdefault(marker.producer_id, ([], []))
+        offsets.append(marker.log_offset)
+        commits.append(marker.commits)
+    keep = np.ones(records.num_rows, dtype=bool)
+    transactional = records["transactional"].to_numpy(zero_copy_only=False)
+    producers = records["producer_id"].to_pylist()
+    log_offsets = records["log_offset"].to_pylist()
+    for index in np.flatnonzero(transactional):
+        offsets, commits = ends.get(producers[index], ([], []))
+        after = bisect.bisect_right(offsets, log_offsets[index])
+        keep[index] = after < len(offsets) and commits[after]
+    return records.filter(pa.array(keep))
+
+
+def _max_record_ts(commits: pa.Table, events: list[dict[str, Any]]) -> int | None:
+    times = [row["record_ts"] for row in events]
+    if commits.num_rows:
+        times.append(pc.max(commits["record_ts"]).as_py())
+    return max(times) if times else None
+
+
+def _offset_commits(rows: pa.Table) -> pa.Table:
+    return pa.Table.from_arrays(
+        [rows["group"], rows["topic"], rows["partition"], rows["offset"], rows["leader_epoch"],
+         rows["metadata"], pc.cast(rows["commit_ts"], tables.TIMESTAMP), rows["log_partition"],
+         rows["log_offset"], pc.cast(rows["expire_ts"], tables.TIMESTAMP)],
+        schema=tables.OFFSET_COMMITS,
+    )
+
+
+def _committed_offsets(commits: pa.Table, events: list[dict[str, Any]]) -> pa.Table:
+    """What OffsetFetch serves after loading the partition: per (group, topic, partition) the
+    last record in log order wins, a tombstone removes the offset, and a group tombstone
+    removes the offsets of that group written before it."""
+    latest = commits.group_by(_KEY, use_threads=False).aggregate(
+        [(name, "last", _LAST) for name in _LATEST_FIELDS]
+    )
+    latest = latest.filter(pc.invert(latest["tombstone_last"]))
+    deleted_at: dict[str, int] = {}
+    for row in events:
+        if row["tombstone"]:
+            deleted_at[row["group"]] = row["log_offset"]
+    if deleted_at:
+        survives = [
+            deleted_at.get(group, -1) < log_offset
+            for group, log_offset in zip(latest["group"].to_pylist(),
+                                         latest["log_offset_last"].to_pylist(), strict=True)
+        ]
+        latest = latest.filter(pa.array(survives, pa.bool_()))
+    log_partition = commits["log_partition"][0].as_py() if commits.num_rows else 0
+    found = pa.Table.from_arrays(
+        [latest["group"], latest["topic"], latest["partition"], latest["offset_last"],
+         latest["leader_epoch_last"], latest["metadata_last"],
+         pc.cast(latest["commit_ts_last"], tables.TIMESTAMP),
+         pa.array(np.full(latest.num_rows, log_partition, dtype=np.int32)),
+         latest["log_offset_last"]],
+        schema=tables.COMMITTED_OFFSETS,
+    )
+    return tables.sorted_by(found, *_KEY)
+
+
+def _generations(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
+    """One row per GroupMetadataValue record inside the window."""
+    rows = []
+    for row in events:
+        if row["tombstone"] or not window.contains(row["record_ts"]):
+            continue
+        members = row["members"] or []
+        rows.append({
+            "group": row["group"],
+            "generation": row["generation"],
+            "protocol_type": row["protocol_type"],
+            "protocol": row["protocol"],
+            "leader": row["leader"],
+            "state_ts": row["state_ts"] if row["state_ts"] >= 0 else None,
+            "member_count": len(members),
+            "members": [
+                {name: member[name] for name in tables.GENERATION_MEMBER_TYPE.names}
+                for member in members
+            ],
+            "log_partition": row["log_partition"],
+            "log_offset": row["log_offset"],
+            "ts": row["record_ts"],
+        })
+    return pa.Table.from_pylist(rows, schema=tables.GROUP_GENERATIONS)
+
+
+def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in events:
+        grouped.setdefault(row["group"], []).append(row)
+    return grouped
+
+
+def _rebalances(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
+    """Consecutive generations of each group (see history.rebalances), inside the window. The
+    events before --since still count, to know the generation a rebalance left."""
+    rows = []
+    for group, own in _by_group(events).items():
+        found = history.rebalances(
+            history.GroupEvent(
+                log_partition=row["log_partition"], log_offset=row["log_offset"],
+                ts=row["record_ts"],
+                generation=None if row["tombstone"] else row["generation"],
+                members=None if row["tombstone"] else row["members"] or [],
+            )
+            for row in own
+        )
+        rows.extend(
+            {"group": group, "from_generation": r.from_generation,
+             "to_generation": r.to_generation, "ts": r.ts, "members_joined": r.members_joined,
+             "members_left": r.members_left, "partitions_moved": r.partitions_moved,
+             "partitions_kept": r.partitions_kept,
+             "seconds_since_previous": r.seconds_since_previous}
+            for r in found if window.contains(r.ts)
+        )
+    return pa.Table.from_pylist(rows, schema=tables.REBALANCES)
+
+
+def _commit_minutes(history_rows: pa.Table) -> pa.Table:
+    """Commits per (group, minute of their commit timestamp) and the last commit time: small,
+    and enough for the summary's totals and the commits-per-minute plot."""
+    keyed = pa.table({"group": history_rows["group"],
+                      "minute": tables.minute_of(history_rows["commit_ts"]),
+                      "commit_ts": history_rows["commit_ts"]})
+    counted = keyed.group_by(["group", "minute"], use_threads=False).aggregate(
+        [("commit_ts", "count"), ("commit_ts", "max")]
+    )
+    return pa.Table.from_arrays(
+        [counted["group"], counted["minute"], counted["commit_ts_count"],
+         pc.cast(counted["commit_ts_max"], tables.TIMESTAMP)],
+        schema=tables.COMMIT_MINUTES,
+    )
+
+
+def _lag(committed: pa.Table, history_rows: pa.Table,
+         topic_logs: TopicLogs) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Lag now per committed partition of a present topic; the last BURROW_WINDOW commits of
+    each (with the lag each had when committed: the log end when it was appended minus the
+    committed offset); and each group's lag per minute (the sum over its partitions of each
+    one's last lag in that minute)."""
+    ends = topic_logs.log_end_offsets
+    current = [
+        {"group": row["group"], "topic": row["topic"], "partition": row["partition"],
+         "committed_offset": row["offset"], "log_end_offset": ends[key],
+         "lag": max(ends[key] - row["offset"], 0)}
+        for row in committed.select(["group", "topic", "partition", "offset"]).to_pylist()
+        if (key := (row["topic"], row["partition"])) in ends
+    ]
+    frame = history_rows.select(
+        ["group", "topic", "partition", "log_offset", "record_ts", "offset"]
+    ).to_pandas()
+    frame["lag"] = np.zeros(len(frame), dtype=np.int64)
+    frame["present"] = np.zeros(len(frame), dtype=bool)
+    for (topic, partition), rows in frame.groupby(["topic", "partition"], sort=False):
+        key = (str(topic), int(partition))
+        if key not in topic_logs.growth:
+            continue
+        at_commit = topic_logs.ends_at(key, rows["record_ts"].to_numpy(np.int64))
+        frame.loc[rows.index, "lag"] = np.maximum(at_commit - rows["offset"].to_numpy(), 0)
+        frame.loc[rows.index, "present"] = True
+    frame = frame[frame["present"]]
+    committed_keys = {(r["group"], r["topic"], r["partition"]) for r in current}
+    recent = frame.groupby(_KEY, sort=False).tail(history.BURROW_WINDOW)
+    wanted = np.array([key in committed_keys for key in zip(
+        recent["group"], recent["topic"], recent["partition"], strict=True)], dtype=bool)
+    recent = recent[wanted]
+    windows = pa.Table.from_pandas(
+        recent.rename(columns={"record_ts": "ts_ms"})[list(tables.LAG_WINDOWS.names)],
+        schema=tables.LAG_WINDOWS, preserve_index=False,
+    )
+    frame["minute"] = frame["record_ts"] // 60_000 * 60_000
+    last_per_partition = frame.groupby([*_KEY, "minute"], sort=False)["lag"].last()
+    per_minute = last_per_partition.groupby(level=["group", "minute"]).sum().reset_index()
+    minutes = pa.Table.from_arrays(
+        [pa.array(per_minute["group"], pa.string()),
+         pc.cast(pa.array(per_minute["minute"], pa.int64()), tables.TIMESTAMP),
+         pa.array(per_minute["lag"], pa.int64())],
+        schema=tables.LAG_MINUTES,
+    )
+    return pa.Table.from_pylist(current, schema=tables.CURRENT_LAG), windows, minutes
+
+
+def _summary(events: list[dict[str, Any]], committed: pa.Table, commit_minutes: pa.Table,
+             found_rebalances: pa.Table) -> pa.Table:
+    """One row per group seen in the partition: latest state and totals.
+
+    State: "Dead" when the last group record is a tombstone and no offsets survive it,
+    "Stable" when the last generation has members, "Empty" otherwise (including groups that
+    only ever committed offsets, which a coordinator loads as Empty groups).
+    """
+    per_group = _by_group(events)
+    commit_totals = commit_minutes.group_by("group", use_threads=False).aggregate(
+        [("commits", "sum"), ("last_commit_ts", "max")]
+    )
+    groups_committing = commit_totals["group"].to_pylist()
+    commits = dict(zip(groups_committing, commit_totals["commits_sum"].to_pylist(), strict=True))
+    last_commit = dict(zip(groups_committing, commit_totals["last_commit_ts_max"].to_pylist(),
+                           strict=True))
+    committed_partitions: dict[str, int] = {}
+    for group in committed["group"].to_pylist():
+        committed_partitions[group] = committed_partitions.get(group, 0) + 1
+    rebalance_totals: dict[str, list[Any]] = {}
+    for row in found_rebalances.select(["group", "partitions_moved", "ts"]).to_pylist():
+        totals = rebalance_totals.setdefault(row["group"], [0, 0, row["ts"]])
+        totals[0] += 1
+        totals[1] += row["partitions_moved"]
+        totals[2] = max(totals[2], row["ts"])
+    rows = []
+    for group in sorted(set(per_group) | set(commits) | set(committed_partitions)):
+        own = per_group.get(group, [])
+        last = own[-1] if own else None
+        live = last is not None and not last["tombstone"]
+        members = len(last["members"] or []) if live and last is not None else 0
+        survived = committed_partitions.get(group, 0) > 0
+        if last is not None and last["tombstone"] and not survived:
+            state = "Dead"
+        elif live and members > 0:
+            state = "Stable"
+        else:
+            state = "Empty"
+        moved = rebalance_totals.get(group, [0, 0, None])
+        rows.append({
+            "group": group,
+            "state": state,
+            "protocol_type": last["protocol_type"] if live and last else None,
+            "protocol": last["protocol"] if live and last else None,
+            "generation": last["generation"] if live and last else None,
+            "leader": last["leader"] if live and last else None,
+            "member_count": members,
+            "generations": sum(1 for row in own if not row["tombstone"]),
+            "rebalances": moved[0],
+            "partitions_moved": moved[1],
+            "last_rebalance_ts": moved[2],
+            "commits": commits.get(group, 0),
+            "committed_partitions": committed_partitions.get(group, 0),
+            "last_commit_ts": last_commit.get(group),
+        })
+    return pa.Table.from_pylist(rows, schema=tables.PARTIAL_SUMMARY)

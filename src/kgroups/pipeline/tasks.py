@@ -1,0 +1,105 @@
+"""What Spark's Python workers run for `kgroups analyze`: the mapInArrow body analysing a
+task's __consumer_offsets partitions, the plan spreading partitions over tasks, and the wire
+format of the results (each small table as Arrow IPC bytes).
+
+Kept apart from `job.py` on purpose: a worker unpickling the task imports this module, and the
+driver-side one pulls in Spark SQL, pandas and matplotlib, a second of imports per worker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from kgroups.pipeline import tables
+from kgroups.pipeline.discovery import SegmentFile
+from kgroups.pipeline.partition import analyze_partition
+from kgroups.pipeline.topic_logs import TopicLogs
+from kgroups.pipeline.window import TimeWindow
+
+if TYPE_CHECKING:
+    from pyspark import Broadcast
+
+# What a partition task sends back: one row per small table, its rows as an Arrow IPC stream.
+RESULT_SCHEMA = pa.schema([("name", pa.string()), ("log_partition", pa.int32()),
+                           ("data", pa.binary())])
+STATS = pa.schema([("records", pa.int64()), ("max_record_ts", pa.int64())])
+# Every table a task may send, by name.
+PARTS = {
+    "committed_offsets": tables.COMMITTED_OFFSETS,
+    "group_generations": tables.GROUP_GENERATIONS,
+    "rebalances": tables.REBALANCES,
+    "commit_minutes": tables.COMMIT_MINUTES,
+    "summary": tables.PARTIAL_SUMMARY,
+    "errors": tables.ERRORS,
+    "current_lag": tables.CURRENT_LAG,
+    "lag_windows": tables.LAG_WINDOWS,
+    "lag_minutes": tables.LAG_MINUTES,
+    "stats": STATS,
+}
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+Plan = list[list[tuple[int, list[str]]]]
+
+
+def partition_task(
+    plan: Plan, window: TimeWindow, topic_logs: Broadcast[TopicLogs | None], out: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow body: input rows (id) index `plan`, whose entries list the (log partition,
+    segment URIs) each task analyses; output RESULT_SCHEMA."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        logs = topic_logs.value
+        for batch in batches:
+            for task_id in batch.column("id").to_pylist():
+                for log_partition, uris in plan[task_id]:
+                    result = analyze_partition(log_partition, uris, window, logs, out)
+                    named = result.tables()
+                    named["stats"] = pa.Table.from_pylist(
+                        [{"records": result.records, "max_record_ts": result.max_record_ts}],
+                        schema=STATS,
+                    )
+                    yield pa.RecordBatch.from_pylist(
+                        [{"name": name, "log_partition": log_partition, "data": _ipc(table)}
+                         for name, table in named.items()],
+                        schema=RESULT_SCHEMA,
+                    )
+
+    return run
+
+
+def plan_tasks(segments: tuple[SegmentFile, ...], tasks: int) -> Plan:
+    """The __consumer_offsets partitions (each with its segment URIs in base-offset order)
+    spread over at most `tasks` tasks of about equal bytes: biggest partition first, each to
+    the lightest task so far. A partition is never split: its records are applied in order."""
+    grouped: dict[int, list[SegmentFile]] = {}
+    for segment in segments:
+        grouped.setdefault(segment.partition, []).append(segment)
+    by_size = sorted(grouped.items(), key=lambda item: (-sum(s.size for s in item[1]), item[0]))
+    plan: Plan = [[] for _ in range(max(1, min(tasks, len(by_size))))]
+    loads = [0] * len(plan)
+    for partition, own in by_size:
+        lightest = loads.index(min(loads))
+        plan[lightest].append(
+            (partition, [s.uri for s in sorted(own, key=lambda s: s.base_offset)])
+        )
+        loads[lightest] += sum(s.size for s in own)
+    return plan
+
+
+def collect_parts(results: pa.Table) -> dict[str, pa.Table]:
+    """The tasks' RESULT_SCHEMA rows back into tables, concatenated by name in log-partition
+    order (an empty table of the right schema for a name no task sent)."""
+    parts: dict[str, list[pa.Table]] = {name: [] for name in PARTS}
+    ordered = results.sort_by("log_partition")
+    for name, data in zip(ordered["name"].to_pylist(), ordered["data"].to_pylist(), strict=True):
+        parts[name].append(pa.ipc.open_stream(data).read_all())
+    return {name: tables.concat(found, PARTS[name]) for name, found in parts.items()}
