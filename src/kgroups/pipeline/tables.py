@@ -45,19 +45,8 @@ OFFSET_COMMITS = pa.schema(
     ]
 )
 
-COMMITTED_OFFSETS = pa.schema(
-    [
-        ("group", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("leader_epoch", pa.int32()),
-        ("metadata", pa.string()),
-        ("commit_ts", TIMESTAMP),
-        ("log_partition", pa.int32()),
-        ("log_offset", pa.int64()),
-    ]
-)
+# The same columns less expire_ts (a served offset's expiry is the coordinator's business).
+COMMITTED_OFFSETS = pa.schema([f for f in OFFSET_COMMITS if f.name != "expire_ts"])
 
 GROUP_GENERATIONS = pa.schema(
     [
