@@ -19,7 +19,6 @@ entries carrying the file and byte position so the run can count and report them
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,15 +375,3 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.Table:
         [rows_table(TOPIC_ROW_SCHEMA, names, rows),
          rows_table(TOPIC_ROW_SCHEMA, error_names, errors)]
     )
-
-
-def topic_segments_to_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: input rows (uri, topic, partition), output TOPIC_ROW_SCHEMA."""
-    for batch in batches:
-        for uri, topic, partition in zip(
-            batch.column("uri").to_pylist(),
-            batch.column("topic").to_pylist(),
-            batch.column("partition").to_pylist(),
-            strict=True,
-        ):
-            yield from decode_topic_segment(uri, topic, partition).to_batches()

@@ -48,14 +48,10 @@ class AnalysisResult:
 
 def _read_topic_logs(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> pa.Table:
     """One TOPIC_ROW_SCHEMA row per batch of every topic segment, decoded by Spark tasks."""
-    ordered = sorted(segments, key=lambda s: -s.size)
-    rows = [(s.uri, s.topic, s.partition) for s in ordered]
-    paths = spark.createDataFrame(
-        spark.sparkContext.parallelize(rows, numSlices=len(rows)),
-        "uri string, topic string, partition int",
-    )
-    return paths.mapInArrow(
-        decode.topic_segments_to_rows, from_arrow_schema(decode.TOPIC_ROW_SCHEMA)
+    plan = tasks.plan_topic_tasks(segments,
+                                  TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
+    return spark.range(0, len(plan), 1, len(plan)).mapInArrow(
+        tasks.topic_task(plan), from_arrow_schema(decode.TOPIC_ROW_SCHEMA)
     ).toArrow()
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from kgroups.pipeline import tables
+from kgroups.pipeline.decode import decode_topic_segment
 from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.partition import analyze_partition
 from kgroups.pipeline.topic_logs import TopicLogs
@@ -76,23 +77,56 @@ def partition_task(
     return run
 
 
+def _pack(sizes: list[int], tasks: int) -> list[list[int]]:
+    """Indexes of `sizes` spread over at most `tasks` bins of about equal total: biggest first,
+    each to the lightest bin so far."""
+    bins: list[list[int]] = [[] for _ in range(max(1, min(tasks, len(sizes))))]
+    loads = [0] * len(bins)
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(index)
+        loads[lightest] += sizes[index]
+    return bins
+
+
 def plan_tasks(segments: tuple[SegmentFile, ...], tasks: int) -> Plan:
     """The __consumer_offsets partitions (each with its segment URIs in base-offset order)
-    spread over at most `tasks` tasks of about equal bytes: biggest partition first, each to
-    the lightest task so far. A partition is never split: its records are applied in order."""
+    spread over at most `tasks` tasks of about equal bytes. A partition is never split: its
+    records are applied in order."""
     grouped: dict[int, list[SegmentFile]] = {}
     for segment in segments:
         grouped.setdefault(segment.partition, []).append(segment)
-    by_size = sorted(grouped.items(), key=lambda item: (-sum(s.size for s in item[1]), item[0]))
-    plan: Plan = [[] for _ in range(max(1, min(tasks, len(by_size))))]
-    loads = [0] * len(plan)
-    for partition, own in by_size:
-        lightest = loads.index(min(loads))
-        plan[lightest].append(
-            (partition, [s.uri for s in sorted(own, key=lambda s: s.base_offset)])
-        )
-        loads[lightest] += sum(s.size for s in own)
-    return plan
+    partitions = [
+        (partition, sorted(own, key=lambda s: s.base_offset))
+        for partition, own in sorted(grouped.items())
+    ]
+    bins = _pack([sum(s.size for s in own) for _, own in partitions], tasks)
+    return [[(partitions[i][0], [s.uri for s in partitions[i][1]]) for i in indexes]
+            for indexes in bins]
+
+
+TopicPlan = list[list[tuple[str, str, int]]]
+
+
+def plan_topic_tasks(segments: tuple[SegmentFile, ...], tasks: int) -> TopicPlan:
+    """The data topic segments as (uri, topic, partition), spread over at most `tasks` tasks of
+    about equal bytes."""
+    bins = _pack([s.size for s in segments], tasks)
+    return [[(segments[i].uri, segments[i].topic, segments[i].partition) for i in indexes]
+            for indexes in bins]
+
+
+def topic_task(plan: TopicPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow body reading topic segments: input rows (id) index `plan`, output
+    decode.TOPIC_ROW_SCHEMA (one row per batch)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for task_id in batch.column("id").to_pylist():
+                for uri, topic, partition in plan[task_id]:
+                    yield from decode_topic_segment(uri, topic, partition).to_batches()
+
+    return run
 
 
 def collect_parts(results: pa.Table) -> dict[str, pa.Table]:
