@@ -24,11 +24,13 @@ __all__ = [
     "Compression",
     "Record",
     "RecordBatch",
+    "ValueSpan",
     "build_batch",
     "check_batch",
     "decode_batch",
     "iter_batches",
     "iter_records_raw",
+    "locate_values",
     "peek_batch_header",
     "read_varint",
     "records_of",
@@ -51,6 +53,11 @@ TIMESTAMP_LOG_APPEND = 0x08
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
 DELETE_HORIZON = 0x40
+
+
+# A record located rather than copied: offset, timestamp, key, value position, value length
+# (a length of -1 is a null value).
+ValueSpan = tuple[int, int, bytes | None, int, int]
 
 
 class BatchCorruptError(ValueError):
@@ -343,6 +350,7 @@ def records_of(
 ) -> list[tuple[Any, ...]]:
     """The records of a batch already passed by `check_batch`, as (offset, timestamp, key,
     value[, headers]) tuples."""
+    rows: list[tuple[Any, ...]] = []
     attributes = header[5]
     if attributes & COMPRESSION_MASK:
         try:
@@ -354,11 +362,42 @@ def records_of(
         start, stop = 0, len(data)
     else:
         data, start, stop = buf, batch_pos + HEADER_SIZE, batch_end
-    append_time = header[8] if attributes & TIMESTAMP_LOG_APPEND else None
+    _walk(data, start, stop, header, batch_pos, with_headers, False, rows)
+    return rows
+
+
+def locate_values(
+    buf: bytes,
+    batch_pos: int,
+    batch_end: int,
+    header: tuple[int, ...],
+    spans_by_key: dict[bytes | None, ValueSpan],
+) -> None:
+    """File each record of an uncompressed batch already passed by `check_batch` under its key
+    in `spans_by_key` as (offset, timestamp, key, value position in `buf`, value length), a
+    later record replacing an earlier one: a reader that keeps only each key's last value
+    copies out just those. The same walk and checks as `records_of` (headers are not read,
+    only required to be there); records filed before a corrupt one stay filed."""
+    _walk(buf, batch_pos + HEADER_SIZE, batch_end, header, batch_pos, False, True, spans_by_key)
+
+
+def _walk(
+    data: bytes,
+    start: int,
+    stop: int,
+    header: tuple[int, ...],
+    batch_pos: int,
+    with_headers: bool,
+    value_spans: bool,
+    out: list[tuple[Any, ...]] | dict[bytes | None, ValueSpan],
+) -> None:
+    """`_parse_section` over data[start:stop], the records of the batch with `header` at
+    `batch_pos`, reporting a record cut short by the end of the data as a corrupt batch."""
+    append_time = header[8] if header[5] & TIMESTAMP_LOG_APPEND else None
     try:
-        return _parse_section(
+        _parse_section(
             data, start, stop, header[12], header[0], header[7], append_time, batch_pos,
-            with_headers,
+            with_headers, value_spans, out,
         )
     except IndexError as exc:
         raise BatchCorruptError(
@@ -376,11 +415,18 @@ def _parse_section(
     append_time: int | None,
     batch_pos: int,
     with_headers: bool,
-) -> list[tuple[Any, ...]]:
-    """Walk `count` records in data[pos:stop] in one flat loop. Varints under 0x80 are decoded
-    inline, which covers nearly every length and delta in a __consumer_offsets record."""
-    rows: list[tuple[Any, ...]] = []
-    append = rows.append
+    value_spans: bool,
+    out: list[tuple[Any, ...]] | dict[bytes | None, ValueSpan],
+) -> None:
+    """Walk `count` records in data[pos:stop] in one flat loop. Each record is appended to the
+    list `out` as (offset, timestamp, key, value[, headers]) or, with `value_spans`, filed in
+    the dict `out` under its key as (offset, timestamp, key, value position, value length).
+    Varints under 0x80 are decoded inline, which covers nearly every length and delta in a
+    __consumer_offsets record. One loop serves every mode, at a flag test per record, so that
+    the checks exist once; filing spans here rather than in a list for the caller to file
+    keeps the replay's walk as fast as when it had a copy of this loop of its own."""
+    if not value_spans:
+        append = out.append  # type: ignore[union-attr]
     for _ in range(count):
         if pos >= stop:
             raise BatchCorruptError(
@@ -429,12 +475,22 @@ def _parse_section(
             pos += 1
         else:
             size, pos = read_varint(data, pos, record_end, batch_pos)
+        timestamp = base_timestamp + ts_delta if append_time is None else append_time
+        if value_spans:
+            if pos + max(size, 0) >= record_end:  # at least the header count must remain
+                raise BatchCorruptError(
+                    f"batch at byte {batch_pos}: record fields do not fill its length", pos
+                )
+            out[key] = (  # type: ignore[call-overload]
+                base_offset + offset_delta, timestamp, key, pos, size
+            )
+            pos = record_end
+            continue
         if size < 0:
             value = None
         else:
             value = data[pos : pos + size]
             pos += size
-        timestamp = base_timestamp + ts_delta if append_time is None else append_time
         if with_headers:
             headers, pos = _read_headers(data, pos, record_end, batch_pos)
             if pos != record_end:
@@ -453,7 +509,6 @@ def _parse_section(
         raise BatchCorruptError(
             f"batch at byte {batch_pos}: {stop - pos} bytes after its {count} records", pos
         )
-    return rows
 
 
 def _read_headers(
