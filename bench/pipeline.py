@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kgroups.coordinator.placement import partition_for
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
@@ -58,15 +59,6 @@ PARTITIONS_PER_GROUP = 16
 GENERATION_EVERY = 200  # commit batches between two generations of a group
 COMMIT_INTERVAL_MS = 5000
 START_MS = 1_700_000_000_000
-
-
-def coordinator_partition(group: str) -> int:
-    """Kafka's placement: abs(Java String.hashCode) % partitions (abs(MIN_VALUE) = 0)."""
-    code = 0
-    for char in group:
-        code = (code * 31 + ord(char)) & 0xFFFFFFFF
-    signed = code - (1 << 32) if code >= 1 << 31 else code
-    return (0 if signed == -(1 << 31) else abs(signed)) % OFFSETS_PARTITIONS
 
 
 def generation_record(group: str, topic: str, generation: int, ts: int) -> tuple[bytes, bytes]:
@@ -101,7 +93,7 @@ def generate(data_dir: Path, records: int) -> int:
         for n, group in enumerate(groups):
             if written >= records:
                 break
-            partition = coordinator_partition(group)
+            partition = partition_for(group, OFFSETS_PARTITIONS)
             log = logs.get(partition)
             if log is None:
                 log = logs[partition] = PartitionLog.open(

@@ -96,7 +96,8 @@ def analyze_partition(
         tables.write_part(_offset_commits(history_rows), out, "offset_commits",
                           f"{log_partition:05d}")
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
-    found_rebalances = _rebalances(events, window)
+    events_by_group = _by_group(events)
+    found_rebalances = _rebalances(events_by_group, window)
     commit_minutes = _commit_minutes(history_rows)
     lag_parts = None if topic_logs is None else _lag(committed, history_rows, topic_logs)
     return PartitionResult(
@@ -106,7 +107,7 @@ def analyze_partition(
         group_generations=_generations(events, window),
         rebalances=found_rebalances,
         commit_minutes=commit_minutes,
-        summary=_summary(events, committed, commit_minutes, found_rebalances),
+        summary=_summary(events_by_group, committed, commit_minutes, found_rebalances),
         errors=pa.Table.from_pylist(
             [{"file": e.file, "error_position": e.position, "error": e.message}
              for e in errors],
@@ -220,11 +221,12 @@ def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return grouped
 
 
-def _rebalances(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
+def _rebalances(events_by_group: dict[str, list[dict[str, Any]]],
+                window: TimeWindow) -> pa.Table:
     """Consecutive generations of each group (see history.rebalances), inside the window. The
     events before --since still count, to know the generation a rebalance left."""
     rows = []
-    for group, own in _by_group(events).items():
+    for group, own in events_by_group.items():
         found = history.rebalances(
             history.GroupEvent(
                 log_partition=row["log_partition"], log_offset=row["log_offset"],
@@ -309,15 +311,14 @@ def _lag(committed: pa.Table, history_rows: pa.Table,
     return pa.Table.from_pylist(current, schema=tables.CURRENT_LAG), windows, minutes
 
 
-def _summary(events: list[dict[str, Any]], committed: pa.Table, commit_minutes: pa.Table,
-             found_rebalances: pa.Table) -> pa.Table:
+def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
+             commit_minutes: pa.Table, found_rebalances: pa.Table) -> pa.Table:
     """One row per group seen in the partition: latest state and totals.
 
     State: "Dead" when the last group record is a tombstone and no offsets survive it,
     "Stable" when the last generation has members, "Empty" otherwise (including groups that
     only ever committed offsets, which a coordinator loads as Empty groups).
     """
-    per_group = _by_group(events)
     commit_totals = commit_minutes.group_by("group", use_threads=False).aggregate(
         [("commits", "sum"), ("last_commit_ts", "max")]
     )
