@@ -13,7 +13,7 @@ from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition
 from kgroups.pipeline.decode import TOPIC_ROW_SCHEMA
 from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.partition import analyze_partition
-from kgroups.pipeline.tables import clear_table
+from kgroups.pipeline.tables import OFFSET_COMMITS, clear_table
 from kgroups.pipeline.tasks import plan_tasks
 from kgroups.pipeline.topic_logs import TopicLogs
 from kgroups.pipeline.window import TimeWindow
@@ -28,8 +28,10 @@ def analyze(builder: OffsetsLogBuilder, group: str, tmp_path: Path,
     out = str(tmp_path / "out")
     clear_table(out, "offset_commits")
     result = analyze_partition(coordinator_partition(group), segments, window, topic_logs, out)
-    written = pq.read_table(tmp_path / "out" / "offset_commits").to_pylist()
-    return result, written
+    written = pq.read_table(tmp_path / "out" / "offset_commits")
+    # Readers see the documented schema: plain strings, UTC timestamps.
+    assert written.schema == OFFSET_COMMITS
+    return result, written.to_pylist()
 
 
 def test_a_transaction_is_applied_by_its_marker_in_the_next_segment(tmp_path):

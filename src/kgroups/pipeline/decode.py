@@ -41,7 +41,7 @@ from kgroups.records.codec import (
     decode_offset_commit_fields,
     decode_value,
 )
-from kgroups.records.columnar import decode_offset_commits
+from kgroups.records.columnar import NAME, decode_offset_commits
 from kgroups.records.consumer_protocol import decode_assignment, decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
@@ -79,8 +79,8 @@ COMMIT_ROW_SCHEMA = pa.schema(
         ("record_ts", pa.int64()),
         ("transactional", pa.bool_()),
         ("producer_id", pa.int64()),  # only set for transactional records
-        ("group", pa.string()),
-        ("topic", pa.string()),
+        ("group", NAME),
+        ("topic", NAME),
         ("partition", pa.int32()),
         ("tombstone", pa.bool_()),
         ("offset", pa.int64()),
@@ -156,10 +156,11 @@ class DecodedSegment:
 
 
 def read_file(uri: str) -> bytes:
-    """The whole file: segments are bounded by log.segment.bytes (1 GiB by default)."""
+    """The whole file: segments are bounded by log.segment.bytes (1 GiB by default). Read as
+    a random-access file, in one read: a stream reads in chunks and copies them again."""
     filesystem, path = open_filesystem(uri)
-    with filesystem.open_input_stream(path) as stream:
-        return bytes(stream.read())
+    with filesystem.open_input_file(path) as file:
+        return bytes(file.read())
 
 
 def rows_table(schema: pa.Schema, names: tuple[str, ...],

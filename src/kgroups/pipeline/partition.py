@@ -81,7 +81,9 @@ def analyze_partition(
         group_parts.append(segment.groups)
         markers.extend(segment.markers)
         errors.extend(segment.errors)
-    all_commits = tables.concat(commit_parts, COMMIT_ROW_SCHEMA)
+    # Each segment brings its own dictionaries of names: one set for the whole partition, so
+    # grouping by name compares dictionary indices.
+    all_commits = tables.concat(commit_parts, COMMIT_ROW_SCHEMA).unify_dictionaries()
     all_groups = tables.concat(group_parts, GROUP_ROW_SCHEMA)
     records = all_commits.num_rows + all_groups.num_rows
     commits = _applied(all_commits, markers)
@@ -94,7 +96,7 @@ def analyze_partition(
     history_rows = window.inside(live, "record_ts")
     if history_rows.num_rows:
         tables.write_part(_offset_commits(history_rows), out, "offset_commits",
-                          f"{log_partition:05d}")
+                          f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
     events_by_group = _by_group(events)
     found_rebalances = _rebalances(events_by_group, window)
@@ -149,11 +151,13 @@ def _max_record_ts(commits: pa.Table, events: list[dict[str, Any]]) -> int | Non
 
 
 def _offset_commits(rows: pa.Table) -> pa.Table:
+    """tables.OFFSET_COMMITS, except that group and topic stay dictionary columns (Parquet
+    stores them as dictionary pages either way, and the file's schema says string)."""
     return pa.Table.from_arrays(
         [rows["group"], rows["topic"], rows["partition"], rows["offset"], rows["leader_epoch"],
          rows["metadata"], pc.cast(rows["commit_ts"], tables.TIMESTAMP), rows["log_partition"],
          rows["log_offset"], pc.cast(rows["expire_ts"], tables.TIMESTAMP)],
-        schema=tables.OFFSET_COMMITS,
+        names=tables.OFFSET_COMMITS.names,
     )
 
 
@@ -178,7 +182,8 @@ def _committed_offsets(commits: pa.Table, events: list[dict[str, Any]]) -> pa.Ta
         latest = latest.filter(pa.array(survives, pa.bool_()))
     log_partition = commits["log_partition"][0].as_py() if commits.num_rows else 0
     found = pa.Table.from_arrays(
-        [latest["group"], latest["topic"], latest["partition"], latest["offset_last"],
+        [_text(latest["group"]), _text(latest["topic"]), latest["partition"],
+         latest["offset_last"],
          latest["leader_epoch_last"], latest["metadata_last"],
          pc.cast(latest["commit_ts_last"], tables.TIMESTAMP),
          pa.array(np.full(latest.num_rows, log_partition, dtype=np.int32)),
@@ -257,7 +262,7 @@ def _commit_minutes(history_rows: pa.Table) -> pa.Table:
         [("commit_ts", "count"), ("commit_ts", "max")]
     )
     return pa.Table.from_arrays(
-        [counted["group"], counted["minute"], counted["commit_ts_count"],
+        [_text(counted["group"]), counted["minute"], counted["commit_ts_count"],
          pc.cast(counted["commit_ts_max"], tables.TIMESTAMP)],
         schema=tables.COMMIT_MINUTES,
     )
@@ -277,9 +282,10 @@ def _lag(committed: pa.Table, history_rows: pa.Table,
         for row in committed.select(["group", "topic", "partition", "offset"]).to_pylist()
         if (key := (row["topic"], row["partition"])) in ends
     ]
-    frame = history_rows.select(
-        ["group", "topic", "partition", "log_offset", "record_ts", "offset"]
-    ).to_pandas()
+    frame = pa.table({
+        "group": _text(history_rows["group"]), "topic": _text(history_rows["topic"]),
+        **{name: history_rows[name] for name in ("partition", "log_offset", "record_ts", "offset")},
+    }).to_pandas()
     frame["lag"] = np.zeros(len(frame), dtype=np.int64)
     frame["present"] = np.zeros(len(frame), dtype=bool)
     for (topic, partition), rows in frame.groupby(["topic", "partition"], sort=False):
@@ -366,3 +372,8 @@ def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
             "last_commit_ts": last_commit.get(group),
         })
     return pa.Table.from_pylist(rows, schema=tables.PARTIAL_SUMMARY)
+
+
+def _text(names: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dictionary column of names as plain strings (what the small tables hold)."""
+    return pc.cast(names, pa.string())

@@ -45,6 +45,9 @@ OFFSET_COMMITS = pa.schema(
     ]
 )
 
+# Its columns that mostly grow along the log (see write_part).
+OFFSET_COMMITS_DELTA_COLUMNS = ("offset", "commit_ts", "log_offset", "expire_ts")
+
 # The same columns less expire_ts (a served offset's expiry is the coordinator's business).
 COMMITTED_OFFSETS = pa.schema([f for f in OFFSET_COMMITS if f.name != "expire_ts"])
 
@@ -185,11 +188,22 @@ def clear_table(out: str, name: str) -> None:
         filesystem.delete_dir_contents(path)
 
 
-def write_part(table: pa.Table, out: str, name: str, part: str) -> None:
+def write_part(table: pa.Table, out: str, name: str, part: str,
+               delta_columns: tuple[str, ...] = ()) -> None:
     """One Parquet file of a table's directory (readable as a dataset by Spark, pyarrow and
-    pandas alike)."""
+    pandas alike). `delta_columns` are integer columns that mostly grow (offsets, times): they
+    are stored as differences (DELTA_BINARY_PACKED), which writes faster and far smaller than
+    dictionary pages for values that rarely repeat; the others keep dictionary encoding.
+
+    Arrow dictionary columns are written without Arrow's own schema note, so every reader gets
+    back plain strings, as the table's documented schema says."""
     filesystem, path = open_filesystem(f"{table_dir(out, name)}/part-{part}.parquet")
-    pq.write_table(table, path, filesystem=filesystem)
+    pq.write_table(
+        table, path, filesystem=filesystem,
+        use_dictionary=[n for n in table.column_names if n not in delta_columns],
+        column_encoding=dict.fromkeys(delta_columns, "DELTA_BINARY_PACKED") or None,
+        store_schema=not any(pa.types.is_dictionary(f.type) for f in table.schema),
+    )
 
 
 def write_table(table: pa.Table, out: str, name: str) -> None:

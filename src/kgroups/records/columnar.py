@@ -1,25 +1,32 @@
 """OffsetCommit records of a __consumer_offsets segment decoded straight into Arrow columns.
 
 Analytics read millions of offset commits, and decoding them one by one in Python costs a few
-microseconds each. Here the batches are located by `kgroups.coordinator.bulk_scan` (numpy, with
-the general parser's checks) and every field of every OffsetCommit key and value is gathered at
-once with numpy, then handed to Arrow as buffers: no Python work per record.
+microseconds each. Here the batches and records are located by `kgroups.coordinator.bulk_scan`
+(numpy, with the general parser's checks) and every value field of every record is read at once
+with numpy, then handed to Arrow as buffers: no Python work per record.
 
-The layouts are the ones `kgroups.records.codec` reads, and only the plain shapes are taken:
-key types 0/1, value versions 0-3, tombstones, ASCII strings, records without headers or
-attributes, in batches that are neither compressed, transactional nor control batches. Any
-batch holding something else (GroupMetadata records, KIP-848 keys, flexible v4 values, non-ASCII
-names, odd bytes) is returned untouched for the scalar decoder, so the two paths cannot disagree:
-the columnar one only ever answers where its answer is the codec's.
+Keys are not read per record at all. A partition's commits repeat a few thousand keys (one per
+group, topic and partition), so the keys are hashed in place by Arrow (a binary-view column
+pointing into the segment, no copy) and only the distinct ones are decoded, by
+`kgroups.records.codec.decode_key` itself; the group, topic and partition columns are then taken
+from them.
+
+Only the plain shapes are taken: OffsetCommit keys (types 0/1), value versions 0-3, tombstones,
+ASCII metadata, records without headers or attributes, in batches that are neither compressed,
+transactional nor control batches. Any batch holding something else (GroupMetadata records,
+KIP-848 keys, flexible v4 values, odd bytes) is returned untouched for the scalar decoder, so
+the two paths cannot disagree: the columnar one only ever answers where its answer is the
+codec's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kgroups.coordinator.bulk_scan import (
     ScannedBatches,
@@ -30,18 +37,23 @@ from kgroups.coordinator.bulk_scan import (
 from kgroups.log.batch import (
     COMPRESSION_MASK,
     CONTROL,
-    HEADER_SIZE,
     TIMESTAMP_LOG_APPEND,
     TRANSACTIONAL,
 )
+from kgroups.records.codec import decode_key
+from kgroups.records.schema import OffsetCommitKey
+
+# Group and topic names repeat on every commit: they are dictionary columns, which every step
+# after the decoding (hashing for the latest offsets, Parquet pages) handles as small integers.
+NAME = pa.dictionary(pa.int32(), pa.string())
 
 OFFSET_COMMIT_SCHEMA = pa.schema(
     [
         ("log_offset", pa.int64()),
         ("record_ts", pa.int64()),
         ("key_version", pa.int16()),
-        ("group", pa.string()),
-        ("topic", pa.string()),
+        ("group", NAME),
+        ("topic", NAME),
         ("partition", pa.int32()),
         ("tombstone", pa.bool_()),
         ("value_version", pa.int16()),  # null for tombstones, as every value field
@@ -60,9 +72,10 @@ _BASE_OFFSET_AT = 0
 _BASE_TIMESTAMP_AT = 27
 _MAX_TIMESTAMP_AT = 35
 _SCALAR_ONLY = COMPRESSION_MASK | TRANSACTIONAL | CONTROL
-_MAX_VARINT = 10
-_KEY_FIXED = 10  # type, group length, topic length (int16 each), partition (int32)
-_PAD = 16  # zero bytes after the data so that fixed-width reads near the end stay inside
+# Zero bytes after the data: fixed-width reads a few bytes past a value's start (at most 14
+# bytes in, 8 wide) stay inside the array without clipping.
+_PAD = 32
+_INLINE_VIEW = 12  # Arrow keeps binary-view values of up to 12 bytes inside the view itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,37 +92,27 @@ class ColumnarSegment:
 
 class _Bytes:
     """The segment as numpy views: single bytes, and big-endian integers readable at any byte
-    (strided views over a zero-padded copy, so a read near the end never leaves the array)."""
+    (strided views over a zero-padded copy, so a read a little past the end stays inside)."""
 
     def __init__(self, data: bytes) -> None:
         padded = np.zeros(len(data) + _PAD, dtype=np.uint8)
         padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
         self.size = len(data)
         self.u8 = padded
-        count = len(data) + 1
+        count = len(data) + _PAD - 8
         self.i16 = np.ndarray((count,), dtype=">i2", buffer=padded.data, strides=(1,))
         self.i32 = np.ndarray((count,), dtype=">i4", buffer=padded.data, strides=(1,))
         self.i64 = np.ndarray((count,), dtype=">i8", buffer=padded.data, strides=(1,))
+        self.le32 = np.ndarray((count,), dtype="<i4", buffer=padded.data, strides=(1,))
 
     def at(self, view: npt.NDArray[np.generic], where: Positions) -> Positions:
-        """Values of `view` at `where`, positions clipped into the data (the caller masks
-        out records whose positions were out of range)."""
-        return view[np.clip(where, 0, self.size)].astype(np.int64)
+        """Values of `view` at `where`, which must lie at most _PAD - 8 bytes past the data."""
+        return view[where].astype(np.int64)
 
-    def varints(self, where: Positions) -> tuple[Positions, Positions, Mask]:
-        """Zigzag varints at `where`: values, positions after them, and which were well
-        formed (at most ten bytes)."""
-        value = np.zeros_like(where)
-        width = np.zeros_like(where)
-        going = np.ones(where.size, dtype=bool)
-        for shift in range(_MAX_VARINT):
-            byte = self.u8[np.clip(where + shift, 0, self.size)].astype(np.int64)
-            value |= np.where(going, (byte & 0x7F) << (7 * shift), 0)
-            width += going
-            going &= byte >= 0x80
-            if not going.any():
-                break
-        return (value >> 1) ^ -(value & 1), where + width, ~going
+    def clipped(self, view: npt.NDArray[np.generic], where: Positions) -> Positions:
+        """Values of `view` at `where`, positions clipped into the data (the caller masks out
+        records whose positions were out of range)."""
+        return view[np.minimum(np.maximum(where, 0), self.size)].astype(np.int64)
 
 
 def decode_offset_commits(data: bytes) -> ColumnarSegment:
@@ -129,177 +132,229 @@ def decode_offset_commits(data: bytes) -> ColumnarSegment:
     located = scan_records(data, chosen)
     view = _Bytes(data)
     batch_of = np.repeat(np.arange(chosen.counts.size), chosen.counts)
-    fields, usual = _read_records(view, chosen, batch_of, located)
+    keys = _Keys.of(data, view, located)
+    values = _Values.read(view, located)
+    usual = keys.usual & values.usual & _plain_framing(view, located, values.value_ends)
     # A batch with one unusual record goes whole to the scalar decoder: batches are the unit
     # of the log, so log order per path stays simple.
     unusual_batches = np.zeros(chosen.counts.size, dtype=bool)
     unusual_batches[batch_of[~usual]] = True
-    keep = ~unusual_batches[batch_of]
+    keep = None if not unusual_batches.any() else ~unusual_batches[batch_of]
     scalar = ~plain
     scalar[np.flatnonzero(plain)[unusual_batches]] = True
     others = list(zip(batches.starts[scalar].tolist(), batches.ends[scalar].tolist(),
                       strict=True))
-    return ColumnarSegment(_to_arrow(view, fields, keep), others)
+    positions = _log_positions(view, chosen, batch_of, located)
+    return ColumnarSegment(_to_arrow(view, positions, keys, values, keep), others)
+
+
+def _plain_framing(view: _Bytes, located: ScannedRecords, value_ends: Positions) -> Mask:
+    """Records with no attributes and no headers: the value is followed by a zero header
+    count, which is the record's last byte."""
+    return (
+        (located.attributes == 0)
+        & (value_ends + 1 == located.record_ends)
+        & (view.u8[value_ends] == 0)
+    )
+
+
+def _log_positions(view: _Bytes, chosen: ScannedBatches, batch_of: Positions,
+                   located: ScannedRecords) -> tuple[Positions, Positions]:
+    """Every record's offset and timestamp (a LogAppendTime batch stamps all its records with
+    its max timestamp)."""
+    base_offsets = view.at(view.i64, chosen.starts + _BASE_OFFSET_AT)
+    base_times = view.at(view.i64, chosen.starts + _BASE_TIMESTAMP_AT)
+    log_offsets = base_offsets[batch_of] + located.offset_deltas
+    record_ts = base_times[batch_of] + located.timestamp_deltas
+    append_time = (chosen.attributes & TIMESTAMP_LOG_APPEND) != 0
+    if append_time.any():
+        max_times = view.at(view.i64, chosen.starts + _MAX_TIMESTAMP_AT)
+        record_ts = np.where(append_time[batch_of], max_times[batch_of], record_ts)
+    return log_offsets, record_ts
 
 
 @dataclass(frozen=True, slots=True)
-class _Fields:
-    log_offset: Positions
-    record_ts: Positions
-    key_version: Positions
-    group: tuple[Positions, Positions]  # starts, lengths
-    topic: tuple[Positions, Positions]
-    partition: Positions
+class _Keys:
+    """Every record's key as an index into the segment's distinct keys, decoded once each."""
+
+    codes: npt.NDArray[np.int32]
+    # Per distinct key: its version, the index of its group in `groups` and of its topic in
+    # `topics` (the distinct names), and its partition.
+    versions: Positions
+    group_codes: npt.NDArray[np.int32]
+    topic_codes: npt.NDArray[np.int32]
+    partitions: Positions
+    groups: pa.Array
+    topics: pa.Array
+    usual: Mask  # per record: its key is an OffsetCommit key
+
+    @classmethod
+    def of(cls, data: bytes, view: _Bytes, located: ScannedRecords) -> _Keys:
+        lengths = np.maximum(located.key_lengths, 0)
+        encoded = pc.dictionary_encode(_binary_views(data, view, located.key_starts, lengths))
+        codes = np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32,
+                              count=len(encoded.indices), offset=encoded.indices.offset * 4)
+        groups: dict[str, int] = {}
+        topics: dict[str, int] = {}
+        fields = []  # (offset commit?, version, group code, topic code, partition) per key
+        for raw in encoded.dictionary.to_pylist():
+            try:
+                key = decode_key(raw)
+            except ValueError:  # RecordDecodeError, UnicodeDecodeError: the scalar path reports
+                key = None
+            if isinstance(key, OffsetCommitKey):
+                fields.append((True, key.version, groups.setdefault(key.group, len(groups)),
+                               topics.setdefault(key.topic, len(topics)), key.partition))
+            else:
+                fields.append((False, 0, 0, 0, 0))
+        per_key = np.array(fields, dtype=np.int64).reshape(-1, 5)
+        usual = per_key[:, 0].astype(bool)[codes] & (located.key_lengths >= 0)
+        return cls(codes, per_key[:, 1], per_key[:, 2].astype(np.int32),
+                   per_key[:, 3].astype(np.int32), per_key[:, 4],
+                   pa.array(list(groups), pa.string()), pa.array(list(topics), pa.string()),
+                   usual)
+
+
+def _binary_views(data: bytes, view: _Bytes, starts: Positions, lengths: Positions) -> pa.Array:
+    """The ranges as an Arrow binary-view column over the segment itself (no bytes copied):
+    each view holds the length and either the first four bytes and the position, or, for
+    values of up to 12 bytes, the bytes themselves."""
+    words = np.empty((starts.size, 4), dtype=np.int32)
+    words[:, 0] = lengths
+    words[:, 1] = view.le32[starts]
+    words[:, 2] = 0  # the one data buffer
+    words[:, 3] = starts
+    short = np.flatnonzero(lengths <= _INLINE_VIEW)
+    if short.size:
+        kept = lengths[short]
+        for word in range(3):
+            inline = view.le32[starts[short] + 4 * word].astype(np.int64)
+            keep_bytes = np.clip(kept - 4 * word, 0, 4)
+            mask = (np.int64(1) << (8 * keep_bytes)) - 1
+            words[short, 1 + word] = (inline & mask).astype(np.uint32).view(np.int32)
+    return pa.Array.from_buffers(
+        pa.binary_view(), starts.size, [None, pa.py_buffer(words), pa.py_buffer(data)]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Values:
+    """Every record's OffsetCommit value fields (meaningless where `usual` is false)."""
+
     tombstone: Mask
-    value_version: Positions
+    version: Positions
     offset: Positions
     leader_epoch: Positions
-    metadata: tuple[Positions, Positions]
+    metadata: tuple[npt.NDArray[np.uint8], Positions]  # gathered ASCII bytes, Arrow offsets
     commit_ts: Positions
     expire_ts: Positions
-    # group, topic and metadata bytes gathered back to back with their offsets, filled by the
-    # ASCII check in that order.
-    texts: list[tuple[Positions, Positions]] = field(default_factory=list)
+    value_ends: Positions
+    usual: Mask
+
+    @classmethod
+    def read(cls, view: _Bytes, located: ScannedRecords) -> _Values:
+        starts, lengths = located.value_starts, located.value_lengths
+        tombstone = lengths < 0
+        version = view.at(view.i16, starts)
+        with_epoch = version == 3
+        metadata_at = starts + 10 + 4 * with_epoch
+        metadata_length = view.at(view.i16, metadata_at)
+        commit_at = metadata_at + 2 + metadata_length
+        with_expire = version == 1
+        usual = tombstone | (
+            (lengths >= 2) & (version >= 0) & (version <= 3) & (metadata_length >= 0)
+            & (commit_at + 8 + 8 * with_expire - starts == lengths)
+        )
+        ascii_only, metadata = _ascii(view, metadata_at + 2,
+                                      np.where(usual & ~tombstone, metadata_length, 0))
+        # Versions 0, 2 and 3 carry no expire timestamp: most segments need no read for it.
+        expire_ts = (view.clipped(view.i64, commit_at + 8) if with_expire.any()
+                     else np.zeros_like(starts))
+        return cls(
+            tombstone=tombstone,
+            version=version,
+            offset=view.at(view.i64, starts + 2),
+            leader_epoch=np.where(with_epoch, view.at(view.i32, starts + 10), -1),
+            metadata=metadata,
+            commit_ts=view.clipped(view.i64, commit_at),
+            expire_ts=expire_ts,
+            value_ends=starts + np.maximum(lengths, 0),
+            usual=usual & ascii_only,
+        )
 
 
-def _read_records(
-    view: _Bytes, chosen: ScannedBatches, batch_of: Positions, located: ScannedRecords
-) -> tuple[_Fields, Mask]:
-    """Every field of every record, and which records have the plain shape (elsewhere the
-    fields are meaningless and the record's batch goes to the scalar decoder)."""
-    key_starts, key_lengths = located.key_starts, located.key_lengths
-    value_starts, value_lengths = located.value_starts, located.value_lengths
-    value_ends = value_starts + np.maximum(value_lengths, 0)
-
-    # Each record is re-read from its start (the batch's first record after the header, the
-    # others right after the previous record's header count): length, attributes, deltas and
-    # key length must lead exactly to the key the scan found, with a zero header count.
-    first = np.ones(batch_of.size, dtype=bool)
-    first[1:] = batch_of[1:] != batch_of[:-1]
-    record_starts = np.empty_like(value_ends)
-    record_starts[1:] = value_ends[:-1] + 1
-    record_starts[first] = chosen.starts[batch_of[first]] + HEADER_SIZE
-    length, pos, ok_length = view.varints(record_starts)
-    usual = ok_length & (pos + length == value_ends + 1)
-    usual &= view.u8[np.clip(pos, 0, view.size)] == 0  # attributes
-    ts_delta, pos, ok_ts = view.varints(pos + 1)
-    offset_delta, pos, ok_offset = view.varints(pos)
-    _key_length, pos, ok_key = view.varints(pos)
-    usual &= ok_ts & ok_offset & ok_key & (pos == key_starts)
-    usual &= view.u8[np.clip(value_ends, 0, view.size)] == 0  # header count
-    last = np.ones(batch_of.size, dtype=bool)
-    last[:-1] = first[1:]
-    usual[last] &= value_ends[last] + 1 == chosen.ends[batch_of[last]]
-
-    key_version = view.at(view.i16, key_starts)
-    group_length = view.at(view.i16, key_starts + 2)
-    topic_at = key_starts + 4 + group_length
-    topic_length = view.at(view.i16, topic_at)
-    usual &= (key_lengths >= _KEY_FIXED) & ((key_version == 0) | (key_version == 1))
-    usual &= (group_length >= 0) & (topic_length >= 0)
-    usual &= _KEY_FIXED + group_length + topic_length == key_lengths
-    partition = view.at(view.i32, topic_at + 2 + topic_length)
-
-    tombstone = value_lengths < 0
-    value_version = view.at(view.i16, value_starts)
-    offset = view.at(view.i64, value_starts + 2)
-    with_epoch = value_version == 3
-    leader_epoch = np.where(with_epoch, view.at(view.i32, value_starts + 10), -1)
-    metadata_at = value_starts + 10 + 4 * with_epoch
-    metadata_length = view.at(view.i16, metadata_at)
-    commit_at = metadata_at + 2 + metadata_length
-    with_expire = value_version == 1
-    expected_length = commit_at + 8 + 8 * with_expire - value_starts
-    usual &= tombstone | (
-        (value_lengths >= 2) & (value_version >= 0) & (value_version <= 3)
-        & (metadata_length >= 0) & (expected_length == value_lengths)
-    )
-
-    base_offsets = view.at(view.i64, chosen.starts + _BASE_OFFSET_AT)
-    append_time = (chosen.attributes & TIMESTAMP_LOG_APPEND) != 0
-    base_times = view.at(view.i64, chosen.starts + _BASE_TIMESTAMP_AT)
-    max_times = view.at(view.i64, chosen.starts + _MAX_TIMESTAMP_AT)
-    record_ts = np.where(append_time[batch_of], max_times[batch_of],
-                         base_times[batch_of] + ts_delta)
-    fields = _Fields(
-        log_offset=base_offsets[batch_of] + offset_delta,
-        record_ts=record_ts,
-        key_version=key_version,
-        group=(key_starts + 4, group_length),
-        topic=(topic_at + 2, topic_length),
-        partition=partition,
-        tombstone=tombstone,
-        value_version=value_version,
-        offset=offset,
-        leader_epoch=leader_epoch,
-        metadata=(metadata_at + 2, np.where(tombstone, 0, metadata_length)),
-        commit_ts=view.at(view.i64, commit_at),
-        expire_ts=view.at(view.i64, commit_at + 8),
-    )
-    for starts, lengths in (fields.group, fields.topic, fields.metadata):
-        ascii_only, gathered = _ascii(view, starts, np.where(usual, lengths, 0))
-        usual &= ascii_only
-        fields.texts.append(gathered)
-    return fields, usual
-
-
-def _gather(view: _Bytes, starts: Positions, lengths: Positions) -> tuple[Positions, Positions]:
-    """The bytes of every range back to back, and the Arrow offsets delimiting them."""
+def _gather(source: npt.NDArray[np.uint8], starts: Positions,
+            lengths: Positions) -> tuple[npt.NDArray[np.uint8], Positions]:
+    """The bytes of every range of `source` back to back, and the Arrow offsets delimiting
+    them."""
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] == 0:
+        return np.empty(0, dtype=np.uint8), offsets
     where = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
-    return view.u8[where], offsets
+    return source[where], offsets
 
 
 def _ascii(view: _Bytes, starts: Positions,
-           lengths: Positions) -> tuple[Mask, tuple[Positions, Positions]]:
+           lengths: Positions) -> tuple[Mask, tuple[npt.NDArray[np.uint8], Positions]]:
     """Which ranges hold only ASCII (for them, bytes and UTF-8 text are the same thing), and
-    the ranges gathered (the string column itself when every record turns out plain)."""
-    gathered, offsets = _gather(view, starts, np.maximum(lengths, 0))
+    the ranges gathered (the string column's bytes)."""
+    gathered, offsets = _gather(view.u8, starts, lengths)
+    if not gathered.size:
+        return np.ones(lengths.size, dtype=bool), (gathered, offsets)
     high = np.zeros(gathered.size + 1, dtype=np.int64)
     np.cumsum(gathered >= 0x80, out=high[1:])
     return high[offsets[1:]] == high[offsets[:-1]], (gathered, offsets)
 
 
-def _strings(view: _Bytes, starts: Positions, lengths: Positions, valid: Mask | None,
-             gathered: tuple[Positions, Positions] | None = None) -> pa.Array:
-    """A string column over the ranges (their total stays under 2 GiB: a segment's size is an
-    int32), or over ranges already gathered; `valid` marks the non-null ones."""
-    data, offsets = gathered if gathered is not None else _gather(view, starts, lengths)
-    validity = None
-    if valid is not None and not valid.all():
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(
-        pa.string(), lengths.size,
-        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
-    )
+_INT16, _INT32, _INT64 = np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)
 
 
-def _to_arrow(view: _Bytes, fields: _Fields, keep: Mask) -> pa.RecordBatch:
-    def column(values: Positions, kind: pa.DataType, nulls: Mask | None = None) -> pa.Array:
-        dtype = kind.to_pandas_dtype()
-        return pa.array(values[keep].astype(dtype), kind,
-                        mask=None if nulls is None else nulls[keep])
+def _to_arrow(view: _Bytes, positions: tuple[Positions, Positions], keys: _Keys,
+              values: _Values, keep: Mask | None) -> pa.RecordBatch:
+    """The kept records (every one when `keep` is None) as OFFSET_COMMIT_SCHEMA."""
 
-    tombstone = fields.tombstone[keep]
-    present = ~tombstone
-    # Every record plain: the ranges gathered for the ASCII check are the columns already.
-    group_text, topic_text, metadata_text = fields.texts if keep.all() else (None, None, None)
-    no_expire = fields.tombstone | (fields.value_version != 1)
+    def kept(array: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+        return array if keep is None else array[keep]
+
+    def column(values_: Positions, kind: pa.DataType, dtype: np.dtype[np.generic],
+               nulls: Mask | None) -> pa.Array:
+        # Without nulls Arrow takes the numpy buffer as it is.
+        return pa.array(kept(values_).astype(dtype, copy=False), kind,
+                        mask=None if nulls is None else kept(nulls))
+
+    codes = kept(keys.codes)
+    tombstones = values.tombstone if values.tombstone.any() else None  # the value nulls
+    no_expire = values.tombstone | (values.version != 1)
+    metadata, metadata_offsets = values.metadata
+    if keep is not None:
+        metadata, metadata_offsets = _gather(
+            metadata, metadata_offsets[:-1][keep], np.diff(metadata_offsets)[keep]
+        )
+    present = ~kept(values.tombstone)
     arrays = [
-        column(fields.log_offset, pa.int64()),
-        column(fields.record_ts, pa.int64()),
-        column(fields.key_version, pa.int16()),
-        _strings(view, fields.group[0][keep], fields.group[1][keep], None, group_text),
-        _strings(view, fields.topic[0][keep], fields.topic[1][keep], None, topic_text),
-        column(fields.partition, pa.int32()),
-        pa.array(tombstone, pa.bool_()),
-        column(fields.value_version, pa.int16(), fields.tombstone),
-        column(fields.offset, pa.int64(), fields.tombstone),
-        column(fields.leader_epoch, pa.int32(), fields.tombstone),
-        _strings(view, fields.metadata[0][keep], fields.metadata[1][keep], present,
-                 metadata_text),
-        column(fields.commit_ts, pa.int64(), fields.tombstone),
-        column(fields.expire_ts, pa.int64(), no_expire),
+        column(positions[0], pa.int64(), _INT64, None),
+        column(positions[1], pa.int64(), _INT64, None),
+        pa.array(keys.versions.astype(_INT16)[codes], pa.int16()),
+        pa.DictionaryArray.from_arrays(keys.group_codes[codes], keys.groups),
+        pa.DictionaryArray.from_arrays(keys.topic_codes[codes], keys.topics),
+        pa.array(keys.partitions.astype(_INT32)[codes], pa.int32()),
+        pa.array(kept(values.tombstone), pa.bool_()),
+        column(values.version, pa.int16(), _INT16, tombstones),
+        column(values.offset, pa.int64(), _INT64, tombstones),
+        column(values.leader_epoch, pa.int32(), _INT32, tombstones),
+        _strings(metadata, metadata_offsets, present),
+        column(values.commit_ts, pa.int64(), _INT64, tombstones),
+        column(values.expire_ts, pa.int64(), _INT64, no_expire),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=OFFSET_COMMIT_SCHEMA)
+
+
+def _strings(data: npt.NDArray[np.uint8], offsets: Positions, valid: Mask) -> pa.Array:
+    """A string column over gathered bytes (their total stays under 2 GiB: a segment's size
+    is an int32); `valid` marks the non-null ones."""
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.string(), offsets.size - 1,
+        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
+    )
