@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    from kgroups.pipeline.session import build_session
+    from kgroups.pipeline.session import build_session, stop_session
 
     session = build_session("local[2]", shuffle_partitions=4)
     yield session
-    session.stop()
+    stop_session(session)

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
-    from kgroups.pipeline.session import build_session
+    from kgroups.pipeline.session import build_session, stop_session
     from kgroups.pipeline.window import TimeWindow
 
     if args.since is not None and args.until is not None and args.since > args.until:
@@ -76,14 +76,18 @@ def run(args: argparse.Namespace) -> int:
         with StepProgress(spark, enabled=not args.quiet) as progress:
             result = run_analysis(spark, args.paths, args.out,
                                   TimeWindow(args.since, args.until), progress, inputs)
+        print(
+            f"{result.records:,} records from {result.segments} segments in "
+            f"{result.seconds:.1f} s; tables: {', '.join(result.tables)}; "
+            f"report: {result.out.rstrip('/')}/report.html",
+            flush=True,
+        )
+        if result.errors:
+            print(f"{result.errors} damaged region(s) skipped, listed in the report",
+                  file=sys.stderr)
     finally:
+        # Reported first: a first run's stop waits some seconds for the JVM to write its
+        # class archive.
         if running is None:
-            spark.stop()
-    print(
-        f"{result.records:,} records from {result.segments} segments in {result.seconds:.1f} s; "
-        f"tables: {', '.join(result.tables)}; report: {result.out.rstrip('/')}/report.html"
-    )
-    if result.errors:
-        print(f"{result.errors} damaged region(s) skipped, listed in the report",
-              file=sys.stderr)
+            stop_session(spark)
     return 0
