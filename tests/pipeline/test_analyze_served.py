@@ -5,6 +5,7 @@ the generations and rebalances must be the ones the kafka-python members went th
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow.parquet as pq
 import pytest
@@ -41,13 +42,13 @@ def settle(members, owned: int) -> int:  # type: ignore[no-untyped-def]
     # kafka-python 3.0.12 loses a rejoin that only its metadata asked for (a member that joined
     # before it knew the topic's partitions) when poll() times out between that JoinGroup and its
     # SyncGroup: the finished join is never applied, heartbeats stay off and the session expires
-    # (seen in CI). A lone member's join needs nobody else, so it gets a poll long enough to
-    # finish both joins; several members must take turns, so they get short polls.
-    poll_ms = 100 if len(members) > 1 else 5000
-
+    # (seen in CI, with short polls taken in turns). So every member polls long enough for a
+    # whole join, and all of them at once, each in its own thread: a member's JoinGroup waits
+    # at the coordinator until the others have rejoined too, which they could not do while
+    # waiting for their turn.
     def pump() -> None:
-        for member in members:
-            member.poll(timeout_ms=poll_ms)
+        with ThreadPoolExecutor(len(members)) as pool:
+            list(pool.map(lambda member: member.poll(timeout_ms=5000), members))
 
     def settled() -> bool:
         generations = {m.group_metadata().generation_id for m in members}
