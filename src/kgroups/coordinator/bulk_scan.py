@@ -47,17 +47,29 @@ class ScannedBatches:
 @dataclass(frozen=True, slots=True)
 class ScannedRecords:
     """For every record in log order: where its key and value start and their lengths (-1 for
-    null), and the framing read on the way (what a decoder needs to check a record's shape and
-    to give it its offset and timestamp without walking it again)."""
+    null)."""
 
     key_starts: Positions
     key_lengths: Positions
     value_starts: Positions
     value_lengths: Positions
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFraming:
+    """For every record in log order, the rest of what the scan reads on the way: what a decoder
+    needs to check a record's shape and give it its offset and timestamp without walking it a
+    second time (a replay only needs the positions, and does not pay for storing these)."""
+
     attributes: npt.NDArray[np.uint8]
     timestamp_deltas: Positions
     offset_deltas: Positions
     record_ends: Positions  # one past the record's last byte (its headers included)
+
+    @classmethod
+    def empty(cls, total: int) -> RecordFraming:
+        return cls(np.empty(total, dtype=np.uint8), np.empty(total, dtype=np.int64),
+                   np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64))
 
 
 def scan_batches(data: bytes) -> ScannedBatches:
@@ -102,6 +114,18 @@ def scan_records(data: bytes, batches: ScannedBatches) -> ScannedRecords:
     """Locate the key and value of every record of uncompressed batches (the caller has checked
     that none is compressed). Raises BatchCorruptError naming the start of a bad batch (the
     first to fail at the record depth where a failure shows first)."""
+    return _scan_records(data, batches, None)
+
+
+def scan_framed_records(data: bytes,
+                        batches: ScannedBatches) -> tuple[ScannedRecords, RecordFraming]:
+    """`scan_records`, plus every record's attributes, deltas and end."""
+    framing = RecordFraming.empty(int(batches.counts.sum()))
+    return _scan_records(data, batches, framing), framing
+
+
+def _scan_records(data: bytes, batches: ScannedBatches,
+                  framing: RecordFraming | None) -> ScannedRecords:
     buf = np.frombuffer(data, dtype=np.uint8)
     counts = batches.counts
     total = int(counts.sum())
@@ -111,10 +135,6 @@ def scan_records(data: bytes, batches: ScannedBatches) -> ScannedRecords:
     key_lengths = np.empty(total, dtype=np.int64)
     value_starts = np.empty(total, dtype=np.int64)
     value_lengths = np.empty(total, dtype=np.int64)
-    attributes = np.empty(total, dtype=np.uint8)
-    timestamp_deltas = np.empty(total, dtype=np.int64)
-    offset_deltas = np.empty(total, dtype=np.int64)
-    record_ends = np.empty(total, dtype=np.int64)
     active = np.flatnonzero(counts)
     pos = batches.starts[active] + _HEADER_SIZE
     ends = batches.ends[active]
@@ -125,14 +145,18 @@ def scan_records(data: bytes, batches: ScannedBatches) -> ScannedRecords:
         length, pos = _read_varint(buf, pos, ends, batches, active, _MAX_LENGTH_VARINT)
         record_end = pos + length
         _require((length > 0) & (record_end <= ends), batches, active, "a record overruns it")
-        attributes[record] = buf.take(pos, mode="clip")
-        timestamp_deltas[record], pos = _read_varint(
-            buf, pos + 1, record_end, batches, active, _MAX_DELTA_VARINT
-        )
-        offset_deltas[record], pos = _read_varint(
-            buf, pos, record_end, batches, active, _MAX_DELTA_VARINT
-        )
-        record_ends[record] = record_end
+        if framing is None:
+            pos = _skip_varint(buf, pos + 1, record_end, batches, active)  # timestamp delta
+            pos = _skip_varint(buf, pos, record_end, batches, active)  # offset delta
+        else:
+            framing.attributes[record] = buf.take(pos, mode="clip")
+            framing.timestamp_deltas[record], pos = _read_varint(
+                buf, pos + 1, record_end, batches, active, _MAX_DELTA_VARINT
+            )
+            framing.offset_deltas[record], pos = _read_varint(
+                buf, pos, record_end, batches, active, _MAX_DELTA_VARINT
+            )
+            framing.record_ends[record] = record_end
         key_length, pos = _read_varint(buf, pos, record_end, batches, active, _MAX_LENGTH_VARINT)
         key_starts[record] = pos
         key_lengths[record] = key_length
@@ -162,8 +186,7 @@ def scan_records(data: bytes, batches: ScannedBatches) -> ScannedRecords:
             active, pos, ends, remaining, record = (
                 active[going], pos[going], ends[going], remaining[going], record[going]
             )
-    return ScannedRecords(key_starts, key_lengths, value_starts, value_lengths, attributes,
-                          timestamp_deltas, offset_deltas, record_ends)
+    return ScannedRecords(key_starts, key_lengths, value_starts, value_lengths)
 
 
 def _be_uint32(buf: npt.NDArray[np.uint8], at: Positions) -> Positions:
@@ -204,6 +227,28 @@ def _read_varint(
     after = pos + width
     _require(after <= stop, batches, active, "a record runs past its end")
     return (value >> 1) ^ -(value & 1), after
+
+
+def _skip_varint(
+    buf: npt.NDArray[np.uint8],
+    pos: Positions,
+    stop: Positions,
+    batches: ScannedBatches,
+    active: Positions,
+) -> Positions:
+    """Positions after the varints at `pos` (deltas the fold does not need)."""
+    more = buf.take(pos, mode="clip") >= 0x80
+    width = np.ones_like(pos)
+    for shift in range(1, _MAX_DELTA_VARINT):
+        going = np.flatnonzero(more)
+        if not going.size:
+            break
+        width[going] += 1
+        more[going] = buf.take(pos[going] + shift, mode="clip") >= 0x80
+    _require(~more, batches, active, "varint too long")
+    after = pos + width
+    _require(after <= stop, batches, active, "a record runs past its end")
+    return after
 
 
 def _require(

@@ -29,10 +29,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kgroups.coordinator.bulk_scan import (
+    RecordFraming,
     ScannedBatches,
     ScannedRecords,
     scan_batches,
-    scan_records,
+    scan_framed_records,
 )
 from kgroups.log.batch import (
     COMPRESSION_MASK,
@@ -129,12 +130,12 @@ def decode_offset_commits(data: bytes) -> ColumnarSegment:
         batches.starts[plain], batches.ends[plain], batches.attributes[plain],
         batches.counts[plain],
     )
-    located = scan_records(data, chosen)
+    located, framing = scan_framed_records(data, chosen)
     view = _Bytes(data)
     batch_of = np.repeat(np.arange(chosen.counts.size), chosen.counts)
     keys = _Keys.of(data, view, located)
     values = _Values.read(view, located)
-    usual = keys.usual & values.usual & _plain_framing(view, located, values.value_ends)
+    usual = keys.usual & values.usual & _plain_framing(view, framing, values.value_ends)
     # A batch with one unusual record goes whole to the scalar decoder: batches are the unit
     # of the log, so log order per path stays simple.
     unusual_batches = np.zeros(chosen.counts.size, dtype=bool)
@@ -144,28 +145,28 @@ def decode_offset_commits(data: bytes) -> ColumnarSegment:
     scalar[np.flatnonzero(plain)[unusual_batches]] = True
     others = list(zip(batches.starts[scalar].tolist(), batches.ends[scalar].tolist(),
                       strict=True))
-    positions = _log_positions(view, chosen, batch_of, located)
+    positions = _log_positions(view, chosen, batch_of, framing)
     return ColumnarSegment(_to_arrow(view, positions, keys, values, keep), others)
 
 
-def _plain_framing(view: _Bytes, located: ScannedRecords, value_ends: Positions) -> Mask:
+def _plain_framing(view: _Bytes, framing: RecordFraming, value_ends: Positions) -> Mask:
     """Records with no attributes and no headers: the value is followed by a zero header
     count, which is the record's last byte."""
     return (
-        (located.attributes == 0)
-        & (value_ends + 1 == located.record_ends)
+        (framing.attributes == 0)
+        & (value_ends + 1 == framing.record_ends)
         & (view.u8[value_ends] == 0)
     )
 
 
 def _log_positions(view: _Bytes, chosen: ScannedBatches, batch_of: Positions,
-                   located: ScannedRecords) -> tuple[Positions, Positions]:
+                   framing: RecordFraming) -> tuple[Positions, Positions]:
     """Every record's offset and timestamp (a LogAppendTime batch stamps all its records with
     its max timestamp)."""
     base_offsets = view.at(view.i64, chosen.starts + _BASE_OFFSET_AT)
     base_times = view.at(view.i64, chosen.starts + _BASE_TIMESTAMP_AT)
-    log_offsets = base_offsets[batch_of] + located.offset_deltas
-    record_ts = base_times[batch_of] + located.timestamp_deltas
+    log_offsets = base_offsets[batch_of] + framing.offset_deltas
+    record_ts = base_times[batch_of] + framing.timestamp_deltas
     append_time = (chosen.attributes & TIMESTAMP_LOG_APPEND) != 0
     if append_time.any():
         max_times = view.at(view.i64, chosen.starts + _MAX_TIMESTAMP_AT)
