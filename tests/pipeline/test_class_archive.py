@@ -244,7 +244,7 @@ RUN_PROGRAM = textwrap.dedent("""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from kgroups.pipeline.session import build_session, stop_session
+    from kgroups.pipeline.session import build_session, stop_session, writes_class_archive
 
     def double(batches):
         for batch in batches:
@@ -254,6 +254,7 @@ RUN_PROGRAM = textwrap.dedent("""
     print("JAVA OPTIONS", spark.sparkContext.getConf().get("spark.driver.extraJavaOptions"))
     doubled = spark.range(0, 4, 1, 2).mapInArrow(double, "id long").toArrow()
     print("ROWS", sorted(doubled.column("id").to_pylist()))
+    print("STOP WAITS FOR THE ARCHIVE", writes_class_archive())
     stop_session(spark)
 """)
 
@@ -289,6 +290,7 @@ def first_run(tmp_path_factory) -> tuple[Path, str]:
 def test_first_run_writes_the_archive_silently(first_run):
     cache, output = first_run
     assert "-XX:ArchiveClassesAtExit=" in output
+    assert "STOP WAITS FOR THE ARCHIVE True" in output
     [archive] = archives_in(cache)
     assert archive.stat().st_size > 10_000_000
     assert list(cache.glob("*.part")) == []
@@ -300,6 +302,7 @@ def test_next_run_maps_the_archive(first_run):
     [archive] = archives_in(cache)
     output = run_analysis_process(cache, cache.parent / "work")
     assert f"-XX:SharedArchiveFile={archive}" in output
+    assert "STOP WAITS FOR THE ARCHIVE False" in output
     assert archives_in(cache) == [archive]
 
 

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
-    from kgroups.pipeline.session import build_session, stop_session
+    from kgroups.pipeline.session import build_session, stop_session, writes_class_archive
     from kgroups.pipeline.window import TimeWindow
 
     if args.since is not None and args.until is not None and args.since > args.until:
@@ -89,5 +89,8 @@ def run(args: argparse.Namespace) -> int:
         # Reported first: a first run's stop waits some seconds for the JVM to write its
         # class archive.
         if running is None:
+            if writes_class_archive() and not args.quiet:
+                print("kgroups analyze: saving Spark's classes to the cache for faster later runs "
+                      "(once, about 10 s)", file=sys.stderr, flush=True)
             stop_session(spark)
     return 0

@@ -89,6 +89,12 @@ def _expect_archive_write(archive: ClassArchive) -> None:
     _archive_write = _ArchiveWrite(SparkContext._gateway, archive)
 
 
+def writes_class_archive() -> bool:
+    """Whether `stop_session` will wait for the driver JVM to write the class archive (the first
+    run on a machine), so that a command can tell its user why it takes a few more seconds."""
+    return _archive_write is not None
+
+
 def stop_session(spark: SparkSession) -> None:
     """Stop a session from `build_session`, and install the class archive its JVM dumps.
 
