@@ -76,7 +76,7 @@ class PartitionLog:
                 segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
         _recover_active(segments[-1], config)
         log = cls(directory, config, segments)
-        _fsync_directory(directory)
+        fsync_path(directory)
         return log
 
     # ----------------------------------------------------------------------------- offsets
@@ -140,7 +140,7 @@ class PartitionLog:
             for segment in dirty:
                 segment.sync()
             if directory_dirty:
-                _fsync_directory(self.directory)
+                fsync_path(self.directory)
 
     # ----------------------------------------------------------------------------- reading
 
@@ -192,7 +192,7 @@ class PartitionLog:
                 segment.delete()
                 del self._segments[index]
                 del self._bases[index]
-                _fsync_directory(self.directory)
+                fsync_path(self.directory)
                 return
             side = segment.log_path.with_name(segment.log_path.name + ".cleaned")
             with open(side, "wb") as out:
@@ -201,7 +201,7 @@ class PartitionLog:
                 os.fsync(out.fileno())
             segment.close()
             os.replace(side, segment.log_path)
-            _fsync_directory(self.directory)
+            fsync_path(self.directory)
             fresh = Segment(self.directory, segment.base_offset)
             fresh.next_offset = segment.next_offset
             fresh.rebuild_index(fresh.batch_positions(), self.config.index_interval_bytes)
@@ -230,7 +230,7 @@ class PartitionLog:
                 del self._bases[0]
             deleted += 1
         if deleted:
-            _fsync_directory(self.directory)
+            fsync_path(self.directory)
         return deleted
 
     def close(self) -> None:
@@ -305,9 +305,10 @@ def _read_batches(segment: Segment, position: int, max_bytes: int) -> bytes:
     return window[:end]
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make created, renamed and deleted segment files durable."""
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Make a file's bytes durable or, for a directory, the files created, renamed and deleted
+    in it."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -42,6 +42,8 @@ from pathlib import Path
 
 from pyspark.find_spark_home import _find_spark_home
 
+from kgroups.log.partition_log import fsync_path
+
 log = logging.getLogger("kgroups.analyze.class_archive")
 
 SILENCE_CDS_LOGGING = "-Xlog:cds*=off"
@@ -207,17 +209,10 @@ def finish_archive(archive: ClassArchive, jvm: subprocess.Popen[bytes], timeout:
             log.debug("class archive not written (JVM exit status %s)", exit_status)
             archive.part.unlink()
             return False
-        _fsync(archive.part)
+        fsync_path(archive.part)
         os.replace(archive.part, archive.path)
     except OSError as exc:
         log.debug("class archive not installed: %s", exc)
         return False
     return True
 
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
