@@ -32,6 +32,13 @@ def test_without_an_installed_pyspark_the_zips_stay(tmp_path):
     assert without_bundled_zips(path) == path
 
 
+def test_without_py4j_beside_pyspark_the_zips_stay(tmp_path):
+    # The installed pyspark on the path but py4j only in its zip: dropping it would lose py4j.
+    (tmp_path / "pyspark").symlink_to(INSTALLED)
+    path = [*BUNDLED, str(tmp_path)]
+    assert without_bundled_zips(path) == path
+
+
 @pytest.mark.spark
 def test_workers_import_the_installed_pyspark(spark):
     def where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -21,21 +21,22 @@ import os
 import sys
 
 
-def _installed_pyspark_dir(path: list[str]) -> str | None:
-    """The directory of the pyspark package found on `path` (searched as given, whatever this
-    process has imported already)."""
-    spec = importlib.machinery.PathFinder.find_spec("pyspark", path)
+def _package_dir(name: str, path: list[str]) -> str | None:
+    """The directory of package `name` as found on `path` (searched as given, whatever this
+    process has imported already); None when it is not there outside a zip."""
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
     if spec is None or spec.origin is None or ".zip" in spec.origin:
         return None
     return os.path.dirname(os.path.realpath(spec.origin))
 
 
 def without_bundled_zips(path: list[str]) -> list[str]:
-    """`path` less the pyspark/py4j zips that lie inside the installed pyspark package."""
+    """`path` less the pyspark/py4j zips that lie inside the installed pyspark package, when
+    that package (and py4j, which it imports) can be imported without them."""
     zips = [entry for entry in path if entry.endswith(".zip")]
     rest = [entry for entry in path if not entry.endswith(".zip")]
-    package = _installed_pyspark_dir(rest)
-    if package is None:
+    package = _package_dir("pyspark", rest)
+    if package is None or _package_dir("py4j", rest) is None:
         return path
     bundled = os.path.join(package, "python", "lib") + os.sep
     dropped = {entry for entry in zips if os.path.realpath(entry).startswith(bundled)}
