@@ -146,7 +146,7 @@ def decode_offset_commits(data: bytes) -> ColumnarSegment:
     others = list(zip(batches.starts[scalar].tolist(), batches.ends[scalar].tolist(),
                       strict=True))
     positions = _log_positions(view, chosen, batch_of, framing)
-    return ColumnarSegment(_to_arrow(view, positions, keys, values, keep), others)
+    return ColumnarSegment(_to_arrow(positions, keys, values, keep), others)
 
 
 def _plain_framing(view: _Bytes, framing: RecordFraming, value_ends: Positions) -> Mask:
@@ -311,8 +311,8 @@ def _ascii(view: _Bytes, starts: Positions,
 _INT16, _INT32, _INT64 = np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64)
 
 
-def _to_arrow(view: _Bytes, positions: tuple[Positions, Positions], keys: _Keys,
-              values: _Values, keep: Mask | None) -> pa.RecordBatch:
+def _to_arrow(positions: tuple[Positions, Positions], keys: _Keys, values: _Values,
+              keep: Mask | None) -> pa.RecordBatch:
     """The kept records (every one when `keep` is None) as OFFSET_COMMIT_SCHEMA."""
 
     def kept(array: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
