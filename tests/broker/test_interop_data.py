@@ -80,6 +80,17 @@ def test_confluent_kafka_produce_and_assign_consume(kgroups_server: ServerProces
     assert _consume_all(kgroups_server.bootstrap, "events", 3, 300) == acked
 
 
+def test_confluent_kafka_admin_lists_every_topic(kgroups_server: ServerProcess) -> None:
+    """librdkafka 2.13+ asks for all topics with a Metadata v12 carrying three bytes after its
+    last field (librdkafka issue #5049); Kafka ignores them, so must kgroups."""
+    _create_topic(kgroups_server.bootstrap, "listed-a", 2)
+    _create_topic(kgroups_server.bootstrap, "listed-b", 1)
+    admin = AdminClient({"bootstrap.servers": kgroups_server.bootstrap})
+    listed = admin.list_topics(timeout=30)
+    assert {"listed-a", "listed-b"} <= set(listed.topics)
+    assert len(listed.topics["listed-a"].partitions) == 2
+
+
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_round_trip(kgroups_server: ServerProcess, codec: str) -> None:
     _create_topic(kgroups_server.bootstrap, f"packed-{codec}", 2)

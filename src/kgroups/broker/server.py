@@ -170,6 +170,9 @@ class Connection:
             except FrameDecodeError as exc:
                 raise self._refuse("malformed_request", api_key=api_key, version=api_version,
                                    error=exc) from None
+            if request.unused_bytes:
+                log_event(logger, logging.DEBUG, "request_trailing_bytes", peer=self.peer,
+                          api_key=api_key, version=api_version, unused=request.unused_bytes)
             ctx = RequestContext(api_key, api_version, correlation_id, request.client_id,
                                  self.client_host, self._broker)
             await self._submit(self._dispatch(handler, ctx, request.body))

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_reader
 
 from kgroups.broker.fast_writer import fast_entity_writer
+from kgroups.broker.frame_check import FrameCheckError, check_request
 from kgroups.errors import ErrorCode
 
 _SIZE = struct.Struct(">i")
@@ -36,6 +37,7 @@ class DecodedRequest:
     correlation_id: int
     client_id: str | None
     body: Any
+    unused_bytes: int  # left after the last field; Kafka ignores them, and so does kgroups
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -66,20 +68,30 @@ def _writer(entity: type[Any]) -> Any:
 
 
 def decode_request(frame: bytes) -> DecodedRequest:
-    """Parse header and body of one frame (no size prefix); every byte of it must be used."""
+    """Parse header and body of one frame (no size prefix).
+
+    Every length and count is first checked against the frame (frame_check), so no client can
+    make the native decoder reserve more memory than its frame justifies. Bytes left after the
+    last field are not an error: Kafka reads a request's fields and ignores the rest, and
+    librdkafka 2.13+ sends Metadata v12 with three such bytes (its issue #5049)."""
     api_key, api_version, correlation_id = peek_header(frame)
     schema = request_type(api_key, api_version)
+    try:
+        used = check_request(schema, frame)
+    except FrameCheckError as exc:
+        raise FrameDecodeError(f"{schema.__name__} v{api_version}: {exc}") from exc
     try:
         header, header_size = _reader(schema.__header_schema__)(frame, 0)
         body, body_size = _reader(schema)(frame, header_size)
     except Exception as exc:  # the native decoder raises several types on arbitrary bytes
         raise FrameDecodeError(f"cannot decode {schema.__name__} v{api_version}: {exc}") from exc
-    if header_size + body_size != len(frame):
+    if header_size + body_size != used:
         raise FrameDecodeError(
-            f"{schema.__name__} v{api_version} used {header_size + body_size} of "
-            f"{len(frame)} bytes"
+            f"{schema.__name__} v{api_version}: decoder used {header_size + body_size} bytes, "
+            f"the length check {used}"
         )
-    return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body)
+    return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body,
+                          len(frame) - used)
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:
