@@ -7,8 +7,12 @@ HOST ?= 127.0.0.1
 PORT ?= 9092
 DATA_DIR ?= ./kgroups-data
 PYTEST_ARGS ?=
+# The Apache Kafka that kgroups is checked against (tests/kafka/pom.xml pins the same version).
+KAFKA_VERSION := 4.3.1
+KAFKA_HOME ?= $(HOME)/.cache/kgroups/kafka-$(KAFKA_VERSION)
+export KAFKA_HOME
 
-.PHONY: install system-deps serve test test-fast lint bench clean
+.PHONY: install system-deps kafka serve test test-fast lint bench clean
 
 install: $(STAMP) system-deps
 
@@ -20,15 +24,30 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
-# kcat (an interop peer) and a Java runtime (for Spark) come from Debian's packages when missing.
+# kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers) and Maven (to fetch
+# Kafka) come from Debian's packages when missing.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
-	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# Apache Kafka's jars (broker, tools, clients) copied by Maven into $(KAFKA_HOME)/lib, outside git.
+# The stamp holds the pom's checksum: once it matches, Maven is not run at all (offline-safe).
+kafka: system-deps
+	@want=$$(sha256sum tests/kafka/pom.xml | cut -d' ' -f1); \
+	if [ "$$(cat $(KAFKA_HOME)/.stamp 2>/dev/null)" != "$$want" ]; then \
+		echo "fetching Apache Kafka $(KAFKA_VERSION) into $(KAFKA_HOME)"; \
+		rm -rf $(KAFKA_HOME)/lib.partial && \
+		mvn -q -B -Dstyle.color=never -f tests/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+			-DoutputDirectory=$(KAFKA_HOME)/lib.partial && \
+		rm -rf $(KAFKA_HOME)/lib && mv $(KAFKA_HOME)/lib.partial $(KAFKA_HOME)/lib && \
+		echo "$$want" > $(KAFKA_HOME)/.stamp; \
 	fi
 
 serve: install
@@ -38,13 +57,13 @@ lint: install
 	$(BIN)/ruff check src tests bench
 
 # Every test, slow interop and Spark ones included; coverage of the coordinator core must stay >= 95%.
-test: install lint
+test: install lint kafka
 	$(BIN)/python -m pytest --cov=kgroups --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/kgroups/coordinator/*' --fail-under=95
 
-# The quick loop: everything but the interop and Spark tests.
+# The quick loop: everything but the interop, Spark and real-Kafka tests.
 test-fast: install
-	$(BIN)/python -m pytest -m "not interop and not spark" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not interop and not spark and not kafka" $(PYTEST_ARGS)
 
 bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

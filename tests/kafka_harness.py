@@ -1,0 +1,267 @@
+"""Apache Kafka in the test loop: a real single-node Kafka broker beside `kgroups serve`.
+
+kgroups claims to behave as Kafka does; this module lets a test ask Kafka itself. `make kafka`
+copies the pinned Apache Kafka jars (tests/kafka/pom.xml) into `$KAFKA_HOME/lib`, by default
+`~/.cache/kgroups/kafka-4.3.1`, outside git.
+
+API
+- `KafkaBroker(workdir, settings=..., jvm_options=...)`: one combined KRaft controller+broker
+  JVM. `start()` formats its storage in `workdir/data` (first start only), binds free
+  127.0.0.1 ports for the client listener and the controller, and returns once the broker
+  answers ApiVersions and its group coordinator answers FindCoordinator (so
+  `__consumer_offsets` exists). `stop()` (SIGTERM, graceful), `kill()` (SIGKILL), `close()`;
+  `start()` again keeps ports and data. `bootstrap`, `host`, `port`, `log_path` (log4j2 output),
+  `log_text()`, `data_dir` (the KRaft log dir), `start_seconds` (last start's wall time).
+- `KAFKA_TEST_SETTINGS`: the group settings both brokers of the shared fixtures run with
+  (initial rebalance delay 0, one `__consumer_offsets` partition, session timeouts 500 ms to
+  30 min); pass your own `settings` to start one configured differently.
+- `run_kafka_tool(main_class, args, ...)`: runs one of Kafka's command-line tools on the same
+  classpath (e.g. `org.apache.kafka.tools.consumer.group.ConsumerGroupCommand`,
+  `org.apache.kafka.tools.TopicCommand`, `org.apache.kafka.tools.GetOffsetShell`,
+  `org.apache.kafka.tools.DumpLogSegments`, `org.apache.kafka.tools.consumer.ConsoleConsumer`,
+  `org.apache.kafka.tools.ConsoleProducer`) and returns the CompletedProcess (text mode).
+- `kafka_classpath()`, `java_command()`: for helpers that start their own JVMs against the jars.
+- Fixtures (exposed by tests/conftest.py): `kafka_broker` (session-scoped KafkaBroker),
+  `kgroups_broker` (session-scoped `kgroups serve`, a tests/broker ServerProcess, with the same
+  settings), and `any_broker`, parametrized over both (`kafka` / `kgroups`, the Kafka case
+  carrying the `kafka` marker). Both expose `.bootstrap`, `.host`, `.port`, `.log_text()`.
+  The session brokers are shared: give every test its own group ids and topic names.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from tests.broker.conftest import ServerProcess
+
+from kgroups.broker.wire_client import KafkaWireClient, WireError
+
+KAFKA_VERSION = "4.3.1"
+KAFKA_HOME = Path(os.environ.get(
+    "KAFKA_HOME", Path.home() / ".cache" / "kgroups" / f"kafka-{KAFKA_VERSION}"))
+LOG4J2_CONFIG = Path(__file__).parent / "kafka" / "log4j2.properties"
+STARTUP_TIMEOUT_S = 90.0
+
+KAFKA_TEST_SETTINGS: Mapping[str, str] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",
+    "group.max.session.timeout.ms": "1800000",
+    "offsets.topic.num.partitions": "1",
+    "offsets.topic.replication.factor": "1",
+}
+
+# Settings only Kafka needs to run as a single node; kgroups has no replication to configure.
+_SINGLE_NODE: Mapping[str, str] = {
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "log.flush.interval.messages": "9223372036854775807",
+}
+
+
+def kafka_classpath() -> str:
+    """`$KAFKA_HOME/lib/*`, after checking `make kafka` has put the jars there."""
+    lib = KAFKA_HOME / "lib"
+    if not any(lib.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")):
+        raise RuntimeError(f"Apache Kafka {KAFKA_VERSION} is not in {lib}: run `make kafka`")
+    return f"{lib}/*"
+
+
+def java_command() -> str:
+    """The `java` on PATH (Kafka 4.x runs on Java 17 and later)."""
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("no `java` on PATH: run `make system-deps`")
+    return java
+
+
+def _log_options(log_path: Path | None) -> list[str]:
+    options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"]
+    if log_path is not None:
+        options.append(f"-Dkgroups.kafka.log={log_path}")
+    return options
+
+
+def run_kafka_tool(main_class: str, args: Sequence[str], *, log_path: Path | None = None,
+                   input_text: str | None = None, timeout: float = 120.0,
+                   jvm_options: Sequence[str] = ("-Xmx256m",)) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka CLI tool to completion; its log4j2 output goes to `log_path` (default:
+    its stderr). The caller checks `returncode`: tools exit non-zero on user errors too."""
+    command = [java_command(), *jvm_options, *_log_options(log_path), "-cp", kafka_classpath(),
+               main_class, *args]
+    return subprocess.run(command, input=input_text, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class KafkaBroker:
+    """One KRaft controller+broker JVM with its data under `workdir` (see the module doc)."""
+
+    workdir: Path
+    settings: Mapping[str, str] = field(default_factory=lambda: dict(KAFKA_TEST_SETTINGS))
+    jvm_options: Sequence[str] = ("-Xmx512m", "-Xms512m", "-XX:+UseSerialGC")
+    host: str = "127.0.0.1"
+    port: int = 0
+    controller_port: int = 0
+    start_seconds: float = 0.0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workdir / "data"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "kafka.log"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.workdir / "server.properties"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _write_properties(self) -> None:
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
+                         f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
+            "log.dirs": str(self.data_dir),
+            **_SINGLE_NODE,
+            **self.settings,
+        }
+        self.properties_path.write_text(
+            "".join(f"{key}={value}\n" for key, value in properties.items()))
+
+    def _format_storage(self) -> None:
+        """`kafka-storage.sh format --standalone`: this node is the whole controller quorum."""
+        result = subprocess.run(
+            [java_command(), "-Xmx256m", *_log_options(self.log_path), "-cp", kafka_classpath(),
+             "kafka.tools.StorageTool", "format", "--cluster-id", _cluster_id(),
+             "--config", str(self.properties_path), "--standalone"],
+            capture_output=True, text=True, timeout=120, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{result.stdout}{result.stderr}")
+
+    def start(self) -> None:
+        began = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port, self.controller_port = _free_port(), _free_port()
+        self._write_properties()
+        if not (self.data_dir / "meta.properties").exists():
+            self._format_storage()
+        console = (self.workdir / "console.out").open("ab")
+        self.process = subprocess.Popen(
+            [java_command(), *self.jvm_options, *_log_options(self.log_path),
+             "-cp", kafka_classpath(), "kafka.Kafka", str(self.properties_path)],
+            stdout=console, stderr=subprocess.STDOUT)
+        console.close()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        self.start_seconds = time.monotonic() - began
+
+    def _wait_ready(self) -> None:
+        """ApiVersions first, then FindCoordinator until `__consumer_offsets` has a leader:
+        until then group requests get COORDINATOR_NOT_AVAILABLE, which no test means to see."""
+        assert self.process is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {self.process.returncode}; log:\n"
+                                   f"{self.log_text()[-5000:]}")
+            try:
+                with KafkaWireClient(self.host, self.port, client_id="kafka-harness",
+                                     timeout=10) as client:
+                    response = client.call(FindCoordinatorRequest(
+                        key_type=0, coordinator_keys=("kafka-harness-probe",)))
+                    if all(int(c.error_code) == 0 for c in response.coordinators):
+                        return
+            except WireError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"Kafka did not become ready in {STARTUP_TIMEOUT_S}s; log:\n"
+                           f"{self.log_text()[-5000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM: Kafka's controlled shutdown, which flushes and closes its logs cleanly."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+def _cluster_id() -> str:
+    """A fresh Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def kgroups_overrides(settings: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(f"{key}={value}" for key, value in settings.items())
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kgroups_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    workdir = tmp_path_factory.mktemp("kgroups")
+    server = ServerProcess(workdir / "data", workdir / "server.log",
+                           kgroups_overrides(KAFKA_TEST_SETTINGS))
+    server.start()
+    yield server
+    server.stop()
+    server.close()
+
+
+@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka), "kgroups"])
+def any_broker(request: pytest.FixtureRequest) -> Any:
+    """Either session broker; the test id says which (`[kafka]` / `[kgroups]`)."""
+    return request.getfixturevalue(f"{request.param}_broker")
+
