@@ -34,9 +34,10 @@ class AdminError(RuntimeError):
     """An operation the broker refused or that makes no sense for the group's state."""
 
 
-def _check(error_code: int, what: str) -> None:
+def _check(error_code: int, what: str, message: str | None = None) -> None:
     if int(error_code) != ErrorCode.NONE:
-        raise AdminError(f"{what}: {ErrorCode(int(error_code)).name}")
+        detail = f" ({message})" if message else ""
+        raise AdminError(f"{what}: {ErrorCode(int(error_code)).name}{detail}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ def connect_to_coordinator(bootstrap: KafkaWireClient, group_id: str) -> KafkaWi
     bootstrap.require(10, 4, "FindCoordinator")
     response = bootstrap.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
     (coordinator,) = response.coordinators
-    _check(coordinator.error_code, f"FindCoordinator({group_id})")
+    _check(coordinator.error_code, f"FindCoordinator({group_id})", coordinator.error_message)
     if (coordinator.host, int(coordinator.port)) == (bootstrap.host, bootstrap.port):
         return bootstrap
     return KafkaWireClient(coordinator.host, int(coordinator.port), client_id=bootstrap.client_id)

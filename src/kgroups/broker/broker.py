@@ -13,6 +13,7 @@ import logging
 import socket
 
 from kgroups.broker.api import HandlerRegistry
+from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.cluster_handlers import ProducerIdAllocator
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
@@ -84,11 +85,16 @@ class Broker:
         for module_name in HANDLER_MODULES:
             importlib.import_module(module_name).install(self.registry)
         self._server = BrokerServer(self)
-        self._cleaner: asyncio.Task[None] | None = None
+        self.background = BackgroundTasks()
         self.coordinator = CoordinatorRuntime(self)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
+
+    def task_failures(self) -> dict[str, str]:
+        """Background tasks that crashed (name -> error): the broker's own and the
+        coordinator's (its loader, its offsets cleaner)."""
+        return {**self.background.failures, **self.coordinator.background.failures}
 
     @property
     def node_id(self) -> int:
@@ -105,8 +111,8 @@ class Broker:
         the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
-        self._cleaner = asyncio.create_task(
-            run_cleaner(self, self.config.log_retention_check_interval_ms))
+        self.background.spawn(
+            "log-cleaner", run_cleaner(self, self.config.log_retention_check_interval_ms))
         self.host, self.port = await self._server.start(self.config.host, self.config.port)
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
@@ -115,13 +121,14 @@ class Broker:
         """Stop accepting, close connections, make everything written durable, close files."""
         await self._server.stop()
         await self.coordinator.stop()
-        if self._cleaner is not None:
-            self._cleaner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._cleaner
+        await self.background.cancel_all()
         for topic, partition in self.logs.partitions():
-            log = self.logs.get(topic, partition)
-            if log is not None:
-                log.flush()
+            try:
+                log = self.logs.get(topic, partition)
+                if log is not None:
+                    log.flush()
+            except OSError as exc:  # offline, or the disk failed: the rest still get flushed
+                log_event(logger, logging.ERROR, "final_flush_failed", topic=topic,
+                          partition=partition, error=exc)
         self.logs.close()
         log_event(logger, logging.INFO, "broker_stopped", port=self.port)

@@ -99,17 +99,25 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(10, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
-    # Transactions are not implemented, so only group keys have a coordinator.
-    error = ErrorCode.NONE if key_type == GROUP_KEY_TYPE else ErrorCode.COORDINATOR_NOT_AVAILABLE
-    found = {"node_id": broker.node_id if error == ErrorCode.NONE else -1,
-             "host": broker.advertised_host if error == ErrorCode.NONE else "",
-             "port": broker.advertised_port if error == ErrorCode.NONE else -1,
-             "error_code": kio_error(error),
-             "error_message": None if error == ErrorCode.NONE else "transactions are not supported"}
+
+    def answer(key: str) -> dict[str, Any]:
+        # Transactions are not implemented, so only group keys have a coordinator; a group whose
+        # __consumer_offsets partition failed to load has none either (Kafka's answer for a
+        # partition that is offline), and the message says why.
+        failure = ("transactions are not supported" if key_type != GROUP_KEY_TYPE
+                   else broker.coordinator.partition_failure(key))
+        if failure is None:
+            return {"node_id": broker.node_id, "host": broker.advertised_host,
+                    "port": broker.advertised_port, "error_code": kio_error(ErrorCode.NONE),
+                    "error_message": None}
+        return {"node_id": -1, "host": "", "port": -1,
+                "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": failure}
+
     if ctx.api_version < 4:
-        return build(response_cls, throttle_time=NO_THROTTLE, **found)
+        return build(response_cls, throttle_time=NO_THROTTLE, **answer(request.key))
     coordinator_cls = sibling(response_cls, "Coordinator")
-    coordinators = tuple(build(coordinator_cls, key=key, **found)
+    coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
                          for key in request.coordinator_keys)
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
 

@@ -6,18 +6,25 @@ on a write is released only after the fsync, via GroupCommit), and the core's ti
 one loop timer at `next_deadline()`. On start every __consumer_offsets partition is replayed into
 the core in the background; requests for a partition still loading get
 COORDINATOR_LOAD_IN_PROGRESS from the core and clients retry, as with Kafka.
+
+A partition that cannot be loaded (a damaged segment, an I/O error, a bug in the loader) is
+failed, as Kafka's coordinator runtime fails it: one ERROR line says why (file and byte for
+damage), its groups answer NOT_COORDINATOR to group requests, and FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE with that reason, which `kgroups groups describe` prints. Nothing of
+a damaged partition is loaded: loading what precedes the damage would move committed offsets
+back, and the next compaction would make that permanent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.coordinator import (
@@ -29,9 +36,10 @@ from kgroups.coordinator import (
 from kgroups.coordinator import api as core
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, Write
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch
+from kgroups.log.batch import BatchCorruptError, build_batch
 from kgroups.log.compaction import compact
 from kgroups.log.partition_log import PartitionLog
+from kgroups.log.segment import Segment, SegmentCorruptError
 from kgroups.records.codec import encode_record
 
 if TYPE_CHECKING:
@@ -72,11 +80,28 @@ def read_partition_image(log: PartitionLog) -> tuple[PartitionImage, int, int]:
     """Fold one __consumer_offsets partition into its latest value per key (off the loop: a
     big log takes a while) by the coordinator's bulk replay path. Returns the image, the data
     records read, and how many keys were skipped because their last record does not decode
-    (they cannot be replayed; the caller logs them)."""
-    latest, count = latest_values(b"".join(s.pread(s.size, 0) for s in log.segments()))
+    (they cannot be replayed; the caller logs them). Damage raises SegmentCorruptError naming
+    the segment file and the byte in it."""
+    segments = log.segments()
+    data = b"".join(s.pread(s.size, 0) for s in segments)
+    try:
+        latest, count = latest_values(data)
+    except BatchCorruptError as exc:
+        raise _locate(segments, exc) from exc
     image = PartitionImage()
     skipped = image.apply_raw(latest.items(), skip_undecodable=True)
     return image, count, skipped
+
+
+def _locate(segments: list[Segment], exc: BatchCorruptError) -> SegmentCorruptError:
+    """The segment file and byte of a position in the segments' concatenated bytes."""
+    position = exc.position
+    for segment in segments:
+        if position < segment.size or segment is segments[-1]:
+            reason = str(exc).replace(f" at byte {exc.position}", "")
+            return SegmentCorruptError(segment.log_path, position, reason)
+        position -= segment.size
+    raise exc  # no segments: nothing to blame
 
 
 class CoordinatorRuntime:
@@ -90,7 +115,8 @@ class CoordinatorRuntime:
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
-        self._background: set[asyncio.Task[None]] = set()
+        self.background = BackgroundTasks()
+        self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
         self._loaded = asyncio.Event()
         self._cleaner_backoff_ms = int(
             broker.config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
@@ -111,8 +137,9 @@ class CoordinatorRuntime:
             )
         for partition in range(partitions):
             self.core.begin_loading(partition)
-        self._spawn(self._load_all(partitions))
-        self._spawn(self._compact_periodically(partitions))
+        self.background.spawn("offsets-loader", self._load_all(partitions),
+                              on_crash=self._loader_crashed)
+        self.background.spawn("offsets-cleaner", self._compact_periodically(partitions))
 
     async def wait_loaded(self) -> None:
         await self._loaded.wait()
@@ -123,28 +150,26 @@ class CoordinatorRuntime:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        tasks = list(self._background)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.background.cancel_all()
         for future in self._waiting.values():
             if not future.done():
                 future.cancel()
         self._waiting.clear()
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    def partition_failure(self, group_id: str) -> str | None:
+        """Why the group's __consumer_offsets partition is not served, if it failed."""
+        return self.failed_partitions.get(self.core.partition_of(group_id))
 
     async def _load_all(self, partitions: int) -> None:
         started = time.monotonic()
         total = 0
         for partition in range(partitions):
-            log = self._broker.logs.get_or_create(OFFSETS_TOPIC, partition)
-            image, count, skipped = await asyncio.to_thread(read_partition_image, log)
+            try:
+                log = self._broker.logs.get_or_create(OFFSETS_TOPIC, partition)
+                image, count, skipped = await asyncio.to_thread(read_partition_image, log)
+            except (BatchCorruptError, OSError) as exc:
+                self._fail_partition(partition, exc)
+                continue
             if skipped:
                 log_event(logger, logging.WARNING, "offsets_records_skipped",
                           partition=partition, count=skipped)
@@ -154,12 +179,24 @@ class CoordinatorRuntime:
             except ValueError as exc:
                 # Records of groups placed elsewhere (written by hand through Produce): the
                 # partition stays unowned rather than serving groups from the wrong place.
-                log_event(logger, logging.ERROR, "offsets_partition_not_loaded",
-                          partition=partition, error=exc)
-                self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+                self._fail_partition(partition, exc)
         self._loaded.set()
         log_event(logger, logging.INFO, "offsets_loaded", partitions=partitions, records=total,
+                  failed=len(self.failed_partitions),
                   ms=round((time.monotonic() - started) * 1000))
+
+    def _fail_partition(self, partition: int, error: BaseException) -> None:
+        """Stop loading `partition` for good: its groups get NOT_COORDINATOR from now on."""
+        self.failed_partitions[partition] = f"{OFFSETS_TOPIC}-{partition} failed to load: {error}"
+        log_event(logger, logging.ERROR, "offsets_partition_failed", partition=partition,
+                  error=error)
+        self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+
+    def _loader_crashed(self, error: BaseException) -> None:
+        """The loader died of something unforeseen: what it had not loaded fails with it."""
+        for partition in sorted(self.core.loading_partitions):
+            self._fail_partition(partition, error)
+        self._loaded.set()
 
     async def _compact_periodically(self, partitions: int) -> None:
         """Kafka's log cleaner for __consumer_offsets: keep the latest record per key."""
@@ -167,10 +204,17 @@ class CoordinatorRuntime:
         while True:
             await asyncio.sleep(self._cleaner_backoff_ms / 1000)
             for partition in range(partitions):
-                log = self._broker.logs.get(OFFSETS_TOPIC, partition)
-                if log is None or len(log.segments()) < 2:
+                if partition in self.failed_partitions:
                     continue
-                result = compact(log, wall_clock_ms())
+                try:
+                    log = self._broker.logs.get(OFFSETS_TOPIC, partition)
+                    if log is None or len(log.segments()) < 2:
+                        continue
+                    result = compact(log, wall_clock_ms())
+                except OSError as exc:  # a full disk, say: try again next round
+                    log_event(logger, logging.ERROR, "offsets_compaction_failed",
+                              partition=partition, error=exc)
+                    continue
                 if result.records_removed:
                     log_event(logger, logging.INFO, "offsets_compacted", partition=partition,
                               removed=result.records_removed, kept=result.records_kept)
@@ -225,7 +269,7 @@ class CoordinatorRuntime:
             )
             return
         self._broker.appends.notify()
-        self._spawn(self._await_durable(write.write_id, log))
+        self.background.spawn("offsets-fsync", self._await_durable(write.write_id, log))
 
     async def _await_durable(self, write_id: int, log: PartitionLog) -> None:
         error: ErrorCode | None = None

@@ -35,7 +35,10 @@ class PartitionRead:
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
                     budget: int) -> PartitionRead:
     index = int(request_partition.partition)
-    log = ctx.broker.topics.log(topic, index)
+    try:
+        log = ctx.broker.topics.log(topic, index)
+    except OSError:  # the partition's log could not be opened (logged once, there)
+        return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR)
     if log is None:
         return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     start, end = log.log_start_offset, log.log_end_offset

@@ -28,7 +28,10 @@ def _lookup(
     ctx: RequestContext, topic: str, partition: int, timestamp: int
 ) -> tuple[ErrorCode, int, int]:
     """(error, offset, timestamp) for one partition."""
-    log = ctx.broker.topics.log(topic, partition)
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError:  # the partition's log could not be opened (logged once, there)
+        return ErrorCode.KAFKA_STORAGE_ERROR, NOT_FOUND, NO_TIMESTAMP
     if log is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND, NO_TIMESTAMP
     if timestamp == LATEST_TIMESTAMP:

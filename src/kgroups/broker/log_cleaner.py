@@ -29,30 +29,36 @@ def clean_once(broker: Broker, now_ms: int) -> int:
     for topic, partition in broker.logs.partitions():
         if topic == OFFSETS_TOPIC:
             continue
-        log = broker.logs.get(topic, partition)
-        if log is None:
-            continue
-        if log.config.compacted:
-            result = compact(log, now_ms)
-            if result.records_removed:
-                log_event(logger, logging.INFO, "log_compacted", topic=topic,
-                          partition=partition, removed=result.records_removed,
-                          kept=result.records_kept)
-        if log.config.deletes:
-            deleted = log.apply_retention(now_ms)
-            if deleted:
-                log_event(logger, logging.INFO, "segments_deleted", topic=topic,
-                          partition=partition, segments=deleted,
-                          log_start_offset=log.log_start_offset)
-            deleted_total += deleted
+        try:
+            deleted_total += _clean_partition(broker, topic, partition, now_ms)
+        except OSError as exc:  # a full disk or an offline partition: the others still get cleaned
+            log_event(logger, logging.ERROR, "log_cleaning_failed", topic=topic,
+                      partition=partition, error=exc)
     return deleted_total
 
 
+def _clean_partition(broker: Broker, topic: str, partition: int, now_ms: int) -> int:
+    log = broker.logs.get(topic, partition)
+    if log is None:
+        return 0
+    if log.config.compacted:
+        result = compact(log, now_ms)
+        if result.records_removed:
+            log_event(logger, logging.INFO, "log_compacted", topic=topic,
+                      partition=partition, removed=result.records_removed,
+                      kept=result.records_kept)
+    if not log.config.deletes:
+        return 0
+    deleted = log.apply_retention(now_ms)
+    if deleted:
+        log_event(logger, logging.INFO, "segments_deleted", topic=topic,
+                  partition=partition, segments=deleted, log_start_offset=log.log_start_offset)
+    return deleted
+
+
 async def run_cleaner(broker: Broker, interval_ms: int) -> None:
-    """Forever: wait an interval, clean, repeat (cancelled when the broker stops)."""
+    """Forever: wait an interval, clean, repeat (cancelled when the broker stops). Disk errors
+    are logged per partition; anything else ends the task, which the broker logs and records."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        try:
-            clean_once(broker, int(time.time() * 1000))
-        except OSError as exc:
-            log_event(logger, logging.ERROR, "log_cleaning_failed", error=exc)
+        clean_once(broker, int(time.time() * 1000))

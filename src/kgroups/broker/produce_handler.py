@@ -8,6 +8,10 @@ vouches for the bytes. For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
+
+A disk error answers KAFKA_STORAGE_ERROR, as Kafka does for a partition on a failed log dir: a
+failed write leaves the log as it was (nothing half-written), and a failed fsync is never
+acknowledged. Producers retry the error; the partition takes writes again once the disk does.
 """
 
 from __future__ import annotations
@@ -90,7 +94,10 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     if topic in INTERNAL_TOPICS:
         return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                 message=f"cannot produce to internal topic {topic}")
-    log = broker.topics.log(topic, partition)
+    try:
+        log = broker.topics.log(topic, partition)
+    except OSError as exc:  # the partition's log could not be opened (logged once, there)
+        return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)

@@ -3,7 +3,9 @@ append that was waiting when it started.
 
 A waiter needs an fsync that *began after* its call (one already running may have missed its
 bytes), so each log has at most one fsync running and one gathering the next round of waiters.
-The fsync runs in a worker thread so the event loop keeps serving requests meanwhile.
+The fsync runs in a worker thread so the event loop keeps serving requests meanwhile. A failed
+fsync fails every waiter of its round (none of them is acknowledged) and, through the log, every
+later one: see `PartitionLog.flush`.
 """
 
 from __future__ import annotations
@@ -45,14 +47,15 @@ class GroupCommit:
         """Return once everything appended to `log` before this call is on disk."""
         state = self._state.setdefault(log, _LogSync())
         if state.running is None:
-            state.running = asyncio.ensure_future(self._sync(log, state))
+            state.running = _quiet(asyncio.ensure_future(self._sync(log, state)))
             await asyncio.shield(state.running)
             return
         if not state.fsync_started:  # its fsync has not begun: it will cover this caller too
             await asyncio.shield(state.running)
             return
         if state.next_round is None:
-            state.next_round = asyncio.ensure_future(self._after(log, state, state.running))
+            state.next_round = _quiet(
+                asyncio.ensure_future(self._after(log, state, state.running)))
         await asyncio.shield(state.next_round)
 
     async def _after(
@@ -62,7 +65,7 @@ class GroupCommit:
         with contextlib.suppress(Exception):
             await previous
         state.next_round = None
-        state.running = asyncio.ensure_future(self._sync(log, state))
+        state.running = _quiet(asyncio.ensure_future(self._sync(log, state)))
         await state.running
 
     async def _sync(self, log: PartitionLog, state: _LogSync) -> None:
@@ -76,3 +79,10 @@ class GroupCommit:
         finally:
             if state.next_round is None:
                 state.running = None
+
+
+def _quiet(round_: asyncio.Future[None]) -> asyncio.Future[None]:
+    """Mark a round's failure as seen even if every waiter was cancelled: the log reported it
+    (once, at ERROR), and "exception was never retrieved" would only repeat it later."""
+    round_.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return round_

@@ -1,15 +1,33 @@
-"""Every partition log under one data directory, named `<topic>-<partition>` as Kafka names them."""
+"""Every partition log under one data directory, named `<topic>-<partition>` as Kafka names them.
+
+A partition whose log cannot be opened (a damaged older segment, an I/O error) is kept offline:
+asking for it raises PartitionOfflineError, Kafka's KAFKA_STORAGE_ERROR, instead of retrying
+the open on every request; the cause is logged once. Its files are left untouched for an
+operator to look at; restarting the broker tries again.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
 
+from kgroups.log.batch import BatchCorruptError
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionOfflineError(OSError):
+    """The partition's log could not be opened; `cause` says why (file and byte if damaged)."""
+
+    def __init__(self, topic: str, partition: int, cause: Exception) -> None:
+        super().__init__(f"{topic}-{partition} is offline: {cause}")
+        self.cause = cause
 
 
 class LogManager:
@@ -27,6 +45,7 @@ class LogManager:
         self.config = config
         self._topic_configs = dict(topic_configs or {})
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._offline: dict[tuple[str, int], PartitionOfflineError] = {}
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic) or self.config.for_topic(topic)
@@ -44,8 +63,13 @@ class LogManager:
                 found.add((match.group(1), int(match.group(2))))
         return sorted(found)
 
+    def offline(self) -> dict[tuple[str, int], PartitionOfflineError]:
+        """Partitions that could not be opened, with why."""
+        return dict(self._offline)
+
     def get(self, topic: str, partition: int) -> PartitionLog | None:
-        """The partition's log if it exists (opening it from disk if needed), else None."""
+        """The partition's log if it exists (opening it from disk if needed), else None;
+        raises PartitionOfflineError if it exists but cannot be opened."""
         log = self._logs.get((topic, partition))
         if log is None and self._directory(topic, partition).is_dir():
             log = self._open(topic, partition)
@@ -58,6 +82,7 @@ class LogManager:
         for name, partition in self.partitions():
             if name != topic:
                 continue
+            self._offline.pop((name, partition), None)
             log = self._logs.pop((name, partition), None)
             if log is not None:
                 log.close()
@@ -76,6 +101,15 @@ class LogManager:
             raise ValueError(f"partition must be >= 0, not {partition}")
         if not topic or "/" in topic or topic in (".", ".."):
             raise ValueError(f"{topic!r} is not a usable topic name")
-        log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic))
+        offline = self._offline.get((topic, partition))
+        if offline is not None:
+            raise offline
+        try:
+            log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic))
+        except (BatchCorruptError, OSError) as exc:
+            offline = PartitionOfflineError(topic, partition, exc)
+            self._offline[(topic, partition)] = offline
+            logger.error("partition %s-%d is offline: %s", topic, partition, exc)
+            raise offline from exc
         self._logs[(topic, partition)] = log
         return log

@@ -3,11 +3,22 @@
 Appends go to the last (active) segment and become durable only at `flush()`; the durability
 module batches concurrent waiters onto shared flushes. Before a segment is rolled it is synced,
 so after a crash only the active segment can hold a torn batch: `open` checks it batch by batch
-(CRC included), cuts it back to the last whole batch and says so in one log line.
+(CRC included), cuts it back to the last whole batch and says so in one log line. Older segments
+were whole when they were synced, so a batch that does not fit in one of them is damage, not a
+crash: `open` walks their batch headers and refuses the whole log (SegmentCorruptError, naming
+file and byte) rather than cut away what follows, which was acknowledged.
+
+Disk errors follow Kafka's log.dir failure handling, scaled to one partition: a failed append
+leaves the files as they were (see `Segment.append`) and the log refuses appends with an
+OSError, Kafka's KAFKA_STORAGE_ERROR, until one succeeds again. A failed fsync is worse: the
+kernel may already have dropped the pages it could not write, so nothing written since the last
+good fsync can be trusted; the log then stays offline for writes until it is opened again, when
+the active segment's CRC check decides what survived.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -25,7 +36,7 @@ from kgroups.log.batch import (
     set_base_offset,
 )
 from kgroups.log.config import LogConfig
-from kgroups.log.segment import SCAN_WINDOW, Segment
+from kgroups.log.segment import SCAN_WINDOW, Segment, SegmentCorruptError
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +48,10 @@ _LEFTOVER_SUFFIX = ".cleaned"
 
 class OffsetOutOfRangeError(ValueError):
     """A fetch below the log start or beyond the log end (Kafka's OFFSET_OUT_OF_RANGE)."""
+
+
+class LogOfflineError(OSError):
+    """The log takes no appends and no flushes until it is opened again (a failed fsync)."""
 
 
 class PartitionLog:
@@ -55,6 +70,8 @@ class PartitionLog:
         self._dirty: set[Segment] = set()
         self._directory_dirty = False
         self._sync_lock = threading.Lock()
+        self.write_error: str | None = None  # the last append failed; cleared by a good one
+        self.sync_failure: OSError | None = None  # an fsync failed: offline until reopened
 
     # ----------------------------------------------------------------------------- opening
 
@@ -70,10 +87,17 @@ class PartitionLog:
             if match
         )
         segments = [Segment(directory, base) for base in bases] or [Segment(directory, 0)]
-        for segment, next_segment in pairwise(segments):
-            segment.next_offset = next_segment.base_offset
-            if not segment.load_index():
-                segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
+        try:
+            for segment, next_segment in pairwise(segments):
+                segment.next_offset = next_segment.base_offset
+                if segment.load_index():
+                    segment.check_framing()
+                else:
+                    segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
+        except (SegmentCorruptError, OSError):
+            for segment in segments:
+                segment.close()
+            raise
         _recover_active(segments[-1], config)
         log = cls(directory, config, segments)
         fsync_path(directory)
@@ -108,22 +132,52 @@ class PartitionLog:
             raise BatchCorruptError(
                 f"batch has lastOffsetDelta {header[6]} and {header[12]} records", 0
             )
-        active = self._segments[-1]
-        if active.size and active.size + len(batch) > self.config.segment_bytes:
-            active = self._roll()
-        base = active.next_offset
-        last = base + header[6]
-        active.append(set_base_offset(batch, base), last, self.config.index_interval_bytes)
+        if self.sync_failure is not None:
+            raise self._offline()
+        try:
+            active = self._segments[-1]
+            if active.size and active.size + len(batch) > self.config.segment_bytes:
+                active = self._roll()
+            base = active.next_offset
+            last = base + header[6]
+            active.append(set_base_offset(batch, base), last, self.config.index_interval_bytes)
+        except OSError as exc:
+            if self.write_error is None and self.sync_failure is None:
+                logger.error("append to %s failed (%s): it answers KAFKA_STORAGE_ERROR until an "
+                             "append succeeds again", self.directory, exc)
+            self.write_error = str(exc)
+            raise
+        if self.write_error is not None:
+            logger.warning("appends to %s succeed again", self.directory)
+            self.write_error = None
         with self._sync_lock:
             self._dirty.add(active)
         return base, last
+
+    def _offline(self) -> LogOfflineError:
+        return LogOfflineError(
+            errno.EIO, f"{self.directory} is offline until it is opened again: an fsync failed "
+                       f"({self.sync_failure})")
+
+    def _note_sync_failure(self, exc: OSError) -> None:
+        """Called with the sync lock held."""
+        if self.sync_failure is None:
+            self.sync_failure = exc
+            logger.error("fsync of %s failed (%s): what was written since the last good fsync "
+                         "is in doubt; the partition takes no more writes until the broker "
+                         "restarts", self.directory, exc)
 
     def _roll(self) -> Segment:
         """Start a new segment at the log end, after syncing the old one, so that a crash can
         only ever tear the newest segment."""
         old = self._segments[-1]
+        old.repair_tail()
         with self._sync_lock:
-            old.sync()
+            try:
+                old.sync()
+            except OSError as exc:
+                self._note_sync_failure(exc)
+                raise
             self._dirty.discard(old)
             self._directory_dirty = True
         segment = Segment(self.directory, old.next_offset)
@@ -135,12 +189,18 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync everything appended so far (safe to call from a worker thread)."""
         with self._sync_lock:
-            dirty, self._dirty = self._dirty, set()
-            directory_dirty, self._directory_dirty = self._directory_dirty, False
-            for segment in dirty:
-                segment.sync()
-            if directory_dirty:
-                fsync_path(self.directory)
+            if self.sync_failure is not None:
+                raise self._offline()
+            try:
+                for segment in list(self._dirty):
+                    segment.sync()
+                    self._dirty.discard(segment)
+                if self._directory_dirty:
+                    fsync_path(self.directory)
+                    self._directory_dirty = False
+            except OSError as exc:
+                self._note_sync_failure(exc)
+                raise
 
     # ----------------------------------------------------------------------------- reading
 
@@ -195,10 +255,14 @@ class PartitionLog:
                 fsync_path(self.directory)
                 return
             side = segment.log_path.with_name(segment.log_path.name + ".cleaned")
-            with open(side, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
+            try:
+                with open(side, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError:
+                side.unlink(missing_ok=True)  # the original is untouched; free the space
+                raise
             segment.close()
             os.replace(side, segment.log_path)
             fsync_path(self.directory)

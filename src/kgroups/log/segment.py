@@ -4,10 +4,17 @@ The offset index is Kafka's: 8-byte entries (offset relative to the segment's ba
 byte position as int32), one per `index.interval.bytes` of log, each naming the last offset of
 the batch that starts at that position. It is only a shortcut into the log: an index that does
 not make sense is rebuilt from the log rather than trusted.
+
+A failed or short write (ENOSPC, EIO) must not leave part of a batch in the file: the next
+append would land after it and every batch from there on would be unreadable. So an append that
+fails cuts both files back to where they ended before it, and the in-memory size and index only
+move once the bytes are written. If even that cut fails, the segment remembers it and every
+later append tries the cut again first, failing until it succeeds.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from array import array
@@ -15,6 +22,8 @@ from bisect import bisect_left
 from pathlib import Path
 
 from kgroups.log.batch import HEADER_SIZE, BatchCorruptError, peek_batch_header
+
+logger = logging.getLogger(__name__)
 
 INDEX_ENTRY = struct.Struct(">ii")
 SCAN_WINDOW = 256 * 1024
@@ -24,6 +33,25 @@ _MAX_TIMESTAMP_AT = 35
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+class SegmentCorruptError(BatchCorruptError):
+    """A batch inside a segment that is not where the log says it is; names file and byte."""
+
+    def __init__(self, path: Path, position: int, reason: str) -> None:
+        super().__init__(f"corrupt batch in {path} at byte {position}: {reason}", position)
+        self.path = path
+        self.reason = reason
+
+
+class UnrepairedTailError(OSError):
+    """An earlier failed append left bytes at the end of a segment that could not be cut off."""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 class Segment:
@@ -41,28 +69,61 @@ class Segment:
         self.bytes_since_index = 0
         self.next_offset = base_offset
         self.cached_max_timestamp: int | None = None
+        self._unrepaired: tuple[int, int] | None = None  # (log size, index size) to cut back to
 
     # --------------------------------------------------------------------------- writing
 
     def append(self, data: bytes, last_offset: int, index_interval_bytes: int) -> None:
+        """Write one batch at the end; on any OSError the files are as they were before."""
+        self.repair_tail()
         position = self.size
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        index_size = len(self.index_offsets) * INDEX_ENTRY.size
+        add_entry = self.bytes_since_index > index_interval_bytes
+        try:
+            _write_all(self.fd, data)
+            if add_entry:
+                _write_all(self.index_fd,
+                           INDEX_ENTRY.pack(last_offset - self.base_offset, position))
+        except OSError:
+            self._cut_back(position, index_size)
+            raise
         self.size += len(data)
         self.next_offset = last_offset + 1
         self.cached_max_timestamp = None
-        if self.bytes_since_index > index_interval_bytes:
-            self._add_index_entry(last_offset, position, write=True)
+        if add_entry:
+            self.index_offsets.append(last_offset)
+            self.index_positions.append(position)
             self.bytes_since_index = 0
         self.bytes_since_index += len(data)
 
-    def _add_index_entry(self, last_offset: int, position: int, *, write: bool) -> None:
+    def _cut_back(self, size: int, index_size: int) -> None:
+        try:
+            os.ftruncate(self.fd, size)
+            os.ftruncate(self.index_fd, index_size)
+        except OSError as exc:
+            self._unrepaired = (size, index_size)
+            logger.error("could not cut %s back to byte %d after a failed append (%s): no "
+                         "appends to it until that cut succeeds", self.log_path, size, exc)
+
+    def repair_tail(self) -> None:
+        """Cut off what a failed append left behind, if an earlier cut failed; raises
+        UnrepairedTailError while it still cannot."""
+        if self._unrepaired is None:
+            return
+        size, index_size = self._unrepaired
+        try:
+            os.ftruncate(self.fd, size)
+            os.ftruncate(self.index_fd, index_size)
+        except OSError as exc:
+            raise UnrepairedTailError(
+                exc.errno, f"{self.log_path} still ends in a failed append past byte {size}: "
+                           f"{exc.strerror}") from exc
+        self._unrepaired = None
+        logger.warning("cut %s back to byte %d: appends resume", self.log_path, size)
+
+    def _add_index_entry(self, last_offset: int, position: int) -> None:
         self.index_offsets.append(last_offset)
         self.index_positions.append(position)
-        if write:
-            os.write(self.index_fd, INDEX_ENTRY.pack(last_offset - self.base_offset, position))
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
@@ -84,31 +145,50 @@ class Segment:
     # --------------------------------------------------------------------------- reading
 
     def pread(self, size: int, position: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        """Up to `size` bytes at `position`, never past the segment's end: bytes beyond it are
+        not part of the log (a failed append whose cut back has not succeeded yet)."""
+        return os.pread(self.fd, max(min(size, self.size - position), 0), position)
 
     def batch_positions(self, start: int = 0) -> list[tuple[int, int, int, int]]:
         """(position, base offset, last offset, size) of every batch from `start`, reading
-        headers only. Raises BatchCorruptError at the first batch that does not fit."""
-        found = []
+        headers only. Raises SegmentCorruptError at the first batch that does not fit."""
+        found: list[tuple[int, int, int, int]] = []
+        self._walk_headers(start, found)
+        return found
+
+    def check_framing(self) -> None:
+        """Walk every batch header (magic, length, offsets moving forward) to the exact end of
+        the file, as cheaply as that can be done; raises SegmentCorruptError naming the byte."""
+        self._walk_headers(0, None)
+
+    def _walk_headers(self, start: int, found: list[tuple[int, int, int, int]] | None) -> None:
         position = start
+        expected_base = self.base_offset if start == 0 else 0
         while position < self.size:
             window = self.pread(SCAN_WINDOW, position)
             pos = 0
             while pos + HEADER_SIZE <= len(window):
-                base, last, size = peek_batch_header(window, pos)
-                if position + pos + size > self.size:
-                    raise BatchCorruptError(
-                        f"batch at byte {position + pos} runs past the end of {self.log_path}",
-                        position + pos,
-                    )
-                found.append((position + pos, base, last, size))
+                at = position + pos
+                try:
+                    base, last, size = peek_batch_header(window, pos)
+                except BatchCorruptError as exc:
+                    raise SegmentCorruptError(
+                        self.log_path, at, str(exc).replace(f" at byte {pos}", "")) from exc
+                if at + size > self.size:
+                    raise SegmentCorruptError(
+                        self.log_path, at, f"batch of {size} bytes runs past the end "
+                                           f"({self.size} bytes)")
+                if base < expected_base or last < base:
+                    raise SegmentCorruptError(
+                        self.log_path, at, f"offsets {base}..{last} do not follow "
+                                           f"{expected_base - 1}")
+                if found is not None:
+                    found.append((at, base, last, size))
+                expected_base = last + 1
                 pos += size
             if pos == 0:
-                raise BatchCorruptError(
-                    f"batch header at byte {position} of {self.log_path} is cut short", position
-                )
+                raise SegmentCorruptError(self.log_path, position, "batch header is cut short")
             position += pos
-        return found
 
     def load_index(self) -> bool:
         """Load the index file; False (and nothing loaded) when it does not fit this log."""
@@ -134,7 +214,7 @@ class Segment:
         since = 0
         for position, _base, last, size in batches:
             if since > interval:
-                self._add_index_entry(last, position, write=False)
+                self._add_index_entry(last, position)
                 since = 0
             since += size
         self.bytes_since_index = since
