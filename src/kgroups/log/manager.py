@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from kgroups.log.batch import BatchCorruptError
-from kgroups.log.config import LogConfig
+from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
@@ -32,7 +32,9 @@ class PartitionOfflineError(OSError):
 
 class LogManager:
     """Opens partition logs on first use and keeps them open; each topic gets its config from
-    `LogConfig.for_topic` (so __consumer_offsets is compacted) unless overridden."""
+    `LogConfig.for_topic` (so __consumer_offsets is compacted) unless overridden. The older
+    segments of __consumer_offsets are not walked on open: the coordinator's load that follows
+    checks every batch of them, CRC included."""
 
     def __init__(
         self,
@@ -105,7 +107,8 @@ class LogManager:
         if offline is not None:
             raise offline
         try:
-            log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic))
+            log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic),
+                                    check_older_segments=topic != OFFSETS_TOPIC)
         except (BatchCorruptError, OSError) as exc:
             offline = PartitionOfflineError(topic, partition, exc)
             self._offline[(topic, partition)] = offline
