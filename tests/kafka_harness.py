@@ -90,10 +90,12 @@ def java_command() -> str:
 
 
 def _log_options(log_path: Path | None) -> list[str]:
+    """Log4j2 output to `log_path` at INFO, or with no file to stderr at WARN (a tool's
+    stdout is its answer; its stderr should hold only what went wrong)."""
     options = [f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"]
     if log_path is not None:
-        options.append(f"-Dkgroups.kafka.log={log_path}")
-    return options
+        return [*options, f"-Dkgroups.kafka.log={log_path}"]
+    return [*options, "-Dkgroups.kafka.log.level=WARN"]
 
 
 def run_kafka_tool(main_class: str, args: Sequence[str], *, log_path: Path | None = None,
