@@ -118,6 +118,20 @@ def test_protocol_selection_by_votes():
     assert {h.reply(rid).protocol_name for rid, _ in (a, b, c)} == {"roundrobin"}
 
 
+def test_protocol_vote_tie_goes_as_in_kafka_hash_map_order():
+    """One vote each for roundrobin, sticky and range: Kafka keeps the first of the tied names
+    in its HashMap's iteration order, which is "sticky" (checked against Kafka 4.3.1 in
+    tests/differential), not the alphabetical "range"."""
+    h = make()
+    sub = subscription("t")
+    preferences = (("roundrobin", "range", "sticky"), ("sticky", "roundrobin", "range"),
+                   ("range", "roundrobin", "sticky"))
+    joins = [h.join_dynamic("g", protocols=tuple((name, sub) for name in order))
+             for order in preferences]
+    h.advance(6000)
+    assert {h.reply(rid).protocol_name for rid, _ in joins} == {"sticky"}
+
+
 def test_group_max_size_counts_awaiting_members_while_preparing():
     h = make(group_max_size=2)
     a = h.join_dynamic("g")

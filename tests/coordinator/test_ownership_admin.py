@@ -145,6 +145,8 @@ def test_describe_groups():
     h.absorb(h.coordinator.describe_groups(DescribeGroupsRequest(rid, ("g",)), h.now))
     (described,) = h.reply(rid).groups
     assert described.protocol_data == "" and described.members[0].metadata == b""
+    # As Kafka, the assignment of the last generation stays visible until the next one.
+    assert described.members[0].assignment == a.encode()
 
 
 def test_list_groups_filters_states_case_insensitively():

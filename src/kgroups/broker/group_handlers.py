@@ -304,7 +304,7 @@ class OffsetFetchHandler(_GroupApi):
 
 
 class DescribeGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 15, 0, 5
+    api_key, min_version, max_version = 15, 0, 6
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups)

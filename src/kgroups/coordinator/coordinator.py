@@ -230,6 +230,8 @@ class GroupCoordinator(OffsetHandlers):
             return DescribedGroup(group_id, ErrorCode.NONE)
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name if stable else None
+        # Metadata only while Stable, but the last assignment always, as Kafka describes a
+        # member mid-rebalance (it keeps the previous generation's assignment until replaced).
         members = tuple(
             DescribedMember(
                 m.member_id,
@@ -237,7 +239,7 @@ class GroupCoordinator(OffsetHandlers):
                 m.client_id,
                 m.client_host,
                 m.metadata_for(protocol) if protocol is not None else b"",
-                m.assignment if stable else b"",
+                m.assignment,
             )
             for m in group.members.values()
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kgroups.coordinator.api import RequestId
+from kgroups.coordinator.placement import java_string_hash
 from kgroups.records.schema import OffsetCommitValue
 
 
@@ -177,7 +178,7 @@ class ClassicGroup:
             raise AssertionError(f"group {self.group_id} has no protocol common to all members")
         votes = Counter(member.vote(candidates) for member in self.members.values())
         best = max(votes.values())
-        return min(name for name, count in votes.items() if count == best)
+        return next(name for name in java_hash_map_order(list(votes)) if votes[name] == best)
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -196,3 +197,21 @@ class ClassicGroup:
             (m.member_id, m.group_instance_id, m.metadata_for(protocol))
             for m in self.members.values()
         )
+
+
+def java_hash_map_order(keys: list[str]) -> list[str]:
+    """The order a java.util.HashMap<String, _> filled with `keys` (in this order) iterates in.
+
+    Kafka counts protocol votes in such a map and keeps the first protocol with the most votes
+    in its iteration order, so a tie goes to the name in the lowest hash bucket (insertion order
+    within a bucket). The table starts at 16 buckets and doubles while over 3/4 full.
+    """
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+
+    def bucket(key: str) -> int:
+        code = java_string_hash(key) & 0xFFFFFFFF
+        return (code ^ (code >> 16)) & (capacity - 1)
+
+    return sorted(keys, key=bucket)  # sorted() is stable: insertion order within a bucket
