@@ -275,8 +275,12 @@ class CoordinatorRuntime:
         error: ErrorCode | None = None
         try:
             await self._broker.group_commit.wait_durable(log)
-        except OSError as exc:
+        except Exception as exc:
+            # Whatever failed, the write is answered (never left pending); only a disk error is
+            # expected, anything else gets its traceback.
             log_event(logger, logging.ERROR, "offsets_fsync_failed", error=exc)
+            if not isinstance(exc, OSError):
+                logger.error("offsets fsync wait crashed", exc_info=exc)
             error = ErrorCode.KAFKA_STORAGE_ERROR
         self._complete(write_id, error)
 
