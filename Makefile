@@ -11,8 +11,11 @@ PYTEST_ARGS ?=
 KAFKA_VERSION := 4.3.1
 KAFKA_HOME ?= $(HOME)/.cache/kgroups/kafka-$(KAFKA_VERSION)
 export KAFKA_HOME
+# The Java test peers (tests/java) are built into this cache, outside git.
+JAVA_HARNESS_HOME ?= $(HOME)/.cache/kgroups/java-harness
+export JAVA_HARNESS_HOME
 
-.PHONY: install system-deps kafka serve test test-fast lint bench clean
+.PHONY: install system-deps kafka java-harness serve test test-fast lint bench clean
 
 install: $(STAMP) system-deps
 
@@ -21,7 +24,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "kgroups needs $(PYTHON)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	touch $(STAMP)
 
 # kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers) and Maven (to fetch
@@ -50,6 +53,22 @@ kafka: system-deps
 		echo "$$want" > $(KAFKA_HOME)/.stamp; \
 	fi
 
+# tests/java (Kafka's assignors as an oracle, a Java KafkaConsumer driven by pytest): its jar in
+# $(JAVA_HARNESS_HOME) and its dependencies in lib/. Maven runs only when the sources' checksum
+# differs from the stamp's.
+java-harness: system-deps
+	@want=$$(find tests/java/pom.xml tests/java/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1); \
+	if [ "$$(cat $(JAVA_HARNESS_HOME)/.stamp 2>/dev/null)" != "$$want" ]; then \
+		echo "building the Java test harness into $(JAVA_HARNESS_HOME)"; \
+		rm -rf $(JAVA_HARNESS_HOME) && \
+		mvn -q -B -Dstyle.color=never -f tests/java/pom.xml -Dharness.build.dir=$(JAVA_HARNESS_HOME)/build \
+			package dependency:copy-dependencies -DincludeScope=runtime \
+			-DoutputDirectory=$(JAVA_HARNESS_HOME)/lib && \
+		cp $(JAVA_HARNESS_HOME)/build/kgroups-java-harness.jar $(JAVA_HARNESS_HOME)/ && \
+		rm -rf $(JAVA_HARNESS_HOME)/build && \
+		echo "$$want" > $(JAVA_HARNESS_HOME)/.stamp; \
+	fi
+
 serve: install
 	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
@@ -57,7 +76,7 @@ lint: install
 	$(BIN)/ruff check src tests bench
 
 # Every test, slow interop and Spark ones included; coverage of the coordinator core must stay >= 95%.
-test: install lint kafka
+test: install lint kafka java-harness
 	$(BIN)/python -m pytest --cov=kgroups --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/kgroups/coordinator/*' --fail-under=95
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from kgroups.pipeline.discovery import InputNotFoundError, find_inputs
+# What `pip install 'kgroups[spark]'` adds; the broker and the other commands run without them.
+SPARK_EXTRA_MODULES = ("pyspark", "pandas", "pyarrow", "matplotlib")
 
 
 def _epoch_ms(text: str) -> int:
@@ -49,10 +51,22 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def missing_spark_extra() -> list[str]:
+    """The modules of the `spark` extra that this Python cannot import."""
+    return [name for name in SPARK_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+
+
 def run(args: argparse.Namespace) -> int:
-    # Spark is imported here so that `kgroups --help` and the other commands stay fast.
+    missing = missing_spark_extra()
+    if missing:
+        print(f"kgroups analyze needs the spark extra (missing: {', '.join(missing)}); "
+              "install it with: pip install 'kgroups[spark]'", file=sys.stderr)
+        return 2
+    # Spark is imported here so that `kgroups --help` and the other commands stay fast, and
+    # run without the spark extra.
     from pyspark.sql import SparkSession
 
+    from kgroups.pipeline.discovery import InputNotFoundError, find_inputs
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
     from kgroups.pipeline.session import build_session, stop_session, writes_class_archive
