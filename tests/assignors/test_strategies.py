@@ -55,7 +55,7 @@ def test_range_fills_quotas_when_racks_cannot_all_match() -> None:
     assert _assignment("range", topics, members) == {"m1": {"t": [0, 1]}, "m2": {"t": [2]}}
 
 
-@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky"])
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
 def test_static_members_come_before_dynamic_ones_by_instance_id(strategy: str) -> None:
     members = {
         "a-dynamic": {"topics": ["t"]},
@@ -64,6 +64,20 @@ def test_static_members_come_before_dynamic_ones_by_instance_id(strategy: str) -
     result = _assignment(strategy, {"t": 3}, members)
     assert len(result["z-static"]["t"]) == 2
     assert result["z-static"]["t"][0] == 0
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_sticky_orders_members_by_member_id_even_when_static(strategy: str) -> None:
+    """Kafka's sticky assignors never look at group.instance.id: a Java leader gives the extra
+    partition to the first member id, static or not, and so does kgroups."""
+    members = {
+        "a-dynamic": {"topics": ["t"]},
+        "z-static": {"topics": ["t"], "instance_id": "i-1"},
+    }
+    assert _assignment(strategy, {"t": 3}, members) == {
+        "a-dynamic": {"t": [0, 2]},
+        "z-static": {"t": [1]},
+    }
 
 
 def test_topics_without_metadata_are_skipped() -> None:
@@ -97,9 +111,17 @@ def test_equal_generations_claiming_one_partition_both_lose_it() -> None:
         "m3": {"topics": ["t"]},
     }
     result = assign_scenario("cooperative-sticky", {"topics": {"t": 6}, "members": members})
-    # Partition 2 has no trusted owner: nobody has to revoke it, it can go to m3 at once.
-    assert result["assignment"] == {"m1": {"t": [0, 1]}, "m2": {"t": [3, 4]}, "m3": {"t": [2, 5]}}
-    assert result["revoked"] == {"m1": {}, "m2": {}, "m3": {}}
+    # Partition 2 has no trusted owner, and both claimers may still be reading it: as in Kafka,
+    # nobody gets it this round, both revoke it, and the follow-up rebalance places it.
+    assert result["assignment"] == {"m1": {"t": [0, 1]}, "m2": {"t": [3, 4]}, "m3": {"t": [5]}}
+    assert result["revoked"] == {"m1": {"t": [2]}, "m2": {"t": [2]}, "m3": {}}
+    follow_up = {
+        "m1": {"topics": ["t"], "owned": {"t": [0, 1]}, "generation": 6},
+        "m2": {"topics": ["t"], "owned": {"t": [3, 4]}, "generation": 6},
+        "m3": {"topics": ["t"], "owned": {"t": [5]}, "generation": 6},
+    }
+    assert assign_scenario("cooperative-sticky", {"topics": {"t": 6}, "members": follow_up})[
+        "assignment"] == {"m1": {"t": [0, 1]}, "m2": {"t": [3, 4]}, "m3": {"t": [2, 5]}}
 
 
 def test_cooperative_stages_every_move_of_a_leaving_heavy_member() -> None:

@@ -90,12 +90,20 @@ def member_order_key(member: MemberSubscription) -> tuple[int, str, str]:
     return (1, member.member_id, "")
 
 
-def ordered_members(members: Iterable[MemberSubscription]) -> list[MemberSubscription]:
-    """The group in Kafka's member order; rejects duplicate member ids (one clear error)."""
+def ordered_members(
+    members: Iterable[MemberSubscription], static_first: bool = True
+) -> list[MemberSubscription]:
+    """The group in Kafka's member order; rejects duplicate member ids (one clear error).
+
+    Range and round-robin put static members first (`member_order_key`); Kafka's sticky
+    assignors ignore group.instance.id and order members by member id alone
+    (`static_first=False`), which is what a Java leader of a sticky group does."""
     listed = list(members)
     seen: set[str] = set()
     for member in listed:
         if member.member_id in seen:
             raise AssignmentInputError(f"member {member.member_id!r} appears twice")
         seen.add(member.member_id)
+    if not static_first:
+        return sorted(listed, key=lambda member: member.member_id)
     return sorted(listed, key=member_order_key)

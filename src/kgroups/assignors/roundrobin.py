@@ -1,13 +1,17 @@
-"""The round-robin assignor: members take turns, in member order, and on its turn each member
-takes the lowest-numbered unassigned partition (topics by name, then partition number) among
-the topics it subscribes to; a member with nothing left to take drops out of the circle.
+"""The round-robin assignor, as Kafka's RoundRobinAssignor deals: all subscribed partitions in
+order (topics by name, then partition number) go round the members in member order; a member
+not subscribed to a partition's topic is skipped, and the next partition goes to the member
+after the one that took this one.
 
-With identical subscriptions this is Kafka's result exactly (partitions dealt round the sorted
-members). With unequal subscriptions it follows seed 001's worked example, where Consumer0
-(Topic-A, Topic-B) ends with A0-A2 and Consumer1 (Topic-B, Topic-C) with B0-B2 and C0-C2: Java's
-RoundRobinAssignor, which deals partitions and skips unsubscribed members, would hand B1 to
-Consumer0 instead. Round-robin's results are computed by the leader alone, so the difference
-never splits a mixed-language group; use `sticky` when subscriptions differ.
+Seed 001's prose example for unequal subscriptions (Consumer0 on Topic-A/B, Consumer1 on
+Topic-B/C, three partitions each) says 3 against 6; the RoundRobinAssignor code the same seed
+quotes, and Kafka itself (checked by tests/assignors/test_kafka_oracle.py), give B1 to
+Consumer0: 4 against 5. kgroups follows Kafka, so a kgroups leader and a Java leader hand a
+group the same assignment.
+
+Within one topic the walk only ever moves forward through that topic's subscribers, so each
+topic is dealt in one numpy step: its partitions take its subscribers cyclically, starting from
+the first subscriber at or after the member the previous topic ended on.
 """
 
 from __future__ import annotations
@@ -32,30 +36,15 @@ class RoundRobinAssignor(PartitionAssignor):
         members = ordered_members(group_subscription)
         space = PartitionSpace.build(cluster, members)
         owner = np.full(space.size, UNOWNED, dtype=np.int32)
-        counts = space.counts.tolist()
-        offsets = space.offsets.tolist()
-        next_partition = [0] * len(space.topics)
-        # Each member's subscribed topic positions in name order, and how far it has used them
-        # up: a topic once exhausted stays exhausted, so the cursor only moves forward.
-        wanted = [sorted(space.index[t] for t in m.topics if t in space.index) for m in members]
-        cursor = [0] * len(members)
-        active = [i for i, topics in enumerate(wanted) if topics]
-        while active:
-            still_active = []
-            for member in active:
-                topics = wanted[member]
-                position = cursor[member]
-                while (
-                    position < len(topics)
-                    and next_partition[topics[position]] >= counts[topics[position]]
-                ):
-                    position += 1
-                cursor[member] = position
-                if position == len(topics):
-                    continue
-                topic = topics[position]
-                owner[offsets[topic] + next_partition[topic]] = member
-                next_partition[topic] += 1
-                still_active.append(member)
-            active = still_active
+        next_member = 0
+        for position, topic in enumerate(space.topics):
+            subscribers = np.array(
+                [i for i, m in enumerate(members) if topic in m.topics], dtype=np.int32
+            )
+            count = int(space.counts[position])
+            first = int(np.searchsorted(subscribers, next_member)) % len(subscribers)
+            dealt = subscribers[(first + np.arange(count)) % len(subscribers)]
+            start = int(space.offsets[position])
+            owner[start : start + count] = dealt
+            next_member = (int(dealt[-1]) + 1) % len(members)
         return GroupAssignment(space, [m.member_id for m in members], owner)

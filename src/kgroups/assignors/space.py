@@ -59,11 +59,15 @@ class GroupAssignment:
         member_ids: Sequence[str],
         owner: np.ndarray,
         revoked_from: np.ndarray | None = None,
+        revoked_ties: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.space = space
         self.member_ids = tuple(member_ids)
         self.owner = owner
         self.revoked_from = revoked_from
+        # (flat, member) pairs: partitions claimed by several members in one generation are
+        # given up by every claimer that is not assigned them, which one owner array can't hold.
+        self.revoked_ties = revoked_ties
         self._positions = {member_id: i for i, member_id in enumerate(self.member_ids)}
 
     def counts(self) -> dict[str, int]:
@@ -80,7 +84,12 @@ class GroupAssignment:
         """Topic -> partitions `member_id` must give up this round (cooperative only)."""
         if self.revoked_from is None:
             return {}
-        return self._grouped(np.flatnonzero(self.revoked_from == self._positions[member_id]))
+        position = self._positions[member_id]
+        flat = np.flatnonzero(self.revoked_from == position)
+        if self.revoked_ties is not None:
+            tied_flat, tied_member = self.revoked_ties
+            flat = np.union1d(flat, tied_flat[tied_member == position])
+        return self._grouped(flat)
 
     def as_dict(self) -> dict[str, dict[str, list[int]]]:
         """Every member's topic -> partitions, members without partitions included."""
@@ -90,6 +99,8 @@ class GroupAssignment:
         """Every member's revoked topic -> partitions (empty dicts under eager protocols)."""
         if self.revoked_from is None:
             return {member_id: {} for member_id in self.member_ids}
+        if self.revoked_ties is not None and self.revoked_ties[0].size:
+            return {member_id: self.revoked(member_id) for member_id in self.member_ids}
         return self._all_grouped(self.revoked_from)
 
     def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:

@@ -25,7 +25,7 @@ from kgroups.assignors.model import (
     ordered_members,
 )
 from kgroups.assignors.space import UNOWNED, GroupAssignment, PartitionSpace
-from kgroups.assignors.sticky_engine import place
+from kgroups.assignors.sticky_engine import place, tied_claims
 from kgroups.assignors.user_data import (
     UserDataError,
     decode_generation,
@@ -66,7 +66,7 @@ class StickyAssignor(PartitionAssignor):
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
-        members = ordered_members(group_subscription)
+        members = ordered_members(group_subscription, static_first=False)
         space = PartitionSpace.build(cluster, members)
         placement = place(space, members, self.claims(space, members))
         return GroupAssignment(space, [m.member_id for m in members], placement.owner)
@@ -101,11 +101,38 @@ class CooperativeStickyAssignor(StickyAssignor):
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
-        members = ordered_members(group_subscription)
+        members = ordered_members(group_subscription, static_first=False)
         space = PartitionSpace.build(cluster, members)
-        placement = place(space, members, self.claims(space, members))
+        claims = self.claims(space, members)
+        placement = place(space, members, claims)
         owner = placement.owner
         moving = (placement.previous >= 0) & (owner != placement.previous)
         revoked_from = np.where(moving, placement.previous, UNOWNED).astype(np.int32)
         owner[moving] = UNOWNED
-        return GroupAssignment(space, [m.member_id for m in members], owner, revoked_from)
+        flat, claimer = tied_claims(space, members, claims)
+        owner[self._withheld_ties(space, members, flat, claimer, owner)] = UNOWNED
+        given_up = owner[flat] != claimer
+        return GroupAssignment(
+            space, [m.member_id for m in members], owner, revoked_from,
+            (flat[given_up], claimer[given_up]),
+        )
+
+    @staticmethod
+    def _withheld_ties(
+        space: PartitionSpace,
+        members: Sequence[MemberSubscription],
+        flat: np.ndarray,
+        claimer: np.ndarray,
+        owner: np.ndarray,
+    ) -> np.ndarray:
+        """Partitions two members claim in the same generation may still be consumed by both,
+        so, as Kafka does, nobody is assigned them this round (each claimer revokes it) and the
+        follow-up rebalance places them. Kafka's general (unequal subscriptions) path holds one
+        back only when it goes to a member that did not claim it."""
+        if flat.size == 0:
+            return flat
+        if len({m.topics for m in members}) == 1:
+            return np.unique(flat)
+        went_to_claimer = np.zeros(space.size, dtype=bool)
+        went_to_claimer[flat[owner[flat] == claimer]] = True
+        return np.unique(flat[~went_to_claimer[flat]])

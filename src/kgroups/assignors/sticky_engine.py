@@ -63,11 +63,7 @@ def resolve_previous_owners(
     highest generation wins and equal generations both lose it (their claims are stale or
     inconsistent, so nobody can be trusted to hold it)."""
     owner = np.full(space.size, UNOWNED, dtype=np.int32)
-    known = claims.topic >= 0
-    member, topic, partition = claims.member[known], claims.topic[known], claims.partition[known]
-    valid = (partition >= 0) & (partition < space.counts[topic])
-    valid &= subscriptions.subscribes(member, topic)
-    member, flat = member[valid], space.offsets[topic[valid]] + partition[valid]
+    member, flat = _valid_claims(space, subscriptions, claims)
     if flat.size == 0:
         return owner
     claim_counts = np.bincount(flat, minlength=space.size)
@@ -80,20 +76,56 @@ def resolve_previous_owners(
     return owner
 
 
-def _settle_contested(
-    owner: np.ndarray, flat: np.ndarray, member: np.ndarray, generation: np.ndarray
-) -> None:
+def _valid_claims(
+    space: PartitionSpace, subscriptions: _Subscriptions, claims: Claims
+) -> tuple[np.ndarray, np.ndarray]:
+    """(member, flat partition) of the claims on partitions that exist, by their subscribers."""
+    known = claims.topic >= 0
+    member, topic, partition = claims.member[known], claims.topic[known], claims.partition[known]
+    valid = (partition >= 0) & (partition < space.counts[topic])
+    valid &= subscriptions.subscribes(member, topic)
+    return member[valid], space.offsets[topic[valid]] + partition[valid]
+
+
+def _by_partition_then_generation(
+    flat: np.ndarray, member: np.ndarray, generation: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct claims sorted by partition, highest generation first; plus which claim is each
+    partition's first, and which first claims share their generation with the next claim."""
     # A member listing a partition twice is one claim, not a conflict with itself.
-    unique_pairs = np.unique(np.stack([flat, member, generation]), axis=1)
-    flat, member, generation = unique_pairs
+    flat, member, generation = np.unique(np.stack([flat, member, generation]), axis=1)
     order = np.lexsort((-generation, flat))
     flat, member, generation = flat[order], member[order], generation[order]
     first = np.ones(flat.size, dtype=bool)
     first[1:] = flat[1:] != flat[:-1]
     runner_up_ties = np.zeros(flat.size, dtype=bool)
     runner_up_ties[:-1] = ~first[1:] & (generation[1:] == generation[:-1])
-    winners = first & ~runner_up_ties
+    return flat, member, generation, first, first & runner_up_ties
+
+
+def _settle_contested(
+    owner: np.ndarray, flat: np.ndarray, member: np.ndarray, generation: np.ndarray
+) -> None:
+    flat, member, _, first, tied = _by_partition_then_generation(flat, member, generation)
+    winners = first & ~tied
     owner[flat[winners]] = member[winners]
+
+
+def tied_claims(
+    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Claims
+) -> tuple[np.ndarray, np.ndarray]:
+    """(flat partition, member) of every top-generation claim on a partition that two or more
+    members claim in that same generation: the partitions nobody is trusted to hold."""
+    member, flat = _valid_claims(space, _Subscriptions(space, members), claims)
+    empty = np.empty(0, dtype=np.int64)
+    if flat.size == 0 or np.bincount(flat).max() < 2:
+        return empty, empty
+    flat, member, generation, first, tied = _by_partition_then_generation(
+        flat, member, claims.generation[member]
+    )
+    top = np.maximum.accumulate(np.where(first, np.arange(flat.size), 0))
+    in_tie = tied[top] & (generation == generation[top])
+    return flat[in_tie], member[in_tie]
 
 
 def cap_to_quota(owner: np.ndarray, member_count: int) -> None:

@@ -1,0 +1,117 @@
+"""The Java test peers built from tests/java by `make java-harness` (never committed):
+Kafka's own assignors as an oracle, and a classic-protocol Java KafkaConsumer that a test drives
+line by line. Both run on kafka-clients 4.3.1, the version kgroups is checked against.
+
+- `run_kafka_assignors(scenarios)`: every scenario (the `kgroups assign` JSON shape plus a
+  "strategy") through Kafka's RangeAssignor / RoundRobinAssignor / StickyAssignor /
+  CooperativeStickyAssignor in one JVM; one answer per scenario, {"assignment": ...,
+  "stable": bool} or {"error": ...} (see AssignorOracle.java for "stable").
+- `JavaConsumer(settings, log_path)`: one Java consumer process; `subscribe`, `poll`, `commit`,
+  `assignment`, `close`, and `kill()` (SIGKILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+JAVA_HARNESS_HOME = Path(os.environ.get(
+    "JAVA_HARNESS_HOME", Path.home() / ".cache" / "kgroups" / "java-harness"))
+ORACLE_TIMEOUT_S = 300
+COMMAND_TIMEOUT_S = 60
+
+# Kafka's class for each classic-protocol strategy name.
+ASSIGNOR_CLASSES = {
+    "range": "org.apache.kafka.clients.consumer.RangeAssignor",
+    "roundrobin": "org.apache.kafka.clients.consumer.RoundRobinAssignor",
+    "sticky": "org.apache.kafka.clients.consumer.StickyAssignor",
+    "cooperative-sticky": "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+}
+
+
+def harness_command(main_class: str, *args: str, log_level: str = "warn") -> list[str]:
+    jar = JAVA_HARNESS_HOME / "kgroups-java-harness.jar"
+    if not jar.exists():
+        pytest.fail(f"{jar} is missing: run `make java-harness` (make test does)")
+    classpath = f"{jar}{os.pathsep}{JAVA_HARNESS_HOME / 'lib' / '*'}"
+    return ["java", f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
+            "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-cp", classpath, main_class, *args]
+
+
+def run_kafka_assignors(scenarios: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One JVM for the whole batch (starting one costs more than a thousand assignments)."""
+    command = harness_command("kgroups.harness.AssignorOracle", log_level="off")
+    command.remove("-XX:TieredStopAtLevel=1")  # long run: let the JIT optimise fully
+    lines = "".join(json.dumps(s) + "\n" for s in scenarios)
+    done = subprocess.run(command, input=lines, capture_output=True, text=True, check=False,
+                          timeout=ORACLE_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(answers) == len(scenarios), done.stderr
+    return answers
+
+
+class JavaConsumer:
+    """A Java KafkaConsumer (group.protocol=classic) in its own JVM; `settings` are consumer
+    properties. Its log (slf4j at info) goes to `log_path`."""
+
+    def __init__(self, settings: Mapping[str, object], log_path: Path) -> None:
+        self.log_path = log_path
+        args = [f"{key}={value}" for key, value in settings.items()]
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                harness_command("kgroups.harness.ConsumerDriver", *args, log_level="info"),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+
+    def _call(self, line: str) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            raise AssertionError(f"Java consumer exited ({self.process.poll()}); log:\n"
+                                 + self.log_path.read_text(errors="replace")[-4000:])
+        return json.loads(answer)
+
+    def subscribe(self, *topics: str) -> None:
+        answer = self._call("subscribe " + ",".join(topics))
+        assert answer.get("ok"), answer
+
+    def poll(self, timeout_ms: int = 100) -> dict[str, Any]:
+        """{"records": [[topic, partition, offset, value]...], "events": [[kind, [[t, p]...]]...]},
+        plus "error" if poll threw."""
+        return self._call(f"poll {timeout_ms}")
+
+    def commit(self) -> dict[str, Any]:
+        return self._call("commit")
+
+    def assignment(self) -> dict[str, Any]:
+        return self._call("assignment")
+
+    def close(self) -> None:
+        """Graceful close (a dynamic member leaves the group; a static one does not)."""
+        if self.process.poll() is None:
+            try:
+                self._call("close")
+            finally:
+                self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        self._release()
+
+    def kill(self) -> None:
+        """SIGKILL: no LeaveGroup, no commit; the coordinator must expire the session."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        self._release()
+
+    def _release(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
