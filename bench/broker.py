@@ -1,4 +1,4 @@
-"""Group-coordinator figures of `kgroups serve` beside the Tansu broker, measured in the same run.
+"""Group-coordinator figures of `kgroups serve` beside Apache Kafka and Tansu, measured in one run.
 
 Over loopback, with raw pipelined Kafka requests (no client library in the way):
 - OffsetCommit/s and Heartbeat/s from many connections, each keeping several requests in flight,
@@ -6,13 +6,18 @@ Over loopback, with raw pipelined Kafka requests (no client library in the way):
 - time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
   all holding their SyncGroup answer, i.e. to a Stable group.
 Each broker gets the newest version of each API that both it and this script speak. Tansu waits
-a fixed ~3 s initial rebalance delay, so kgroups runs with Kafka's default of 3000 ms unless
---initial-delay-ms says otherwise. kgroups fsyncs every commit before answering; Tansu runs with
-its in-memory storage engine. Members waiting for the others heartbeat every 100 ms, which
-bounds the resolution of the time-to-Stable figures.
+a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
+unless --initial-delay-ms says otherwise. Durability as each broker runs it:
+- kgroups: every commit fsynced before it is answered (group commit across concurrent writes);
+- Kafka 4.3.1 (single KRaft node, tests/kafka_harness.py, 1 GiB heap): its default, answering once
+  the record is in the page cache (log.flush.interval.messages unset), and again with
+  log.flush.interval.messages=1 (fsync before answering, kgroups' mode) unless --no-kafka-fsync;
+- Tansu: its in-memory storage engine.
+Members waiting for the others heartbeat every 100 ms, which bounds the resolution of the
+time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test` does).
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
-     [--members 10,100,1000] [--initial-delay-ms MS]
+     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-kafka-fsync]
 """
 
 from __future__ import annotations
@@ -35,7 +40,12 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+# The Kafka harness lives with the tests (they start the same broker).
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
 from broker_data import free_port, tansu_broker, wait_for_port
+from kafka_harness import KafkaBroker
 from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
 from kgroups.broker.wire import response_type as response_schema
 from kgroups.errors import ErrorCode
@@ -288,18 +298,30 @@ def kgroups_broker(data_dir: Path, initial_delay_ms: int) -> Iterator[int]:
         process.wait(timeout=30)
 
 
+# Probing this many group ids reaches every __consumer_offsets partition (Kafka's default 50)
+# with near certainty, since the group ids map to partitions by hash.
+PROBE_GROUPS = 1000
+NOT_READY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+             ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
 async def wait_coordinator_ready(port: int) -> None:
-    """A freshly started coordinator may still be loading __consumer_offsets."""
+    """A freshly started coordinator may still be loading (or, in Kafka, electing itself for)
+    its __consumer_offsets partitions; wait until groups on every partition get answers."""
     versions = await negotiate(port)
     connection = await PipelinedConnection.open(port, versions)
+    pending = [f"probe-{index}" for index in range(PROBE_GROUPS)]
     try:
-        for _ in range(200):
-            answer = await connection.send(connection.request(
-                HEARTBEAT, group_id="probe", generation_id=-1, member_id="x",
-                group_instance_id=None))
-            if answer.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        for _ in range(600):
+            answers = await asyncio.gather(*(connection.send(connection.request(
+                HEARTBEAT, group_id=group, generation_id=-1, member_id="x",
+                group_instance_id=None)) for group in pending))
+            pending = [group for group, answer in zip(pending, answers, strict=True)
+                       if answer.error_code in NOT_READY]
+            if not pending:
                 return
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"{len(pending)} probe groups still have no coordinator")
     finally:
         await connection.close()
 
@@ -318,6 +340,24 @@ def run_against(port: int, args: argparse.Namespace) -> dict[str, float]:
     return asyncio.run(run())
 
 
+@contextlib.contextmanager
+def kafka_broker(workdir: Path, initial_delay_ms: int, fsync_each: bool) -> Iterator[int]:
+    """A real Kafka with its own defaults but for the initial delay (and fsync if asked)."""
+    settings = {"group.initial.rebalance.delay.ms": str(initial_delay_ms),
+                "offsets.topic.replication.factor": "1",
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1"}
+    if fsync_each:
+        settings["log.flush.interval.messages"] = "1"
+    broker = KafkaBroker(workdir, settings=settings,
+                         jvm_options=("-Xmx1g", "-Xms1g", "-XX:+UseG1GC"))
+    broker.start()
+    try:
+        yield broker.port
+    finally:
+        broker.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -328,21 +368,37 @@ def main() -> int:
     parser.add_argument("--settle-timeout", type=float, default=120.0,
                         help="seconds a group may take to become Stable before giving up")
     parser.add_argument("--initial-delay-ms", type=int, default=3000,
-                        help="kgroups' group.initial.rebalance.delay.ms (Kafka's default 3000)")
+                        help="group.initial.rebalance.delay.ms of kgroups and Kafka "
+                        "(Kafka's default 3000)")
+    parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
+    parser.add_argument("--no-kafka-fsync", action="store_true",
+                        help="skip the Kafka run with log.flush.interval.messages=1")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch, kgroups_broker(Path(scratch),
-                                                                     args.initial_delay_ms) as port:
-        ours = run_against(port, args)
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        with kgroups_broker(Path(scratch) / "kgroups", args.initial_delay_ms) as port:
+            results["kgroups"] = run_against(port, args)
+        kafka_runs = [] if args.no_kafka else [("kafka", False)] + (
+            [] if args.no_kafka_fsync else [("kafka fsync", True)])
+        for name, fsync_each in kafka_runs:
+            with kafka_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
+                              fsync_each) as port:
+                results[name] = run_against(port, args)
     with tansu_broker() as bootstrap:
-        theirs = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
+        results["tansu(mem)"] = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
     print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
-          f"kgroups group.initial.rebalance.delay.ms={args.initial_delay_ms}")
-    print(f"{'figure':26} {'kgroups':>12} {'tansu(mem)':>12} {'kgroups/tansu':>14}")
-    for name, value in ours.items():
-        other = theirs[name]
-        settled = math.isfinite(value) and math.isfinite(other) and other > 0
-        ratio = f"{value / other:14.2f}" if settled else f"{'-':>14}"
-        print(f"{name:26} {value:12.2f} {other:12.2f} {ratio}")
+          f"group.initial.rebalance.delay.ms={args.initial_delay_ms}")
+    peers = [name for name in results if name != "kgroups"]
+    print(f"{'figure':26}" + "".join(f"{name:>14}" for name in results)
+          + "".join(f"{'kgroups/' + name:>22}" for name in peers))
+    for figure, ours in results["kgroups"].items():
+        values = "".join(f"{results[name][figure]:14.2f}" for name in results)
+        ratios = ""
+        for name in peers:
+            other = results[name][figure]
+            settled = math.isfinite(ours) and math.isfinite(other) and other > 0
+            ratios += f"{ours / other:22.2f}" if settled else f"{'-':>22}"
+        print(f"{figure:26}{values}{ratios}")
     return 0
 
 
