@@ -247,3 +247,36 @@ def test_a_full_disk_loses_nothing_acknowledged(
     assert "truncated torn tail" not in server.log_text()
     assert "KAFKA_STORAGE_ERROR until an append succeeds" in server.log_text()
     assert "succeed again" in server.log_text()
+
+
+def test_a_failed_fsync_is_never_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Produce and commit while fsync fails: neither is acknowledged, and the partitions stay
+    refused (their last writes are in doubt) until the broker restarts."""
+    from test_damaged_logs import running_broker, wait_loaded
+
+    data_dir = tmp_path / "data"
+    with running_broker(data_dir) as broker, connect(broker.port) as client:
+        wait_loaded(broker)
+        create_topic(client, TOPIC, partitions=1)
+        assert produce(client, 0, b"durable")[0] == ErrorCode.NONE
+        assert commit(client, 0, 1) is None
+
+        def failing_fsync(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(os, "fsync", failing_fsync)
+        assert produce(client, 0, b"in doubt") == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+        assert commit(client, 0, 2) == "NOT_COORDINATOR"
+        monkeypatch.undo()
+        assert produce(client, 0, b"refused")[0] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert commit(client, 0, 3) == "NOT_COORDINATOR"
+        assert admin.committed_offsets(client, GROUP)[(TOPIC, 0)] == 1
+    with running_broker(data_dir) as broker, connect(broker.port) as client:
+        wait_loaded(broker)
+        stored = read_all(client, 0)
+        assert stored[0] == b"durable" and b"refused" not in stored.values()
+        assert admin.committed_offsets(client, GROUP)[(TOPIC, 0)] in (1, 2)  # 2: in doubt
+        assert produce(client, 0, b"after restart")[0] == ErrorCode.NONE
+        assert commit(client, 0, 4) is None

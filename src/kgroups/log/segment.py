@@ -99,8 +99,7 @@ class Segment:
         self.next_offset = last_offset + 1
         self.cached_max_timestamp = None
         if add_entry:
-            self.index_offsets.append(last_offset)
-            self.index_positions.append(position)
+            self._add_index_entry(last_offset, position)
             self.bytes_since_index = 0
         self.bytes_since_index += len(data)
 
