@@ -235,3 +235,28 @@ def test_a_crashed_log_cleaner_is_logged_and_recorded(
     crash = next(r for r in caplog.records if "log-cleaner crashed" in r.getMessage())
     assert crash.levelno == logging.ERROR and crash.exc_info is not None
 
+
+
+def test_a_crashed_flusher_is_logged_and_acknowledges_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kgroups.log.partition_log import PartitionLog
+
+    with caplog.at_level(logging.ERROR, logger="kgroups"), \
+            running_broker(tmp_path / "data") as broker, connect(broker.port) as client:
+        wait_loaded(broker)
+        create_topic(client, "events")
+
+        def flush(log: PartitionLog) -> None:
+            raise KeyError("a bug in the flusher")
+
+        monkeypatch.setattr(PartitionLog, "flush", flush)
+        (answer,) = client.call(produce_request(
+            "events", 0, build_batch([(b"k", b"v", 1)]))).responses[0].partition_responses
+        assert answer.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        with pytest.raises(admin.AdminError, match="NOT_COORDINATOR"):
+            commit(client, DAMAGED_GROUP, 1)
+        monkeypatch.undo()
+        assert broker.task_failures() == {"group-commit": "KeyError: 'a bug in the flusher'"}
+    crash = next(r for r in caplog.records if "crashed: KeyError" in r.getMessage())
+    assert crash.levelno == logging.ERROR and crash.exc_info is not None

@@ -96,9 +96,12 @@ class Broker:
         self.advertised_host = advertised_host(config)
 
     def task_failures(self) -> dict[str, str]:
-        """Background tasks that crashed (name -> error): the broker's own and the
-        coordinator's (its loader, its offsets cleaner)."""
-        return {**self.background.failures, **self.coordinator.background.failures}
+        """Background work that crashed (name -> error): the broker's own tasks, the
+        coordinator's (its loader, its offsets cleaner) and the flusher (`group-commit`)."""
+        failures = {**self.background.failures, **self.coordinator.background.failures}
+        if self.group_commit.crash is not None:
+            failures["group-commit"] = self.group_commit.crash
+        return failures
 
     @property
     def node_id(self) -> int:

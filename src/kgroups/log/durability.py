@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import weakref
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from kgroups.log.partition_log import PartitionLog
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,6 +42,7 @@ class GroupCommit:
         self.linger_ms = linger_ms
         self.executor = executor
         self.fsyncs = 0
+        self.crash: str | None = None  # the last unexpected (non-OSError) flush failure
         self._state: weakref.WeakKeyDictionary[PartitionLog, _LogSync] = (
             weakref.WeakKeyDictionary()
         )
@@ -76,6 +80,13 @@ class GroupCommit:
             state.fsync_started = True
             await asyncio.get_running_loop().run_in_executor(self.executor, log.flush)
             self.fsyncs += 1
+        except Exception as exc:
+            # A disk error was logged by the log itself; anything else is a bug in the flusher,
+            # which no waiter would log with its traceback.
+            if not isinstance(exc, OSError):
+                self.crash = f"{type(exc).__name__}: {exc}"
+                logger.error("fsync of %s crashed: %s", log.directory, self.crash, exc_info=exc)
+            raise
         finally:
             if state.next_round is None:
                 state.running = None
