@@ -93,12 +93,27 @@ def test_flexible_v4_uses_compact_strings_and_tagged_fields() -> None:
 def test_unknown_tagged_fields_in_v4_are_skipped() -> None:
     value = OffsetCommitValue(offset=1, metadata="ab", commit_timestamp=2)
     plain = encode_value(value, 4)
-    # one tagged field: tag 0 (Kafka 4.1's topic id slot), 16 bytes
-    tagged = plain[:-1] + b"\x01\x00\x10" + bytes(16)
+    # one tagged field kgroups has no name for: tag 5, 2 bytes
+    tagged = plain[:-1] + b"\x01\x05\x02\xaa\xbb"
     assert decode_value(OffsetCommitKey("g", "t", 0), tagged) == value
     group = GroupMetadataValue("consumer", 1, None, None, 3)
     tagged_group = encode_value(group, 4)[:-1] + b"\x02\x05\x01\xaa\x07\x00"
     assert decode_value(GroupMetadataKey("g"), tagged_group) == group
+
+
+def test_v4_topic_id_reads_back_and_prints_as_kafka_does() -> None:
+    """Kafka 4.x writes every OffsetCommitValue as v4 with the topic's id in tag 0: it is kept
+    (a dump shows it as DumpLogSegments does) and written back byte for byte."""
+    topic_id = bytes(range(16))
+    value = OffsetCommitValue(offset=7, metadata="", commit_timestamp=9, topic_id=topic_id)
+    data = encode_value(value, 4)
+    assert data.endswith(b"\x01\x00\x10" + topic_id)
+    key = OffsetCommitKey("g", "t", 0)
+    assert decode_value(key, data) == value
+    shown = record_to_json(OffsetsRecord(key, value), 4)["value"]["data"]
+    assert shown["topicId"] == "AAECAwQFBgcICQoLDA0ODw"
+    with pytest.raises(ValueError, match="topicId"):
+        encode_value(value, 3)
 
 
 def test_v0_group_metadata_takes_the_session_timeout_as_rebalance_timeout() -> None:

@@ -43,6 +43,7 @@ from kgroups.records.wire import (
     read_int64,
     read_nullable_string,
     read_string,
+    read_uvarint,
     skip_tagged_fields,
     write_compact_bytes,
     write_compact_nullable_string,
@@ -75,6 +76,8 @@ _OFFSET_COMMIT_KEY_TYPES = (0, 1)
 _GROUP_METADATA_KEY_TYPE = 2
 _TYPE_AND_LEN = struct.Struct(">hh")  # key type, then the group's string length
 _V3_HEAD = struct.Struct(">hqih")  # version, offset, leaderEpoch, metadata length
+_TOPIC_ID_TAG = 0  # OffsetCommitValue v4's tagged topicId
+_UUID_SIZE = 16
 
 # OffsetCommitKey and OffsetCommitValue are frozen dataclasses, whose __init__ goes through
 # object.__setattr__ per field. They are nearly every record of an offsets log, so the fast
@@ -83,7 +86,7 @@ _V3_HEAD = struct.Struct(">hqih")  # version, offset, leaderEpoch, metadata leng
 if tuple(f.name for f in dataclasses.fields(OffsetCommitKey)) != (
     "group", "topic", "partition", "version"
 ) or tuple(f.name for f in dataclasses.fields(OffsetCommitValue)) != (
-    "offset", "metadata", "commit_timestamp", "leader_epoch", "expire_timestamp"
+    "offset", "metadata", "commit_timestamp", "leader_epoch", "expire_timestamp", "topic_id"
 ):
     raise ImportError("OffsetCommitKey/OffsetCommitValue fields changed; update codec fast paths")
 _set_key_group = OffsetCommitKey.__dict__["group"].__set__
@@ -203,6 +206,8 @@ def _encode_offset_commit_value(value: OffsetCommitValue, version: int) -> bytes
         raise ValueError(f"OffsetCommitValue v{version} has no expireTimestamp; only v1 does")
     if value.leader_epoch != -1 and version < 3:
         raise ValueError(f"OffsetCommitValue v{version} has no leaderEpoch; v3+ do")
+    if value.topic_id is not None and version != FLEXIBLE_VERSION:
+        raise ValueError(f"OffsetCommitValue v{version} has no topicId; v4 does")
     parts = [INT16.pack(version), INT64.pack(value.offset)]
     if version >= 3:
         parts.append(INT32.pack(value.leader_epoch))
@@ -215,8 +220,38 @@ def _encode_offset_commit_value(value: OffsetCommitValue, version: int) -> bytes
         expire = -1 if value.expire_timestamp is None else value.expire_timestamp
         parts.append(INT64.pack(expire))
     if version == FLEXIBLE_VERSION:
-        parts.append(EMPTY_TAGGED_FIELDS)
+        parts.append(_offset_commit_tags(value.topic_id))
     return b"".join(parts)
+
+
+def _offset_commit_tags(topic_id: bytes | None) -> bytes:
+    """v4's tagged-field section: topicId (tag 0) when there is one, as Kafka writes it."""
+    if topic_id is None:
+        return EMPTY_TAGGED_FIELDS
+    if len(topic_id) != _UUID_SIZE:
+        raise ValueError(f"OffsetCommitValue topicId must be {_UUID_SIZE} bytes")
+    return write_uvarint(1) + write_uvarint(_TOPIC_ID_TAG) + write_uvarint(_UUID_SIZE) + topic_id
+
+
+def _read_offset_commit_tags(data: bytes, pos: int, what: str) -> tuple[bytes | None, int]:
+    """v4's tagged fields: topicId (tag 0) is read, any other tag skipped as Kafka does."""
+    topic_id = None
+    count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
+    for _ in range(count):
+        tag, pos = read_uvarint(data, pos, f"{what} tag")
+        size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
+        if pos + size > len(data):
+            raise RecordDecodeError(
+                f"cannot read {what} tagged field {tag} at byte {pos}: needs {size} bytes, "
+                f"{len(data) - pos} left", pos)
+        if tag == _TOPIC_ID_TAG:
+            if size != _UUID_SIZE:
+                raise RecordDecodeError(
+                    f"cannot read {what} topicId at byte {pos}: {size} bytes, not {_UUID_SIZE}",
+                    pos)
+            topic_id = bytes(data[pos : pos + size])
+        pos += size
+    return topic_id, pos
 
 
 def _encode_group_metadata_value(value: GroupMetadataValue, version: int) -> bytes:
@@ -304,6 +339,7 @@ def _decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
             _set_commit_timestamp(value, INT64.unpack_from(data, metadata_end)[0])
             _set_leader_epoch(value, leader_epoch)
             _set_expire_timestamp(value, None)
+            _set_topic_id(value, None)
             return value
     except (struct.error, UnicodeDecodeError):
         pass
@@ -316,6 +352,7 @@ _set_metadata = OffsetCommitValue.__dict__["metadata"].__set__
 _set_commit_timestamp = OffsetCommitValue.__dict__["commit_timestamp"].__set__
 _set_leader_epoch = OffsetCommitValue.__dict__["leader_epoch"].__set__
 _set_expire_timestamp = OffsetCommitValue.__dict__["expire_timestamp"].__set__
+_set_topic_id = OffsetCommitValue.__dict__["topic_id"].__set__
 
 
 def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
@@ -336,10 +373,13 @@ def _decode_offset_commit_value_checked(data: bytes) -> OffsetCommitValue:
     expire_timestamp = None
     if version == 1:
         expire_timestamp, pos = read_int64(data, pos, f"{what} expireTimestamp")
+    topic_id = None
     if version == FLEXIBLE_VERSION:
-        pos = skip_tagged_fields(data, pos, what)
+        topic_id, pos = _read_offset_commit_tags(data, pos, what)
     _expect_end(data, pos, what)
-    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp)
+    return OffsetCommitValue(
+        offset, metadata, commit_timestamp, leader_epoch, expire_timestamp, topic_id
+    )
 
 
 def _decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
@@ -481,6 +521,9 @@ def _offset_commit_value_json(value: OffsetCommitValue, version: int) -> dict[st
     data["commitTimestamp"] = value.commit_timestamp
     if version == 1:
         data["expireTimestamp"] = value.expire_timestamp
+    if value.topic_id is not None and any(value.topic_id):
+        # Kafka prints a Uuid as URL-safe base64 without padding and omits the zero Uuid.
+        data["topicId"] = base64.urlsafe_b64encode(value.topic_id).decode().rstrip("=")
     return data
 
 

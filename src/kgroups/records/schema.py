@@ -43,13 +43,16 @@ RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitValue:
-    """A committed offset. `expire_timestamp` is set only by old OffsetCommit versions (v1)."""
+    """A committed offset. `expire_timestamp` is set only by old OffsetCommit versions (v1).
+    `topic_id` (16 bytes) is v4's tagged field 0, which Kafka 4.x writes beside every commit;
+    it is kept so that a Kafka log reads back with everything Kafka put in it."""
 
     offset: int
     metadata: str
     commit_timestamp: int
     leader_epoch: int = -1
     expire_timestamp: int | None = None
+    topic_id: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
