@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
+from typing import assert_never
 
 from kgroups.coordinator.api import (
     DeleteGroupsRequest,
@@ -32,6 +33,12 @@ from kgroups.coordinator.persistence import (
     group_tombstone,
     offset_record,
     rebuild_groups,
+)
+from kgroups.coordinator.timer_keys import (
+    GroupTimer,
+    GroupTimerKind,
+    OffsetExpiryTimer,
+    offset_expiry_timer,
 )
 from kgroups.coordinator.views import GroupView, view_of
 from kgroups.errors import ErrorCode
@@ -90,23 +97,30 @@ class GroupCoordinator(OffsetHandlers):
         return self._timers.next_deadline()
 
     def _on_timer(self, key: Hashable) -> None:
-        assert isinstance(key, tuple)
-        kind = key[0]
-        if kind == "expire":
-            if key[1] in self._owned:
-                self._expire_offsets(key[1])
-            return
-        group = self._groups.get(key[1])
-        if group is None:
-            return
-        if kind == "join":
-            self._on_join_timer(group)
-        elif kind == "sync":
-            self._on_sync_timer(group)
-        elif kind == "session":
-            self._on_session_timer(group, key[2])
-        else:
-            self._remove_pending_member(group, key[2], RemovalReason.PENDING_MEMBER_TIMEOUT)
+        """Every kind of timer has its case; anything else is a bug and raises."""
+        match key:
+            case OffsetExpiryTimer(offsets_partition):
+                if offsets_partition in self._owned:
+                    self._expire_offsets(offsets_partition)
+            case GroupTimer(kind, group_id, member_id):
+                group = self._groups.get(group_id)
+                if group is not None:
+                    self._on_group_timer(group, kind, member_id)
+            case _:
+                raise TypeError(f"not a coordinator timer: {key!r}")
+
+    def _on_group_timer(self, group: ClassicGroup, kind: GroupTimerKind, member_id: str) -> None:
+        match kind:
+            case GroupTimerKind.JOIN:
+                self._on_join_timer(group)
+            case GroupTimerKind.SYNC:
+                self._on_sync_timer(group)
+            case GroupTimerKind.SESSION:
+                self._on_session_timer(group, member_id)
+            case GroupTimerKind.PENDING_MEMBER:
+                self._remove_pending_member(group, member_id, RemovalReason.PENDING_MEMBER_TIMEOUT)
+            case _:
+                assert_never(kind)
 
     # -- ownership ----------------------------------------------------------------------------
 
@@ -158,7 +172,7 @@ class GroupCoordinator(OffsetHandlers):
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group)
         self._timers.schedule(
-            ("expire", offsets_partition),
+            offset_expiry_timer(offsets_partition),
             self._now + self.config.offsets_retention_check_interval_ms,
         )
 
@@ -187,10 +201,9 @@ class GroupCoordinator(OffsetHandlers):
             self._transition(group, GroupState.DEAD)
             del self._groups[group.group_id]
         gone = {g.group_id for g in doomed}
+        expiry = offset_expiry_timer(offsets_partition)
         self._timers.cancel_where(
-            lambda key: (
-                isinstance(key, tuple) and (key[1] in gone or key == ("expire", offsets_partition))
-            )
+            lambda key: key == expiry or (isinstance(key, GroupTimer) and key.group_id in gone)
         )
 
     def _check_partition(self, offsets_partition: int) -> None:
@@ -265,6 +278,9 @@ class GroupCoordinator(OffsetHandlers):
         self._reply(req.request_id, ListGroupsResponse(error, listed))
 
     def _delete_groups(self, req: DeleteGroupsRequest) -> None:
+        """Each partition's deletions are one write, applied at once: the groups are Dead while
+        it is in flight and reverted (back to Empty, offsets restored) if it fails, as Kafka
+        reverts a deletion whose tombstones could not be written."""
         results: dict[str, ErrorCode] = {}
         by_partition: dict[int, list[ClassicGroup]] = {}
         for group_id in req.group_ids:
@@ -274,10 +290,11 @@ class GroupCoordinator(OffsetHandlers):
                 error = ErrorCode.GROUP_ID_NOT_FOUND
             elif error is None and group is not None and group.state is not GroupState.EMPTY:
                 error = ErrorCode.NON_EMPTY_GROUP
+            elif group is not None and group in by_partition.get(group.offsets_partition, ()):
+                error = ErrorCode.GROUP_ID_NOT_FOUND  # named twice: the first one deletes it
             if error is not None or group is None:
                 results[group_id] = error or ErrorCode.GROUP_ID_NOT_FOUND
                 continue
-            self._transition(group, GroupState.DEAD)
             by_partition.setdefault(group.offsets_partition, []).append(group)
 
         outstanding = len(by_partition)
@@ -292,13 +309,6 @@ class GroupCoordinator(OffsetHandlers):
             nonlocal outstanding
             for group in groups:
                 results[group.group_id] = error
-                if error is ErrorCode.NONE:
-                    if self._groups.get(group.group_id) is group:
-                        del self._groups[group.group_id]
-                elif group.state is GroupState.DEAD:
-                    # Kafka reverts the deletion when its tombstones could not be written.
-                    group.state = GroupState.EMPTY
-                    self._event(group, GroupState.DEAD)
             outstanding -= 1
             if outstanding == 0:
                 answer()
@@ -307,28 +317,20 @@ class GroupCoordinator(OffsetHandlers):
             answer()
             return
         for partition, groups in by_partition.items():
-            records = [
-                offset_record(g.group_id, topic, p, None)
-                for g in groups
-                for topic, p in sorted(g.offsets)
-            ] + [group_tombstone(g.group_id) for g in groups]
-            self._write(
+            self._write_at_once(
                 partition,
-                records,
-                _bind(settle, groups, ErrorCode.NONE),
-                _bind_failure(settle, groups),
+                [record for group in groups for record in _deletion_records(group)],
+                lambda groups=groups: settle(groups, ErrorCode.NONE),
+                lambda error, groups=groups: settle(groups, error),
+                revertible=True,
             )
 
 
-def _bind(
-    settle: Callable[[list[ClassicGroup], ErrorCode], None],
-    groups: list[ClassicGroup],
-    error: ErrorCode,
-) -> Callable[[], None]:
-    return lambda: settle(groups, error)
-
-
-def _bind_failure(
-    settle: Callable[[list[ClassicGroup], ErrorCode], None], groups: list[ClassicGroup]
-) -> Callable[[ErrorCode], None]:
-    return lambda error: settle(groups, error)
+def _deletion_records(group: ClassicGroup) -> list[OffsetsRecord]:
+    """Tombstones for every offset of `group`, those of commits still in flight included (they
+    may land before the deletion does), then for the group itself."""
+    in_flight = {key for key, count in group.pending_commits.items() if count > 0}
+    keys = sorted(set(group.offsets) | in_flight)
+    return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
+        group_tombstone(group.group_id)
+    ]

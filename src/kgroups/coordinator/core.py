@@ -1,8 +1,17 @@
-"""Shared machinery of the coordinator: owned groups, timers, pending writes and effects.
+"""Shared machinery of the coordinator: owned groups, timers, the write path and effects.
 
 The handlers (membership, offsets, admin) are mixins over this base so each stays a readable
 size; they all run inside `_run`, which collects what they emit into one `Effects` and then fires
 every timer already due at the caller's `now`.
+
+The write path: a handler validates, builds the records it wants written and hands them over with
+the continuations that release its responses. Records change groups only through
+`persistence.apply_record`, the function replay uses, either once the write is durable
+(`_write_when_durable`: what Kafka lets no reader see before then, such as offsets and a new
+assignment) or at once (`_write_at_once`: what Kafka shows while the write is in flight, such as a
+static member's new id or a deleted group). A failed write is undone by one mechanism: before an
+at-once write applies its records, a `GroupSnapshot` notes what they are about to change, and a
+failure puts back whatever still holds the value the records gave it.
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ from __future__ import annotations
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kgroups.coordinator.api import RequestId, Response
 from kgroups.coordinator.config import GroupCoordinatorConfig
@@ -23,10 +32,12 @@ from kgroups.coordinator.effects import (
     Write,
 )
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
+from kgroups.coordinator.persistence import apply_record, copy_member
 from kgroups.coordinator.placement import partition_for
+from kgroups.coordinator.timer_keys import session_timer
 from kgroups.coordinator.timers import TimerQueue
 from kgroups.errors import ErrorCode
-from kgroups.records.schema import OffsetsRecord
+from kgroups.records.schema import GroupMetadataKey, OffsetCommitKey, OffsetsRecord
 
 WriteCallback = Callable[[], None]
 FailureCallback = Callable[[ErrorCode], None]
@@ -57,11 +68,99 @@ def ignore_failure(error: ErrorCode) -> None:
     """For writes whose loss Kafka tolerates: the previous record stays authoritative."""
 
 
+def always() -> bool:
+    """For at-once writes whose outcome always concerns their requester."""
+    return True
+
+
+# The group fields a record can change (a GroupMetadata record, or a tombstone ending the group).
+_GROUP_FIELDS = (
+    "state",
+    "previous_state",
+    "state_timestamp",
+    "protocol_type",
+    "protocol_name",
+    "generation_id",
+    "leader_id",
+)
+# The member fields a GroupMetadata record can change (besides renaming a static member).
+_MEMBER_FIELDS = (
+    "client_id",
+    "client_host",
+    "protocols",
+    "assignment",
+    "rebalance_timeout_ms",
+    "session_timeout_ms",
+)
+
+
+@dataclass(slots=True)
+class GroupSnapshot:
+    """What an at-once write's records are about to change in one group, taken just before they
+    are applied (Kafka's timeline snapshot, limited to what the records touch): the group fields,
+    copies of the members the records name and the offsets they name. `restore` puts back only
+    what still holds the value the records gave it, so changes made since by other requests
+    (a member that left or rejoined, a rebalance that started) are kept; a member the records
+    renamed (a static replacement) is put back whole, since its new identity exists only
+    through them."""
+
+    group: ClassicGroup
+    fields_before: tuple[object, ...]
+    members_before: list[Member]
+    offsets_before: dict[tuple[str, int], object]
+    fields_after: tuple[object, ...] = ()
+    members_after: list[Member] = field(default_factory=list)
+    offsets_after: dict[tuple[str, int], object] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, group: ClassicGroup, records: list[OffsetsRecord]) -> GroupSnapshot:
+        members: list[Member] = []
+        offsets: dict[tuple[str, int], object] = {}
+        for record in records:
+            key = record.key
+            if type(key) is OffsetCommitKey:
+                offsets[(key.topic, key.partition)] = group.offsets.get((key.topic, key.partition))
+            elif type(key) is GroupMetadataKey and record.value is not None:
+                for stored in record.value.members:  # type: ignore[union-attr]
+                    holder = _holder(group, stored.member_id, stored.group_instance_id)
+                    if holder is not None:
+                        members.append(copy_member(group.members[holder]))
+        return cls(group, _fields(group), members, offsets)
+
+    def applied(self) -> None:
+        """Note what the records left, so a restore can tell their values from later ones."""
+        group = self.group
+        self.fields_after = _fields(group)
+        self.members_after = [
+            copy_member(group.members[_holder(group, m.member_id, m.group_instance_id) or ""])
+            for m in self.members_before
+        ]
+        self.offsets_after = {key: group.offsets.get(key) for key in self.offsets_before}
+
+
+def _fields(group: ClassicGroup) -> tuple[object, ...]:
+    return tuple(getattr(group, name) for name in _GROUP_FIELDS)
+
+
+def _holder(group: ClassicGroup, member_id: str, instance_id: str | None) -> str | None:
+    """The member id now in the place of (`member_id`, `instance_id`): a static member's place
+    is its instance id, whatever id holds it."""
+    if instance_id is not None:
+        return group.static_members.get(instance_id)
+    return member_id if member_id in group.members else None
+
+
 @dataclass(slots=True)
 class _PendingWrite:
     offsets_partition: int
+    records: list[OffsetsRecord]
+    # When durable: where the records land (None: nowhere any more). At once: None.
+    target: Callable[[], ClassicGroup | None] | None
     on_success: WriteCallback
     on_failure: FailureCallback
+    # At once: whether the change still awaits this write (else its outcome concerns no one).
+    still_pending: Callable[[], bool] = always
+    snapshots: list[GroupSnapshot] = field(default_factory=list)
 
 
 class CoordinatorCore(ABC):
@@ -102,31 +201,135 @@ class CoordinatorCore(ABC):
     def _reply(self, request_id: RequestId, response: Response) -> None:
         self._fx.replies.append(Reply(request_id, response))
 
-    def _write(
+    def _write_when_durable(
+        self,
+        offsets_partition: int,
+        records: list[OffsetsRecord],
+        target: Callable[[], ClassicGroup | None],
+        on_success: WriteCallback,
+        on_failure: FailureCallback,
+    ) -> None:
+        """Write `records`; once durable, apply them to `target()` (if it still names a group),
+        then call `on_success`. A failure changes no group: `on_failure` answers."""
+        self._emit_write(_PendingWrite(offsets_partition, records, target, on_success, on_failure))
+
+    def _write_at_once(
         self,
         offsets_partition: int,
         records: list[OffsetsRecord],
         on_success: WriteCallback,
         on_failure: FailureCallback,
+        *,
+        revertible: bool,
+        still_pending: Callable[[], bool] = always,
     ) -> None:
+        """Apply `records` to their groups now and write them. A revertible write that fails,
+        while `still_pending()`, restores the snapshots taken before applying (a static member's
+        new id leaves as STATIC_REPLACEMENT_REVERTED), then `on_failure` answers. A write that
+        is not revertible is one whose loss Kafka tolerates: the previous record stays
+        authoritative in the log, memory keeps the change. Groups the records end stay as Dead
+        placeholders while a revert may still bring them back."""
+        by_group: dict[str, list[OffsetsRecord]] = {}
+        for record in records:
+            by_group.setdefault(record.key.group, []).append(record)  # type: ignore[union-attr]
+        pending = _PendingWrite(
+            offsets_partition, records, None, on_success, on_failure, still_pending
+        )
+        for group_id, group_records in by_group.items():
+            group = self._groups[group_id]
+            snapshot = GroupSnapshot.take(group, group_records) if revertible else None
+            self._apply(group, group_records)
+            if snapshot is not None:
+                snapshot.applied()
+                pending.snapshots.append(snapshot)
+            elif group.state is GroupState.DEAD:
+                del self._groups[group_id]
+        self._emit_write(pending)
+
+    def _emit_write(self, pending: _PendingWrite) -> None:
         self._next_write_id += 1
         write_id = self._next_write_id
-        self._pending_writes[write_id] = _PendingWrite(offsets_partition, on_success, on_failure)
-        self._fx.writes.append(Write(write_id, offsets_partition, records))
+        self._pending_writes[write_id] = pending
+        self._fx.writes.append(Write(write_id, pending.offsets_partition, pending.records))
+
+    def _apply(self, group: ClassicGroup, records: list[OffsetsRecord]) -> None:
+        """The records change the group through the replay's apply; a state change is an event."""
+        old_state = group.state
+        for record in records:
+            apply_record(group, record, self._now)
+        if group.state is not old_state:
+            self._event(group, old_state)
 
     def _complete_write(self, write_id: int, error: ErrorCode | None) -> None:
         pending = self._pending_writes.pop(write_id, None)
         if pending is None:
             return
         if error is None or error == ErrorCode.NONE:
-            pending.on_success()
+            self._write_succeeded(pending)
         else:
-            pending.on_failure(client_error_for_write(error))
+            self._write_failed(pending, client_error_for_write(error))
+
+    def _write_succeeded(self, pending: _PendingWrite) -> None:
+        if pending.target is not None:
+            group = pending.target()
+            if group is not None:
+                self._apply(group, pending.records)
+        for snapshot in pending.snapshots:
+            group = snapshot.group
+            if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
+                del self._groups[group.group_id]
+        pending.on_success()
+
+    def _write_failed(self, pending: _PendingWrite, error: ErrorCode) -> None:
+        if not pending.still_pending():
+            return
+        for snapshot in pending.snapshots:
+            self._restore(snapshot)
+        pending.on_failure(error)
+
+    def _restore(self, snapshot: GroupSnapshot) -> None:
+        """Put back what the write's records changed and nothing has changed since."""
+        group = snapshot.group
+        for before, after in zip(snapshot.members_before, snapshot.members_after, strict=True):
+            current = _holder(group, before.member_id, before.group_instance_id)
+            if current != after.member_id:
+                continue  # it left, or was replaced again, since: nothing of this write remains
+            if current != before.member_id and before.group_instance_id is not None:
+                self._cancel_session(group, current)
+                member = group.replace_static_member(
+                    before.group_instance_id, current, before.member_id
+                )
+                self._member_removed(
+                    group, current, before.group_instance_id,
+                    RemovalReason.STATIC_REPLACEMENT_REVERTED,
+                )
+                for name in _MEMBER_FIELDS:
+                    setattr(member, name, getattr(before, name))
+                self._refresh_session(group, member)
+                continue
+            member = group.members[current]
+            for name in _MEMBER_FIELDS:
+                if getattr(member, name) == getattr(after, name):
+                    setattr(member, name, getattr(before, name))
+        old_state = group.state
+        for name, before_value, after_value in zip(
+            _GROUP_FIELDS, snapshot.fields_before, snapshot.fields_after, strict=True
+        ):
+            if getattr(group, name) == after_value:
+                setattr(group, name, before_value)
+        if group.state is not old_state:
+            self._event(group, old_state)
+        for key, value in snapshot.offsets_before.items():
+            if group.offsets.get(key) == snapshot.offsets_after[key]:
+                if value is None:
+                    group.offsets.pop(key, None)
+                else:
+                    group.offsets[key] = value  # type: ignore[assignment]
 
     def _fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
         for write_id in sorted(self._pending_writes):
             if self._pending_writes[write_id].offsets_partition == offsets_partition:
-                self._pending_writes.pop(write_id).on_failure(error)
+                self._write_failed(self._pending_writes.pop(write_id), error)
 
     # -- groups and placement -----------------------------------------------------------------
 
@@ -181,11 +384,11 @@ class CoordinatorCore(ABC):
     # -- member liveness ----------------------------------------------------------------------
 
     def _schedule_session(self, group: ClassicGroup, member: Member, timeout_ms: int) -> None:
-        key = ("session", group.group_id, member.member_id)
+        key = session_timer(group.group_id, member.member_id)
         self._timers.schedule(key, self._now + timeout_ms)
 
     def _refresh_session(self, group: ClassicGroup, member: Member) -> None:
         self._schedule_session(group, member, member.session_timeout_ms)
 
     def _cancel_session(self, group: ClassicGroup, member_id: str) -> None:
-        self._timers.cancel(("session", group.group_id, member_id))
+        self._timers.cancel(session_timer(group.group_id, member_id))

@@ -8,6 +8,7 @@ things happen live in the coordinator handlers.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -69,13 +70,6 @@ class Member:
             if name == protocol:
                 return metadata
         raise KeyError(f"member {self.member_id} does not support protocol {protocol}")
-
-    def protocol_names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.protocols)
-
-    def vote(self, candidates: set[str]) -> str:
-        """The member's most preferred protocol among those every member supports."""
-        return next(name for name, _ in self.protocols if name in candidates)
 
 
 @dataclass(slots=True)
@@ -165,18 +159,22 @@ class ClassicGroup:
         return bool(self._common_protocols() & set(names))
 
     def _common_protocols(self) -> set[str]:
-        common: set[str] | None = None
-        for member in self.members.values():
-            names = set(member.protocol_names())
-            common = names if common is None else common & names
-        return common or set()
+        return _common(member.protocols for member in self.members.values())
 
-    def select_protocol(self) -> str:
-        """Each member votes for its first protocol every member supports; most votes wins."""
-        candidates = self._common_protocols()
+    def select_protocol(
+        self, overrides: dict[str, tuple[tuple[str, bytes], ...]] | None = None
+    ) -> str:
+        """Each member votes for its first protocol every member supports; most votes wins.
+        `overrides` (member id -> protocols) asks what the vote would be after such a change
+        (a static member rejoining with other protocols)."""
+        overrides = overrides or {}
+        offered = [overrides.get(m.member_id, m.protocols) for m in self.members.values()]
+        candidates = _common(offered)
         if not candidates:
             raise AssertionError(f"group {self.group_id} has no protocol common to all members")
-        votes = Counter(member.vote(candidates) for member in self.members.values())
+        votes = Counter(
+            next(name for name, _ in protocols if name in candidates) for protocols in offered
+        )
         best = max(votes.values())
         return next(name for name in java_hash_map_order(list(votes)) if votes[name] == best)
 
@@ -197,6 +195,15 @@ class ClassicGroup:
             (m.member_id, m.group_instance_id, m.metadata_for(protocol))
             for m in self.members.values()
         )
+
+
+def _common(offered: Iterable[tuple[tuple[str, bytes], ...]]) -> set[str]:
+    """The protocol names every member's offer includes."""
+    common: set[str] | None = None
+    for protocols in offered:
+        names = {name for name, _ in protocols}
+        common = names if common is None else common & names
+    return common or set()
 
 
 def java_hash_map_order(keys: list[str]) -> list[str]:

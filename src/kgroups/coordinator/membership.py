@@ -22,7 +22,13 @@ from kgroups.coordinator.api import (
 from kgroups.coordinator.core import CoordinatorCore, ignore_failure, ignore_success
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
-from kgroups.coordinator.persistence import group_record, subscribed_topics
+from kgroups.coordinator.persistence import (
+    copy_member,
+    group_record,
+    static_replacement_record,
+    subscribed_topics,
+)
+from kgroups.coordinator.timer_keys import join_timer, pending_member_timer, sync_timer
 from kgroups.errors import ErrorCode
 
 _MEMBERSHIP_STATES = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
@@ -116,7 +122,8 @@ class MembershipHandlers(CoordinatorCore):
             # leaves no member behind: only a pending id that expires after a session timeout.
             group.pending_members.add(new_member_id)
             self._timers.schedule(
-                ("pending", group.group_id, new_member_id), self._now + req.session_timeout_ms
+                pending_member_timer(group.group_id, new_member_id),
+                self._now + req.session_timeout_ms,
             )
             self._reply(
                 req.request_id,
@@ -137,7 +144,7 @@ class MembershipHandlers(CoordinatorCore):
             if req.group_instance_id is not None:
                 self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)
                 return
-            self._timers.cancel(("pending", group.group_id, req.member_id))
+            self._timers.cancel(pending_member_timer(group.group_id, req.member_id))
             self._add_member_and_rebalance(group, req, req.member_id)
             return
         error = self._validate_member(group, req.member_id, req.group_instance_id)
@@ -245,16 +252,13 @@ class MembershipHandlers(CoordinatorCore):
     def _replace_static_member(
         self, group: ClassicGroup, req: JoinGroupRequest, old_id: str, new_id: str
     ) -> None:
-        """A known instance id rejoining without a member id: the old incarnation is fenced."""
+        """A known instance id rejoining without a member id: the old incarnation is fenced.
+
+        In a Stable group whose protocol stays, the replacement is persisted (below). Otherwise
+        it is part of a rebalance, which persists nothing before the leader's SyncGroup."""
         instance_id = req.group_instance_id
         assert instance_id is not None
         old_member = group.members[old_id]
-        old_leader = group.leader_id
-        old_settings = (
-            old_member.protocols,
-            old_member.rebalance_timeout_ms,
-            old_member.session_timeout_ms,
-        )
         if old_member.join_request is not None:
             self._reply(
                 old_member.join_request,
@@ -265,30 +269,53 @@ class MembershipHandlers(CoordinatorCore):
             self._reply(old_member.sync_request, SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
             old_member.sync_request = None
         self._cancel_session(group, old_id)
-        member = group.replace_static_member(instance_id, old_id, new_id)
         self._member_removed(group, old_id, instance_id, RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
+        if (
+            group.state is GroupState.STABLE
+            and group.select_protocol({old_id: req.protocols}) == group.protocol_name
+        ):
+            self._persist_static_replacement(group, req, old_member, new_id)
+            return
+        member = group.replace_static_member(instance_id, old_id, new_id)
         self._refresh_session(group, member)
+        self._update_joined_member(member, req)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may already be assigning to the old id: only a rebalance fixes that.
+            self._prepare_rebalance(group)
+        elif group.state is GroupState.STABLE:
+            self._maybe_prepare_rebalance(group)  # the selected protocol would change
+
+    def _update_joined_member(self, member: Member, req: JoinGroupRequest) -> None:
         member.protocols = req.protocols
         member.rebalance_timeout_ms = self._rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
         self._park_join(member, req)
 
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            # The leader may already be assigning to the old id: only a rebalance fixes that.
-            self._prepare_rebalance(group)
-            return
-        if group.state is not GroupState.STABLE:
-            return
-        if group.select_protocol() != group.protocol_name:
-            self._maybe_prepare_rebalance(group)
-            return
+    def _persist_static_replacement(
+        self, group: ClassicGroup, req: JoinGroupRequest, old_member: Member, new_id: str
+    ) -> None:
+        """The replacement's GroupMetadata record is applied at once (the new id is live while
+        the write is in flight, as in Kafka) and answered when durable. If the write fails, the
+        write path's snapshot puts the old member back and the new id gets the error, as Kafka
+        reverts to the old member."""
+        old_id = old_member.member_id
+        old_leader = group.leader_id
         generation = group.generation_id
-        assignments = {m.member_id: m.assignment for m in group.members.values()}
+        replacement = copy_member(old_member)
+        replacement.member_id = new_id
+        replacement.protocols = req.protocols
+        replacement.rebalance_timeout_ms = self._rebalance_timeout(req)
+        replacement.session_timeout_ms = req.session_timeout_ms
+
+        def still_pending() -> bool:
+            """Its JoinGroup is still parked (not answered by a rebalance, removal or retry)."""
+            current = group.members.get(new_id)
+            return current is not None and current.join_request == req.request_id
 
         def persisted() -> None:
-            current = group.members.get(new_id)
-            if current is None or current.join_request != req.request_id:
+            if not still_pending():
                 return
+            current = group.members[new_id]
             current.join_request = None
             if req.version >= 9:
                 is_leader = group.is_leader(new_id)
@@ -302,19 +329,6 @@ class MembershipHandlers(CoordinatorCore):
             self._reply(req.request_id, response)
 
         def failed(error: ErrorCode) -> None:
-            current = group.members.get(new_id)
-            if current is None or current.join_request != req.request_id:
-                return  # already answered (removed, superseded or swept into a rebalance)
-            current.join_request = None
-            self._cancel_session(group, new_id)
-            restored = group.replace_static_member(instance_id, new_id, old_id)
-            self._member_removed(
-                group, new_id, instance_id, RemovalReason.STATIC_REPLACEMENT_REVERTED
-            )
-            restored.protocols, restored.rebalance_timeout_ms, restored.session_timeout_ms = (
-                old_settings
-            )
-            self._refresh_session(group, restored)
             self._reply(
                 req.request_id,
                 JoinGroupResponse(
@@ -327,7 +341,18 @@ class MembershipHandlers(CoordinatorCore):
                 ),
             )
 
-        self._write(group.offsets_partition, [group_record(group, assignments)], persisted, failed)
+        self._write_at_once(
+            group.offsets_partition,
+            [static_replacement_record(group, old_id, replacement)],
+            persisted,
+            failed,
+            revertible=True,
+            still_pending=still_pending,
+        )
+        member = group.members[new_id]
+        member.protocols = req.protocols  # the record stores only the selected protocol's
+        self._refresh_session(group, member)
+        self._park_join(member, req)
 
     # -- the join phase -----------------------------------------------------------------------
 
@@ -338,7 +363,7 @@ class MembershipHandlers(CoordinatorCore):
     def _prepare_rebalance(self, group: ClassicGroup) -> None:
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
-        self._timers.cancel(("sync", group.group_id))
+        self._timers.cancel(sync_timer(group.group_id))
         if group.state is GroupState.EMPTY:
             # Kafka delays the first rebalance of an empty group so that consumers starting
             # together land in one generation instead of one rebalance each.
@@ -346,12 +371,12 @@ class MembershipHandlers(CoordinatorCore):
             group.initial_delay_ms = delay
             group.initial_delay_remaining_ms = max(group.max_rebalance_timeout_ms() - delay, 0)
             group.new_member_added = False
-            self._timers.schedule(("join", group.group_id), self._now + delay)
+            self._timers.schedule(join_timer(group.group_id), self._now + delay)
         else:
             group.initial_delay_ms = None
             group.initial_delay_remaining_ms = None
             self._timers.schedule(
-                ("join", group.group_id), self._now + group.max_rebalance_timeout_ms()
+                join_timer(group.group_id), self._now + group.max_rebalance_timeout_ms()
             )
         self._transition(group, GroupState.PREPARING_REBALANCE)
         self._try_complete_join(group)
@@ -363,7 +388,7 @@ class MembershipHandlers(CoordinatorCore):
             and group.initial_delay_ms is None
             and group.has_all_members_joined()
         ):
-            self._timers.cancel(("join", group.group_id))
+            self._timers.cancel(join_timer(group.group_id))
             self._complete_join(group)
 
     def _on_join_timer(self, group: ClassicGroup) -> None:
@@ -375,7 +400,7 @@ class MembershipHandlers(CoordinatorCore):
             group.new_member_added = False
             group.initial_delay_ms = min(self.config.group_initial_rebalance_delay_ms, remaining)
             group.initial_delay_remaining_ms = max(remaining - delay, 0)
-            self._timers.schedule(("join", group.group_id), self._now + group.initial_delay_ms)
+            self._timers.schedule(join_timer(group.group_id), self._now + group.initial_delay_ms)
             return
         self._complete_join(group)
 
@@ -389,7 +414,7 @@ class MembershipHandlers(CoordinatorCore):
             # Nobody rejoined (only static members remain): wait another rebalance timeout for
             # their sessions to expire.
             self._timers.schedule(
-                ("join", group.group_id), self._now + group.max_rebalance_timeout_ms()
+                join_timer(group.group_id), self._now + group.max_rebalance_timeout_ms()
             )
             return
         group.generation_id += 1
@@ -400,8 +425,12 @@ class MembershipHandlers(CoordinatorCore):
             self._transition(group, GroupState.EMPTY)
             # Persisted so a restarted coordinator knows since when the group is empty (offset
             # expiry counts from then); Kafka does not revert anything if this write fails.
-            self._write(
-                group.offsets_partition, [group_record(group, {})], ignore_success, ignore_failure
+            self._write_at_once(
+                group.offsets_partition,
+                [group_record(group, {})],
+                ignore_success,
+                ignore_failure,
+                revertible=False,
             )
             return
         group.protocol_name = group.select_protocol()
@@ -414,9 +443,8 @@ class MembershipHandlers(CoordinatorCore):
             self._refresh_session(group, member)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)
-        self._timers.schedule(
-            ("sync", group.group_id), self._now + group.max_rebalance_timeout_ms()
-        )
+        deadline = self._now + group.max_rebalance_timeout_ms()
+        self._timers.schedule(sync_timer(group.group_id), deadline)
 
     def _elect_joined_leader(self, group: ClassicGroup) -> bool:
         leader = group.members.get(group.leader_id or "")
@@ -519,8 +547,7 @@ class MembershipHandlers(CoordinatorCore):
         def persisted() -> None:
             if not still_current():
                 return
-            for member_id, member in group.members.items():
-                member.assignment = full.get(member_id, b"")
+            # The assignments came in with the record (applied just before).
             self._propagate_assignment(group, ErrorCode.NONE)
             self._transition(group, GroupState.STABLE)
 
@@ -530,7 +557,13 @@ class MembershipHandlers(CoordinatorCore):
             self._reset_and_propagate_assignment_error(group, error)
             self._maybe_prepare_rebalance(group)
 
-        self._write(group.offsets_partition, [group_record(group, full)], persisted, failed)
+        self._write_when_durable(
+            group.offsets_partition,
+            [group_record(group, full)],
+            lambda: group if still_current() else None,
+            persisted,
+            failed,
+        )
 
     def _reset_and_propagate_assignment_error(self, group: ClassicGroup, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -650,7 +683,7 @@ class MembershipHandlers(CoordinatorCore):
         if member_id not in group.pending_members:
             return
         group.pending_members.discard(member_id)
-        self._timers.cancel(("pending", group.group_id, member_id))
+        self._timers.cancel(pending_member_timer(group.group_id, member_id))
         self._member_removed(group, member_id, None, reason)
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)

@@ -1,8 +1,8 @@
 """OffsetCommit, OffsetFetch, OffsetDelete and periodic offset expiry.
 
-Committed offsets enter memory only when their records are durable, so OffsetFetch never shows
-an offset a crash could take back; commits still in flight are counted per partition so that
-expiry and deletion never race them.
+Committed offsets enter memory only when their records are durable (`_write_when_durable`), so
+OffsetFetch never shows an offset a crash could take back; commits still in flight are counted
+per partition so that expiry and deletion never race them.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from kgroups.coordinator.core import ignore_failure, ignore_success
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from kgroups.coordinator.membership import MembershipHandlers
 from kgroups.coordinator.persistence import group_tombstone, offset_record
+from kgroups.coordinator.timer_keys import offset_expiry_timer
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
 
@@ -110,19 +111,15 @@ class OffsetHandlers(MembershipHandlers):
                 return None
             return group
 
-        def persisted() -> None:
-            target = settle()
-            if target is not None:
-                target.offsets.update(values)
-            answer(ErrorCode.NONE)
-
         def failed(write_error: ErrorCode) -> None:
             if group is not None:
                 group.pending_commits.subtract(values.keys())
             answer(write_error)
 
         records = [offset_record(group_id, t, p, v) for (t, p), v in values.items()]
-        self._write(self.partition_of(group_id), records, persisted, failed)
+        self._write_when_durable(
+            self.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE), failed
+        )
 
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
@@ -230,35 +227,37 @@ class OffsetHandlers(MembershipHandlers):
             answer(ErrorCode.NONE)
             return
 
-        def persisted() -> None:
-            for key in doomed:
-                group.offsets.pop(key, None)
-            answer(ErrorCode.NONE)
-
         records = [offset_record(group.group_id, t, p, None) for t, p in doomed]
-        self._write(group.offsets_partition, records, persisted, answer)
+        self._write_when_durable(
+            group.offsets_partition, records, lambda: group, lambda: answer(ErrorCode.NONE), answer
+        )
 
     # -- expiry -------------------------------------------------------------------------------
 
     def _expire_offsets(self, offsets_partition: int) -> None:
         """Kafka's periodic cleanup: drop expired offsets, then delete empty groups left with
-        none. Memory changes at once and the tombstones follow (as Kafka does): a lost
-        tombstone only means the offset expires again after a restart."""
+        none. The tombstones apply at once and a failed write is not reverted (as Kafka does):
+        a lost tombstone only means the offset expires again after a restart."""
         retention = self.config.offsets_retention_ms
         now = self._now
         records: list[OffsetsRecord] = []
         for group in [g for g in self._groups.values() if g.offsets_partition == offsets_partition]:
-            for topic, partition in self._expired_offsets(group, now, retention):
-                del group.offsets[(topic, partition)]
+            expired = self._expired_offsets(group, now, retention)
+            for topic, partition in expired:
                 records.append(offset_record(group.group_id, topic, partition, None))
-            if group.state is GroupState.EMPTY and not group.has_offsets():
-                self._transition(group, GroupState.DEAD)
-                del self._groups[group.group_id]
+            if (
+                group.state is GroupState.EMPTY
+                and len(expired) == len(group.offsets)
+                and not +group.pending_commits
+            ):
                 records.append(group_tombstone(group.group_id))
         if records:
-            self._write(offsets_partition, records, ignore_success, ignore_failure)
+            self._write_at_once(
+                offsets_partition, records, ignore_success, ignore_failure, revertible=False
+            )
         self._timers.schedule(
-            ("expire", offsets_partition), now + self.config.offsets_retention_check_interval_ms
+            offset_expiry_timer(offsets_partition),
+            now + self.config.offsets_retention_check_interval_ms,
         )
 
     def _expired_offsets(

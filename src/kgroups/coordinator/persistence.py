@@ -1,14 +1,16 @@
-"""Group state <-> __consumer_offsets records: what a change writes, and how a log rebuilds state.
+"""Group state <-> __consumer_offsets records: what a change writes, and how records change state.
 
-Writing and replaying live side by side so they cannot drift: whatever `group_record` stores,
-`rebuild_groups` reads back into an equal group (Stable when it has members, else Empty).
+`apply_record` is the one way a record changes a group: the live coordinator applies the records
+it writes through it, and `rebuild_groups` (a partition's load) applies the log's records through
+it, so a live group and its replay cannot drift. Whatever `group_record` stores, `rebuild_groups`
+reads back into an equal group (Stable when it has members, else Empty).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
@@ -25,6 +27,27 @@ from kgroups.records.schema import (
 
 def group_record(group: ClassicGroup, assignments: dict[str, bytes]) -> OffsetsRecord:
     """The GroupMetadata record for `group`'s current generation with the given assignments."""
+    return _metadata_record(group, group.members.values(), group.leader_id, assignments)
+
+
+def static_replacement_record(
+    group: ClassicGroup, old_id: str, replacement: Member
+) -> OffsetsRecord:
+    """The GroupMetadata record of `group` once `replacement` (same instance id, new member id)
+    has taken `old_id`'s place: applying it is what performs the replacement. The replacement
+    goes last and inherits leadership, as `ClassicGroup.replace_static_member` orders them."""
+    members = [m for m in group.members.values() if m.member_id != old_id] + [replacement]
+    leader = replacement.member_id if group.leader_id == old_id else group.leader_id
+    assignments = {m.member_id: m.assignment for m in members}
+    return _metadata_record(group, members, leader, assignments)
+
+
+def _metadata_record(
+    group: ClassicGroup,
+    roster: Iterable[Member],
+    leader_id: str | None,
+    assignments: dict[str, bytes],
+) -> OffsetsRecord:
     protocol = group.protocol_name
     members = tuple(
         MemberMetadata(
@@ -37,13 +60,13 @@ def group_record(group: ClassicGroup, assignments: dict[str, bytes]) -> OffsetsR
             assignment=assignments.get(member.member_id, b""),
             group_instance_id=member.group_instance_id,
         )
-        for member in group.members.values()
+        for member in roster
     )
     value = GroupMetadataValue(
         protocol_type=group.protocol_type or "",
         generation=group.generation_id,
         protocol=protocol,
-        leader=group.leader_id if members else None,
+        leader=leader_id if members else None,
         current_state_timestamp=group.state_timestamp,
         members=members,
     )
@@ -156,12 +179,87 @@ def _offset_key_fields(raw: bytes) -> tuple[str, str, int] | None:
     return group, topic, _INT32.unpack_from(raw, topic_end)[0]
 
 
+def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
+    """Change `group` as `record` says: the same function for the live path and for replay.
+
+    An offset record sets or (tombstone) removes one committed offset. A GroupMetadata record
+    sets the stored generation, protocol, leader and roster: each stored member updates the
+    member with its id, or renames the member holding its instance id (a static replacement),
+    or joins the group. A GroupMetadata tombstone ends the group (Dead)."""
+    key = record.key
+    if type(key) is OffsetCommitKey:
+        apply_offset(group, key.topic, key.partition, record.value)  # type: ignore[arg-type]
+    elif record.value is None:
+        group.transition_to(GroupState.DEAD, now)
+    else:
+        _apply_metadata(group, record.value)  # type: ignore[arg-type]
+
+
+def apply_offset(
+    group: ClassicGroup, topic: str, partition: int, value: OffsetCommitValue | None
+) -> None:
+    if value is None:
+        group.offsets.pop((topic, partition), None)
+    else:
+        group.offsets[(topic, partition)] = value
+
+
+def _apply_metadata(group: ClassicGroup, value: GroupMetadataValue) -> None:
+    group.protocol_type = value.protocol_type or None
+    group.protocol_name = value.protocol
+    group.generation_id = value.generation
+    protocol = value.protocol or ""
+    for stored in value.members:
+        member = group.members.get(stored.member_id)
+        instance_id = stored.group_instance_id
+        if member is None and instance_id is not None and instance_id in group.static_members:
+            previous_id = group.static_members[instance_id]
+            member = group.replace_static_member(instance_id, previous_id, stored.member_id)
+        if member is None:
+            group.add(
+                Member(
+                    member_id=stored.member_id,
+                    group_instance_id=instance_id,
+                    client_id=stored.client_id,
+                    client_host=stored.client_host,
+                    rebalance_timeout_ms=stored.rebalance_timeout,
+                    session_timeout_ms=stored.session_timeout,
+                    protocol_type=value.protocol_type,
+                    protocols=((protocol, stored.subscription),),
+                    assignment=stored.assignment,
+                )
+            )
+            continue
+        member.client_id = stored.client_id
+        member.client_host = stored.client_host
+        member.rebalance_timeout_ms = stored.rebalance_timeout
+        member.session_timeout_ms = stored.session_timeout
+        member.assignment = stored.assignment
+        # Only the selected protocol's metadata is stored; the member's other protocols stay.
+        member.protocols = tuple(
+            (name, stored.subscription if name == protocol else metadata)
+            for name, metadata in member.protocols
+        )
+    if value.members and value.leader in group.members:
+        group.leader_id = value.leader
+
+
+def copy_member(member: Member) -> Member:
+    """A detached copy (for snapshots): later changes to `member` do not reach it."""
+    return replace(member)
+
+
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
-    """Groups as a coordinator that had just written `image` would hold them."""
+    """Groups as a coordinator that had just written `image` would hold them: each surviving
+    record applied through `apply_record`/`apply_offset` to a group built for it."""
     groups: dict[str, ClassicGroup] = {}
     for group_id, value in image.group_values.items():
         if value is not None:
-            groups[group_id] = _group_from_value(group_id, value, offsets_partition)
+            state = GroupState.STABLE if value.members else GroupState.EMPTY
+            group = ClassicGroup(group_id, offsets_partition, state, value.current_state_timestamp)
+            apply_record(group, OffsetsRecord(GroupMetadataKey(group_id), value), 0)
+            group.subscribed_topics = subscribed_topics(group)
+            groups[group_id] = group
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue
@@ -169,39 +267,5 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
         if group is None:
             group = ClassicGroup(group_id, offsets_partition, GroupState.EMPTY, -1)
             groups[group_id] = group
-        group.offsets[(topic, partition)] = offset
+        apply_offset(group, topic, partition, offset)
     return groups
-
-
-def _group_from_value(
-    group_id: str, value: GroupMetadataValue, offsets_partition: int
-) -> ClassicGroup:
-    state = GroupState.STABLE if value.members else GroupState.EMPTY
-    group = ClassicGroup(
-        group_id,
-        offsets_partition,
-        state,
-        value.current_state_timestamp,
-        protocol_type=value.protocol_type or None,
-        protocol_name=value.protocol,
-        generation_id=value.generation,
-    )
-    protocol = value.protocol or ""
-    for stored in value.members:
-        group.add(
-            Member(
-                member_id=stored.member_id,
-                group_instance_id=stored.group_instance_id,
-                client_id=stored.client_id,
-                client_host=stored.client_host,
-                rebalance_timeout_ms=stored.rebalance_timeout,
-                session_timeout_ms=stored.session_timeout,
-                protocol_type=value.protocol_type,
-                protocols=((protocol, stored.subscription),),
-                assignment=stored.assignment,
-            )
-        )
-    if value.members:
-        group.leader_id = value.leader if value.leader in group.members else group.leader_id
-    group.subscribed_topics = subscribed_topics(group)
-    return group
