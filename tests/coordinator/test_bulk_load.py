@@ -86,7 +86,7 @@ def test_malformed_raw_key_is_reported_by_the_codec():
 def test_keys_whose_hashes_collide_are_still_told_apart(batch_list):
     import numpy as np
 
-    from kgroups.coordinator import bulk_scan
+    from kgroups.log import bulk_scan
 
     data = log_of(batch_list)
     saved = bulk_scan._MIX

@@ -28,19 +28,11 @@ from kgroups.broker.producer_state import BatchIdentity, last_sequence
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import BatchCorruptError, check_batch
+from kgroups.log.batch import MAGIC, MAGIC_AT, BatchCorruptError, check_batch
 from kgroups.log.partition_log import PartitionLog
 
 logger = logging.getLogger("kgroups.produce")
 
-MAGIC_OFFSET = 16
-CURRENT_MAGIC = 2
-# Positions in the RecordBatch header tuple that kgroups.log.batch.check_batch returns.
-LAST_OFFSET_DELTA = 6
-PRODUCER_ID = 9
-PRODUCER_EPOCH = 10
-BASE_SEQUENCE = 11
-RECORD_COUNT = 12
 VALID_ACKS = (-1, 0, 1)
 
 
@@ -62,15 +54,15 @@ def split_batches(
     batches: list[tuple[bytes, BatchIdentity]] = []
     position = 0
     while position < len(records):
-        magic_at = position + MAGIC_OFFSET
-        if magic_at < len(records) and records[magic_at] != CURRENT_MAGIC:
+        magic_at = position + MAGIC_AT
+        if magic_at < len(records) and records[magic_at] != MAGIC:
             return PartitionOutcome(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
                                     message="only RecordBatch v2 (magic 2) is accepted")
         try:
             header, next_position = check_batch(records, position)
         except BatchCorruptError as exc:
             return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
-        last_offset_delta, record_count = header[LAST_OFFSET_DELTA], header[RECORD_COUNT]
+        last_offset_delta, record_count = header.last_offset_delta, header.records_count
         if record_count < 1 or record_count != last_offset_delta + 1:
             return PartitionOutcome(
                 ErrorCode.INVALID_RECORD,
@@ -81,8 +73,8 @@ def split_batches(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 message=f"batch of {next_position - position} bytes exceeds message.max.bytes "
                         f"{max_batch_bytes}")
-        identity = BatchIdentity(header[PRODUCER_ID], header[PRODUCER_EPOCH], header[BASE_SEQUENCE],
-                                 last_sequence(header[BASE_SEQUENCE], last_offset_delta))
+        identity = BatchIdentity(header.producer_id, header.producer_epoch, header.base_sequence,
+                                 last_sequence(header.base_sequence, last_offset_delta))
         batches.append((records[position:next_position], identity))
         position = next_position
     return batches

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import HEADER
+from kgroups.log.batch import HEADER_SIZE, read_header
 from kgroups.log.partition_log import PartitionLog
 
 NO_PRODUCER_ID = -1
@@ -25,11 +25,6 @@ REMEMBERED_BATCHES = 5
 # How far back from the log end a rebuild reads batch headers: bounded work (no whole-segment
 # scan on the event loop), far more than the last five batches of any active producer.
 REBUILD_TAIL_OFFSETS = 50_000
-# Positions in the RecordBatch v2 header tuple (kgroups.log.batch.HEADER).
-HEADER_LAST_OFFSET_DELTA = 6
-HEADER_PRODUCER_ID = 9
-HEADER_PRODUCER_EPOCH = 10
-HEADER_BASE_SEQUENCE = 11
 INT32_MAX = 2**31 - 1
 
 
@@ -112,13 +107,13 @@ class ProducerStateTable:
                 continue
             start = segment.start_position_for(max(tail_start, segment.base_offset))
             for position, base_offset, _last, _size in segment.batch_positions(start):
-                header = HEADER.unpack(segment.pread(HEADER.size, position))
+                header = read_header(segment.pread(HEADER_SIZE, position))
                 producer_id, epoch, first_sequence = (
-                    header[HEADER_PRODUCER_ID], header[HEADER_PRODUCER_EPOCH],
-                    header[HEADER_BASE_SEQUENCE])
+                    header.producer_id, header.producer_epoch,
+                    header.base_sequence)
                 if producer_id == NO_PRODUCER_ID:
                     continue
-                last = last_sequence(first_sequence, header[HEADER_LAST_OFFSET_DELTA])
+                last = last_sequence(first_sequence, header.last_offset_delta)
                 self.record(log, BatchIdentity(producer_id, epoch, first_sequence, last),
                             base_offset)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kgroups.coordinator.bulk_scan import last_of_each_key, scan_batches, scan_records
 from kgroups.log.batch import COMPRESSION_MASK, CONTROL, TRANSACTIONAL
+from kgroups.log.bulk_scan import last_of_each_key, scan_batches, scan_records
 from kgroups.log.replay import LatestPerKey
 
 _NOT_PLAIN = COMPRESSION_MASK | TRANSACTIONAL | CONTROL

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import crc32c
 
@@ -21,6 +21,7 @@ from kgroups.log.compression import Compression, CompressionError, compress, dec
 __all__ = [
     "HEADER_SIZE",
     "BatchCorruptError",
+    "BatchHeader",
     "Compression",
     "Record",
     "RecordBatch",
@@ -32,21 +33,56 @@ __all__ = [
     "iter_records_raw",
     "locate_values",
     "peek_batch_header",
+    "read_header",
     "read_varint",
     "records_of",
 ]
 
-# baseOffset, length, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
-# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte RecordBatch v2 header, field by field (HEADER unpacks it in this order)."""
+
+    base_offset: int
+    length: int  # bytes after the length field itself (LOG_OVERHEAD not counted)
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + length: the part of the header the length does not count
-CRC_START = 21  # the CRC covers the batch from the attributes onwards
 MAGIC = 2
+# Byte positions of header fields, for scanners that read one field of many batches at once.
+LENGTH_AT = 8
+MAGIC_AT = 16
+CRC_AT = 17
+CRC_START = 21  # the CRC covers the batch from the attributes onwards
+ATTRIBUTES_AT = 21
+LAST_OFFSET_DELTA_AT = 23
+BASE_TIMESTAMP_AT = 27
+MAX_TIMESTAMP_AT = 35
+RECORDS_COUNT_AT = 57
 _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA_AT = 23
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_read_header = HEADER.unpack_from
+_make_header = BatchHeader._make
+
+
+def read_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at `pos`, unchecked (the caller knows 61 bytes are there)."""
+    return _make_header(_read_header(buf, pos))
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_LOG_APPEND = 0x08
@@ -253,7 +289,7 @@ def _assemble(
         )
     )
     crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header[CRC_START:])))
-    _CRC.pack_into(header, 17, crc)
+    _CRC.pack_into(header, CRC_AT, crc)
     return bytes(header) + body
 
 
@@ -269,15 +305,16 @@ def peek_batch_header(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, 
             pos,
         )
     base_offset, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
-    if buf[pos + 16] != MAGIC:
-        raise BatchCorruptError(f"batch at byte {pos} has magic {buf[pos + 16]}, not 2", pos)
+    if buf[pos + MAGIC_AT] != MAGIC:
+        raise BatchCorruptError(
+            f"batch at byte {pos} has magic {buf[pos + MAGIC_AT]}, not 2", pos)
     if length < HEADER_SIZE - LOG_OVERHEAD:
         raise BatchCorruptError(f"batch at byte {pos} has impossible length {length}", pos)
-    (last_delta,) = struct.unpack_from(">i", buf, pos + _LAST_OFFSET_DELTA_AT)
+    (last_delta,) = _LAST_OFFSET_DELTA.unpack_from(buf, pos + LAST_OFFSET_DELTA_AT)
     return base_offset, base_offset + last_delta, LOG_OVERHEAD + length
 
 
-def check_batch(buf: bytes, pos: int = 0) -> tuple[tuple[int, ...], int]:
+def check_batch(buf: bytes, pos: int = 0) -> tuple[BatchHeader, int]:
     """Validate the batch at `pos` (whole, magic 2, CRC) and return its header and end."""
     _, _, size = peek_batch_header(buf, pos)
     end = pos + size
@@ -285,8 +322,8 @@ def check_batch(buf: bytes, pos: int = 0) -> tuple[tuple[int, ...], int]:
         raise BatchCorruptError(
             f"batch at byte {pos} is cut short ({len(buf) - pos} of {size} bytes)", pos
         )
-    header = HEADER.unpack_from(buf, pos)
-    if crc32c.crc32c(buf[pos + CRC_START : end]) != header[4]:
+    header = _make_header(_read_header(buf, pos))
+    if crc32c.crc32c(buf[pos + CRC_START : end]) != header.crc:
         raise BatchCorruptError(f"batch at byte {pos} fails its CRC-32C check", pos)
     return header, end
 
@@ -295,11 +332,10 @@ def decode_batch(buf: bytes | memoryview, pos: int = 0) -> tuple[RecordBatch, in
     """Decode and verify the batch at `pos`; returns it and the position after it."""
     data = bytes(buf) if isinstance(buf, memoryview) else buf
     header, end = check_batch(data, pos)
-    (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts,
-     producer_id, producer_epoch, base_sequence, _count) = header
     batch = RecordBatch(
-        base_offset, leader_epoch, attributes, last_delta, base_ts, max_ts,
-        producer_id, producer_epoch, base_sequence,
+        header.base_offset, header.partition_leader_epoch, header.attributes,
+        header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence,
     )
     rows = records_of(data, pos, end, header, True)
     batch.records = [Record(*row) for row in rows]
@@ -322,7 +358,7 @@ def iter_records_raw(
     size = len(data)
     while pos < size:
         header, end = check_batch(data, pos)
-        if not header[5] & CONTROL:
+        if not header.attributes & CONTROL:
             yield from records_of(data, pos, end, header, False)
         pos = end
 
@@ -346,12 +382,12 @@ def read_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int, 
 
 
 def records_of(
-    buf: bytes, batch_pos: int, batch_end: int, header: tuple[int, ...], with_headers: bool
+    buf: bytes, batch_pos: int, batch_end: int, header: BatchHeader, with_headers: bool
 ) -> list[tuple[Any, ...]]:
     """The records of a batch already passed by `check_batch`, as (offset, timestamp, key,
     value[, headers]) tuples."""
     rows: list[tuple[Any, ...]] = []
-    attributes = header[5]
+    attributes = header.attributes
     if attributes & COMPRESSION_MASK:
         try:
             data = decompress(
@@ -370,7 +406,7 @@ def locate_values(
     buf: bytes,
     batch_pos: int,
     batch_end: int,
-    header: tuple[int, ...],
+    header: BatchHeader,
     spans_by_key: dict[bytes | None, ValueSpan],
 ) -> None:
     """File each record of an uncompressed batch already passed by `check_batch` under its key
@@ -385,7 +421,7 @@ def _walk(
     data: bytes,
     start: int,
     stop: int,
-    header: tuple[int, ...],
+    header: BatchHeader,
     batch_pos: int,
     with_headers: bool,
     value_spans: bool,
@@ -393,10 +429,11 @@ def _walk(
 ) -> None:
     """`_parse_section` over data[start:stop], the records of the batch with `header` at
     `batch_pos`, reporting a record cut short by the end of the data as a corrupt batch."""
-    append_time = header[8] if header[5] & TIMESTAMP_LOG_APPEND else None
+    append_time = header.max_timestamp if header.attributes & TIMESTAMP_LOG_APPEND else None
     try:
         _parse_section(
-            data, start, stop, header[12], header[0], header[7], append_time, batch_pos,
+            data, start, stop, header.records_count, header.base_offset, header.base_timestamp,
+            append_time, batch_pos,
             with_headers, value_spans, out,
         )
     except IndexError as exc:

@@ -135,9 +135,10 @@ class PartitionLog:
             raise BatchCorruptError(
                 f"expected exactly one batch, found {len(batch) - end} bytes after it", end
             )
-        if header[6] < 0 or header[12] < 1:
+        if header.last_offset_delta < 0 or header.records_count < 1:
             raise BatchCorruptError(
-                f"batch has lastOffsetDelta {header[6]} and {header[12]} records", 0
+                f"batch has lastOffsetDelta {header.last_offset_delta} and "
+                f"{header.records_count} records", 0
             )
         if self.sync_failure is not None:
             raise self._offline()
@@ -146,7 +147,7 @@ class PartitionLog:
             if active.size and active.size + len(batch) > self.config.segment_bytes:
                 active = self._roll()
             base = active.next_offset
-            last = base + header[6]
+            last = base + header.last_offset_delta
             active.append(set_base_offset(batch, base), last, self.config.index_interval_bytes)
         except OSError as exc:
             if self.write_error is None and self.sync_failure is None:
@@ -328,11 +329,11 @@ def _recover_active(segment: Segment, config: LogConfig) -> None:
         except BatchCorruptError as exc:
             reason = str(exc)
             break
-        if header[0] < expected_base:
-            reason = f"batch base offset {header[0]} goes backwards"
+        if header.base_offset < expected_base:
+            reason = f"batch base offset {header.base_offset} goes backwards"
             break
-        last = header[0] + header[6]
-        batches.append((position, header[0], last, size))
+        last = header.base_offset + header.last_offset_delta
+        batches.append((position, header.base_offset, last, size))
         expected_base = last + 1
         position += size
     if position < segment.size:

@@ -14,7 +14,6 @@ copied out at the end of the chunk; every other batch goes through `records_of`.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from operator import itemgetter
 
@@ -28,13 +27,12 @@ from kgroups.log.batch import (
     locate_values,
     records_of,
 )
+from kgroups.log.transactions import PendingTransactions, marker_commits
 
 RawRecord = tuple[int, int, bytes, bytes | None]  # offset, timestamp, key, value
 # Key -> its newest fast-path record in the current chunk, the value located, not yet copied.
 _Located = dict[bytes | None, ValueSpan]
 
-_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 = ABORT, 1 = COMMIT)
-_COMMIT = 1
 _GENERAL_PATH = CONTROL | TRANSACTIONAL | COMPRESSION_MASK | TIMESTAMP_LOG_APPEND
 _key = itemgetter(2)
 _offset = itemgetter(0)
@@ -45,7 +43,7 @@ class LatestPerKey:
 
     def __init__(self) -> None:
         self._latest: dict[bytes, RawRecord] = {}
-        self._pending: dict[int, dict[bytes, RawRecord]] = {}
+        self._pending: PendingTransactions[RawRecord] = PendingTransactions()
         self.records_seen = 0  # data records walked, control records not counted
 
     def add(self, data: bytes) -> None:
@@ -61,22 +59,20 @@ class LatestPerKey:
         try:
             while pos < size:
                 header, end = check_batch(data, pos)
-                attributes = header[5]
+                attributes = header.attributes
                 if not attributes & _GENERAL_PATH:
                     locate_values(data, pos, end, header, located)
-                    self.records_seen += header[12]
+                    self.records_seen += header.records_count
                     pos = end
                     continue
                 rows = records_of(data, pos, end, header, False)
                 if attributes & CONTROL:
-                    self._end_transaction(header[9], rows, located)
+                    self._end_transaction(header.producer_id, rows, located)
                     pos = end
                     continue
                 self.records_seen += len(rows)
                 if attributes & TRANSACTIONAL:
-                    self._pending.setdefault(header[9], {}).update(
-                        zip(map(_key, rows), rows, strict=True)
-                    )
+                    self._pending.hold(header.producer_id, rows)  # type: ignore[arg-type]
                 else:
                     for row in rows:
                         located.pop(row[2], None)
@@ -88,25 +84,21 @@ class LatestPerKey:
                 value = None if length < 0 else data[start : start + length]
                 latest[key] = (offset, timestamp, key, value)
         latest.pop(None, None)  # type: ignore[call-overload]  # keyless records are not state
-        for pending in self._pending.values():
-            pending.pop(None, None)  # type: ignore[call-overload]
 
     def _end_transaction(
         self, producer_id: int, rows: list[tuple[object, ...]], located: _Located
     ) -> None:
-        pending = self._pending.pop(producer_id, {})
-        for row in rows:
-            marker = row[2]
-            if isinstance(marker, bytes) and len(marker) >= 4:
-                if _CONTROL_KEY.unpack_from(marker)[1] == _COMMIT:
-                    self._commit(pending, located)
-                return
+        commits = next((c for row in rows if (c := marker_commits(row[2])) is not None), False)
+        self._commit(self._pending.end(producer_id, commits), located)
 
-    def _commit(self, pending: dict[bytes, RawRecord], located: _Located) -> None:
+    def _commit(self, rows: list[RawRecord], located: _Located) -> None:
         """Apply a committed transaction's records, except where a record written later in the
         log already replaced them (Kafka's loader also keeps the newer one)."""
         latest = self._latest
-        for key, row in pending.items():
+        for row in rows:
+            key = row[2]
+            if key is None:
+                continue  # keyless records are not state
             newer = located.get(key) or latest.get(key)
             if newer is None or newer[0] < row[0]:
                 located.pop(key, None)

@@ -18,7 +18,6 @@ entries carrying the file and byte position so the run can count and report them
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +26,14 @@ import pyarrow as pa
 
 from kgroups.log.batch import (
     CONTROL,
-    HEADER,
     TRANSACTIONAL,
     BatchCorruptError,
     check_batch,
     peek_batch_header,
+    read_header,
     records_of,
 )
+from kgroups.log.transactions import TransactionMarker, marker_commits
 from kgroups.pipeline.discovery import open_filesystem
 from kgroups.records.codec import (
     RecordDecodeError,
@@ -48,15 +48,6 @@ from kgroups.records.schema import (
     GroupMetadataValue,
     OffsetCommitKey,
 )
-
-# A control record's key is (version int16, type int16); type 1 commits a transaction, 0 aborts.
-_CONTROL_KEY = struct.Struct(">hh")
-_CONTROL_COMMIT = 1
-# Indexes into kgroups.log.batch.HEADER's fields (baseOffset, length, partitionLeaderEpoch,
-# magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, ...).
-_ATTRIBUTES_FIELD = 5
-_MAX_TIMESTAMP_FIELD = 8
-_PRODUCER_ID_FIELD = 9
 
 PARTITION_TYPE = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 MEMBER_TYPE = pa.struct(
@@ -125,15 +116,6 @@ TOPIC_ROW_SCHEMA = pa.schema(
 # The columns of kgroups.records.columnar's output that the commit rows keep.
 _COLUMNAR_KEPT = ("log_offset", "record_ts", "group", "topic", "partition", "tombstone",
                   "offset", "leader_epoch", "metadata", "commit_ts", "expire_ts")
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionMarker:
-    """A control record: the end of `producer_id`'s transaction in this partition."""
-
-    log_offset: int
-    producer_id: int
-    commits: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,23 +218,20 @@ class _RecordDecoder:
             except BatchCorruptError as exc:
                 self.error(exc.position, f"corrupt batch, rest of file skipped: {exc}")
                 return
-            attributes = header[_ATTRIBUTES_FIELD]
+            attributes = header.attributes
             transactional = bool(attributes & TRANSACTIONAL)
-            producer_id = header[_PRODUCER_ID_FIELD] if transactional else None
+            producer_id = header.producer_id if transactional else None
             if attributes & CONTROL:
-                self._add_markers(records, header[_PRODUCER_ID_FIELD])
+                self._add_markers(records, header.producer_id)
             else:
                 self._add_records(records, pos, transactional, producer_id)
             pos = end if starts is None else next(starts, size)
 
     def _add_markers(self, records: list[tuple[Any, ...]], producer_id: int) -> None:
         for offset, _timestamp, key, _value in records:
-            if key is None or len(key) < _CONTROL_KEY.size:
-                continue
-            _version, control_type = _CONTROL_KEY.unpack_from(key)
-            self.markers.append(
-                TransactionMarker(offset, producer_id, control_type == _CONTROL_COMMIT)
-            )
+            commits = marker_commits(key)
+            if commits is not None:
+                self.markers.append(TransactionMarker(offset, producer_id, commits))
 
     def _add_records(self, records: list[tuple[Any, ...]], batch_position: int,
                      transactional: bool, producer_id: int | None) -> None:
@@ -367,7 +346,7 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.Table:
             errors.append((uri, topic, partition, exc.position,
                            f"corrupt batch, rest of file skipped: {exc}"))
             break
-        max_timestamp = HEADER.unpack_from(data, pos)[_MAX_TIMESTAMP_FIELD]
+        max_timestamp = read_header(data, pos).max_timestamp
         rows.append((topic, partition, base_offset, last_offset, max_timestamp))
         pos += size
     names = ("topic", "partition", "base_offset", "last_offset", "max_timestamp")

@@ -9,7 +9,6 @@ small tables (latest offsets, generations, rebalances, per-minute counts, lag wi
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kgroups.log.transactions import TransactionMarker, committed_items
 from kgroups.pipeline import history, tables
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
     GROUP_ROW_SCHEMA,
-    TransactionMarker,
     decode_offsets_segment,
 )
 from kgroups.pipeline.topic_logs import TopicLogs
@@ -123,23 +122,17 @@ def analyze_partition(
 
 def _applied(records: pa.Table, markers: list[TransactionMarker]) -> pa.Table:
     """The records a coordinator applies: every non-transactional one, and a transactional one
-    when the first marker after it from the same producer commits (aborted and still-open
+    when its transaction committed (kgroups.log.transactions; aborted and still-open
     transactions are left out, as a coordinator drops or keeps them pending)."""
     if not pc.any(records["transactional"]).as_py():
         return records
-    ends: dict[int, tuple[list[int], list[bool]]] = {}
-    for marker in sorted(markers, key=lambda m: m.log_offset):
-        offsets, commits = ends.setdefault(marker.producer_id, ([], []))
-        offsets.append(marker.log_offset)
-        commits.append(marker.commits)
     keep = np.ones(records.num_rows, dtype=bool)
-    transactional = records["transactional"].to_numpy(zero_copy_only=False)
+    transactional = np.flatnonzero(records["transactional"].to_numpy(zero_copy_only=False))
+    keep[transactional] = False
     producers = records["producer_id"].to_pylist()
     log_offsets = records["log_offset"].to_pylist()
-    for index in np.flatnonzero(transactional):
-        offsets, commits = ends.get(producers[index], ([], []))
-        after = bisect.bisect_right(offsets, log_offsets[index])
-        keep[index] = after < len(offsets) and commits[after]
+    held = [(log_offsets[index], producers[index], int(index)) for index in transactional]
+    keep[committed_items(held, markers)] = True
     return records.filter(pa.array(keep))
 
 

@@ -1,7 +1,7 @@
 """OffsetCommit records of a __consumer_offsets segment decoded straight into Arrow columns.
 
 Analytics read millions of offset commits, and decoding them one by one in Python costs a few
-microseconds each. Here the batches and records are located by `kgroups.coordinator.bulk_scan`
+microseconds each. Here the batches and records are located by `kgroups.log.bulk_scan`
 (numpy, with the general parser's checks) and every value field of every record is read at once
 with numpy, then handed to Arrow as buffers: no Python work per record.
 
@@ -28,18 +28,20 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kgroups.coordinator.bulk_scan import (
+from kgroups.log.batch import (
+    BASE_TIMESTAMP_AT,
+    COMPRESSION_MASK,
+    CONTROL,
+    MAX_TIMESTAMP_AT,
+    TIMESTAMP_LOG_APPEND,
+    TRANSACTIONAL,
+)
+from kgroups.log.bulk_scan import (
     RecordFraming,
     ScannedBatches,
     ScannedRecords,
     scan_batches,
     scan_framed_records,
-)
-from kgroups.log.batch import (
-    COMPRESSION_MASK,
-    CONTROL,
-    TIMESTAMP_LOG_APPEND,
-    TRANSACTIONAL,
 )
 from kgroups.records.codec import decode_key
 from kgroups.records.schema import OffsetCommitKey
@@ -69,9 +71,6 @@ OFFSET_COMMIT_SCHEMA = pa.schema(
 Positions = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
-_BASE_OFFSET_AT = 0
-_BASE_TIMESTAMP_AT = 27
-_MAX_TIMESTAMP_AT = 35
 _SCALAR_ONLY = COMPRESSION_MASK | TRANSACTIONAL | CONTROL
 # Zero bytes after the data: fixed-width reads a few bytes past a value's start (at most 14
 # bytes in, 8 wide) stay inside the array without clipping.
@@ -163,13 +162,13 @@ def _log_positions(view: _Bytes, chosen: ScannedBatches, batch_of: Positions,
                    framing: RecordFraming) -> tuple[Positions, Positions]:
     """Every record's offset and timestamp (a LogAppendTime batch stamps all its records with
     its max timestamp)."""
-    base_offsets = view.at(view.i64, chosen.starts + _BASE_OFFSET_AT)
-    base_times = view.at(view.i64, chosen.starts + _BASE_TIMESTAMP_AT)
+    base_offsets = view.at(view.i64, chosen.starts)  # the base offset opens the header
+    base_times = view.at(view.i64, chosen.starts + BASE_TIMESTAMP_AT)
     log_offsets = base_offsets[batch_of] + framing.offset_deltas
     record_ts = base_times[batch_of] + framing.timestamp_deltas
     append_time = (chosen.attributes & TIMESTAMP_LOG_APPEND) != 0
     if append_time.any():
-        max_times = view.at(view.i64, chosen.starts + _MAX_TIMESTAMP_AT)
+        max_times = view.at(view.i64, chosen.starts + MAX_TIMESTAMP_AT)
         record_ts = np.where(append_time[batch_of], max_times[batch_of], record_ts)
     return log_offsets, record_ts
 

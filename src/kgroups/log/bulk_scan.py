@@ -21,13 +21,20 @@ import crc32c
 import numpy as np
 import numpy.typing as npt
 
-from kgroups.log.batch import BatchCorruptError
+from kgroups.log.batch import (
+    ATTRIBUTES_AT,
+    CRC_AT,
+    CRC_START,
+    HEADER_SIZE,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_AT,
+    RECORDS_COUNT_AT,
+    BatchCorruptError,
+)
 
-_HEADER_SIZE = 61
-_LOG_OVERHEAD = 12  # base offset + length: the part of the header its length does not count
-_CRC_START = 21
-_MAGIC = 2
-_LENGTH = struct.Struct(">8xi")  # a batch's length, read from the batch's start
+_LENGTH = struct.Struct(f">{LENGTH_AT}xi")  # a batch's length, read from the batch's start
 _MAX_LENGTH_VARINT = 5  # a length is an int32 varint
 _MAX_DELTA_VARINT = 10  # a delta is an int64 varint
 
@@ -79,14 +86,14 @@ def scan_batches(data: bytes) -> ScannedBatches:
     starts: list[int] = []
     append = starts.append
     length_at = _LENGTH.unpack_from
-    last_header = size - _HEADER_SIZE  # the loop runs once per batch: as few steps as can be
+    last_header = size - HEADER_SIZE  # the loop runs once per batch: as few steps as can be
     pos = 0
     while pos <= last_header:
         append(pos)
         (length,) = length_at(data, pos)
-        if length < _HEADER_SIZE - _LOG_OVERHEAD:
+        if length < HEADER_SIZE - LOG_OVERHEAD:
             raise BatchCorruptError(f"batch at byte {pos}: bad magic or length", pos)
-        pos += _LOG_OVERHEAD + length
+        pos += LOG_OVERHEAD + length
     if pos < size:
         raise BatchCorruptError(f"batch at byte {pos}: truncated header", pos)
     if pos > size:
@@ -96,17 +103,18 @@ def scan_batches(data: bytes) -> ScannedBatches:
     end_array = np.empty_like(start_array)
     end_array[:-1] = start_array[1:]
     end_array[-1:] = size
-    _first_failing(buf[start_array + 16] != _MAGIC, start_array, "bad magic or length")
-    covered = map(slice, (start_array + _CRC_START).tolist(), end_array.tolist())
+    _first_failing(buf[start_array + MAGIC_AT] != MAGIC, start_array, "bad magic or length")
+    covered = map(slice, (start_array + CRC_START).tolist(), end_array.tolist())
     computed = np.fromiter(
         map(crc32c.crc32c, map(memoryview(data).__getitem__, covered)),
         dtype=np.uint32,
         count=len(starts),
     )
-    _first_failing(computed != _be_uint32(buf, start_array + 17), start_array, "CRC mismatch")
-    counts = _be_uint32(buf, start_array + 57).astype(np.int32).astype(np.int64)
+    _first_failing(computed != _be_uint32(buf, start_array + CRC_AT), start_array, "CRC mismatch")
+    counts = _be_uint32(buf, start_array + RECORDS_COUNT_AT).astype(np.int32).astype(np.int64)
     _first_failing(counts < 0, start_array, "negative record count")
-    attributes = (buf[start_array + 21].astype(np.int64) << 8) | buf[start_array + 22]
+    attributes_at = start_array + ATTRIBUTES_AT
+    attributes = (buf[attributes_at].astype(np.int64) << 8) | buf[attributes_at + 1]
     return ScannedBatches(start_array, end_array, attributes, counts)
 
 
@@ -136,7 +144,7 @@ def _scan_records(data: bytes, batches: ScannedBatches,
     value_starts = np.empty(total, dtype=np.int64)
     value_lengths = np.empty(total, dtype=np.int64)
     active = np.flatnonzero(counts)
-    pos = batches.starts[active] + _HEADER_SIZE
+    pos = batches.starts[active] + HEADER_SIZE
     ends = batches.ends[active]
     remaining = counts[active]
     record = first_record[active]
