@@ -163,6 +163,18 @@ def commit(client: KafkaWireClient, partition: int, offset: int) -> str | None:
     return None
 
 
+def wait_for_coordinator(client: KafkaWireClient) -> None:
+    """Until __consumer_offsets is loaded, so that every commit error counted is the disk's."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            admin.committed_offsets(client, GROUP)
+            return
+        except admin.AdminError as exc:
+            assert "COORDINATOR_LOAD_IN_PROGRESS" in str(exc) and time.monotonic() < deadline
+            time.sleep(0.05)
+
+
 def run_until_full(client: KafkaWireClient, disk: Disk, acked: Acknowledged) -> None:
     """Produce (2-24 KiB values, so writes end at every kind of boundary) and commit until both
     have failed repeatedly."""
@@ -225,6 +237,7 @@ def test_a_full_disk_loses_nothing_acknowledged(
     seen_commits: dict[int, int] = {}
     with connect(server.port) as client:
         create_topic(client, TOPIC, partitions=len(PARTITIONS))
+        wait_for_coordinator(client)
         run_until_full(client, disk, acked)
         assert set(acked.produce_errors) == {ErrorCode.KAFKA_STORAGE_ERROR}
         assert set(acked.commit_errors) == {"NOT_COORDINATOR"}  # Kafka's answer for commits
