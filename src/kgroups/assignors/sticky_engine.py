@@ -44,7 +44,9 @@ class _Subscriptions:
         for topics, g in group_of.items():
             positions = [space.index[t] for t in topics if t in space.index]
             self.matrix[g, positions] = True
-        self.identical = bool((self.matrix == self.matrix[:1]).all()) if len(group_of) else True
+        # As in Kafka, subscriptions are equal when the topic names are, known to the cluster
+        # or not (a member waiting for a topic to be created makes the group unequal).
+        self.identical = len(group_of) <= 1
 
     def subscribes(self, members: np.ndarray, topic_positions: np.ndarray) -> np.ndarray:
         return self.matrix[self.group[members], topic_positions]
@@ -128,21 +130,47 @@ def tied_claims(
     return flat[in_tie], member[in_tie]
 
 
-def cap_to_quota(owner: np.ndarray, member_count: int) -> None:
+def cap_to_quota(space: PartitionSpace, owner: np.ndarray, member_count: int) -> None:
     """Equal subscriptions: everyone ends with floor(P/C) or ceil(P/C) partitions, so each
-    member keeps at most its quota of what it held (its lowest-numbered partitions), and only
-    P % C members (the earliest holding enough) may keep the larger quota."""
+    member keeps at most its quota of what it held, and only P % C members (the earliest
+    holding enough) may keep the larger quota. Like Kafka, a member keeps its partitions in
+    (partition number, topic) order: partition 0 of every topic before any partition 1."""
     min_quota, members_at_max = divmod(owner.size, member_count)
     held = np.flatnonzero(owner >= 0)
     holders = owner[held]
     counts = np.bincount(holders, minlength=member_count)
     allowed = np.minimum(counts, min_quota)
     allowed[np.flatnonzero(counts > min_quota)[:members_at_max]] += 1
-    by_member = np.argsort(holders, kind="stable")
+    number = held - space.offsets[space.topic_of(held)]
+    by_member = np.lexsort((held, number, holders))
     sorted_holders = holders[by_member]
     starts = np.searchsorted(sorted_holders, np.arange(member_count))
     rank = np.arange(held.size) - starts[sorted_holders]
     owner[held[by_member][rank >= allowed[sorted_holders]]] = UNOWNED
+
+
+def deal_to_quota(owner: np.ndarray, member_count: int) -> None:
+    """Equal subscriptions, after `cap_to_quota`: the free partitions, in order, are dealt as
+    Kafka deals them. Round after round, every member still below floor(P/C) takes one, in
+    member order; then each remaining partition goes to the next member due the larger quota:
+    first those that kept exactly floor(P/C) themselves, in member order, then the others in
+    the order they reached it."""
+    free = np.flatnonzero(owner < 0)
+    if free.size == 0:
+        return
+    min_quota, members_at_max = divmod(owner.size, member_count)
+    counts = np.bincount(owner[owner >= 0], minlength=member_count)
+    need = np.maximum(min_quota - counts, 0)
+    takers = np.repeat(np.arange(member_count), need)
+    rounds = np.arange(takers.size) - np.repeat(np.cumsum(need) - need, need)
+    dealt = takers[np.lexsort((takers, rounds))]
+    queue = np.flatnonzero(counts == min_quota)
+    if int((counts > min_quota).sum()) >= members_at_max:
+        queue = queue[:0]
+    finishers = np.flatnonzero(need > 0)
+    finishers = finishers[np.lexsort((finishers, need[finishers]))]
+    extra = free.size - dealt.size
+    owner[free] = np.concatenate((dealt, queue, finishers))[: free.size] if extra else dealt
 
 
 def water_fill(counts: np.ndarray, slots_wanted: int) -> np.ndarray:
@@ -220,11 +248,8 @@ def place(
     if space.size == 0 or count == 0:
         return Placement(owner, previous)
     if subscriptions.identical:
-        cap_to_quota(owner, count)
-        counts = np.bincount(owner[owner >= 0], minlength=count).astype(np.int64)
-        free = np.flatnonzero(owner < 0)
-        if free.size:
-            owner[free] = water_fill(counts, free.size)
+        cap_to_quota(space, owner, count)
+        deal_to_quota(owner, count)
         return Placement(owner, previous)
 
     eligible = subscriptions.eligible()

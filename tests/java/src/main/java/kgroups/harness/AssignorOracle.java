@@ -54,7 +54,7 @@ import org.apache.kafka.common.TopicPartition;
  */
 public final class AssignorOracle {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final String[] VARIANT_PREFIXES = {"", "~", "zq."};
+    private static final String[] VARIANT_PREFIXES = {"", "~", "zq.", "a", "Q-", "__", "x9", "m/"};
 
     private record Member(String id, List<String> topics, Map<String, List<Integer>> owned,
                           int generation, String rack, String instanceId) { }
@@ -104,13 +104,13 @@ public final class AssignorOracle {
         return answer;
     }
 
-    /** Variant 0 keeps the scenario's member order; the others reverse or rotate it. */
+    /** Variant 0 keeps the scenario's member order; the others reverse or rotate it in turn. */
     private static List<Member> reorder(List<Member> members, int variant) {
         List<Member> ordered = new ArrayList<>(members);
-        if (variant == 1) {
+        if (variant % 3 == 1) {
             Collections.reverse(ordered);
-        } else if (variant == 2) {
-            Collections.rotate(ordered, ordered.size() / 2);
+        } else if (variant % 3 == 2) {
+            Collections.rotate(ordered, variant);
         }
         return ordered;
     }
