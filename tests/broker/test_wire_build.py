@@ -1,0 +1,27 @@
+"""`wire.build`: one handler serves every version, but a misspelled field must not pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgroups.broker.wire import UnknownFieldError, build, response_type, sibling
+
+
+def test_a_field_only_newer_versions_have_is_dropped() -> None:
+    heartbeat_v0 = response_type(12, 0)  # throttle_time_ms arrived in v1
+    answer = build(heartbeat_v0, error_code=0, throttle_time=None)
+    assert answer.error_code == 0
+
+
+def test_a_field_no_version_has_is_refused() -> None:
+    with pytest.raises(UnknownFieldError, match="errror_code"):
+        build(response_type(12, 4), errror_code=0)
+
+
+def test_nested_classes_are_checked_against_their_own_versions() -> None:
+    member = sibling(response_type(11, 9), "JoinGroupResponseMember")
+    built = build(member, member_id="m", group_instance_id=None, metadata=b"")
+    assert built.member_id == "m"
+    with pytest.raises(UnknownFieldError, match="member_idd"):
+        build(sibling(response_type(11, 0), "JoinGroupResponseMember"), member_idd="m",
+              metadata=b"")
