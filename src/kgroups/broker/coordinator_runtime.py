@@ -22,7 +22,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.events import log_event
@@ -49,19 +49,11 @@ logger = logging.getLogger("kgroups.coordinator")
 
 # Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
 _DEFAULT_CLEANER_BACKOFF_MS = 15_000
-# The GroupCoordinator method that takes each request type.
-_CORE_ENTRY_POINTS: dict[type[Any], str] = {
-    core.JoinGroupRequest: "join_group",
-    core.SyncGroupRequest: "sync_group",
-    core.HeartbeatRequest: "heartbeat",
-    core.LeaveGroupRequest: "leave_group",
-    core.OffsetCommitRequest: "offset_commit",
-    core.OffsetFetchRequest: "offset_fetch",
-    core.OffsetDeleteRequest: "offset_delete",
-    core.DescribeGroupsRequest: "describe_groups",
-    core.ListGroupsRequest: "list_groups",
-    core.DeleteGroupsRequest: "delete_groups",
-}
+# Every request the core takes; `_handle` routes each type to its GroupCoordinator method.
+CoreRequest = (core.JoinGroupRequest | core.SyncGroupRequest | core.HeartbeatRequest
+               | core.LeaveGroupRequest | core.OffsetCommitRequest | core.OffsetFetchRequest
+               | core.OffsetDeleteRequest | core.DescribeGroupsRequest | core.ListGroupsRequest
+               | core.DeleteGroupsRequest)
 
 
 def wall_clock_ms() -> int:
@@ -222,19 +214,42 @@ class CoordinatorRuntime:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def call(self, make_request: Callable[[core.RequestId], Any]) -> Any:
+    async def call(self, make_request: Callable[[core.RequestId], CoreRequest]) -> Any:
         """Hand one request to the core and wait for its reply (which may come much later:
         a JoinGroup is answered when the rebalance completes)."""
         request_id = next(self._request_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
-            request = make_request(request_id)
-            handle = getattr(self.core, _CORE_ENTRY_POINTS[type(request)])
-            self._apply(handle(request, wall_clock_ms()))
+            self._apply(self._handle(make_request(request_id), wall_clock_ms()))
             return await future
         finally:
             self._waiting.pop(request_id, None)
+
+    def _handle(self, request: CoreRequest, now: int) -> Effects:
+        core_api = self.core
+        match request:
+            case core.JoinGroupRequest():
+                return core_api.join_group(request, now)
+            case core.SyncGroupRequest():
+                return core_api.sync_group(request, now)
+            case core.HeartbeatRequest():
+                return core_api.heartbeat(request, now)
+            case core.LeaveGroupRequest():
+                return core_api.leave_group(request, now)
+            case core.OffsetCommitRequest():
+                return core_api.offset_commit(request, now)
+            case core.OffsetFetchRequest():
+                return core_api.offset_fetch(request, now)
+            case core.OffsetDeleteRequest():
+                return core_api.offset_delete(request, now)
+            case core.DescribeGroupsRequest():
+                return core_api.describe_groups(request, now)
+            case core.ListGroupsRequest():
+                return core_api.list_groups(request, now)
+            case core.DeleteGroupsRequest():
+                return core_api.delete_groups(request, now)
+        assert_never(request)
 
     # -- effects ---------------------------------------------------------------------------
 

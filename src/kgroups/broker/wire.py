@@ -8,7 +8,9 @@ cached, since they sit on the hot path of every request.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import io
+import pkgutil
 import struct
 import sys
 from functools import cache
@@ -138,11 +140,38 @@ def _field_names(entity: type[Any]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(entity))
 
 
+@cache
+def _names_in_any_version(entity: type[Any]) -> frozenset[str]:
+    """The fields of `entity`'s class in every version of its message (kio generates one
+    module per version, e.g. kio.schema.join_group.v9.response, each with the same class
+    names); a name outside them is a misspelling, not a field some version lacks."""
+    api_package, _version, kind = entity.__module__.rsplit(".", 2)
+    names: set[str] = set()
+    for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__):
+        module = importlib.import_module(f"{api_package}.{version.name}.{kind}")
+        same_class = getattr(module, entity.__name__, None)
+        if same_class is not None:
+            names |= _field_names(same_class)
+    return frozenset(names)
+
+
+class UnknownFieldError(TypeError):
+    """`build` was given a field that no version of the message has."""
+
+
 def build(entity: type[Any], **values: Any) -> Any:
     """Construct `entity` from the values its version has; the others are dropped, as Kafka
-    drops fields a version does not carry."""
+    drops fields a version does not carry. A name that no version has is refused, so a
+    misspelled field fails at once instead of leaving its default in the answer."""
     names = _field_names(entity)
-    return entity(**{k: v for k, v in values.items() if k in names})
+    kept = {k: v for k, v in values.items() if k in names}
+    if len(kept) < len(values):
+        unknown = set(values) - _names_in_any_version(entity)
+        if unknown:
+            raise UnknownFieldError(
+                f"{entity.__module__}.{entity.__name__} has no field {', '.join(sorted(unknown))}"
+                " in any version")
+    return entity(**kept)
 
 
 def sibling(entity: type[Any], name: str) -> type[Any]:
