@@ -1,9 +1,16 @@
-"""`wire.build`: one handler serves every version, but a misspelled field must not pass."""
+"""Wiring mistakes fail early: a misspelled response field in `wire.build`, a handler for an
+API version Kafka does not define."""
 
 from __future__ import annotations
 
 import pytest
 
+from kgroups.broker.api import (
+    DuplicateHandlerError,
+    FunctionHandler,
+    HandlerRegistry,
+    UnknownApiError,
+)
 from kgroups.broker.wire import UnknownFieldError, build, response_type, sibling
 
 
@@ -25,3 +32,16 @@ def test_nested_classes_are_checked_against_their_own_versions() -> None:
     with pytest.raises(UnknownFieldError, match="member_idd"):
         build(sibling(response_type(11, 0), "JoinGroupResponseMember"), member_idd="m",
               metadata=b"")
+
+
+async def _answer_nothing(ctx: object, request: object) -> None:
+    return None
+
+
+def test_a_handler_for_a_version_kafka_lacks_fails_at_registration() -> None:
+    registry = HandlerRegistry()
+    with pytest.raises(UnknownApiError, match="API key 3 v99"):
+        registry.register(FunctionHandler(3, 0, 99, _answer_nothing))
+    registry.register(FunctionHandler(3, 0, 12, _answer_nothing))
+    with pytest.raises(DuplicateHandlerError):
+        registry.register(FunctionHandler(3, 0, 1, _answer_nothing))

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgroups.broker.wire import request_type, response_type
+
 if TYPE_CHECKING:
     from kgroups.broker.broker import Broker
 
@@ -50,6 +52,11 @@ class DuplicateHandlerError(ValueError):
     """Two handlers claimed one API key: a wiring mistake that must fail loudly at start-up."""
 
 
+class UnknownApiError(ValueError):
+    """A handler claimed an API key or version that has no Kafka message: a wiring mistake
+    that must fail at start-up, not when the first client asks."""
+
+
 class HandlerRegistry:
     """The APIs this broker answers, keyed by API key; the source of truth for ApiVersions."""
 
@@ -59,6 +66,13 @@ class HandlerRegistry:
     def register(self, handler: ApiHandler) -> None:
         if handler.api_key in self._handlers:
             raise DuplicateHandlerError(f"API key {handler.api_key} is already registered")
+        for version in range(handler.min_version, handler.max_version + 1):
+            try:
+                request_type(handler.api_key, version)
+                response_type(handler.api_key, version)
+            except Exception as exc:  # kio raises several types for keys and versions it lacks
+                raise UnknownApiError(
+                    f"API key {handler.api_key} v{version} has no message schema") from exc
         self._handlers[handler.api_key] = handler
 
     def get(self, api_key: int) -> ApiHandler | None:
