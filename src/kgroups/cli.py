@@ -1,21 +1,28 @@
 """The `kgroups` command. Each part of kgroups registers its own sub-commands here, so this
 module stays a table of contents: `register(subparsers)` in each part's `cli` module adds the
-parsers, and each parser's `handler` default runs it and returns the exit code."""
+parsers, and each parser's `handler` default runs it and returns the exit code. Those modules
+import their heavy dependencies (the broker, Spark) only when their command runs."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kgroups.assignors import cli as assignors_cli
+from kgroups.broker import admin_cli
+from kgroups.broker import cli as broker_cli
+from kgroups.pipeline import cli as pipeline_cli
+from kgroups.records import cli as records_cli
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = (
-    "kgroups.broker.cli",
-    "kgroups.broker.admin_cli",
-    "kgroups.assignors.cli",
-    "kgroups.records.cli",
-    "kgroups.pipeline.cli",
+COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
+    broker_cli.register,
+    admin_cli.register,
+    assignors_cli.register,
+    records_cli.register,
+    pipeline_cli.register,
 )
 
 
@@ -25,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kafka consumer groups: broker, coordinator, log, assignors, pipeline",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    for register in COMMAND_REGISTRARS:
+        register(subparsers)
     return parser
 
 
