@@ -19,6 +19,7 @@ from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
+from kgroups.broker.memory_budget import MemoryBudget
 from kgroups.broker.producer_state import ProducerStateTable
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
@@ -82,6 +83,9 @@ class Broker:
         self.producer_ids = ProducerIdAllocator()
         self.producer_states = ProducerStateTable()
         self.registry = HandlerRegistry()
+        # Shared by every connection, and by Fetch long polls before they read (fetch_handler).
+        self.memory = MemoryBudget(config.queued_max_request_bytes,
+                                   config.memory_exhausted_close_ms / 1000)
         for module_name in HANDLER_MODULES:
             importlib.import_module(module_name).install(self.registry)
         self._server = BrokerServer(self)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.events import configure_logging
+from kgroups.broker.malloc_tuning import fix_mmap_threshold
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,6 +56,8 @@ def run_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"kgroups serve: {exc}", file=sys.stderr)
         return 2
+    # The process is the broker's alone: let the memory it frees leave it (see the module).
+    fix_mmap_threshold()
     try:
         import uvloop
     except ImportError:

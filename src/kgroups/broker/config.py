@@ -23,6 +23,13 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "num.partitions": "1",
         "auto.create.topics.enable": "true",
         "socket.request.max.bytes": "104857600",
+        "socket.send.buffer.bytes": "102400",
+        "socket.receive.buffer.bytes": "102400",
+        # Kafka's default is -1 (no limit); kgroups holds answers in memory until clients read
+        # them (Kafka sends fetched data from the page cache), so it sets a budget by default.
+        "queued.max.request.bytes": "268435456",
+        "kgroups.memory.exhausted.close.ms": "5000",
+        "fetch.max.bytes": "57671680",
         "connections.max.idle.ms": "600000",
         "queued.max.requests": "500",
         "message.max.bytes": "1048588",
@@ -97,8 +104,11 @@ class BrokerConfig:
         for key in ("node.id", "num.partitions", "socket.request.max.bytes",
                     "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
                     "offsets.topic.num.partitions", "log.retention.check.interval.ms",
-                    "max.connections", "max.connections.per.ip"):
+                    "max.connections", "max.connections.per.ip", "socket.send.buffer.bytes",
+                    "socket.receive.buffer.bytes", "queued.max.request.bytes",
+                    "kgroups.memory.exhausted.close.ms", "fetch.max.bytes"):
             self.int_value(key)
+        self._validate_memory()
         self.bool_value("auto.create.topics.enable")
         listener = self.advertised_listener
         if listener is not None and not 0 < listener[1] < 65536:
@@ -114,6 +124,26 @@ class BrokerConfig:
             LogConfig.from_properties(self.properties)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+
+    def _validate_memory(self) -> None:
+        """A budget smaller than the largest frame would leave such a frame waiting forever."""
+        if self.socket_request_max_bytes < 1:
+            raise ConfigError("socket.request.max.bytes must be >= 1, got "
+                              f"{self.socket_request_max_bytes}")
+        budget = self.queued_max_request_bytes
+        if budget != -1 and budget < self.socket_request_max_bytes:
+            raise ConfigError(
+                f"queued.max.request.bytes must be -1 (no limit) or at least "
+                f"socket.request.max.bytes ({self.socket_request_max_bytes}), got {budget}")
+        for key in ("socket.send.buffer.bytes", "socket.receive.buffer.bytes"):
+            value = self.int_value(key)
+            if value != -1 and value < 1:
+                raise ConfigError(f"{key} must be -1 (the OS default) or >= 1, got {value}")
+        if self.memory_exhausted_close_ms < 1:
+            raise ConfigError("kgroups.memory.exhausted.close.ms must be >= 1, got "
+                              f"{self.memory_exhausted_close_ms}")
+        if self.fetch_max_bytes < 1024:
+            raise ConfigError(f"fetch.max.bytes must be >= 1024, got {self.fetch_max_bytes}")
 
     def int_value(self, key: str) -> int:
         raw = self.properties.get(key, BROKER_DEFAULTS.get(key))
@@ -168,6 +198,31 @@ class BrokerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return self.int_value("socket.request.max.bytes")
+
+    @property
+    def socket_send_buffer_bytes(self) -> int:
+        """SO_SNDBUF of accepted sockets; -1 = the OS default."""
+        return self.int_value("socket.send.buffer.bytes")
+
+    @property
+    def socket_receive_buffer_bytes(self) -> int:
+        """SO_RCVBUF of accepted sockets; -1 = the OS default."""
+        return self.int_value("socket.receive.buffer.bytes")
+
+    @property
+    def queued_max_request_bytes(self) -> int:
+        """The memory budget of all connections together (see server.py); -1 = no limit."""
+        return self.int_value("queued.max.request.bytes")
+
+    @property
+    def memory_exhausted_close_ms(self) -> int:
+        """How long the budget may stay exhausted before the biggest holder is closed."""
+        return self.int_value("kgroups.memory.exhausted.close.ms")
+
+    @property
+    def fetch_max_bytes(self) -> int:
+        """The most record bytes one Fetch answer carries, whatever the client asks."""
+        return self.int_value("fetch.max.bytes")
 
     @property
     def connections_max_idle_ms(self) -> int:

@@ -61,7 +61,7 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
                                                           int, bool]:
     """Every requested partition once: (results, bytes gathered, whether any partition errs)."""
-    budget = int(getattr(request, "max_bytes", 2**31 - 1))
+    budget = min(int(getattr(request, "max_bytes", 2**31 - 1)), ctx.broker.config.fetch_max_bytes)
     total = 0
     failed = False
     results = []
@@ -86,6 +86,9 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         if total >= min_bytes or failed or remaining <= 0:
             break
         await ctx.broker.appends.wait(remaining)
+        # An append wakes every waiting Fetch at once: each reads only when the memory budget
+        # has room, so a crowd of unread long polls cannot all answer past it.
+        await ctx.broker.memory.wait_for(lambda: ctx.broker.memory.allows(0, light=False))
 
     response_cls = response_type(1, ctx.api_version)
     topic_cls = sibling(response_cls, "FetchableTopicResponse")

@@ -6,6 +6,12 @@ poll, a JoinGroup waiting for the rebalance) does not stop the next request from
 require. Memory per connection is bounded: a frame over socket.request.max.bytes is refused
 before it is read, at most queued.max.requests requests are in flight, and reading pauses
 while the client leaves its responses unread; TCP then pushes back on the client.
+
+Memory across connections is bounded by one MemoryBudget (queued.max.request.bytes): a frame's
+size is reserved before its body is read, and responses count until the kernel has taken them.
+Responses wait in a per-connection queue of separate bytes objects and go to the transport one
+at a time, when its buffer is empty: asyncio's transport would otherwise copy every unread
+response into one ever-growing bytearray, whose size the budget could not follow.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import struct
 from collections import Counter, deque
 from collections.abc import Coroutine
@@ -22,6 +29,7 @@ from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 
 from kgroups.broker.api import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
+from kgroups.broker.memory_budget import MemoryBudget
 from kgroups.broker.wire import (
     FrameDecodeError,
     decode_request,
@@ -38,6 +46,16 @@ logger = logging.getLogger("kgroups.server")
 
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
+# Frames up to this size are read in one go; larger ones grow a buffer chunk by chunk as their
+# bytes arrive, so an announced size is never allocated before the client has sent it.
+_CHUNK = 256 * 1024
+
+
+def _set_buffer(sock: Any, option: int, size: int) -> None:
+    """socket.send.buffer.bytes / socket.receive.buffer.bytes (-1: leave the OS default)."""
+    if sock is not None and size > 0:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
 class ConnectionClosed(Exception):
@@ -72,6 +90,24 @@ class Connection:
         self._last_activity = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False  # a close reason has been logged; stop reading and answering
+        # What this connection holds against the broker's MemoryBudget: frames reserved (until
+        # their request's handler finishes), responses computed but not yet handed to the
+        # transport, and what the transport's buffer still holds.
+        self._budget: MemoryBudget = broker.memory
+        self._gone = False  # forgotten by the budget: no more accounting
+        self._frames_held = 0
+        self._frame_reserved = 0  # reservation of the frame just read, until _submit takes it
+        # A large frame's buffer and the read-only view handed out, freed once it is decoded.
+        self._large_frame: tuple[bytearray, memoryview] | None = None
+        self._unsent = 0
+        self._in_transport = 0
+        self._ready: deque[bytes] = deque()  # answers in order, waiting for the transport
+        self._drainer: asyncio.Task[None] | None = None
+        _set_buffer(writer.get_extra_info("socket"), socket.SO_SNDBUF,
+                    config.socket_send_buffer_bytes)
+        # The transport reports "drained" only once its buffer is empty, so what it holds for
+        # this connection is known exactly; the kernel's send buffer is the slack instead.
+        writer.transport.set_write_buffer_limits(high=0)
 
     async def serve(self) -> None:
         """Read until the client leaves or misbehaves, then deliver what is still owed to it.
@@ -92,11 +128,19 @@ class Connection:
             raise
         finally:
             self._idle_timer.cancel()
-            if not shutting_down:
+            if self._writer.transport.is_closing():
+                # Closed by us or lost (a client that leaves without reading resets the
+                # connection): nothing more can be delivered, so nothing more is computed.
+                self._cancel_in_flight()
+            elif not shutting_down:
                 await self._all_answered.wait()
-            self._writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await self._writer.wait_closed()
+            self._close_writer()
+            try:
+                with contextlib.suppress(ConnectionError, OSError):
+                    await self._writer.wait_closed()
+            finally:
+                self._gone = True
+                self._budget.forget(self)
 
     def _cancel_in_flight(self) -> None:
         for task in self._in_flight:
@@ -110,7 +154,32 @@ class Connection:
             return
         self._closed = True
         log_event(logger, level, "connection_closed", peer=self.peer, reason=reason, **fields)
+        self._close_writer()
+
+    def _close_writer(self) -> None:
+        """Hand every queued answer to the transport, which sends them before closing (or
+        drop them if it is already closing)."""
+        if self._writer.is_closing():
+            self._unsent -= sum(map(len, self._ready))
+            self._ready.clear()
+        while self._ready:
+            self._send(self._ready.popleft())
+        self._account()
         self._writer.close()
+
+    def evict(self, held: int, total: int, limit: int) -> None:
+        """The memory budget stayed exhausted and this connection holds the most: close it at
+        once (abort: a client that reads nothing would keep a graceful close waiting forever)
+        and drop what it holds."""
+        if not self._closed:
+            self._closed = True
+            log_event(logger, logging.WARNING, "connection_closed", peer=self.peer,
+                      reason="memory_budget", held=held, total=total, limit=limit)
+        self._gone = True
+        self._ready.clear()
+        self._large_frame = None
+        self._cancel_in_flight()
+        self._writer.transport.abort()
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
         self._close(logging.WARNING, reason, **fields)
@@ -126,7 +195,7 @@ class Connection:
             return
         self._close(logging.WARNING, "idle", idle_ms=int(self._idle_timeout * 1000))
 
-    async def _read_frame(self) -> bytes | None:
+    async def _read_frame(self) -> bytes | memoryview | None:
         try:
             prefix = await self._reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
@@ -136,14 +205,34 @@ class Connection:
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
+        await self._budget.wait_for(lambda: self._budget.allows(size, self._light))
+        self._frames_held += size
+        self._frame_reserved = size
+        self._account()
         try:
-            frame = await self._reader.readexactly(size)
+            if size <= _CHUNK:
+                frame: bytes | memoryview = await self._reader.readexactly(size)
+            else:
+                frame = await self._read_large_frame(size)
         except asyncio.IncompleteReadError as exc:
             if self._closed:
                 return None
             raise self._refuse("truncated_frame", size=size, received=len(exc.partial)) from None
         self._last_activity = self._loop.time()
         return frame
+
+    async def _read_large_frame(self, size: int) -> memoryview:
+        """The frame's bytes as they come (resident memory follows what the client really
+        sent), in one buffer that _submit frees once the request is decoded."""
+        body = bytearray()
+        while len(body) < size:
+            chunk = await self._reader.read(min(_CHUNK, size - len(body)))
+            if not chunk:
+                raise asyncio.IncompleteReadError(body, size)
+            body += chunk
+        view = memoryview(body).toreadonly()
+        self._large_frame = (body, view)
+        return view
 
     async def _read_requests(self) -> None:
         registry = self._broker.registry
@@ -179,8 +268,19 @@ class Connection:
 
     async def _submit(self, work: Coroutine[Any, Any, bytes | None]) -> None:
         """Start a request; then, before reading on, wait while too many are open or while
-        the client is not reading its responses (the transport's buffer is over its mark)."""
+        the client is not reading its responses (the transport still holds some).
+
+        The frame's reservation stays until the request's handler has finished (its decoded
+        copy lives that long); a large frame's own buffer is freed now."""
+        if self._large_frame is not None:
+            body, view = self._large_frame
+            self._large_frame = None
+            with contextlib.suppress(BufferError):  # a slice still alive frees it later
+                view.release()
+                body.clear()
+        reserved, self._frame_reserved = self._frame_reserved, 0
         task = self._loop.create_task(work)
+        task.add_done_callback(lambda _task: self._release_frame(reserved))
         self._in_flight.append(task)
         self._all_answered.clear()
         if len(self._in_flight) >= self._max_in_flight:
@@ -200,10 +300,56 @@ class Connection:
         return encode_response(correlation_id, response)
 
     async def _dispatch(self, handler: Any, ctx: RequestContext, body: Any) -> bytes | None:
+        """Run the handler once the budget has room for its answer (or this connection's
+        client reads its answers and the headroom has some); the answer counts from here."""
+        budget = self._budget
+        await budget.wait_for(lambda: budget.allows(0, self._light))
         response = await handler(ctx, body)
         if response is None:
             return None
-        return encode_response(ctx.correlation_id, response)
+        data = encode_response(ctx.correlation_id, response)
+        self._unsent += len(data)
+        self._account()
+        return data
+
+    @property
+    def _light(self) -> bool:
+        """The client has taken every answer so far: it may use the budget's headroom."""
+        return not (self._unsent or self._in_transport)
+
+    def _account(self) -> None:
+        if not self._gone:
+            self._budget.set_held(self, self._frames_held + self._unsent + self._in_transport)
+
+    def _release_frame(self, size: int) -> None:
+        self._frames_held -= size
+        self._account()
+
+    def _send(self, data: bytes) -> None:
+        self._writer.write(data)
+        self._unsent -= len(data)
+        self._in_transport = self._writer.transport.get_write_buffer_size()
+
+    def _pump(self) -> None:
+        """Send queued answers while the transport's buffer is empty; when it is not, a drainer
+        task waits for it to empty (the client read) and pumps again."""
+        if not self._writer.is_closing():
+            while self._ready and not self._in_transport:
+                self._send(self._ready.popleft())
+                self._last_activity = self._loop.time()
+        self._account()
+        if self._in_transport and self._drainer is None and not self._writer.is_closing():
+            self._drainer = self._loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            return
+        finally:
+            self._drainer = None
+        self._in_transport = self._writer.transport.get_write_buffer_size()
+        self._pump()
 
     def _flush(self, _finished: asyncio.Task[bytes | None]) -> None:
         """Write every response that is ready at the head, in request order. A failing handler
@@ -225,9 +371,12 @@ class Connection:
                 self._cancel_in_flight()
                 break
             data = task.result()
-            if data is not None and not self._closed and not self._writer.is_closing():
-                self._writer.write(data)
-                self._last_activity = self._loop.time()
+            if data is not None:
+                if self._closed or self._writer.is_closing():
+                    self._unsent -= len(data)
+                else:
+                    self._ready.append(data)
+        self._pump()
         if len(in_flight) < self._max_in_flight:
             self._room.set()
         if not in_flight:
@@ -247,6 +396,11 @@ class BrokerServer:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
+        # Set on the listening socket, as Kafka does, so accepted connections start with it
+        # (the TCP window is agreed at the handshake).
+        for listener in self._server.sockets:
+            _set_buffer(listener, socket.SO_RCVBUF,
+                        self._broker.config.socket_receive_buffer_bytes)
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
