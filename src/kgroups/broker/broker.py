@@ -33,6 +33,7 @@ logger = logging.getLogger("kgroups.broker")
 HANDLER_MODULES: tuple[str, ...] = (
     "kgroups.broker.cluster_handlers",
     "kgroups.broker.topic_handlers",
+    "kgroups.broker.config_handlers",
     "kgroups.broker.produce_handler",
     "kgroups.broker.fetch_handler",
     "kgroups.broker.list_offsets_handler",

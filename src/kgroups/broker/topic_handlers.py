@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.config_handlers import TOPIC_CONFIG_SOURCE, topic_config_entries
 from kgroups.broker.events import log_event
 from kgroups.broker.topic_configs import TopicConfigError, topic_log_config
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
@@ -53,10 +55,25 @@ def _create_one(
     return ErrorCode.NONE, None, partitions
 
 
+def _created_configs(ctx: RequestContext, config_cls: type[Any], topic: Any,
+                     validate_only: bool) -> tuple[Any, ...]:
+    """The new topic's settings (v5+): Kafka's admin client reads them on every success (a
+    null list made it fail the creation with a NullPointerException)."""
+    requested = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
+    entries = []
+    for name, value, source in topic_config_entries(ctx.broker.topics, topic.name):
+        if validate_only and name in requested:
+            value, source = requested[name], TOPIC_CONFIG_SOURCE
+        entries.append(build(config_cls, name=name, value=value, read_only=False,
+                             config_source=source, is_sensitive=False))
+    return tuple(entries)
+
+
 @handles(api_key=19, min_version=2, max_version=7)
 async def create_topics(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(19, ctx.api_version)
     result_cls = sibling(response_cls, "CreatableTopicResult")
+    config_cls = getattr(sys.modules[response_cls.__module__], "CreatableTopicConfigs", None)
     results = []
     seen: set[str] = set()
     for topic in request.topics:
@@ -66,10 +83,13 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         else:
             error, message, partitions = _create_one(ctx, topic, request.validate_only)
         seen.add(topic.name)
+        configs = None
+        if config_cls is not None and error == ErrorCode.NONE:
+            configs = _created_configs(ctx, config_cls, topic, request.validate_only)
         results.append(build(
             result_cls, name=topic.name, topic_id=None, error_code=kio_error(error),
             error_message=message, topic_config_error_code=0, num_partitions=partitions,
-            replication_factor=1 if error == ErrorCode.NONE else -1, configs=None,
+            replication_factor=1 if error == ErrorCode.NONE else -1, configs=configs,
         ))
     return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(results))
 

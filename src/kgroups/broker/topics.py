@@ -12,7 +12,11 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
-from kgroups.broker.topic_configs import TopicConfigStore, topic_log_config
+from kgroups.broker.topic_configs import (
+    TOPIC_CONFIG_FIELDS,
+    TopicConfigStore,
+    topic_log_config,
+)
 from kgroups.errors import ErrorCode
 from kgroups.log.manager import LogManager
 from kgroups.log.partition_log import PartitionLog
@@ -42,7 +46,8 @@ class TopicCatalog:
     def __init__(self, logs: LogManager) -> None:
         self._logs = logs
         self._configs = TopicConfigStore(logs.data_dir)
-        for topic, overrides in self._configs.load_all().items():
+        self._overrides = self._configs.load_all()
+        for topic, overrides in self._overrides.items():
             logs.set_topic_config(topic, topic_log_config(logs.config, overrides))
         self._counts: dict[str, int] = dict(
             sorted(Counter(topic for topic, _ in logs.partitions()).items())
@@ -54,6 +59,20 @@ class TopicCatalog:
 
     def partition_count(self, topic: str) -> int | None:
         return self._counts.get(topic)
+
+    def config_entries(self, topic: str) -> list[tuple[str, str, bool]]:
+        """(name, value, set on the topic?) for every topic-level setting kgroups honours, as
+        DescribeConfigs and CreateTopics report them. A value the topic gets from kgroups
+        itself rather than the broker's settings (`__consumer_offsets` is compacted) counts
+        as set on the topic, as Kafka creates that topic with those settings."""
+        overrides = self._overrides.get(topic, {})
+        effective = self._logs.config_for(topic)
+        entries = []
+        for name, field in sorted(TOPIC_CONFIG_FIELDS.items()):
+            value = getattr(effective, field)
+            own = name in overrides or value != getattr(self._logs.config, field)
+            entries.append((name, str(value), own))
+        return entries
 
     def log(self, topic: str, partition: int) -> PartitionLog | None:
         """The partition's log, or None unless the topic exists and has that partition. Data
@@ -78,6 +97,7 @@ class TopicCatalog:
         if configs:
             log_config = topic_log_config(self._logs.config, configs)
             self._configs.save(topic, configs)
+            self._overrides[topic] = dict(configs)
             self._logs.set_topic_config(topic, log_config)
         else:
             self._forget_config(topic)
@@ -89,6 +109,7 @@ class TopicCatalog:
     def _forget_config(self, topic: str) -> None:
         """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""
         self._configs.remove(topic)
+        self._overrides.pop(topic, None)
         self._logs.set_topic_config(topic, self._logs.config.for_topic(topic))
 
     def delete(self, topic: str) -> ErrorCode:
