@@ -236,3 +236,29 @@ def test_registry_and_choice_reject_empty_input() -> None:
         register_assignor("", RangeAssignor)
     with pytest.raises(AssignmentInputError, match="no members"):
         choose_strategy([])
+
+
+RACKED_TOPIC = {"t": {"partitions": 4, "racks": [["a"], ["b"], ["a"], ["b"]]}}
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_sticky_places_partitions_in_the_members_racks(strategy: str) -> None:
+    """KIP-881 as Kafka applies it: a fresh group gets rack-local partitions (round-robin
+    alone would give m1 partitions 0 and 2, both remote)."""
+    members = {"m1": {"topics": ["t"], "rack": "b"}, "m2": {"topics": ["t"], "rack": "a"}}
+    assert _assignment(strategy, RACKED_TOPIC, members) == {
+        "m1": {"t": [1, 3]},
+        "m2": {"t": [0, 2]},
+    }
+
+
+def test_cooperative_sticky_revokes_partitions_held_outside_the_members_rack() -> None:
+    """Stickiness yields to locality: m1 (rack a) gives up partition 1 (only in rack b) and m2
+    partition 2; each moves to the other member in the follow-up round."""
+    members = {
+        "m1": {"topics": ["t"], "rack": "a", "owned": {"t": [0, 1]}, "generation": 3},
+        "m2": {"topics": ["t"], "rack": "b", "owned": {"t": [2, 3]}, "generation": 3},
+    }
+    result = assign_scenario("cooperative-sticky", {"topics": RACKED_TOPIC, "members": members})
+    assert result["assignment"] == {"m1": {"t": [0]}, "m2": {"t": [3]}}
+    assert result["revoked"] == {"m1": {"t": [1]}, "m2": {"t": [2]}}

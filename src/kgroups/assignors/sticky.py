@@ -26,6 +26,7 @@ from kgroups.assignors.model import (
 )
 from kgroups.assignors.space import UNOWNED, GroupAssignment, PartitionSpace
 from kgroups.assignors.sticky_engine import place, tied_claims
+from kgroups.assignors.sticky_racks import RackLayout
 from kgroups.assignors.user_data import (
     UserDataError,
     decode_generation,
@@ -68,7 +69,9 @@ class StickyAssignor(PartitionAssignor):
     ) -> GroupAssignment:
         members = ordered_members(group_subscription, static_first=False)
         space = PartitionSpace.build(cluster, members)
-        placement = place(space, members, self.claims(space, members))
+        placement = place(
+            space, members, self.claims(space, members), RackLayout.build(cluster, space, members)
+        )
         return GroupAssignment(space, [m.member_id for m in members], placement.owner)
 
 
@@ -104,7 +107,7 @@ class CooperativeStickyAssignor(StickyAssignor):
         members = ordered_members(group_subscription, static_first=False)
         space = PartitionSpace.build(cluster, members)
         claims = self.claims(space, members)
-        placement = place(space, members, claims)
+        placement = place(space, members, claims, RackLayout.build(cluster, space, members))
         owner = placement.owner
         moving = (placement.previous >= 0) & (owner != placement.previous)
         revoked_from = np.where(moving, placement.previous, UNOWNED).astype(np.int32)

@@ -21,6 +21,7 @@ import numpy as np
 from kgroups.assignors.claims import Claims
 from kgroups.assignors.model import MemberSubscription
 from kgroups.assignors.space import UNOWNED, PartitionSpace
+from kgroups.assignors.sticky_racks import RackLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,26 +150,33 @@ def cap_to_quota(space: PartitionSpace, owner: np.ndarray, member_count: int) ->
     owner[held[by_member][rank >= allowed[sorted_holders]]] = UNOWNED
 
 
-def deal_to_quota(owner: np.ndarray, member_count: int) -> None:
+def deal_to_quota(owner: np.ndarray, member_count: int, racks: RackLayout | None = None) -> None:
     """Equal subscriptions, after `cap_to_quota`: the free partitions, in order, are dealt as
     Kafka deals them. Round after round, every member still below floor(P/C) takes one, in
     member order; then each remaining partition goes to the next member due the larger quota:
     first those that kept exactly floor(P/C) themselves, in member order, then the others in
-    the order they reached it."""
+    the order they reached it. With racks, local members are served first (`RackLayout`)."""
     free = np.flatnonzero(owner < 0)
     if free.size == 0:
         return
     min_quota, members_at_max = divmod(owner.size, member_count)
     counts = np.bincount(owner[owner >= 0], minlength=member_count)
-    need = np.maximum(min_quota - counts, 0)
-    takers = np.repeat(np.arange(member_count), need)
-    rounds = np.arange(takers.size) - np.repeat(np.cumsum(need) - need, need)
-    dealt = takers[np.lexsort((takers, rounds))]
-    queue = np.flatnonzero(counts == min_quota)
-    if int((counts > min_quota).sum()) >= members_at_max:
-        queue = queue[:0]
-    finishers = np.flatnonzero(need > 0)
-    finishers = finishers[np.lexsort((finishers, need[finishers]))]
+    queue: list[int] = []
+    if int((counts > min_quota).sum()) < members_at_max:
+        queue = np.flatnonzero(counts == min_quota).tolist()
+    below = np.flatnonzero(counts < min_quota).tolist()
+    if racks is not None:
+        free = racks.order_free(free)
+        if racks.aware:
+            free = racks.deal_local(owner, counts, free, below, queue, min_quota, members_at_max)
+            if free.size == 0:
+                return
+    takers = np.asarray(below, dtype=np.int64)
+    need = min_quota - counts[takers]
+    place_in_list = np.repeat(np.arange(takers.size), need)
+    rounds = np.arange(place_in_list.size) - np.repeat(np.cumsum(need) - need, need)
+    dealt = takers[place_in_list[np.lexsort((place_in_list, rounds))]]
+    finishers = takers[np.lexsort((np.arange(takers.size), need))]
     extra = free.size - dealt.size
     owner[free] = np.concatenate((dealt, queue, finishers))[: free.size] if extra else dealt
 
@@ -238,9 +246,11 @@ def _balance_topic(
 
 
 def place(
-    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Claims
+    space: PartitionSpace, members: Sequence[MemberSubscription], claims: Claims,
+    racks: RackLayout | None = None,
 ) -> Placement:
-    """Sticky placement for `members` (already in member order) given their `claims`."""
+    """Sticky placement for `members` (already in member order) given their `claims`; `racks`
+    makes the equal-subscription path rack-aware (the unequal one ignores racks)."""
     subscriptions = _Subscriptions(space, members)
     previous = resolve_previous_owners(space, subscriptions, claims)
     owner = previous.copy()
@@ -248,8 +258,10 @@ def place(
     if space.size == 0 or count == 0:
         return Placement(owner, previous)
     if subscriptions.identical:
+        if racks is not None:
+            racks.drop_remote(owner)
         cap_to_quota(space, owner, count)
-        deal_to_quota(owner, count)
+        deal_to_quota(owner, count, racks)
         return Placement(owner, previous)
 
     eligible = subscriptions.eligible()

@@ -54,7 +54,8 @@ import org.apache.kafka.common.TopicPartition;
  */
 public final class AssignorOracle {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final String[] VARIANT_PREFIXES = {"", "~", "zq.", "a", "Q-", "__", "x9", "m/"};
+    private static final String[] VARIANT_PREFIXES = {
+        "", "~", "zq.", "a", "Q-", "__", "x9", "m/", "7", "kk", "%", "b.b", "Zz", "0-", "!", "q"};
 
     private record Member(String id, List<String> topics, Map<String, List<Integer>> owned,
                           int generation, String rack, String instanceId) { }
