@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 9092
 DATA_DIR ?= ./kgroups-data
 PYTEST_ARGS ?=
-# The Apache Kafka that kgroups is checked against (tests/kafka/pom.xml pins the same version).
+# The Apache Kafka kgroups is checked against (tests/kafka-dist/pom.xml pins the same version).
 KAFKA_VERSION := 4.3.1
 KAFKA_HOME ?= $(HOME)/.cache/kgroups/kafka-$(KAFKA_VERSION)
 export KAFKA_HOME
@@ -43,11 +43,11 @@ system-deps:
 # Apache Kafka's jars (broker, tools, clients) copied by Maven into $(KAFKA_HOME)/lib, outside git.
 # The stamp holds the pom's checksum: once it matches, Maven is not run at all (offline-safe).
 kafka: system-deps
-	@want=$$(sha256sum tests/kafka/pom.xml | cut -d' ' -f1); \
+	@want=$$(sha256sum tests/kafka-dist/pom.xml | cut -d' ' -f1); \
 	if [ "$$(cat $(KAFKA_HOME)/.stamp 2>/dev/null)" != "$$want" ]; then \
 		echo "fetching Apache Kafka $(KAFKA_VERSION) into $(KAFKA_HOME)"; \
 		rm -rf $(KAFKA_HOME)/lib.partial && \
-		mvn -q -B -Dstyle.color=never -f tests/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+		mvn -q -B -Dstyle.color=never -f tests/kafka-dist/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 			-DoutputDirectory=$(KAFKA_HOME)/lib.partial && \
 		rm -rf $(KAFKA_HOME)/lib && mv $(KAFKA_HOME)/lib.partial $(KAFKA_HOME)/lib && \
 		echo "$$want" > $(KAFKA_HOME)/.stamp; \

@@ -1,7 +1,7 @@
 """Apache Kafka in the test loop: a real single-node Kafka broker beside `kgroups serve`.
 
 kgroups claims to behave as Kafka does; this module lets a test ask Kafka itself. `make kafka`
-copies the pinned Apache Kafka jars (tests/kafka/pom.xml) into `$KAFKA_HOME/lib`, by default
+copies the pinned Apache Kafka jars (tests/kafka-dist/pom.xml) into `$KAFKA_HOME/lib`, by default
 `~/.cache/kgroups/kafka-4.3.1`, outside git.
 
 API
@@ -52,7 +52,7 @@ from kgroups.broker.wire_client import KafkaWireClient, WireError
 KAFKA_VERSION = "4.3.1"
 KAFKA_HOME = Path(os.environ.get(
     "KAFKA_HOME", Path.home() / ".cache" / "kgroups" / f"kafka-{KAFKA_VERSION}"))
-LOG4J2_CONFIG = Path(__file__).parent / "kafka" / "log4j2.properties"
+LOG4J2_CONFIG = Path(__file__).parent / "kafka-dist" / "log4j2.properties"
 STARTUP_TIMEOUT_S = 90.0
 
 KAFKA_TEST_SETTINGS: Mapping[str, str] = {

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
-from conftest import InProcessBroker
 
+from conftest import InProcessBroker
 from kgroups.broker.admin import AdminError, parse_datetime_ms
 from kgroups.broker.coordinator_runtime import read_partition_image
 from kgroups.broker.wire import build, request_type, sibling

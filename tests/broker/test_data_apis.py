@@ -17,7 +17,6 @@ from broker_wire_helpers import (
     produce_request,
     raw_socket,
 )
-from conftest import InProcessBroker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.delete_topics.v6 import request as delete_topics
@@ -25,6 +24,7 @@ from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as Fin
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
+from conftest import InProcessBroker
 from kgroups.broker.wire import encode_request
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, decode_batch, encode_batch, iter_batches
@@ -281,10 +281,45 @@ def test_failed_fsync_is_not_acknowledged(
         raise OSError(5, "Input/output error")
 
     with connect(inprocess_broker.port) as client:
-        create_topic(client, "eio")
+        create_topic(client, "eio", configs={"flush.messages": "1"})  # fsync before every ack
         monkeypatch.setattr(inprocess_broker.broker.group_commit, "wait_durable", fsync_fails)
         outcome = _produce(client, "eio", 0, _records(b"lost?"))
     assert (outcome.error_code, outcome.base_offset) == (ErrorCode.KAFKA_STORAGE_ERROR, -1)
+
+
+def test_acknowledgement_waits_for_an_fsync_only_where_flush_messages_asks(
+    inprocess_broker: InProcessBroker,
+) -> None:
+    """Kafka's default acknowledges an append once it is in the log file; flush.messages=N
+    fsyncs before acknowledging the append that makes N messages unflushed."""
+    group_commit = inprocess_broker.broker.group_commit
+    with connect(inprocess_broker.port) as client:
+        create_topic(client, "page-cache")
+        create_topic(client, "every-third", configs={"flush.messages": "3"})
+        before = group_commit.fsyncs
+        for value in (b"a", b"b", b"c"):
+            assert _produce(client, "page-cache", 0, _records(value)).error_code == 0
+        assert group_commit.fsyncs == before
+        assert inprocess_broker.broker.logs.get("page-cache", 0).unflushed_messages == 3
+        for value in (b"a", b"b"):
+            assert _produce(client, "every-third", 0, _records(value)).error_code == 0
+        assert group_commit.fsyncs == before
+        assert _produce(client, "every-third", 0, _records(b"c")).error_code == 0
+        assert group_commit.fsyncs == before + 1
+        assert inprocess_broker.broker.logs.get("every-third", 0).unflushed_messages == 0
+
+
+def test_flush_ms_fsyncs_on_schedule(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    broker = make_inprocess_broker("log.flush.interval.ms=200")
+    with connect(broker.port) as client:
+        create_topic(client, "timed")
+        assert _produce(client, "timed", 0, _records(b"x")).error_code == 0
+        log = broker.broker.logs.get("timed", 0)
+        appended = time.monotonic()
+        while log.unflushed_messages and time.monotonic() - appended < 5:
+            time.sleep(0.02)
+        assert log.unflushed_messages == 0
+        assert time.monotonic() - appended < 1.0  # within the interval, plus a check's delay
 
 
 def test_failed_append_is_a_storage_error_and_the_broker_carries_on(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request
-from conftest import InProcessBroker
 
+from conftest import InProcessBroker
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator import partition_for
@@ -163,6 +163,24 @@ def test_join_errors_in_every_version(make_inprocess_broker, version: int) -> No
         assert bad_session.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
         # Before v7 ProtocolName is not nullable: the error answer carries "" and still decodes.
         assert bad_session.protocol_name in ("", None)
+
+
+@pytest.mark.parametrize(("protocol_type", "protocol_name"), [(None, "range"), ("consumer", None)])
+def test_sync_v5_without_protocol_type_or_name_is_inconsistent(  # type: ignore[no-untyped-def]
+        make_inprocess_broker, protocol_type: str | None, protocol_name: str | None) -> None:
+    """From v5 both fields are mandatory: Kafka 4.3 answers INCONSISTENT_GROUP_PROTOCOL even for
+    the group's own leader; v4 has neither field and syncs."""
+    with connect(_ready(make_inprocess_broker).port) as client:
+        joined = _join_until_member(client, 9, "mandatory")
+
+        def sync(version: int) -> Any:
+            return client.call(_request(
+                SYNC, version, group_id="mandatory", generation_id=joined.generation_id,
+                member_id=joined.member_id, group_instance_id=None, protocol_type=protocol_type,
+                protocol_name=protocol_name, assignments=()))
+
+        assert sync(5).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        assert sync(4).error_code == ErrorCode.NONE
 
 
 def test_member_without_heartbeats_expires_on_the_loop_timer(

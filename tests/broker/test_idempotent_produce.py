@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from broker_wire_helpers import connect, create_topic, list_offsets_request, produce_request
-from conftest import InProcessBroker, ServerProcess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.producer_state import (
     INT32_MAX,
     BatchIdentity,

@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 from confluent_kafka import Consumer
-from conftest import ServerProcess
 from group_interop_helpers import (
     FAST_GROUP_OVERRIDES,
     create_topic,
@@ -18,6 +17,8 @@ from group_interop_helpers import (
     stable_with,
     wait_until,
 )
+
+from conftest import ServerProcess
 
 pytestmark = pytest.mark.interop
 

@@ -5,7 +5,6 @@ cooperative rebalancing that never takes away a partition that does not move."""
 from __future__ import annotations
 
 import pytest
-from conftest import ServerProcess
 from group_interop_helpers import (
     FAST_GROUP_OVERRIDES,
     TrackedConsumer,
@@ -14,6 +13,8 @@ from group_interop_helpers import (
     stable_with,
     wait_until,
 )
+
+from conftest import ServerProcess
 
 pytestmark = pytest.mark.interop
 

@@ -12,7 +12,6 @@ import textwrap
 import time
 
 import pytest
-from conftest import ServerProcess
 from group_interop_helpers import (
     FAST_GROUP_OVERRIDES,
     TrackedConsumer,
@@ -23,6 +22,7 @@ from group_interop_helpers import (
     wait_until,
 )
 
+from conftest import ServerProcess
 from kgroups.broker.admin import AdminError
 
 pytestmark = pytest.mark.interop

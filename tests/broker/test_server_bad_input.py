@@ -17,11 +17,11 @@ from broker_wire_helpers import (
     read_frame,
     send_and_decode,
 )
-from conftest import InProcessBroker
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
+from conftest import InProcessBroker
 from kgroups.broker.api import FunctionHandler
 from kgroups.broker.wire import decode_response, encode_request
 from kgroups.broker.wire_client import WireError

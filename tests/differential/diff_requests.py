@@ -102,8 +102,7 @@ def commit(group: str, offsets: Mapping[tuple[str, int], int | tuple[int, str | 
         offset, metadata = value if isinstance(value, tuple) else (value, "")
         by_topic.setdefault(topic, []).append(build(
             partition_type, partition_index=partition, committed_offset=offset,
-            committed_leader_epoch=leader_epoch, committed_metadata=metadata,
-            commit_timestamp=-1))
+            committed_leader_epoch=leader_epoch, committed_metadata=metadata))
     return build(entity, group_id=group, generation_id_or_member_epoch=generation,
                  member_id=member_id, group_instance_id=instance,
                  retention_time=_ms(retention_ms),

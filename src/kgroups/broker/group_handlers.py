@@ -97,6 +97,13 @@ class SyncGroupHandler(_GroupApi):
     api_key, min_version, max_version = 14, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version >= 5 and (request.protocol_type is None
+                                     or request.protocol_name is None):
+            # From v5 both are mandatory: Kafka refuses the request before the coordinator
+            # sees it, whatever the group's state.
+            return build(_response(ctx), throttle_time=_NO_THROTTLE,
+                         error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+                         protocol_type=None, protocol_name=None, assignment=b"")
         answer: core.SyncGroupResponse = await _ask(ctx, lambda request_id: core.SyncGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
