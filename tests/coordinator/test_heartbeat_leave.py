@@ -125,13 +125,16 @@ def test_leave_unknown_group_and_invalid_group():
     assert h.reply(h.leave("", MemberIdentity("m"))).error is E.INVALID_GROUP_ID
 
 
-def test_leave_removes_pending_member_silently():
+def test_leave_of_a_pending_member_rebalances_as_in_kafka():
+    """Kafka 4.3 treats a pending member's leave as a leave: the Stable group rebalances
+    (checked against Kafka in tests/differential/test_diff_leave.py)."""
     h = make()
     (_a,), _generation = stable(h, "g", 1)
     pending = h.reply(h.join("g")).member_id
+    assert h.coordinator.group_view("g").state == "Stable"
     response = h.reply(h.leave("g", MemberIdentity(pending)))
     assert response.members[0].error is E.NONE
-    assert h.coordinator.group_view("g").state == "Stable"
+    assert h.coordinator.group_view("g").state == "PreparingRebalance"
     # Gone: its join with that id now is an unknown member.
     assert h.reply(h.join("g", pending)).error is E.UNKNOWN_MEMBER_ID
 

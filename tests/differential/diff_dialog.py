@@ -10,8 +10,9 @@ field by field after normalising what is legitimately random:
 - generated ids (`<prefix>-<uuid>`) become `<prefix>-#n`, numbered per prefix in order of first
   appearance, so "the same member" is still checked, only not its random part;
 - throttle times, and the node id, host and port of a coordinator, are dropped;
-- member lists of JoinGroup and DescribeGroups are sorted (Kafka keeps members in a hash map,
-  so their order carries no meaning);
+- member lists of JoinGroup and DescribeGroups, and the topics and partitions of offset
+  answers, are sorted (Kafka keeps members and offsets in hash maps and lists refused
+  partitions first, so their order carries no meaning);
 - error codes become their names, durations milliseconds, bytes hex.
 
 `compare(...)` returns {path: (kafka, kgroups)} for every field that differs; a test asserts
@@ -212,7 +213,8 @@ def normalise(transcript: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def _resort(value: Any) -> Any:
-    """Member lists (those carrying metadata: JoinGroup's and DescribeGroups') by member id."""
+    """Member lists (those carrying metadata: JoinGroup's and DescribeGroups') by member id;
+    the topics and partitions of offset answers by name and index."""
     if isinstance(value, dict):
         out = {key: _resort(item) for key, item in value.items()}
         members = out.get("members")
@@ -220,6 +222,11 @@ def _resort(value: Any) -> Any:
                 isinstance(m, dict) and ("metadata" in m or "member_metadata" in m)
                 for m in members):
             out["members"] = sorted(members, key=lambda m: str(m.get("member_id")))
+        for key, field in (("topics", "name"), ("partitions", "partition_index")):
+            items = out.get(key)
+            if isinstance(items, list) and all(isinstance(i, dict) and field in i
+                                               for i in items):
+                out[key] = sorted(items, key=lambda i: i[field])
         return out
     if isinstance(value, list):
         return [_resort(item) for item in value]
@@ -279,6 +286,11 @@ def run_both(script: Script, ports: dict[str, int], group: str,
         return {name: future.result() for name, future in futures.items()}
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} chars)"
+
+
 def render(diff: dict[str, tuple[Any, Any]]) -> str:
-    return "\n".join(f"  {path}: kafka={kafka!r} kgroups={kgroups!r}"
+    return "\n".join(f"  {path}: kafka={_short(kafka)} kgroups={_short(kgroups)}"
                      for path, (kafka, kgroups) in diff.items())

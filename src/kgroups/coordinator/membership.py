@@ -645,6 +645,10 @@ class MembershipHandlers(CoordinatorCore):
             return ErrorCode.NONE
         if member_id in group.pending_members:
             self._remove_pending_member(group, member_id, RemovalReason.LEFT_GROUP)
+            # Kafka counts a pending member's leave like any other: a Stable or
+            # CompletingRebalance group rebalances (not so when a pending id just expires).
+            if group.state in _MEMBERSHIP_STATES:
+                self._maybe_prepare_rebalance(group)
             return ErrorCode.NONE
         error = self._validate_member(group, member_id, instance_id)
         if error is not None:
