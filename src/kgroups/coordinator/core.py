@@ -93,6 +93,8 @@ _MEMBER_FIELDS = (
     "session_timeout_ms",
 )
 
+_ALL_MEMBER_FIELDS = tuple(name for name in Member.__dataclass_fields__ if name != "member_id")
+
 
 @dataclass(slots=True)
 class GroupSnapshot:
@@ -303,7 +305,9 @@ class CoordinatorCore(ABC):
                     group, current, before.group_instance_id,
                     RemovalReason.STATIC_REPLACEMENT_REVERTED,
                 )
-                for name in _MEMBER_FIELDS:
+                # Whole: the new id's parked JoinGroup goes with it (its requester is answered by
+                # the write's failure continuation), the old member's own state comes back.
+                for name in _ALL_MEMBER_FIELDS:
                     setattr(member, name, getattr(before, name))
                 self._refresh_session(group, member)
                 continue

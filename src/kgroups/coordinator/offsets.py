@@ -102,14 +102,14 @@ class OffsetHandlers(MembershipHandlers):
             group.pending_commits.update(values.keys())
 
         def settle() -> ClassicGroup | None:
-            """The group the commit lands in, or None if it was deleted meanwhile."""
+            """The group the commit lands in, or None if it was deleted meanwhile. A group whose
+            deletion is still in flight takes it: the deletion's tombstones cover it, and if they
+            fail, the group comes back with the offset, as the log then has it."""
             if group is None:
                 existing = self._groups.get(group_id)
                 return existing if existing is not None else self._create_group(group_id)
             group.pending_commits.subtract(values.keys())
-            if self._groups.get(group_id) is not group or group.state is GroupState.DEAD:
-                return None
-            return group
+            return group if self._groups.get(group_id) is group else None
 
         def failed(write_error: ErrorCode) -> None:
             if group is not None:
