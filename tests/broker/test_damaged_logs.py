@@ -242,8 +242,10 @@ def test_a_crashed_flusher_is_logged_and_acknowledges_nothing(
 ) -> None:
     from kgroups.log.partition_log import PartitionLog
 
+    # Every append waits for an fsync (flush.messages=1), so a crashing flusher blocks them all.
     with caplog.at_level(logging.ERROR, logger="kgroups"), \
-            running_broker(tmp_path / "data") as broker, connect(broker.port) as client:
+            running_broker(tmp_path / "data", "log.flush.interval.messages=1") as broker, \
+            connect(broker.port) as client:
         wait_loaded(broker)
         create_topic(client, "events")
 

@@ -265,12 +265,14 @@ def test_a_full_disk_loses_nothing_acknowledged(
 def test_a_failed_fsync_is_never_acknowledged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Produce and commit while fsync fails: neither is acknowledged, and the partitions stay
-    refused (their last writes are in doubt) until the broker restarts."""
+    """With fsync before every acknowledgement (log.flush.interval.messages=1), produce and
+    commit while fsync fails: neither is acknowledged, and the partitions stay refused (their
+    last writes are in doubt) until the broker restarts."""
     from test_damaged_logs import running_broker, wait_loaded
 
     data_dir = tmp_path / "data"
-    with running_broker(data_dir) as broker, connect(broker.port) as client:
+    every_ack = "log.flush.interval.messages=1"
+    with running_broker(data_dir, every_ack) as broker, connect(broker.port) as client:
         wait_loaded(broker)
         create_topic(client, TOPIC, partitions=1)
         assert produce(client, 0, b"durable")[0] == ErrorCode.NONE
@@ -286,7 +288,7 @@ def test_a_failed_fsync_is_never_acknowledged(
         assert produce(client, 0, b"refused")[0] == ErrorCode.KAFKA_STORAGE_ERROR
         assert commit(client, 0, 3) == "NOT_COORDINATOR"
         assert admin.committed_offsets(client, GROUP)[(TOPIC, 0)] == 1
-    with running_broker(data_dir) as broker, connect(broker.port) as client:
+    with running_broker(data_dir, every_ack) as broker, connect(broker.port) as client:
         wait_loaded(broker)
         stored = read_all(client, 0)
         assert stored[0] == b"durable" and b"refused" not in stored.values()

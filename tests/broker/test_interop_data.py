@@ -131,8 +131,18 @@ def test_kafka_python_produce_and_consume(kgroups_server: ServerProcess) -> None
     assert values == [f"v{index}".encode() for index in range(20)]
 
 
+FLUSH_MODES = {
+    "acknowledged in the log file (Kafka's default)": (),
+    "fsync before acknowledging": ("log.flush.interval.messages=1",),
+}
+
+
+@pytest.mark.parametrize("flush_mode", FLUSH_MODES)
 @pytest.mark.parametrize("how", ["graceful", "kill -9"])
-def test_acknowledged_data_survives_broker_restart(kgroups_server: ServerProcess, how: str) -> None:
+def test_acknowledged_data_survives_broker_restart(
+    start_kgroups_server, how: str, flush_mode: str  # type: ignore[no-untyped-def]
+) -> None:
+    kgroups_server: ServerProcess = start_kgroups_server(*FLUSH_MODES[flush_mode])
     _create_topic(kgroups_server.bootstrap, "durable", 2)
     acked = _produce_acked(kgroups_server.bootstrap, "durable", 200, 2)
     if how == "kill -9":

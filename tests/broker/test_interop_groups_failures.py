@@ -146,11 +146,13 @@ def _describe_when_loaded(bootstrap: str, group_id: str):  # type: ignore[no-unt
     return found[-1]
 
 
+@pytest.mark.parametrize("flush", ["", "log.flush.interval.messages=1"],
+                         ids=["acked in the log file", "fsync before acking"])
 @pytest.mark.parametrize("how", ["graceful", "kill -9"])
 def test_offsets_and_group_state_survive_broker_restart(
-    start_kgroups_server, how: str  # type: ignore[no-untyped-def]
+    start_kgroups_server, how: str, flush: str  # type: ignore[no-untyped-def]
 ) -> None:
-    server: ServerProcess = start_kgroups_server(*FAST_GROUP_OVERRIDES)
+    server: ServerProcess = start_kgroups_server(*FAST_GROUP_OVERRIDES, *filter(None, [flush]))
     create_topic(server.bootstrap, "restart-topic", PARTITIONS)
     first_batch = [f"before-{i}".encode() for i in range(100)]
     produce(server.bootstrap, "restart-topic", first_batch, PARTITIONS)

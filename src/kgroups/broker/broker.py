@@ -24,7 +24,7 @@ from kgroups.broker.producer_state import ProducerStateTable
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.config import LogConfig
-from kgroups.log.durability import GroupCommit
+from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
 
 logger = logging.getLogger("kgroups.broker")
@@ -121,6 +121,8 @@ class Broker:
         await self.coordinator.start()
         self.background.spawn(
             "log-cleaner", run_cleaner(self, self.config.log_retention_check_interval_ms))
+        self.background.spawn("log-flusher", flush_on_schedule(
+            self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
         self.host, self.port = await self._server.start(self.config.host, self.config.port)
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))

@@ -123,12 +123,13 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     return outcome
 
 
-async def _wait_durable(ctx: RequestContext,
-                        appended: list[tuple[PartitionLog, PartitionOutcome]]) -> None:
-    """One shared fsync per touched log; a partition whose fsync fails is not acknowledged."""
+async def _settle(ctx: RequestContext,
+                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> None:
+    """Wait until each touched log may acknowledge (an fsync shared per log where its
+    flush.messages asks for one); a partition whose fsync fails is not acknowledged."""
     logs = {id(log): log for log, _ in appended}
     results = await asyncio.gather(
-        *(ctx.broker.group_commit.wait_durable(log) for log in logs.values()),
+        *(ctx.broker.group_commit.settle(log) for log in logs.values()),
         return_exceptions=True,
     )
     failed = {key for key, result in zip(logs, results, strict=True)
@@ -156,7 +157,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             partitions.append((int(data.index), outcome))
         outcomes.append((topic.name, partitions))
     if appended and acks != 0:
-        await _wait_durable(ctx, appended)
+        await _settle(ctx, appended)
     if appended:
         broker.appends.notify()
     if acks == 0:

@@ -26,6 +26,8 @@ TOPIC_CONFIG_FIELDS: Mapping[str, str] = {
     "segment.bytes": "segment_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "delete.retention.ms": "delete_retention_ms",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
 }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 OFFSETS_TOPIC = "__consumer_offsets"
+NEVER = 2**63 - 1  # Kafka's Long.MAX_VALUE default of the flush settings: no forced fsync
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 
 
@@ -31,6 +32,13 @@ class LogConfig:
     delete_retention_ms: int = 24 * 60 * 60 * 1000
     # offsets.topic.segment.bytes: segment size of __consumer_offsets (Kafka: 100 MiB).
     offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    # log.flush.interval.messages / flush.messages: fsync before acknowledging once this many
+    # messages are unflushed (1: every append is fsynced first). Kafka's default: never.
+    flush_messages: int = NEVER
+    # log.flush.interval.ms / flush.ms: fsync a log whose oldest unflushed append is this old.
+    flush_ms: int = NEVER
+    # log.flush.scheduler.interval.ms: how often the flusher looks for logs due a flush.
+    flush_scheduler_interval_ms: int = NEVER
 
     @property
     def compacted(self) -> bool:
@@ -81,6 +89,11 @@ _INT_SETTINGS = {
     "log.cleaner.delete.retention.ms": "delete_retention_ms",
     "delete.retention.ms": "delete_retention_ms",
     "offsets.topic.segment.bytes": "offsets_topic_segment_bytes",
+    "log.flush.interval.messages": "flush_messages",
+    "flush.messages": "flush_messages",
+    "log.flush.interval.ms": "flush_ms",
+    "flush.ms": "flush_ms",
+    "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
 }
 _RETENTION_SCALE = {
     "log.retention.hours": 3_600_000,
@@ -108,5 +121,10 @@ def _validate(config: LogConfig) -> None:
         raise ValueError("offsets.topic.segment.bytes must be at least 14")
     if config.index_interval_bytes < 0:
         raise ValueError(f"index.interval.bytes={config.index_interval_bytes}: must be >= 0")
+    for name, value in (("flush.messages", config.flush_messages),
+                        ("flush.ms", config.flush_ms),
+                        ("log.flush.scheduler.interval.ms", config.flush_scheduler_interval_ms)):
+        if value < 1 and not (name == "flush.ms" and value == 0):
+            raise ValueError(f"{name}={value}: must be at least 1")
     if config.delete_retention_ms < 0:
         raise ValueError(f"delete.retention.ms={config.delete_retention_ms}: must be >= 0")

@@ -1,5 +1,11 @@
-"""Group commit: an append is acknowledged only after an fsync, and one fsync serves every
-append that was waiting when it started.
+"""When an append may be acknowledged, and fsyncs shared between the appends that wait for one.
+
+Kafka's flush settings decide (`log.flush.interval.messages` / `flush.messages`,
+`log.flush.interval.ms` / `flush.ms`): by default an append is acknowledged once it is in the
+log file (the page cache), which survives a crash of the process but not of the machine, and
+fsyncs happen when a segment rolls, at shutdown and on the flush schedule. With
+`flush.messages=1` every append is fsynced before it is acknowledged; then one fsync serves
+every append that was waiting when it started (group commit).
 
 A waiter needs an fsync that *began after* its call (one already running may have missed its
 bytes), so each log has at most one fsync running and one gathering the next round of waiters.
@@ -13,11 +19,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from kgroups.log.config import NEVER
 from kgroups.log.partition_log import PartitionLog
+
+# With no flush.ms set anywhere the flusher still wakes this often, to see new topics' settings.
+_IDLE_CHECK_MS = 60_000
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +58,12 @@ class GroupCommit:
         self._state: weakref.WeakKeyDictionary[PartitionLog, _LogSync] = (
             weakref.WeakKeyDictionary()
         )
+
+    async def settle(self, log: PartitionLog) -> None:
+        """Return once what was appended to `log` may be acknowledged: at once while fewer than
+        its flush.messages are unflushed, else after an fsync that covers it."""
+        if log.flush_due:
+            await self.wait_durable(log)
 
     async def wait_durable(self, log: PartitionLog) -> None:
         """Return once everything appended to `log` before this call is on disk."""
@@ -97,3 +115,22 @@ def _quiet(round_: asyncio.Future[None]) -> asyncio.Future[None]:
     (once, at ERROR), and "exception was never retrieved" would only repeat it later."""
     round_.add_done_callback(lambda done: done.cancelled() or done.exception())
     return round_
+
+
+async def flush_on_schedule(group_commit: GroupCommit, logs: Callable[[], Iterable[PartitionLog]],
+                            scheduler_interval_ms: int) -> None:
+    """Kafka's log flusher: fsync each log whose oldest unflushed append is older than its
+    flush.ms. It looks every log.flush.scheduler.interval.ms, and at least as often as the
+    smallest flush.ms of any log, so a log's flush.ms is honoured even when the scheduler
+    interval is left at its default (Kafka would then never look). Runs until cancelled."""
+    while True:
+        current = list(logs())
+        finite = [log.config.flush_ms for log in current if log.config.flush_ms < NEVER]
+        interval_ms = min([scheduler_interval_ms, *finite, _IDLE_CHECK_MS])
+        await asyncio.sleep(max(interval_ms, 1) / 1000)
+        now = time.monotonic()
+        for log in current:
+            age_ms = (now - log.last_flush) * 1000
+            if log.unflushed_messages and age_ms >= log.config.flush_ms:
+                with contextlib.suppress(OSError):  # logged by the log; it went offline
+                    await group_commit.wait_durable(log)

@@ -65,6 +65,10 @@ class LogManager:
                 found.add((match.group(1), int(match.group(2))))
         return sorted(found)
 
+    def open_logs(self) -> list[PartitionLog]:
+        """The logs opened so far (only they can hold unflushed appends)."""
+        return list(self._logs.values())
+
     def offline(self) -> dict[tuple[str, int], PartitionOfflineError]:
         """Partitions that could not be opened, with why."""
         return dict(self._offline)

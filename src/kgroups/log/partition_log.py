@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import threading
+import time
 from bisect import bisect_right
 from itertools import pairwise
 from pathlib import Path
@@ -72,6 +73,11 @@ class PartitionLog:
         self._sync_lock = threading.Lock()
         self.write_error: str | None = None  # the last append failed; cleared by a good one
         self.sync_failure: OSError | None = None  # an fsync failed: offline until reopened
+        # Offsets below this are on disk (Kafka's recovery point); what opened was flushed.
+        self.flushed_through = self.log_end_offset
+        # The end of what appends have handed to `flush` (their segment marked dirty).
+        self._registered_end = self.flushed_through
+        self.last_flush = time.monotonic()
 
     # ----------------------------------------------------------------------------- opening
 
@@ -160,6 +166,7 @@ class PartitionLog:
             self.write_error = None
         with self._sync_lock:
             self._dirty.add(active)
+            self._registered_end = last + 1
         return base, last
 
     def _offline(self) -> LogOfflineError:
@@ -194,11 +201,22 @@ class PartitionLog:
         self._bases.append(segment.base_offset)
         return segment
 
+    @property
+    def unflushed_messages(self) -> int:
+        """Messages appended since the last fsync began (Kafka's log end - recovery point)."""
+        return self.log_end_offset - self.flushed_through
+
+    @property
+    def flush_due(self) -> bool:
+        """flush.messages: an append may be acknowledged only after an fsync."""
+        return self.unflushed_messages >= self.config.flush_messages
+
     def flush(self) -> None:
         """fsync everything appended so far (safe to call from a worker thread)."""
         with self._sync_lock:
             if self.sync_failure is not None:
                 raise self._offline()
+            target = self._registered_end  # what the dirty segments below hold
             try:
                 for segment in list(self._dirty):
                     segment.sync()
@@ -209,6 +227,8 @@ class PartitionLog:
             except OSError as exc:
                 self._note_sync_failure(exc)
                 raise
+            self.flushed_through = max(self.flushed_through, target)
+            self.last_flush = time.monotonic()
 
     # ----------------------------------------------------------------------------- reading
 
