@@ -183,6 +183,20 @@ def test_sync_v5_without_protocol_type_or_name_is_inconsistent(  # type: ignore[
         assert sync(4).error_code == ErrorCode.NONE
 
 
+def test_texts_kafka_puts_beside_error_codes(make_inprocess_broker) -> None:  # type: ignore[no-untyped-def]
+    """As Kafka 4.3: DescribeGroups v6 says a group is not found in words; FindCoordinator's
+    success message is the error name "NONE" before v4 and empty from v4 (batched)."""
+    with connect(_ready(make_inprocess_broker).port) as client:
+        (missing,) = client.call(_request(DESCRIBE, 6, groups=("nobody",),
+                                          include_authorized_operations=False)).groups
+        assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        assert missing.error_message == "Group nobody not found."
+        found = client.call(_request(10, 3, key="g", key_type=0))
+        assert (found.error_code, found.error_message) == (ErrorCode.NONE, "NONE")
+        (batched,) = client.call(_request(10, 4, key_type=0, coordinator_keys=("g",))).coordinators
+        assert (batched.error_code, batched.error_message) == (ErrorCode.NONE, "")
+
+
 def test_member_without_heartbeats_expires_on_the_loop_timer(
     make_inprocess_broker, caplog: pytest.LogCaptureFixture,  # type: ignore[no-untyped-def]
 ) -> None:

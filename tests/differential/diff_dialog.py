@@ -10,9 +10,10 @@ field by field after normalising what is legitimately random:
 - generated ids (`<prefix>-<uuid>`) become `<prefix>-#n`, numbered per prefix in order of first
   appearance, so "the same member" is still checked, only not its random part;
 - throttle times, and the node id, host and port of a coordinator, are dropped;
-- member lists of JoinGroup and DescribeGroups, and the topics and partitions of offset
-  answers, are sorted (Kafka keeps members and offsets in hash maps and lists refused
-  partitions first, so their order carries no meaning);
+- member lists of JoinGroup and DescribeGroups, the topics and partitions of offset answers
+  and the results of DeleteGroups are sorted (Kafka keeps members and offsets in hash maps,
+  lists refused partitions first and answers deletions per coordinator partition, so their
+  order carries no meaning);
 - error codes become their names, durations milliseconds, bytes hex.
 
 `compare(...)` returns {path: (kafka, kgroups)} for every field that differs; a test asserts
@@ -222,7 +223,8 @@ def _resort(value: Any) -> Any:
                 isinstance(m, dict) and ("metadata" in m or "member_metadata" in m)
                 for m in members):
             out["members"] = sorted(members, key=lambda m: str(m.get("member_id")))
-        for key, field in (("topics", "name"), ("partitions", "partition_index")):
+        for key, field in (("topics", "name"), ("partitions", "partition_index"),
+                           ("results", "group_id")):
             items = out.get(key)
             if isinstance(items, list) and all(isinstance(i, dict) and field in i
                                                for i in items):

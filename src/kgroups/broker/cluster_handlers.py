@@ -107,9 +107,10 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
         failure = ("transactions are not supported" if key_type != GROUP_KEY_TYPE
                    else broker.coordinator.partition_failure(key))
         if failure is None:
+            # Kafka's text for success: the error's name before batching (v1-v3), empty after.
             return {"node_id": broker.node_id, "host": broker.advertised_host,
                     "port": broker.advertised_port, "error_code": kio_error(ErrorCode.NONE),
-                    "error_message": None}
+                    "error_message": "NONE" if ctx.api_version < 4 else ""}
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                 "error_message": failure}

@@ -326,7 +326,9 @@ class DescribeGroupsHandler(_GroupApi):
             build(
                 group_type,
                 error_code=kio_error(g.error),
-                error_message=None,
+                # v6+: Kafka explains a missing group in words; other errors carry no text.
+                error_message=(f"Group {g.group_id} not found."
+                               if g.error is ErrorCode.GROUP_ID_NOT_FOUND else None),
                 group_id=g.group_id,
                 group_state=g.state,
                 protocol_type=g.protocol_type,
