@@ -4,13 +4,15 @@ Scenarios, each against a fresh broker subprocess, with a healthy client making 
 trips throughout:
 - fetchers: N clients pipeline Fetch requests of a topic holding data (about 1 MiB per answer)
   and never read;
-- tricklers: N clients each announce a 100 MiB request frame, send all but its last byte as fast
-  as the broker takes it, then trickle.
+- longpolls: N clients each send 500 Fetches of an empty topic that wait up to a minute, and
+  never read; 3 s later one producer appends 2 MiB, which wakes them all;
+- tricklers: N clients each announce a 100 MiB request frame, send all but its last 64 KiB as
+  fast as the broker takes it, then one byte per 200 ms.
 Prints the broker's RSS before, at peak (sampled every 5 ms) and after the clients close, and
 what the healthy client saw.
 
-Run: .venv/bin/python bench/memory_budget.py [--scenario fetchers|tricklers|both]
-     [--clients N] [--seconds S] [--override key=value ...]
+Run: .venv/bin/python bench/memory_budget.py [--scenario fetchers|longpolls|tricklers|all]
+     [--clients N] [--seconds S] [--override key=value ...] [--verbose]
 """
 
 from __future__ import annotations
@@ -28,12 +30,23 @@ from memory_pressure import (
     FrameTrickler,
     HealthyClient,
     Hostile,
+    LongPollFetcher,
     NeverReadingFetcher,
     RssSampler,
     fill_topic,
 )
 
 from conftest import ServerProcess
+
+SCENARIOS = ("fetchers", "longpolls", "tricklers")
+
+
+def _hostile(scenario: str, port: int) -> Hostile:
+    if scenario == "fetchers":
+        return NeverReadingFetcher(port, topic="t")
+    if scenario == "longpolls":
+        return LongPollFetcher(port, topic="t")
+    return FrameTrickler(port)
 
 
 def run(scenario: str, clients: int, seconds: float, overrides: list[str],
@@ -44,16 +57,19 @@ def run(scenario: str, clients: int, seconds: float, overrides: list[str],
         try:
             if scenario == "fetchers":
                 fill_topic(server.port, "t", 8)
+            if scenario == "longpolls":
+                fill_topic(server.port, "t", 0)
             assert server.process is not None
             sampler = RssSampler(server.process.pid)
             healthy = HealthyClient(server.port).start()
             before = sampler.settled(2.0)
             sampler.start()
-            hostile: list[Hostile] = [
-                NeverReadingFetcher(server.port, topic="t") if scenario == "fetchers"
-                else FrameTrickler(server.port) for _ in range(clients)]
+            hostile = [_hostile(scenario, server.port) for _ in range(clients)]
             for client in hostile:
                 client.start()
+            if scenario == "longpolls":
+                time.sleep(3)  # until the Fetches wait, then one append wakes them all
+                fill_topic(server.port, "t", 2, create=False)
             time.sleep(seconds)
             closed = sum(client.closed_by_broker for client in hostile)
             for client in hostile:
@@ -81,15 +97,16 @@ def run(scenario: str, clients: int, seconds: float, overrides: list[str],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", choices=("fetchers", "tricklers", "both"), default="both")
-    parser.add_argument("--clients", type=int, default=0, help="default: 4 fetchers, 10 tricklers")
+    parser.add_argument("--scenario", choices=(*SCENARIOS, "all"), default="all")
+    parser.add_argument("--clients", type=int, default=0,
+                        help="default: 4 fetchers or long pollers, 10 tricklers")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--override", action="append", default=[])
     parser.add_argument("--verbose", action="store_true", help="print the broker's log")
     args = parser.parse_args()
-    scenarios = ("fetchers", "tricklers") if args.scenario == "both" else (args.scenario,)
+    scenarios = SCENARIOS if args.scenario == "all" else (args.scenario,)
     for scenario in scenarios:
-        clients = args.clients or (4 if scenario == "fetchers" else 10)
+        clients = args.clients or (10 if scenario == "tricklers" else 4)
         run(scenario, clients, args.seconds, args.override, args.verbose)
 
 

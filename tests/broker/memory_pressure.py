@@ -33,12 +33,13 @@ from kgroups.log.batch import build_batch
 MIB = 1 << 20
 
 
-def fill_topic(port: int, topic: str, megabytes: int) -> None:
+def fill_topic(port: int, topic: str, megabytes: int, *, create: bool = True) -> None:
     """`megabytes` MiB of 64 KiB records in one partition, so a Fetch of offset 0 with a 1 MiB
     limit is answered with about 1 MiB."""
     value = b"v" * (64 * 1024 - 64)
     with connect(port) as client:
-        create_topic(client, topic)
+        if create:
+            create_topic(client, topic)
         for _ in range(megabytes):
             batch = build_batch([(b"k", value, 1_700_000_000_000)] * 15)
             client.call(produce_request(topic, 0, batch))
@@ -116,6 +117,29 @@ class NeverReadingFetcher(Hostile):
 
 
 @dataclass
+class LongPollFetcher(Hostile):
+    """Sends `count` Fetches of `offset`, the end of `topic`, that wait up to a minute for
+    data, then reads nothing: one append wakes them all at once."""
+
+    topic: str = "t"
+    offset: int = 0
+    count: int = 500
+
+    def run(self, sock: socket.socket) -> None:
+        pending = memoryview(b"".join(
+            encode_request(i, "poll", fetch_request(self.topic, 0, self.offset,
+                                                    max_wait_ms=60_000, max_bytes=MIB))
+            for i in range(self.count)))
+        while not self.stop.is_set():
+            written = _send_some(sock, pending)
+            self.sent += written
+            pending = pending[written:]
+            if not written:
+                time.sleep(0.05)
+                _raise_if_closed(sock)
+
+
+@dataclass
 class FrameTrickler(Hostile):
     """Announces a `size`-byte request frame, sends all of it but its last `tail` bytes as fast
     as the broker accepts them, then one byte per `interval` seconds: the frame does not
@@ -146,13 +170,14 @@ class FrameTrickler(Hostile):
             _raise_if_closed(sock)
 
 
+_TCP_ESTABLISHED = 1  # tcpi_state, the first byte of Linux's struct tcp_info
+
+
 def _raise_if_closed(sock: socket.socket) -> None:
-    """A client that never reads still notices the broker's FIN or RST."""
-    try:
-        if sock.recv(1 << 16, socket.MSG_PEEK) == b"":
-            raise ConnectionResetError("closed by the broker")
-    except BlockingIOError:
-        pass
+    """A client that never reads still notices the broker's FIN or RST (its unread answers
+    would hide an end of stream from recv, so the kernel's TCP state is asked instead)."""
+    if sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED:
+        raise ConnectionResetError("closed by the broker")
 
 
 @dataclass

@@ -98,6 +98,10 @@ class MemoryBudget:
             self._watch()
             try:
                 await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():
+                    loop.call_soon(self._wake)  # woken, then cancelled: pass the turn on
+                raise
             finally:
                 self._waiters.pop(turn, None)
                 self._watch()
@@ -105,6 +109,10 @@ class MemoryBudget:
                 # The next waiter is considered once this one has acted on its room.
                 loop.call_soon(self._wake)
                 return
+
+    def recheck(self) -> None:
+        """A waiter's condition may now hold without a release (its connection closed)."""
+        self._wake()
 
     def _wake(self) -> None:
         """Let the first waiter whose condition holds go on."""

@@ -49,6 +49,7 @@ _SIZE = struct.Struct(">i")
 # Frames up to this size are read in one go; larger ones grow a buffer chunk by chunk as their
 # bytes arrive, so an announced size is never allocated before the client has sent it.
 _CHUNK = 256 * 1024
+_LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
 
 
 def _set_buffer(sock: Any, option: int, size: int) -> None:
@@ -155,6 +156,7 @@ class Connection:
         self._closed = True
         log_event(logger, level, "connection_closed", peer=self.peer, reason=reason, **fields)
         self._close_writer()
+        self._budget.recheck()  # a frame of ours waiting for room need not wait any more
 
     def _close_writer(self) -> None:
         """Hand every queued answer to the transport, which sends them before closing (or
@@ -179,6 +181,12 @@ class Connection:
         self._ready.clear()
         self._large_frame = None
         self._cancel_in_flight()
+        # Linger 0: the close resets the connection, dropping what the kernel still holds for
+        # a client that reads nothing (a FIN would wait behind those bytes indefinitely).
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
         self._writer.transport.abort()
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
@@ -205,7 +213,10 @@ class Connection:
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
-        await self._budget.wait_for(lambda: self._budget.allows(size, self._light))
+        await self._budget.wait_for(
+            lambda: self._closed or self._budget.allows(size, self._light))
+        if self._closed:  # closed (idle, a failed handler) while waiting for room
+            return None
         self._frames_held += size
         self._frame_reserved = size
         self._account()
