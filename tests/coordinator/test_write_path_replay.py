@@ -121,10 +121,10 @@ class WritePaths(RuleBasedStateMachine):
         restarted=st.booleans(),
     )
     def join(self, group: str, name: str, variant: int, restarted: bool) -> None:
-        """Join (or rejoin); a restarted client has lost its member id, which for a static
-        member is a static replacement."""
+        """Join (or rejoin); a restarted client has lost its member id (and any JoinGroup it
+        was waiting on), which for a static member is a static replacement."""
         client = self.clients[(group, name)]
-        if client.join_request is not None:
+        if client.join_request is not None and not restarted:
             return
         if restarted:
             client.forget()

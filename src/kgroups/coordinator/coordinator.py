@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterable
 from typing import assert_never
 
@@ -319,17 +320,20 @@ class GroupCoordinator(OffsetHandlers):
         for partition, groups in by_partition.items():
             self._write_at_once(
                 partition,
-                [record for group in groups for record in _deletion_records(group)],
+                [r for g in groups for r in _deletion_records(g, self._commits_in_flight)],
                 lambda groups=groups: settle(groups, ErrorCode.NONE),
                 lambda error, groups=groups: settle(groups, error),
                 revertible=True,
             )
 
 
-def _deletion_records(group: ClassicGroup) -> list[OffsetsRecord]:
+def _deletion_records(
+    group: ClassicGroup, commits_in_flight: dict[str, Counter[tuple[str, int]]]
+) -> list[OffsetsRecord]:
     """Tombstones for every offset of `group`, those of commits still in flight included (they
     may land before the deletion does), then for the group itself."""
-    in_flight = {key for key, count in group.pending_commits.items() if count > 0}
+    pending = commits_in_flight.get(group.group_id, Counter())
+    in_flight = {key for key, count in pending.items() if count > 0}
     keys = sorted(set(group.offsets) | in_flight)
     return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
         group_tombstone(group.group_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -140,6 +141,32 @@ class GroupSnapshot:
         self.offsets_after = {key: group.offsets.get(key) for key in self.offsets_before}
 
 
+    def rebase(self, earlier: GroupSnapshot) -> None:
+        """`earlier` belongs to a write that failed before this one: the values it gave were
+        never durable, so where this snapshot took them as "before", take its "before"."""
+        self.fields_before = tuple(
+            earlier_before if before == earlier_after else before
+            for before, earlier_before, earlier_after in zip(
+                self.fields_before, earlier.fields_before, earlier.fields_after, strict=True
+            )
+        )
+        for index, before in enumerate(self.members_before):
+            for earlier_before, earlier_after in zip(
+                earlier.members_before, earlier.members_after, strict=True
+            ):
+                if before.member_id != earlier_after.member_id:
+                    continue
+                if earlier_before.member_id != earlier_after.member_id:  # renamed: whole
+                    self.members_before[index] = copy_member(earlier_before)
+                    continue
+                for name in _MEMBER_FIELDS:
+                    if getattr(before, name) == getattr(earlier_after, name):
+                        setattr(before, name, getattr(earlier_before, name))
+        for key, before in self.offsets_before.items():
+            if key in earlier.offsets_before and before == earlier.offsets_after[key]:
+                self.offsets_before[key] = earlier.offsets_before[key]
+
+
 def _fields(group: ClassicGroup) -> tuple[object, ...]:
     return tuple(getattr(group, name) for name in _GROUP_FIELDS)
 
@@ -178,6 +205,9 @@ class CoordinatorCore(ABC):
         self._loading: set[int] = set()
         self._timers = TimerQueue()
         self._pending_writes: dict[int, _PendingWrite] = {}
+        # Offset keys of OffsetCommits in flight, per group id (the group may not exist yet):
+        # expiry skips them and a deletion writes tombstones for them too.
+        self._commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
         self._next_write_id = 0
         self._partition_cache: dict[str, int] = {}
         self._fx = Effects()
@@ -269,6 +299,7 @@ class CoordinatorCore(ABC):
         if error is None or error == ErrorCode.NONE:
             self._write_succeeded(pending)
         else:
+            self._rebase_later_snapshots(write_id, pending)
             self._write_failed(pending, client_error_for_write(error))
 
     def _write_succeeded(self, pending: _PendingWrite) -> None:
@@ -281,6 +312,17 @@ class CoordinatorCore(ABC):
             if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
                 del self._groups[group.group_id]
         pending.on_success()
+
+    def _rebase_later_snapshots(self, write_id: int, failed: _PendingWrite) -> None:
+        """A later at-once write on the same group snapshotted what this one had applied; as
+        this one failed, reverting the later one must go back to before this one."""
+        for later_id, later in self._pending_writes.items():
+            if later_id < write_id:
+                continue
+            for snapshot in later.snapshots:
+                for earlier in failed.snapshots:
+                    if earlier.group is snapshot.group:
+                        snapshot.rebase(earlier)
 
     def _write_failed(self, pending: _PendingWrite, error: ErrorCode) -> None:
         if not pending.still_pending():
@@ -333,7 +375,9 @@ class CoordinatorCore(ABC):
     def _fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
         for write_id in sorted(self._pending_writes):
             if self._pending_writes[write_id].offsets_partition == offsets_partition:
-                self._write_failed(self._pending_writes.pop(write_id), error)
+                pending = self._pending_writes.pop(write_id)
+                self._rebase_later_snapshots(write_id, pending)
+                self._write_failed(pending, error)
 
     # -- groups and placement -----------------------------------------------------------------
 

@@ -92,7 +92,6 @@ class ClassicGroup:
     new_member_added: bool = False
     initial_delay_ms: int | None = None
     initial_delay_remaining_ms: int | None = None
-    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
 
     def can_transition_to(self, new_state: GroupState) -> bool:
         return self.state in VALID_PREVIOUS_STATES[new_state]
@@ -180,9 +179,6 @@ class ClassicGroup:
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(+self.pending_commits)
 
     def is_subscribed_to(self, topic: str) -> bool:
         return self.subscribed_topics is not None and topic in self.subscribed_topics

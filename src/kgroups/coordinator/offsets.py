@@ -7,7 +7,8 @@ per partition so that expiry and deletion never race them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 
 from kgroups.coordinator.api import (
     UNKNOWN_MEMBER_ID,
@@ -98,28 +99,33 @@ class OffsetHandlers(MembershipHandlers):
             answer(ErrorCode.NONE)
             return
         group_id = req.group_id
-        if group is not None:
-            group.pending_commits.update(values.keys())
+        self._commits_in_flight.setdefault(group_id, Counter()).update(values.keys())
 
         def settle() -> ClassicGroup | None:
             """The group the commit lands in, or None if it was deleted meanwhile. A group whose
             deletion is still in flight takes it: the deletion's tombstones cover it, and if they
             fail, the group comes back with the offset, as the log then has it."""
+            self._commit_settled(group_id, values.keys())
             if group is None:
                 existing = self._groups.get(group_id)
                 return existing if existing is not None else self._create_group(group_id)
-            group.pending_commits.subtract(values.keys())
             return group if self._groups.get(group_id) is group else None
 
         def failed(write_error: ErrorCode) -> None:
-            if group is not None:
-                group.pending_commits.subtract(values.keys())
+            self._commit_settled(group_id, values.keys())
             answer(write_error)
 
         records = [offset_record(group_id, t, p, v) for (t, p), v in values.items()]
         self._write_when_durable(
             self.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE), failed
         )
+
+    def _commit_settled(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
+        """An OffsetCommit's write completed, either way: its keys are no longer in flight."""
+        in_flight = self._commits_in_flight[group_id]
+        in_flight.subtract(keys)
+        if not +in_flight:
+            del self._commits_in_flight[group_id]
 
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
@@ -248,7 +254,7 @@ class OffsetHandlers(MembershipHandlers):
             if (
                 group.state is GroupState.EMPTY
                 and len(expired) == len(group.offsets)
-                and not +group.pending_commits
+                and group.group_id not in self._commits_in_flight
             ):
                 records.append(group_tombstone(group.group_id))
         if records:
@@ -279,7 +285,7 @@ class OffsetHandlers(MembershipHandlers):
         else:
             return []
         expired = []
-        pending = group.pending_commits
+        pending = self._commits_in_flight.get(group.group_id, Counter())
         for key, value in group.offsets.items():
             if key[0] in keep or pending[key] > 0:
                 continue
