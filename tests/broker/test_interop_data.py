@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from conftest import ServerProcess
 
 pytestmark = pytest.mark.interop
