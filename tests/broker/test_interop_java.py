@@ -274,9 +274,8 @@ def test_sigkilled_java_member_is_replaced_after_its_session_timeout(
 def test_group_mixing_java_librdkafka_and_kafka_python(
     start_kgroups_server, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-
     from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
     server: ServerProcess = start_kgroups_server(*FAST_GROUP_OVERRIDES)
     bootstrap, group_id = server.bootstrap, "java-mixed"
