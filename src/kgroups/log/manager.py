@@ -18,6 +18,9 @@ from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+# Directories a Kafka log dir holds that are not topic partitions: KRaft's metadata log (a copy
+# of a Kafka broker's log dir must serve its topics, not the controller's Raft log).
+NOT_TOPICS = frozenset({"__cluster_metadata"})
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class LogManager:
         found = set(self._logs)
         for path in self.data_dir.iterdir():
             match = _PARTITION_DIR.match(path.name)
-            if match and path.is_dir():
+            if match and path.is_dir() and match.group(1) not in NOT_TOPICS:
                 found.add((match.group(1), int(match.group(2))))
         return sorted(found)
 
