@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
+import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -20,22 +23,74 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run a single-node broker speaking the Kafka protocol. Settings use Kafka's "
                     "broker config names (server.properties, --override key=value).",
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=9092, help="0 picks a free port")
-    parser.add_argument("--data-dir", type=Path, default=Path("kgroups-data"))
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default %(default)s)")
+    parser.add_argument("--port", type=int, default=9092,
+                        help="port to listen on; 0 picks a free one (default %(default)s)")
+    parser.add_argument("--data-dir", type=Path, default=Path("kgroups-data"),
+                        help="directory of the logs, created if missing (default %(default)s)")
     parser.add_argument("--config", type=Path, help="a server.properties file")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting, applied after --config (repeatable)")
     parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="least severe event logged (default %(default)s)")
     parser.set_defaults(handler=run_serve)
+
+
+class StartupError(Exception):
+    """The broker cannot start for a reason the operator must fix; the message says which."""
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    """Fail before anything opens if the data directory cannot hold the logs."""
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartupError(f"data dir {data_dir} is not a directory")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create data dir {data_dir}: {exc.strerror}") from None
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise StartupError(f"data dir {data_dir} is not writable")
+
+
+def _check_port(config: BrokerConfig) -> None:
+    """Bind and release the listen address first, so a taken port is reported before the
+    broker opens its logs (the broker's own bind still reports it if the port goes meanwhile)."""
+    if config.port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise _startup_failure(config, exc) from None
+
+
+def _startup_failure(config: BrokerConfig, exc: OSError) -> StartupError:
+    if exc.errno == errno.EADDRINUSE:
+        return StartupError(f"cannot listen on {config.host}:{config.port}: address already "
+                            "in use (another broker?)")
+    if exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
+        return StartupError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}")
+    where = f" ({exc.filename})" if exc.filename else ""
+    return StartupError(f"cannot start: {exc.strerror or exc}{where}")
 
 
 async def _serve(config: BrokerConfig) -> None:
     from kgroups.broker.broker import Broker
 
-    broker = Broker(config)
-    await broker.start()
+    try:
+        broker = Broker(config)
+    except OSError as exc:
+        raise _startup_failure(config, exc) from None
+    try:
+        await broker.start()
+    except OSError as exc:
+        await broker.stop()
+        raise _startup_failure(config, exc) from None
     # The bound port on stdout lets a supervisor (or a test) use --port 0.
     print(f"listening {broker.host}:{broker.port}", flush=True)
     stop = asyncio.Event()
@@ -53,7 +108,11 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         config = BrokerConfig.build(host=args.host, port=args.port, data_dir=args.data_dir,
                                     config_file=args.config, overrides=args.override)
-    except ConfigError as exc:
+        for warning in config.warnings():
+            print(f"kgroups serve: warning: {warning}", file=sys.stderr)
+        _check_data_dir(config.data_dir)
+        _check_port(config)
+    except (ConfigError, StartupError) as exc:
         print(f"kgroups serve: {exc}", file=sys.stderr)
         return 2
     # The process is the broker's alone: let the memory it frees leave it (see the module).
@@ -64,6 +123,10 @@ def run_serve(args: argparse.Namespace) -> int:
         runner = asyncio.run
     else:
         runner = uvloop.run
-    with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve(config))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            runner(_serve(config))
+    except StartupError as exc:
+        print(f"kgroups serve: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -9,10 +9,13 @@ and the log get them from the one source.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 
+from kgroups.broker.kafka_settings import kafka_settings, unknown_setting_warning
+from kgroups.coordinator.config import GroupCoordinatorConfig, property_name
+from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
 from kgroups.log.config import LogConfig
 
 # Only keys the broker reads itself; everything else is passed through untouched.
@@ -40,6 +43,18 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "max.connections.per.ip": "-1",
     }
 )
+
+
+# Every setting some part of kgroups reads; any other supplied key is warned about at start-up.
+KGROUPS_SETTINGS = frozenset(
+    {*BROKER_DEFAULTS, "advertised.listeners", "log.cleaner.backoff.ms", *LOG_PROPERTY_NAMES,
+     *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))}
+)
+
+# Settings whose range kgroups deliberately makes wider than Kafka's (their type is still
+# Kafka's), each for a reason: tiny segments let retention and compaction be tried on a few
+# records; -1 keeps meaning "no limit", as kgroups' defaults say.
+WIDER_THAN_KAFKA = frozenset({"log.segment.bytes", "max.connections", "max.connections.per.ip"})
 
 
 class ConfigError(ValueError):
@@ -100,7 +115,15 @@ class BrokerConfig:
         return config
 
     def validate(self) -> None:
-        """Read every typed key once so a bad value fails at start-up, not mid-request."""
+        """Read every typed key once so a bad value fails at start-up, not mid-request: first
+        with the type and range Kafka gives it, then with kgroups' own rules and by building
+        the coordinator's and the log's settings (whose errors name the key)."""
+        for key, raw in self.supplied().items():
+            setting = kafka_settings().get(key)
+            problem = (setting.check(raw, with_range=key not in WIDER_THAN_KAFKA)
+                       if setting is not None else None)
+            if problem is not None:
+                raise ConfigError(f"{key}={raw}: {problem}")
         for key in ("node.id", "num.partitions", "socket.request.max.bytes",
                     "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
                     "offsets.topic.num.partitions", "log.retention.check.interval.ms",
@@ -122,8 +145,20 @@ class BrokerConfig:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         try:
             LogConfig.from_properties(self.properties)
+            GroupCoordinatorConfig.from_properties(self.with_prefixes("group.", "offsets."))
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+
+    def supplied(self) -> dict[str, str]:
+        """The settings an operator gave (those equal to kgroups' own defaults are not: some,
+        like max.connections=-1, are values Kafka's ranges would refuse)."""
+        return {key: value for key, value in self.properties.items()
+                if BROKER_DEFAULTS.get(key) != value}
+
+    def warnings(self) -> list[str]:
+        """One line per supplied setting kgroups does not read: Kafka's or a typo."""
+        return [unknown_setting_warning(key, KGROUPS_SETTINGS)
+                for key in sorted(self.supplied()) if key not in KGROUPS_SETTINGS]
 
     def _validate_memory(self) -> None:
         """A budget smaller than the largest frame would leave such a frame waiting forever."""

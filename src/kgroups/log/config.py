@@ -100,6 +100,9 @@ _RETENTION_SCALE = {
     "log.retention.minutes": 60_000,
     "log.retention.ms": 1,
 }
+# Every key `from_properties` reads, so the broker can tell them from settings nobody reads.
+PROPERTY_NAMES = frozenset(
+    {*_INT_SETTINGS, *_RETENTION_SCALE, "log.cleanup.policy", "cleanup.policy"})
 
 
 def _parse_int(key: str, raw: str | int) -> int:
