@@ -4,8 +4,8 @@ Scenarios, each against a fresh broker subprocess, with a healthy client making 
 trips throughout:
 - fetchers: N clients pipeline Fetch requests of a topic holding data (about 1 MiB per answer)
   and never read;
-- longpolls: N clients each send 500 Fetches of an empty topic that wait up to a minute, and
-  never read; 3 s later one producer appends 2 MiB, which wakes them all;
+- longpolls: N clients each send 500 Fetches at the end of a topic that wait up to a minute,
+  and never read; 3 s later one producer appends 2 MiB, which wakes them all;
 - tricklers: N clients each announce a 100 MiB request frame, send all but its last 64 KiB as
   fast as the broker takes it, then one byte per 200 ms.
 Prints the broker's RSS before, at peak (sampled every 5 ms) and after the clients close, and
@@ -45,7 +45,7 @@ def _hostile(scenario: str, port: int) -> Hostile:
     if scenario == "fetchers":
         return NeverReadingFetcher(port, topic="t")
     if scenario == "longpolls":
-        return LongPollFetcher(port, topic="t")
+        return LongPollFetcher(port, topic="t", offset=15)
     return FrameTrickler(port)
 
 
@@ -58,7 +58,7 @@ def run(scenario: str, clients: int, seconds: float, overrides: list[str],
             if scenario == "fetchers":
                 fill_topic(server.port, "t", 8)
             if scenario == "longpolls":
-                fill_topic(server.port, "t", 0)
+                fill_topic(server.port, "t", 1)  # offsets 0-14; the polls wait at 15
             assert server.process is not None
             sampler = RssSampler(server.process.pid)
             healthy = HealthyClient(server.port).start()
