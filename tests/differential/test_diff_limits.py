@@ -3,6 +3,7 @@ their own (max size 2, initial delay 600 ms) so the shared pair keeps its settin
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -49,6 +50,23 @@ def test_initial_delay_holds_the_first_join(converse, limited_ports) -> None:
         wait_members(d, 1)
         b = new_member(d, "b")
         second = send_join(d, b)
+        first.result()
+        second.result()
+
+    converse(script, ports=limited_ports)
+
+
+def test_initial_delay_is_extended_while_members_keep_joining(converse, limited_ports) -> None:
+    """b joins 300 ms into a's 600 ms delay: at 600 ms the delay is armed once more (a new
+    member came), so a is still waiting at 900 ms; both end in one generation."""
+    def script(d: Dialog) -> None:
+        a = new_member(d, "a")
+        first = send_join(d, a)
+        wait_members(d, 1)
+        time.sleep(0.3)
+        b = new_member(d, "b")
+        second = send_join(d, b)
+        d.record("a answered 900 ms after joining", first.arrived(0.6))
         first.result()
         second.result()
 
