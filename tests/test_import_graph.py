@@ -1,0 +1,63 @@
+"""Dependencies point down: log at the bottom, records on it, the coordinator and the
+assignors above, the broker and the pipeline on top, the command line over everything.
+Imports are read from the source (every import statement, type-checking-only and
+function-local ones included), so an upward dependency cannot hide behind a lazy import."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+# Each top-level part and the parts below it that it may import.
+LAYERS: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "log": frozenset({"errors"}),
+    "records": frozenset({"errors", "log"}),
+    "assignors": frozenset({"errors", "records"}),
+    "coordinator": frozenset({"errors", "log", "records"}),
+    "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
+    "pipeline": frozenset({"errors", "log", "records"}),
+    "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
+                      "pipeline"}),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("kgroups"):
+                yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name.startswith("kgroups"))
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in (SRC / "kgroups").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imports(path):
+            # `from kgroups.x import y` may name a module y or an attribute of kgroups.x.
+            targets.add(imported)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def test_parts_import_only_the_parts_below_them() -> None:
+    upward = sorted(
+        f"{module} imports {target}"
+        for module, targets in _graph().items() for target in targets
+        if _part(module) != _part(target) and _part(target) not in LAYERS[_part(module)]
+    )
+    assert upward == []
