@@ -16,7 +16,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "log": frozenset({"errors"}),
     "records": frozenset({"errors", "log"}),
     "assignors": frozenset({"errors", "records"}),
-    "coordinator": frozenset({"errors", "log", "records"}),
+    # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
+    "coordinator": frozenset({"errors", "log", "records", "assignors"}),
     "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
     "pipeline": frozenset({"errors", "log", "records"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
