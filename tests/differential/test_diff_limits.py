@@ -1,5 +1,6 @@
 """group.max.size and group.initial.rebalance.delay.ms, side by side, on a pair of brokers of
-their own (max size 2, initial delay 600 ms) so the shared pair keeps its settings."""
+their own (max size 2, initial delay 1.5 s: long enough for the script's next steps to land
+inside it on a loaded machine) so the shared pair keeps its settings."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 pytestmark = pytest.mark.kafka
 
-LIMITS = {**KAFKA_TEST_SETTINGS, "group.max.size": "2", "group.initial.rebalance.delay.ms": "600"}
+LIMITS = {**KAFKA_TEST_SETTINGS, "group.max.size": "2", "group.initial.rebalance.delay.ms": "1500"}
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,8 @@ def test_initial_delay_holds_the_first_join(converse, limited_ports) -> None:
 
 
 def test_initial_delay_is_extended_while_members_keep_joining(converse, limited_ports) -> None:
-    """b joins 300 ms into a's 600 ms delay: at 600 ms the delay is armed once more (a new
-    member came), so a is still waiting at 900 ms; both end in one generation."""
+    """b joins 300 ms into a's 1.5 s delay: at 1.5 s the delay is armed once more (a new
+    member came), so a is still waiting at 2 s; both end in one generation."""
     def script(d: Dialog) -> None:
         a = new_member(d, "a")
         first = send_join(d, a)
@@ -66,7 +67,7 @@ def test_initial_delay_is_extended_while_members_keep_joining(converse, limited_
         time.sleep(0.3)
         b = new_member(d, "b")
         second = send_join(d, b)
-        d.record("a answered 900 ms after joining", first.arrived(0.6))
+        d.record("a answered 2 s after joining", first.arrived(1.7))
         first.result()
         second.result()
 
