@@ -188,14 +188,16 @@ class OffsetCommitHandler(_GroupApi):
     api_key, min_version, max_version = 8, 2, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        # As Kafka's request handler does, partitions this broker does not have are refused
-        # here, and only the rest go to the coordinator (not at all if none are left).
+        # As Kafka's request handler does, partitions the cluster's metadata does not have are
+        # refused here (a partition whose log is offline is still known), and only the rest go
+        # to the coordinator (not at all if none are left).
         errors: dict[tuple[str, int], ErrorCode] = {}
         known: list[core.OffsetCommitTopic] = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
-                if ctx.broker.logs.get(topic.name, int(p.partition_index)) is None:
+                count = ctx.broker.topics.partition_count(topic.name)
+                if count is None or not 0 <= int(p.partition_index) < count:
                     errors[(topic.name, int(p.partition_index))] = (
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
