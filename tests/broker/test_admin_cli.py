@@ -11,8 +11,9 @@ import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
 
 from conftest import InProcessBroker
-from kgroups.broker.admin import AdminError, parse_datetime_ms
+from kgroups.broker.admin import AdminError
 from kgroups.broker.coordinator_runtime import read_partition_image
+from kgroups.broker.offset_reset import parse_datetime_ms
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
@@ -65,42 +66,44 @@ def _rows(output: str, first_column: str) -> list[list[str]]:
 def test_list_and_describe_show_state_offsets_and_lag(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = _run(broker, capsys, "list")
     assert code == 0
-    assert _rows(out, "reader") == [["reader", "Empty", "-"]]
+    assert out.splitlines() == ["reader"]
 
     code, out, _ = _run(broker, capsys, "describe", "reader")
     assert code == 0
-    assert "STATE Empty" in out
-    # topic, partition, committed, log end, lag, and no consumer
-    assert _rows(out, "events") == [
-        ["events", "0", "6", "10", "4", "-", "-", "-"],
-        ["events", "1", "1", "4", "3", "-", "-", "-"],
+    assert "Consumer group 'reader' has no active members." in out
+    # group, topic, partition, committed, log end, lag, and no consumer
+    assert _rows(out, "reader ") == [
+        ["reader", "events", "0", "6", "10", "4", "-", "-", "-"],
+        ["reader", "events", "1", "1", "4", "3", "-", "-", "-"],
     ]
 
 
 def test_reset_offsets_is_a_dry_run_unless_executed(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events",
-                        "--to-earliest")
+    code, out, err = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events",
+                          "--to-earliest")
     assert code == 0
-    assert "Dry run" in out
+    assert "Dry run" in err
     assert _rows(out, "reader") == [["reader", "events", "0", "6", "0"],
                                     ["reader", "events", "1", "1", "0"]]
     _, out, _ = _run(broker, capsys, "describe", "reader")
-    assert [row[2] for row in _rows(out, "events")] == ["6", "1"]  # unchanged
+    assert [row[3] for row in _rows(out, "reader ")] == ["6", "1"]  # unchanged
 
     code, out, _ = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events:1",
                         "--to-latest", "--execute")
     assert code == 0
     assert _rows(out, "reader") == [["reader", "events", "1", "1", "4"]]
     _, out, _ = _run(broker, capsys, "describe", "reader")
-    assert [row[2] for row in _rows(out, "events")] == ["6", "4"]
+    assert [row[3] for row in _rows(out, "reader ")] == ["6", "4"]
 
 
 def test_reset_to_offset_clamps_and_to_datetime_finds_the_first_later_record(
     broker: InProcessBroker, capsys  # type: ignore[no-untyped-def]
 ) -> None:
-    _, out, _ = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events",
-                     "--to-offset", "7")
+    _, out, err = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events",
+                       "--to-offset", "7")
     assert [row[4] for row in _rows(out, "reader")] == ["7", "4"]  # 7 is past partition 1's end
+    assert ("New offset (7) is higher than latest offset for topic partition events-1. "
+            "Value will be set to 4") in err
 
     # Records are one second apart from BASE_TS: 2.5 s later is offset 3 (and past the end of
     # nothing); a time after everything resets to the log end.
@@ -135,24 +138,25 @@ def test_reset_refuses_an_active_group_and_unknown_topics(broker: InProcessBroke
     assert "UNKNOWN_TOPIC_OR_PARTITION" in err
     code, _, err = _run(broker, capsys, "reset-offsets", "reader", "--topic", "events:0,9",
                         "--to-earliest", "--execute")
-    assert (code, "no partition(s) [9]" in err) == (1, True)
+    assert (code, 'The partitions "events-9" do not exist' in err) == (1, True)
     _, out, _ = _run(broker, capsys, "describe", "reader")
-    assert [row[2] for row in _rows(out, "events")] == ["6", "1"]
+    assert [row[3] for row in _rows(out, "reader ")] == ["6", "1"]
 
 
 def test_delete_group_then_it_is_gone(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
     assert _run(broker, capsys, "delete", "reader")[0] == 0
     code, _, err = _run(broker, capsys, "delete", "reader")
     assert (code, "GROUP_ID_NOT_FOUND" in err) == (1, True)
-    _, out, _ = _run(broker, capsys, "describe", "reader")
-    assert "STATE Dead" in out
+    code, out, err = _run(broker, capsys, "describe", "reader")
+    assert (code, out) == (1, "")
+    assert err == "Error: Consumer group 'reader' does not exist.\n"
 
 
 def test_bootstrap_server_may_follow_the_action(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
     code = main(["groups", "describe", "reader", "--bootstrap-server", f"127.0.0.1:{broker.port}"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "GROUP reader" in out
+    assert "reader  events" in out
 
 
 def test_unreachable_broker_and_bad_arguments_give_clear_errors(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -165,8 +169,8 @@ def test_unreachable_broker_and_bad_arguments_give_clear_errors(capsys) -> None:
         main(["groups", "--bootstrap-server", "no-port", "list"])
     with pytest.raises(SystemExit):
         main(["groups", "reset-offsets", "g", "--topic", "t:x", "--to-earliest"])
-    with pytest.raises(SystemExit):
-        main(["groups", "reset-offsets", "g", "--topic", "t"])  # no --to-* given
+    assert main(["groups", "reset-offsets", "g", "--topic", "t"]) == 2  # no --to-* given
+    assert "choose one reset specification" in capsys.readouterr().err
     with pytest.raises(AdminError):
         parse_datetime_ms("yesterday")
 
@@ -199,8 +203,9 @@ def test_describe_shows_members_whose_assignment_does_not_decode(
             assignments=(build(sibling(sync, "SyncGroupRequestAssignment"),
                                member_id=joined.member_id, assignment=b"\x00\x00\xff\xff\xff"),)))
         assert synced.error_code == 0
-    code, out, _ = _run(broker, capsys, "describe", "odd")
+    code, out, _ = _run(broker, capsys, "--describe", "--group", "odd", "--state")
     assert code == 0
-    assert "STATE Stable" in out
-    (member_row,) = _rows(out, joined.member_id)
-    assert member_row[1:] == ["odd-one", "/127.0.0.1", "broker-tests", "0"]
+    assert _rows(out, "odd")[0][-2:] == ["Stable", "1"]
+    code, out, _ = _run(broker, capsys, "--describe", "--group", "odd", "--members")
+    (member_row,) = _rows(out, "odd")
+    assert member_row[1:] == [joined.member_id, "odd-one", "/127.0.0.1", "broker-tests", "0"]

@@ -7,7 +7,6 @@ Each function returns plain data; `admin_cli` only formats it.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +14,14 @@ from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.list_groups.v4.request import ListGroupsRequest
+from kio.schema.list_groups.v5.request import ListGroupsRequest as ListGroupsRequestV5
 from kio.schema.list_offsets.v5 import request as list_offsets_v5
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 from kio.static.primitive import i8, i32, i64
 
+from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient, WireError
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import decode_assignment
@@ -40,11 +41,20 @@ def _check(error_code: int, what: str, message: str | None = None) -> None:
         raise AdminError(f"{what}: {ErrorCode(int(error_code)).name}{detail}")
 
 
+class GroupNotFoundError(AdminError):
+    """The group does not exist (DescribeGroups answers Dead or GROUP_ID_NOT_FOUND)."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(f"Consumer group '{group_id}' does not exist.")
+        self.group_id = group_id
+
+
 @dataclass(frozen=True, slots=True)
 class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str  # "classic" or "consumer" (KIP-848); "" from a broker before ListGroups v5
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,7 @@ class GroupDescription:
     protocol: str
     members: tuple[MemberDescription, ...]
     partitions: tuple[PartitionLag, ...]
+    coordinator: tuple[str, int, int]  # host, port, node id
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,22 +102,38 @@ class OffsetReset:
 
 def connect_to_coordinator(bootstrap: KafkaWireClient, group_id: str) -> KafkaWireClient:
     """Find the group's coordinator; reuse the bootstrap connection when it is that broker."""
-    bootstrap.require(10, 4, "FindCoordinator")
-    response = bootstrap.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
+    host, port, _ = find_coordinator(bootstrap, group_id)
+    if (host, port) == (bootstrap.host, bootstrap.port):
+        return bootstrap
+    return KafkaWireClient(host, port, client_id=bootstrap.client_id)
+
+
+def find_coordinator(client: KafkaWireClient, group_id: str) -> tuple[str, int, int]:
+    """Host, port and node id of the group's coordinator."""
+    client.require(10, 4, "FindCoordinator")
+    response = client.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
     (coordinator,) = response.coordinators
     _check(coordinator.error_code, f"FindCoordinator({group_id})", coordinator.error_message)
-    if (coordinator.host, int(coordinator.port)) == (bootstrap.host, bootstrap.port):
-        return bootstrap
-    return KafkaWireClient(coordinator.host, int(coordinator.port), client_id=bootstrap.client_id)
+    return coordinator.host, int(coordinator.port), int(coordinator.node_id)
 
 
-def list_groups(client: KafkaWireClient, states: tuple[str, ...] = ()) -> list[GroupListing]:
-    client.require(16, 4, "ListGroups")
-    response = client.call(ListGroupsRequest(states_filter=states))
+def list_groups(
+    client: KafkaWireClient, states: tuple[str, ...] = (), types: tuple[str, ...] = ()
+) -> list[GroupListing]:
+    """Groups in any of `states` (all when empty) and of any of `types` ("classic",
+    "consumer"); the type filter needs ListGroups v5, which Kafka 3.8+ brokers have."""
+    if client.supports(16, 5):
+        response = client.call(ListGroupsRequestV5(states_filter=states, types_filter=types))
+    else:
+        if types:
+            client.require(16, 5, "ListGroups")
+        client.require(16, 4, "ListGroups")
+        response = client.call(ListGroupsRequest(states_filter=states))
     _check(response.error_code, "ListGroups")
     return sorted(
         (
-            GroupListing(group.group_id, group.protocol_type, group.group_state)
+            GroupListing(group.group_id, group.protocol_type, group.group_state,
+                         getattr(group, "group_type", ""))
             for group in response.groups
         ),
         key=lambda listing: listing.group_id,
@@ -127,6 +154,11 @@ def _member_partitions(protocol_type: str, assignment: bytes) -> tuple[tuple[str
         for topic_partitions in decoded.assigned_partitions
         for partition in topic_partitions.partitions
     )
+
+
+def describe_state(client: KafkaWireClient, group_id: str) -> str:
+    """The group's state as DescribeGroups gives it (Dead for a group that does not exist)."""
+    return str(_describe_raw(client, group_id).group_state)
 
 
 def _describe_raw(client: KafkaWireClient, group_id: str) -> Any:
@@ -190,8 +222,12 @@ def list_offsets(
 
 
 def describe_group(client: KafkaWireClient, group_id: str) -> GroupDescription:
-    """State, members with their partitions, and committed offset / log end / lag per partition."""
+    """State, members with their partitions, and committed offset / log end / lag per partition.
+    A group the coordinator does not know (state Dead) raises GroupNotFoundError, as Kafka's
+    tool says such a group does not exist."""
     group = _describe_raw(client, group_id)
+    if group.group_state == "Dead":
+        raise GroupNotFoundError(group_id)
     members = tuple(
         MemberDescription(
             member_id=member.member_id,
@@ -217,13 +253,65 @@ def describe_group(client: KafkaWireClient, group_id: str) -> GroupDescription:
                          log_ends.get((topic, partition)), owner.get((topic, partition)))
             for topic, partition in all_partitions
         ),
+        coordinator=(client.host, client.port, _node_id(client)),
     )
+
+
+def _node_id(client: KafkaWireClient) -> int:
+    """The node id of the broker `client` is connected to (the coordinator it was sent to)."""
+    client.require(3, 9, "Metadata")
+    response = client.call(metadata.MetadataRequest(
+        topics=(), allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False))
+    for broker in response.brokers:
+        if (broker.host, int(broker.port)) == (client.host, client.port):
+            return int(broker.node_id)
+    return int(response.controller_id)
 
 
 def delete_group(client: KafkaWireClient, group_id: str) -> None:
     client.require(42, 2, "DeleteGroups")
     (result,) = client.call(DeleteGroupsRequest(groups_names=(group_id,))).results
     _check(result.error_code, f"DeleteGroups({group_id})")
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeletion:
+    topic: str
+    partition: int | None  # None: the topic itself was refused (e.g. it does not exist)
+    error: str | None  # Kafka's error name, None when the offset was deleted
+
+
+def delete_offsets(
+    client: KafkaWireClient, group_id: str, topics: list[tuple[str, tuple[int, ...] | None]]
+) -> list[OffsetDeletion]:
+    """OffsetDelete for the given topics (all of a topic's partitions when none are named);
+    a refusal of the whole request (group not found, group still subscribed) raises."""
+    client.require(47, 0, "OffsetDelete")
+    outcome: list[OffsetDeletion] = []
+    wanted: dict[str, tuple[int, ...]] = {}
+    for topic, partitions in topics:
+        if partitions is None:
+            try:
+                partitions = tuple(topic_partitions(client, topic))
+            except AdminError:
+                outcome.append(OffsetDeletion(topic, None, "UNKNOWN_TOPIC_OR_PARTITION"))
+                continue
+        wanted[topic] = tuple(sorted({*wanted.get(topic, ()), *partitions}))
+    if wanted:
+        request = request_type(47, 0)
+        response = client.call(build(request, group_id=group_id, topics=tuple(
+            build(sibling(request, "OffsetDeleteRequestTopic"), name=topic, partitions=tuple(
+                build(sibling(request, "OffsetDeleteRequestPartition"), partition_index=p)
+                for p in partitions))
+            for topic, partitions in wanted.items())))
+        _check(response.error_code, f"OffsetDelete({group_id})")
+        for topic in response.topics:
+            for partition in topic.partitions:
+                code = int(partition.error_code)
+                outcome.append(OffsetDeletion(topic.name, int(partition.partition_index),
+                                              None if code == 0 else ErrorCode(code).name))
+    return sorted(outcome, key=lambda d: (d.topic, -1 if d.partition is None else d.partition))
 
 
 def topic_partitions(client: KafkaWireClient, topic: str) -> list[int]:
@@ -239,73 +327,6 @@ def topic_partitions(client: KafkaWireClient, topic: str) -> list[int]:
     (described,) = response.topics
     _check(described.error_code, f"Metadata({topic})")
     return sorted(int(partition.partition_index) for partition in described.partitions)
-
-
-@dataclass(frozen=True, slots=True)
-class ResetTarget:
-    """Exactly one of Kafka's --to-* choices: a named end, an offset, or a point in time."""
-
-    earliest: bool = False
-    latest: bool = False
-    offset: int | None = None
-    timestamp_ms: int | None = None
-
-
-def parse_datetime_ms(text: str) -> int:
-    """ISO-8601 to epoch milliseconds; a time without a zone is UTC, as an operator means it."""
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise AdminError(f"not an ISO-8601 date-time: {text!r}") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
-
-
-def plan_reset(
-    client: KafkaWireClient,
-    group_id: str,
-    topic: str,
-    partitions: tuple[int, ...] | None,
-    target: ResetTarget,
-) -> list[OffsetReset]:
-    """Compute new offsets without changing anything, refusing while the group is active.
-
-    Kafka refuses to reset an active group because its members would overwrite the reset with
-    their next commit; the same rule applies here.
-    """
-    group = _describe_raw(client, group_id)
-    if group.group_state not in INACTIVE_STATES:
-        raise AdminError(
-            f"offsets can only be reset while group {group_id!r} is inactive, "
-            f"but it is {group.group_state}"
-        )
-    known = topic_partitions(client, topic)
-    chosen = list(known) if partitions is None else list(partitions)
-    missing = sorted(set(chosen) - set(known))
-    if missing:
-        raise AdminError(f"topic {topic!r} has no partition(s) {missing}")
-    keys = [(topic, partition) for partition in chosen]
-    earliest = list_offsets(client, keys, EARLIEST_TIMESTAMP)
-    latest = list_offsets(client, keys, LATEST_TIMESTAMP)
-    if target.timestamp_ms is not None:
-        by_time = list_offsets(client, keys, target.timestamp_ms)
-    committed = committed_offsets(client, group_id)
-    plan: list[OffsetReset] = []
-    for key in keys:
-        low, high = earliest[key] or 0, latest[key] or 0
-        if target.earliest:
-            new_offset = low
-        elif target.latest:
-            new_offset = high
-        elif target.offset is not None:
-            # Kafka's tool clamps an out-of-range offset into the log rather than failing.
-            new_offset = min(max(target.offset, low), high)
-        else:
-            found = by_time[key]
-            new_offset = high if found is None else found
-        plan.append(OffsetReset(key[0], key[1], committed.get(key), new_offset))
-    return plan
 
 
 def execute_reset(client: KafkaWireClient, group_id: str, plan: list[OffsetReset]) -> None:
@@ -343,16 +364,21 @@ __all__ = [
     "AdminError",
     "GroupDescription",
     "GroupListing",
+    "GroupNotFoundError",
     "MemberDescription",
+    "OffsetDeletion",
     "OffsetReset",
     "PartitionLag",
-    "ResetTarget",
     "WireError",
+    "committed_offsets",
     "connect_to_coordinator",
     "delete_group",
+    "delete_offsets",
     "describe_group",
+    "describe_state",
     "execute_reset",
+    "find_coordinator",
     "list_groups",
-    "parse_datetime_ms",
-    "plan_reset",
+    "list_offsets",
+    "topic_partitions",
 ]
