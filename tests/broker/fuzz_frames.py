@@ -11,7 +11,6 @@ field is not nullable, truncation, flipped bytes and versions out of range.
 from __future__ import annotations
 
 import datetime
-import importlib
 import random
 import socket
 import struct
@@ -33,7 +32,7 @@ from kio.serial._introspect import (
 )
 
 from kgroups.broker.api import HandlerRegistry
-from kgroups.broker.broker import HANDLER_MODULES
+from kgroups.broker.broker import install_handlers
 from kgroups.broker.wire import build, encode_request, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
@@ -66,8 +65,7 @@ PATTERNS: dict[str, bytes] = {
 def served_versions() -> list[tuple[int, int]]:
     """(api key, version) of every request version the broker's handlers register."""
     registry = HandlerRegistry()
-    for module_name in HANDLER_MODULES:
-        importlib.import_module(module_name).install(registry)
+    install_handlers(registry)
     return [(h.api_key, v) for h in registry for v in range(h.min_version, h.max_version + 1)]
 
 

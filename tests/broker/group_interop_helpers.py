@@ -47,9 +47,19 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partitions: int) ->
 
 
 def describe(bootstrap: str, group_id: str) -> admin.GroupDescription:
+    """DescribeGroups, retried while the group's __consumer_offsets partition is still loading
+    (a broker just started on a busy machine), as Kafka's tools and clients retry."""
     host, port = bootstrap.rsplit(":", 1)
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
     with KafkaWireClient(host, int(port), client_id="kgroups-tests") as client:
-        return admin.describe_group(client, group_id)
+        while True:
+            try:
+                return admin.describe_group(client, group_id)
+            except admin.AdminError as exc:
+                if ("COORDINATOR_LOAD_IN_PROGRESS" not in str(exc)
+                        or time.monotonic() > deadline):
+                    raise
+            time.sleep(0.1)
 
 
 def wait_until(condition: Callable[[], bool], what: str, *, pump: Callable[[], None] = lambda: None,

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import socket
 
+from kgroups.broker import (
+    cluster_handlers,
+    config_handlers,
+    fetch_handler,
+    group_handlers,
+    list_offsets_handler,
+    produce_handler,
+    topic_handlers,
+)
 from kgroups.broker.api import HandlerRegistry
 from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.cluster_handlers import ProducerIdAllocator
@@ -29,16 +37,15 @@ from kgroups.log.manager import LogManager
 
 logger = logging.getLogger("kgroups.broker")
 
-# Modules whose `install(registry)` registers API handlers; ApiVersions advertises their union.
-HANDLER_MODULES: tuple[str, ...] = (
-    "kgroups.broker.cluster_handlers",
-    "kgroups.broker.topic_handlers",
-    "kgroups.broker.config_handlers",
-    "kgroups.broker.produce_handler",
-    "kgroups.broker.fetch_handler",
-    "kgroups.broker.list_offsets_handler",
-    "kgroups.broker.group_handlers",
-)
+def install_handlers(registry: HandlerRegistry) -> None:
+    """Every API the broker answers, module by module; ApiVersions advertises their union."""
+    cluster_handlers.install(registry)
+    topic_handlers.install(registry)
+    config_handlers.install(registry)
+    produce_handler.install(registry)
+    fetch_handler.install(registry)
+    list_offsets_handler.install(registry)
+    group_handlers.install(registry)
 
 
 class AppendNotifier:
@@ -87,8 +94,7 @@ class Broker:
         # Shared by every connection, and by Fetch long polls before they read (fetch_handler).
         self.memory = MemoryBudget(config.queued_max_request_bytes,
                                    config.memory_exhausted_close_ms / 1000)
-        for module_name in HANDLER_MODULES:
-            importlib.import_module(module_name).install(self.registry)
+        install_handlers(self.registry)
         self._server = BrokerServer(self)
         self.background = BackgroundTasks()
         self.coordinator = CoordinatorRuntime(self)

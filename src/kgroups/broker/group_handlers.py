@@ -418,6 +418,6 @@ GROUP_HANDLERS: tuple[type[_GroupApi], ...] = (
 
 
 def install(registry: HandlerRegistry) -> None:
-    """Register every group API (the Broker calls this for each module in HANDLER_MODULES)."""
+    """Register every group API (kgroups.broker.broker.install_handlers calls it)."""
     for handler_class in GROUP_HANDLERS:
         registry.register(handler_class())  # type: ignore[arg-type]
