@@ -15,7 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kgroups.broker import admin
-from kgroups.broker.cli_output import parse_bootstrap, parse_topic, print_json, run_to_pipe, table
+from kgroups.broker.cli_output import (
+    DefaultsShown,
+    parse_bootstrap,
+    parse_topic,
+    print_json,
+    run_to_pipe,
+    table,
+)
 from kgroups.broker.offset_reset import (
     ResetTarget,
     export_csv,
@@ -355,7 +362,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser(
         "groups", help="kafka-consumer-groups over the Kafka wire: list, describe, delete "
                        "groups, reset or delete their offsets",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsShown,
         description="Kafka's kafka-consumer-groups for any Kafka-compatible broker. Name one "
                     "action (--list, --describe, --delete, --reset-offsets, --delete-offsets) "
                     "or, in the older form, the action word followed by groups: "
@@ -363,7 +370,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add = parser.add_argument
     add("words", nargs="*", metavar="[ACTION [GROUP ...]]",
         help=f"older form: an action ({', '.join(ACTIONS)}) and the groups it acts on")
-    add("--bootstrap-server", type=parse_bootstrap, default=parse_bootstrap(DEFAULT_BOOTSTRAP),
+    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT", help="broker to connect to")
     add("--list", action="store_true", help="list the groups")
     add("--describe", action="store_true",

@@ -11,6 +11,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
+class DefaultsShown(argparse.HelpFormatter):
+    """Help that states each option's default, where it has one worth stating."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "%(default)" in text:
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns, `-` for a missing value, as Kafka's tools print them."""
     cells = [list(headers)] + [
