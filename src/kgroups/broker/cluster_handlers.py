@@ -7,9 +7,8 @@ coordinator of every group, so these answers all point back at itself.
 from __future__ import annotations
 
 import datetime
-import itertools
 import logging
-import time
+import uuid
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
@@ -38,11 +37,20 @@ async def api_versions(ctx: RequestContext, request: Any) -> Any:
                  throttle_time=NO_THROTTLE)
 
 
-def _requested_topics(ctx: RequestContext, request: Any) -> list[str] | None:
-    """None = all topics. Metadata v0 used an empty list for "all"; v1+ uses null."""
+def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID] | None:
+    """None = all topics. Metadata v0 used an empty list for "all"; v1+ uses null. From v10 a
+    topic may be asked for by id alone (KIP-848 clients learn ids from their assignment)."""
     if request.topics is None or (ctx.api_version == 0 and not request.topics):
         return None
-    return [topic.name for topic in request.topics]
+    return [topic.name if topic.name is not None or getattr(topic, "topic_id", None) is None
+            else topic.topic_id for topic in request.topics]
+
+
+def _name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
+    for name in broker.topics.partition_counts():
+        if broker.logs.topic_id(name) == topic_id:
+            return name  # type: ignore[no-any-return]
+    return None
 
 
 def _may_auto_create(ctx: RequestContext, request: Any) -> bool:
@@ -63,7 +71,16 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     requested = _requested_topics(ctx, request)
     names = list(counts) if requested is None else requested
     topics = []
-    for name in names:
+    for wanted in names:
+        if isinstance(wanted, uuid.UUID):
+            name = _name_of(broker, wanted)
+            if name is None:
+                topics.append(build(topic_cls, error_code=kio_error(ErrorCode.UNKNOWN_TOPIC_ID),
+                                    name=None, topic_id=wanted, is_internal=False,
+                                    partitions=()))
+                continue
+        else:
+            name = wanted
         error = ErrorCode.NONE
         if name not in counts:
             if topic_name_error(name) is not None:
@@ -84,7 +101,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
             for index in range(counts.get(name, 0) if error == ErrorCode.NONE else 0)
         )
         topics.append(
-            build(topic_cls, error_code=kio_error(error), name=name, topic_id=None,
+            build(topic_cls, error_code=kio_error(error), name=name,
+                  topic_id=broker.logs.topic_id(name) if error == ErrorCode.NONE else None,
                   is_internal=name in INTERNAL_TOPICS, partitions=partitions)
         )
     brokers = (build(broker_cls, node_id=node, host=broker.advertised_host,
@@ -121,17 +139,6 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
                          for key in request.coordinator_keys)
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
-
-
-class ProducerIdAllocator:
-    """Hands out producer ids that stay unique across restarts without a stored counter: the
-    sequence starts from the wall clock in milliseconds, which only moves forward between runs."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(int(time.time() * 1000))
-
-    def next_id(self) -> int:
-        return next(self._ids)
 
 
 @handles(api_key=22, min_version=0, max_version=5)

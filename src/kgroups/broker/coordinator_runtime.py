@@ -34,6 +34,10 @@ from kgroups.coordinator import (
     latest_values,
 )
 from kgroups.coordinator import api as core
+from kgroups.coordinator.consumer_api import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
@@ -53,7 +57,8 @@ _DEFAULT_CLEANER_BACKOFF_MS = 15_000
 CoreRequest = (core.JoinGroupRequest | core.SyncGroupRequest | core.HeartbeatRequest
                | core.LeaveGroupRequest | core.OffsetCommitRequest | core.OffsetFetchRequest
                | core.OffsetDeleteRequest | core.DescribeGroupsRequest | core.ListGroupsRequest
-               | core.DeleteGroupsRequest)
+               | core.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
+               | ConsumerGroupDescribeRequest)
 
 
 def wall_clock_ms() -> int:
@@ -249,6 +254,10 @@ class CoordinatorRuntime:
                 return core_api.list_groups(request, now)
             case core.DeleteGroupsRequest():
                 return core_api.delete_groups(request, now)
+            case ConsumerGroupHeartbeatRequest():
+                return core_api.consumer_group_heartbeat(request, now)
+            case ConsumerGroupDescribeRequest():
+                return core_api.consumer_group_describe(request, now)
         assert_never(request)
 
     # -- effects ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
+from kgroups.broker import consumer_group_handlers
 from kgroups.broker.api import HandlerRegistry, RequestContext
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
 from kgroups.coordinator import api as core
@@ -20,8 +21,6 @@ from kgroups.errors import ErrorCode
 _NO_THROTTLE = datetime.timedelta(0)
 # DescribeGroups v3+ sends this when the client did not ask for authorized operations.
 _OPERATIONS_NOT_REQUESTED = -(2**31)
-# Every group a classic coordinator holds is of this type (ListGroups v5 types filter).
-_CLASSIC_GROUP_TYPE = "classic"
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -358,14 +357,15 @@ class ListGroupsHandler(_GroupApi):
             ctx, lambda request_id: core.ListGroupsRequest(request_id, states_filter=states)
         )
         listed = answer.groups
-        if types and _CLASSIC_GROUP_TYPE not in {t.lower() for t in types}:
-            listed = ()
+        if types:
+            wanted = {t.lower() for t in types}
+            listed = tuple(g for g in listed if g.group_type in wanted)
         response = _response(ctx)
         listed_type = sibling(response, "ListedGroup")
         return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
                      groups=tuple(
                          build(listed_type, group_id=g.group_id, protocol_type=g.protocol_type,
-                               group_state=g.state, group_type=_CLASSIC_GROUP_TYPE)
+                               group_state=g.state, group_type=g.group_type)
                          for g in listed
                      ))
 
@@ -418,6 +418,8 @@ GROUP_HANDLERS: tuple[type[_GroupApi], ...] = (
 
 
 def install(registry: HandlerRegistry) -> None:
-    """Register every group API (kgroups.broker.broker.install_handlers calls it)."""
+    """Register every group API (kgroups.broker.broker.install_handlers calls it),
+    KIP-848's consumer-group APIs included."""
     for handler_class in GROUP_HANDLERS:
         registry.register(handler_class())  # type: ignore[arg-type]
+    consumer_group_handlers.install(registry)

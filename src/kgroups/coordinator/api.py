@@ -261,6 +261,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # "consumer" for KIP-848 groups
 
 
 @dataclass(frozen=True, slots=True)

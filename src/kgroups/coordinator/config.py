@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 _INT32_MAX = 2**31 - 1
+# Settings that are comma-separated lists rather than numbers.
+_LIST_FIELDS = frozenset({"group_consumer_assignors", "group_coordinator_rebalance_protocols"})
+REBALANCE_PROTOCOLS = frozenset({"classic", "consumer"})
+CONSUMER_ASSIGNORS = frozenset({"uniform", "range"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,10 +28,22 @@ class GroupCoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     group_new_member_join_timeout_ms: int = 300_000
+    # KIP-848's consumer protocol (group.protocol=consumer clients).
+    group_coordinator_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15000
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_min_session_timeout_ms: int = 45000
+    group_consumer_max_session_timeout_ms: int = 60000
+    group_consumer_max_size: int = _INT32_MAX
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
+            if spec.name in _LIST_FIELDS:
+                continue
             if value < 0:
                 raise ValueError(f"{property_name(spec.name)} must be >= 0, got {value}")
         if self.offsets_topic_num_partitions < 1:
@@ -38,6 +54,39 @@ class GroupCoordinatorConfig:
             raise ValueError(
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
+        self._check_consumer_settings()
+
+    def _check_consumer_settings(self) -> None:
+        """Kafka's checks (GroupCoordinatorConfig): bounds hold the values, the heartbeat
+        interval is below the session timeout, and lists name only what exists."""
+        for name, low, value, high in (
+            ("heartbeat.interval.ms", self.group_consumer_min_heartbeat_interval_ms,
+             self.group_consumer_heartbeat_interval_ms,
+             self.group_consumer_max_heartbeat_interval_ms),
+            ("session.timeout.ms", self.group_consumer_min_session_timeout_ms,
+             self.group_consumer_session_timeout_ms, self.group_consumer_max_session_timeout_ms),
+        ):
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{name} must be within its min and max, got "
+                                 f"{value} (min {low}, max {high})")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be below "
+                             "group.consumer.session.timeout.ms")
+        if self.group_consumer_max_size < 1:
+            raise ValueError("group.consumer.max.size must be >= 1")
+        unknown = set(self.group_consumer_assignors) - CONSUMER_ASSIGNORS
+        if unknown or not self.group_consumer_assignors:
+            raise ValueError(f"group.consumer.assignors must name some of "
+                             f"{sorted(CONSUMER_ASSIGNORS)}, got {self.group_consumer_assignors}")
+        protocols = set(self.group_coordinator_rebalance_protocols)
+        if protocols - REBALANCE_PROTOCOLS or "classic" not in protocols:
+            raise ValueError("group.coordinator.rebalance.protocols must include classic and "
+                             f"name only {sorted(REBALANCE_PROTOCOLS)}, got "
+                             f"{self.group_coordinator_rebalance_protocols}")
+
+    @property
+    def consumer_protocol_enabled(self) -> bool:
+        return "consumer" in self.group_coordinator_rebalance_protocols
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -46,16 +95,20 @@ class GroupCoordinatorConfig:
     @classmethod
     def from_properties(cls, properties: dict[str, str]) -> GroupCoordinatorConfig:
         """Build from Kafka-style `name=value` properties; a bad number names the property."""
-        values: dict[str, int] = {}
+        values: dict[str, object] = {}
         for spec in fields(cls):
             name = property_name(spec.name)
             if name in properties:
                 raw = properties[name]
+                if spec.name in _LIST_FIELDS:
+                    items = (item.strip().lower() for item in raw.split(","))
+                    values[spec.name] = tuple(item for item in items if item)
+                    continue
                 try:
                     values[spec.name] = int(raw.strip())
                 except ValueError:
                     raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-        return cls(**values)
+        return cls(**values)  # type: ignore[arg-type]
 
 
 def property_name(field_name: str) -> str:

@@ -26,11 +26,17 @@ from kgroups.coordinator.api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from kgroups.coordinator.consumer_api import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+from kgroups.coordinator.consumer_membership import ConsumerGroupHandlers
 from kgroups.coordinator.effects import Effects, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.offsets import OffsetHandlers
 from kgroups.coordinator.persistence import (
     PartitionImage,
+    consumer_group_tombstones,
     group_tombstone,
     offset_record,
     rebuild_groups,
@@ -39,6 +45,7 @@ from kgroups.coordinator.timer_keys import (
     GroupTimer,
     GroupTimerKind,
     OffsetExpiryTimer,
+    consumer_session_timer,
     offset_expiry_timer,
 )
 from kgroups.coordinator.views import GroupView, view_of
@@ -46,8 +53,9 @@ from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
 
 
-class GroupCoordinator(OffsetHandlers):
-    """Kafka's classic group coordinator for the __consumer_offsets partitions it owns.
+class GroupCoordinator(OffsetHandlers, ConsumerGroupHandlers):
+    """Kafka's group coordinator (classic protocol, and KIP-848's consumer protocol) for the
+    __consumer_offsets partitions it owns.
 
     Every method takes the current time in ms and returns the `Effects` to carry out.
     """
@@ -83,6 +91,12 @@ class GroupCoordinator(OffsetHandlers):
 
     def delete_groups(self, req: DeleteGroupsRequest, now: int) -> Effects:
         return self._run(now, lambda: self._delete_groups(req))
+
+    def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._consumer_heartbeat(req))
+
+    def consumer_group_describe(self, req: ConsumerGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, lambda: self._consumer_describe(req))
 
     # -- writes and time ----------------------------------------------------------------------
 
@@ -120,6 +134,10 @@ class GroupCoordinator(OffsetHandlers):
                 self._on_session_timer(group, member_id)
             case GroupTimerKind.PENDING_MEMBER:
                 self._remove_pending_member(group, member_id, RemovalReason.PENDING_MEMBER_TIMEOUT)
+            case GroupTimerKind.CONSUMER_SESSION:
+                self._on_consumer_timer(group, member_id, session=True)
+            case GroupTimerKind.CONSUMER_REBALANCE:
+                self._on_consumer_timer(group, member_id, session=False)
             case _:
                 assert_never(kind)
 
@@ -170,6 +188,10 @@ class GroupCoordinator(OffsetHandlers):
             self._event(group, None)
             for member in group.members.values():
                 self._refresh_session(group, member)
+            if group.consumer is not None:  # silent consumer-protocol members expire too
+                for member_id in group.consumer.members:
+                    self._timers.schedule(consumer_session_timer(group.group_id, member_id),
+                                          self._now + self.config.group_consumer_session_timeout_ms)
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group)
         self._timers.schedule(
@@ -269,11 +291,11 @@ class GroupCoordinator(OffsetHandlers):
     def _list(self, req: ListGroupsRequest) -> None:
         wanted = {state.lower() for state in req.states_filter}
         listed = tuple(
-            ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
+            listed
             for group in self._groups.values()
-            if group.offsets_partition in self._owned
-            and group.state is not GroupState.DEAD
-            and (not wanted or group.state.value.lower() in wanted)
+            if group.offsets_partition in self._owned and group.state is not GroupState.DEAD
+            for listed in (_listed(group),)
+            if not wanted or listed.state.lower() in wanted
         )
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
         self._reply(req.request_id, ListGroupsResponse(error, listed))
@@ -289,7 +311,10 @@ class GroupCoordinator(OffsetHandlers):
             group = self._groups.get(group_id)
             if error is None and (group is None or group.state is GroupState.DEAD):
                 error = ErrorCode.GROUP_ID_NOT_FOUND
-            elif error is None and group is not None and group.state is not GroupState.EMPTY:
+            elif error is None and group is not None and (
+                group.state is not GroupState.EMPTY
+                or (group.consumer is not None and group.consumer.members)
+            ):
                 error = ErrorCode.NON_EMPTY_GROUP
             elif group is not None and group in by_partition.get(group.offsets_partition, ()):
                 error = ErrorCode.GROUP_ID_NOT_FOUND  # named twice: the first one deletes it
@@ -336,5 +361,12 @@ def _deletion_records(
     in_flight = {key for key, count in pending.items() if count > 0}
     keys = sorted(set(group.offsets) | in_flight)
     return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
-        group_tombstone(group.group_id)
+        *consumer_group_tombstones(group), group_tombstone(group.group_id)
     ]
+
+
+def _listed(group: ClassicGroup) -> ListedGroup:
+    """A consumer-protocol group lists with its consumer state, as Kafka lists it."""
+    if group.consumer is not None:
+        return ListedGroup(group.group_id, "consumer", group.consumer.state(), "consumer")
+    return ListedGroup(group.group_id, group.protocol_type or "", group.state.value)

@@ -278,6 +278,19 @@ class CoordinatorCore(ABC):
                 del self._groups[group_id]
         self._emit_write(pending)
 
+    def _write_applied(
+        self,
+        offsets_partition: int,
+        records: list[OffsetsRecord],
+        on_success: WriteCallback,
+        on_failure: FailureCallback,
+    ) -> None:
+        """Write `records` that the caller already applied one by one through `_apply` (the
+        consumer protocol's steps each read what the previous record changed). Like a write at
+        once that is not revertible: a failure answers through `on_failure`, memory keeps the
+        change (Kafka would revert it; kgroups does not yet for these records)."""
+        self._emit_write(_PendingWrite(offsets_partition, records, None, on_success, on_failure))
+
     def _emit_write(self, pending: _PendingWrite) -> None:
         self._next_write_id += 1
         write_id = self._next_write_id

@@ -52,6 +52,7 @@ class RemovalReason(Enum):
     FENCED_BY_STATIC_REPLACEMENT = "fenced_by_static_replacement"  # its instance id rejoined
     STATIC_REPLACEMENT_REVERTED = "static_replacement_reverted"  # replacement write failed
     GROUP_MAX_SIZE_REACHED = "group_max_size_reached"  # over group.max.size when rejoining
+    REBALANCE_TIMEOUT = "rebalance_timeout"  # a consumer-protocol member did not revoke in time
 
 
 @dataclass(frozen=True, slots=True)

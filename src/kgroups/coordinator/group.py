@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kgroups.coordinator.api import RequestId
+from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.records.schema import OffsetCommitValue
 
@@ -92,6 +93,8 @@ class ClassicGroup:
     new_member_added: bool = False
     initial_delay_ms: int | None = None
     initial_delay_remaining_ms: int | None = None
+    # The consumer-protocol (KIP-848) part, when the group is a consumer group.
+    consumer: ConsumerGroup | None = None
 
     def can_transition_to(self, new_state: GroupState) -> bool:
         return self.state in VALID_PREVIOUS_STATES[new_state]

@@ -28,10 +28,32 @@ from kgroups.coordinator.api import (
 from kgroups.coordinator.core import ignore_failure, ignore_success
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from kgroups.coordinator.membership import MembershipHandlers
-from kgroups.coordinator.persistence import group_tombstone, offset_record
+from kgroups.coordinator.persistence import (
+    consumer_group_tombstones,
+    group_tombstone,
+    offset_record,
+)
 from kgroups.coordinator.timer_keys import offset_expiry_timer
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
+
+
+def _validate_consumer_commit(group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
+    """Kafka's check for a consumer-protocol group: a commit without member epoch is taken
+    only while the group has no members; otherwise the member must exist, commit with
+    OffsetCommit v9+, and send its current member epoch (the generation field carries it)."""
+    consumer = group.consumer
+    assert consumer is not None
+    if req.generation_id < 0 and not consumer.members:
+        return None
+    member = consumer.members.get(req.member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if req.version < 9:
+        return ErrorCode.UNSUPPORTED_VERSION
+    if req.generation_id != member.member_epoch:
+        return ErrorCode.STALE_MEMBER_EPOCH
+    return None
 
 
 def _utf16_length(text: str) -> int:
@@ -130,6 +152,8 @@ class OffsetHandlers(MembershipHandlers):
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return _validate_consumer_commit(group, req)
         if req.generation_id < 0 and group.state is GroupState.EMPTY:
             return None  # admin clients and self-managed consumers commit to an empty group
         if (
@@ -255,7 +279,9 @@ class OffsetHandlers(MembershipHandlers):
                 group.state is GroupState.EMPTY
                 and len(expired) == len(group.offsets)
                 and group.group_id not in self._commits_in_flight
+                and (group.consumer is None or not group.consumer.members)
             ):
+                records.extend(consumer_group_tombstones(group))
                 records.append(group_tombstone(group.group_id))
         if records:
             self._write_at_once(
@@ -269,7 +295,10 @@ class OffsetHandlers(MembershipHandlers):
     def _expired_offsets(
         self, group: ClassicGroup, now: int, retention: int
     ) -> list[tuple[str, int]]:
-        if group.protocol_type is None:
+        if group.consumer is not None and group.consumer.members:
+            since_empty = False  # a live consumer-protocol group keeps its topics' offsets
+            keep = group.consumer.subscribed_topics()
+        elif group.protocol_type is None:
             since_empty = False  # a "simple" group: offsets age from their commit
             keep: frozenset[str] = frozenset()
         elif group.state is GroupState.EMPTY:

@@ -12,8 +12,16 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
+from kgroups.records.consumer_group import (
+    CONSUMER_GROUP_KEY_TYPES,
+    ConsumerGroupKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupValue,
+)
 from kgroups.records.consumer_protocol import decode_subscription
 from kgroups.records.schema import (
     GroupMetadataKey,
@@ -77,6 +85,15 @@ def group_tombstone(group_id: str) -> OffsetsRecord:
     return OffsetsRecord(GroupMetadataKey(group_id), None)
 
 
+def consumer_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
+    """The records that end an empty consumer group's consumer-protocol part (its target
+    assignment epoch and its group epoch; an empty group has no member records)."""
+    if group.consumer is None:
+        return []
+    return [OffsetsRecord(ConsumerGroupTargetAssignmentMetadataKey(group.group_id), None),
+            OffsetsRecord(ConsumerGroupMetadataKey(group.group_id), None)]
+
+
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
     """An offset commit record, or its tombstone when `value` is None."""
     return OffsetsRecord(OffsetCommitKey(group_id, topic, partition), value)
@@ -111,6 +128,9 @@ class PartitionImage:
 
     group_values: dict[str, GroupMetadataValue | None] = field(default_factory=dict)
     offsets: dict[tuple[str, str, int], OffsetCommitValue | None] = field(default_factory=dict)
+    # KIP-848 consumer-group records: the latest value per key (None: tombstone).
+    consumer_values: dict[ConsumerGroupKey, ConsumerGroupValue | None] = field(
+        default_factory=dict)
 
     def apply(self, records: Iterable[OffsetsRecord]) -> None:
         group_values = self.group_values
@@ -121,6 +141,8 @@ class PartitionImage:
                 offsets[(key.group, key.topic, key.partition)] = record.value  # type: ignore[assignment]
             elif type(key) is GroupMetadataKey:
                 group_values[key.group] = record.value  # type: ignore[assignment]
+            elif key.version in CONSUMER_GROUP_KEY_TYPES:
+                self.consumer_values[key] = record.value  # type: ignore[index,assignment]
 
     def apply_raw(
         self, records: Iterable[tuple[bytes, bytes | None]], *, skip_undecodable: bool = False
@@ -143,6 +165,8 @@ class PartitionImage:
                 key = decode_key(raw_key)
                 if type(key) is GroupMetadataKey:
                     group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
+                elif key.version in CONSUMER_GROUP_KEY_TYPES:
+                    self.consumer_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
             except RecordDecodeError:
                 if not skip_undecodable:
                     raise
@@ -189,10 +213,28 @@ def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
     key = record.key
     if type(key) is OffsetCommitKey:
         apply_offset(group, key.topic, key.partition, record.value)  # type: ignore[arg-type]
+    elif key.version in CONSUMER_GROUP_KEY_TYPES:
+        _apply_consumer(group, key, record.value)  # type: ignore[arg-type]
     elif record.value is None:
         group.transition_to(GroupState.DEAD, now)
     else:
         _apply_metadata(group, record.value)  # type: ignore[arg-type]
+
+
+def _apply_consumer(
+    group: ClassicGroup, key: ConsumerGroupKey, value: ConsumerGroupValue | None
+) -> None:
+    """A consumer-group record: the group becomes a consumer group (its first record), the
+    record changes it, and the group-epoch tombstone (DeleteGroups) ends its consumer part."""
+    if group.consumer is None:
+        if value is None:
+            return
+        group.consumer = ConsumerGroup()
+    apply_consumer_record(group.consumer, key, value)
+    if isinstance(key, ConsumerGroupMetadataKey) and value is None:
+        group.consumer = None
+    elif group.consumer.members:
+        group.subscribed_topics = group.consumer.subscribed_topics()
 
 
 def apply_offset(
@@ -260,6 +302,17 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
             apply_record(group, OffsetsRecord(GroupMetadataKey(group_id), value), 0)
             group.subscribed_topics = subscribed_topics(group)
             groups[group_id] = group
+    # Consumer-group records in the order Kafka writes them for a group: epoch, subscriptions,
+    # target assignment, current assignments (each later kind refers to members of earlier).
+    for record_type in (3, 5, 6, 7, 8):
+        for key, consumer_value in image.consumer_values.items():
+            if key.version != record_type or consumer_value is None:
+                continue
+            group = groups.get(key.group)
+            if group is None:
+                group = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY, -1)
+                groups[key.group] = group
+            apply_record(group, OffsetsRecord(key, consumer_value), 0)
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue

@@ -18,6 +18,8 @@ class GroupTimerKind(Enum):
     SYNC = "sync"  # members that got their JoinGroup answer must have sent SyncGroup
     SESSION = "session"  # a member's session (or a new member's join timeout) runs out
     PENDING_MEMBER = "pending_member"  # a MEMBER_ID_REQUIRED id was never used to join
+    CONSUMER_SESSION = "consumer_session"  # a consumer-protocol member's session runs out
+    CONSUMER_REBALANCE = "consumer_rebalance"  # ... or it did not revoke within its timeout
 
     __hash__ = object.__hash__  # members are singletons compared by identity
 
@@ -39,6 +41,8 @@ _JOIN = GroupTimerKind.JOIN
 _SYNC = GroupTimerKind.SYNC
 _SESSION = GroupTimerKind.SESSION
 _PENDING_MEMBER = GroupTimerKind.PENDING_MEMBER
+_CONSUMER_SESSION = GroupTimerKind.CONSUMER_SESSION
+_CONSUMER_REBALANCE = GroupTimerKind.CONSUMER_REBALANCE
 
 
 def join_timer(group_id: str) -> GroupTimer:
@@ -55,6 +59,14 @@ def session_timer(group_id: str, member_id: str) -> GroupTimer:
 
 def pending_member_timer(group_id: str, member_id: str) -> GroupTimer:
     return _new(GroupTimer, (_PENDING_MEMBER, group_id, member_id))
+
+
+def consumer_session_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_CONSUMER_SESSION, group_id, member_id))
+
+
+def consumer_rebalance_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_CONSUMER_REBALANCE, group_id, member_id))
 
 
 def offset_expiry_timer(offsets_partition: int) -> OffsetExpiryTimer:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 from kgroups.log.batch import BatchCorruptError
 from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
+from kgroups.log.topic_ids import new_topic_id, read_partition_metadata, write_partition_metadata
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # Directories a Kafka log dir holds that are not topic partitions: KRaft's metadata log (a copy
@@ -51,6 +53,7 @@ class LogManager:
         self._topic_configs = dict(topic_configs or {})
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._offline: dict[tuple[str, int], PartitionOfflineError] = {}
+        self._topic_ids: dict[str, uuid.UUID] = {}
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic) or self.config.for_topic(topic)
@@ -87,7 +90,27 @@ class LogManager:
     def get_or_create(self, topic: str, partition: int) -> PartitionLog:
         return self._logs.get((topic, partition)) or self._open(topic, partition)
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's stable id (None when it has no partition): read from the first
+        partition.metadata found, or created and written into every partition directory of
+        the topic when none has one yet (a topic made before kgroups kept ids)."""
+        known = self._topic_ids.get(topic)
+        if known is not None:
+            return known
+        directories = [self._directory(name, p) for name, p in self.partitions() if name == topic]
+        directories = [d for d in directories if d.is_dir()]
+        if not directories:
+            return None
+        found = next((i for i in map(read_partition_metadata, directories) if i is not None), None)
+        topic_id = found or new_topic_id()
+        for directory in directories:
+            if read_partition_metadata(directory) != topic_id:
+                write_partition_metadata(directory, topic_id)
+        self._topic_ids[topic] = topic_id
+        return topic_id
+
     def delete_topic(self, topic: str) -> None:
+        self._topic_ids.pop(topic, None)
         for name, partition in self.partitions():
             if name != topic:
                 continue
@@ -122,4 +145,7 @@ class LogManager:
             logger.error("partition %s-%d is offline: %s", topic, partition, exc)
             raise offline from exc
         self._logs[(topic, partition)] = log
+        known = self._topic_ids.get(topic)
+        if known is not None and read_partition_metadata(log.directory) is None:
+            write_partition_metadata(log.directory, known)  # a partition added to a known topic
         return log

@@ -1,10 +1,11 @@
 """Byte codecs for __consumer_offsets keys and values, every version Kafka ever wrote.
 
 A key starts with an int16 that is the record type: 0 and 1 are OffsetCommitKey, 2 is
-GroupMetadataKey, 3 and up belong to KIP-848's consumer protocol and are kept as opaque
-`UnknownKey`s so that a log written by a newer Kafka still reads. A value starts with its own
-int16 schema version; v4 is Kafka's flexible encoding (compact strings, tagged-field sections),
-whose unknown tags are skipped rather than rejected, as Kafka's readers do.
+GroupMetadataKey, 3 and 5-8 are KIP-848's consumer-group records (`records.consumer_group`);
+other types are kept as opaque `UnknownKey`s so that a log written by a newer Kafka still reads.
+A value starts with its own int16 schema version; v4 is Kafka's flexible encoding (compact
+strings, tagged-field sections), whose unknown tags are skipped rather than rejected, as Kafka's
+readers do.
 """
 
 from __future__ import annotations
@@ -15,6 +16,20 @@ import struct
 from typing import Any
 
 from kgroups.records import consumer_protocol
+from kgroups.records.consumer_group import (
+    CONSUMER_GROUP_KEY_TYPES,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    consumer_group_key_json,
+    consumer_group_value_json,
+    decode_consumer_group_key,
+    decode_consumer_group_value,
+    encode_consumer_group_key,
+    encode_consumer_group_value,
+)
 from kgroups.records.schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -77,6 +92,11 @@ _GROUP_METADATA_KEY_TYPE = 2
 _TYPE_AND_LEN = struct.Struct(">hh")  # key type, then the group's string length
 _V3_HEAD = struct.Struct(">hqih")  # version, offset, leaderEpoch, metadata length
 _TOPIC_ID_TAG = 0  # OffsetCommitValue v4's tagged topicId
+_CONSUMER_GROUP_KEYS = (
+    ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
 _UUID_SIZE = 16
 
 # OffsetCommitKey and OffsetCommitValue are frozen dataclasses, whose __init__ goes through
@@ -110,7 +130,9 @@ def encode_key(key: RecordKey) -> bytes:
         if key.version != _GROUP_METADATA_KEY_TYPE:
             raise ValueError(f"GroupMetadataKey type must be 2, not {key.version}")
         return INT16.pack(key.version) + write_string(key.group)
-    if key.version <= _GROUP_METADATA_KEY_TYPE:
+    if isinstance(key, _CONSUMER_GROUP_KEYS):
+        return encode_consumer_group_key(key)
+    if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in CONSUMER_GROUP_KEY_TYPES:
         raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
     return INT16.pack(key.version) + key.data
 
@@ -170,6 +192,8 @@ def _decode_key_checked(data: bytes) -> RecordKey:
         return GroupMetadataKey(group)
     if key_type < 0:
         raise RecordDecodeError(f"cannot read key type at byte 0: {key_type} is negative", 0)
+    if key_type in CONSUMER_GROUP_KEY_TYPES:
+        return decode_consumer_group_key(key_type, data)
     return UnknownKey(key_type, bytes(data[2:]))
 
 
@@ -196,6 +220,10 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         if version is None:
             version = 3 if value.expire_timestamp is None else 1
         return _encode_offset_commit_value(value, version)
+    if not isinstance(value, GroupMetadataValue):
+        if version not in (None, 0):
+            raise ValueError(f"consumer-group values have version 0, not {version}")
+        return encode_consumer_group_value(value)
     return _encode_group_metadata_value(value, 3 if version is None else version)
 
 
@@ -299,7 +327,9 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
         return None
     if isinstance(key, OffsetCommitKey):
         return _decode_offset_commit_value(data)
-    return _decode_group_metadata_value(data)
+    if isinstance(key, GroupMetadataKey):
+        return _decode_group_metadata_value(data)
+    return decode_consumer_group_value(key, data)
 
 
 def decode_offset_commit_fields(data: bytes) -> tuple[int, int, str, int, int | None]:
@@ -492,6 +522,12 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
             "key": {"type": key.version, "data": None, "note": "not a classic-protocol record"},
             "value": None,
         }
+    if isinstance(key, _CONSUMER_GROUP_KEYS):
+        value_json = None
+        if record.value is not None:
+            value_json = {"version": 0, "data": consumer_group_value_json(
+                record.value, _uuid_text)}  # type: ignore[arg-type]
+        return {"key": consumer_group_key_json(key), "value": value_json}
     if isinstance(key, OffsetCommitKey):
         key_json: dict[str, Any] = {
             "type": key.version,
@@ -511,6 +547,11 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
         version = 3 if value_version is None else value_version
         data = _group_metadata_value_json(value, version)
     return {"key": key_json, "value": {"version": version, "data": data}}
+
+
+def _uuid_text(topic_id: Any) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
 
 
 def _offset_commit_value_json(value: OffsetCommitValue, version: int) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kgroups.records.consumer_group import ConsumerGroupKey, ConsumerGroupValue
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitKey:
@@ -32,13 +34,14 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class UnknownKey:
-    """A key of type >= 3: written by KIP-848's consumer protocol, not part of the classic one."""
+    """A key of a type kgroups does not interpret (4, 9 and up: KIP-848's deprecated subscription
+    metadata and regular expressions, share and streams groups): kept opaque so logs read."""
 
     version: int
     data: bytes
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,7 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = ()
 
 
-RecordValue = OffsetCommitValue | GroupMetadataValue
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,79 @@
+"""Requests and responses of KIP-848's consumer-group APIs (ConsumerGroupHeartbeat, API 68, and
+ConsumerGroupDescribe, API 69), decoded: topics are named by id as on the wire."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kgroups.coordinator.api import RequestId
+from kgroups.errors import ErrorCode
+from kgroups.records.consumer_group import TopicPartitionList
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatRequest:
+    """Fields left None are unchanged since the member's previous heartbeat."""
+
+    request_id: RequestId
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: TopicPartitionList | None = None
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupHeartbeatResponse:
+    """`assignment` None: unchanged since the member's last heartbeat."""
+
+    error: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: TopicPartitionList | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeRequest:
+    request_id: RequestId
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: TopicPartitionList
+    target_assignment: TopicPartitionList
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    group_id: str
+    error: ErrorCode
+    error_message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[DescribedConsumerMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescribeResponse:
+    groups: tuple[DescribedConsumerGroup, ...]

@@ -1,0 +1,251 @@
+"""A KIP-848 consumer group in memory, and how its records change it.
+
+A consumer-protocol group keeps what the classic one keeps (committed offsets, on the
+`ClassicGroup` object that offsets APIs already use) plus a `ConsumerGroupState`: the group epoch,
+the target assignment and its epoch, and each member's subscription, epochs, reconciliation
+state and current assignment. `apply_consumer_record` is the one way records change it, for the
+live path and for replay alike; `partition_owners` is derived from the current assignments as
+they are applied, so a rebuilt group knows who holds what exactly as the live one did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from kgroups.records.consumer_group import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentValue,
+    ConsumerGroupKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMemberMetadataValue,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+    ConsumerGroupValue,
+    TopicPartitionList,
+)
+
+Assignment = dict[uuid.UUID, frozenset[int]]
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+class MemberState(IntEnum):
+    """Kafka's MemberState bytes, as stored in ConsumerGroupCurrentMemberAssignmentValue."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1  # must give partitions up before it moves on
+    UNRELEASED_PARTITIONS = 2  # at the target epoch, waiting for partitions others still hold
+    UNKNOWN = 127
+
+
+class ConsumerGroupState:
+    """The group states Kafka reports for consumer groups (ListGroups, ConsumerGroupDescribe)."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """What the coordinator needs to know of a topic: its id and partition count."""
+
+    topic_id: uuid.UUID
+    partitions: int
+
+
+@dataclass(slots=True)
+class ConsumerMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    def is_reconciled_to(self, epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == epoch
+
+
+@dataclass(slots=True)
+class ConsumerGroup:
+    """The consumer-protocol part of a group (see the module docstring)."""
+
+    group_epoch: int = 0
+    metadata_hash: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    targets: dict[str, Assignment] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    partition_owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+
+    def state(self) -> str:
+        if not self.members:
+            return ConsumerGroupState.EMPTY
+        if self.group_epoch != self.assignment_epoch:
+            return ConsumerGroupState.ASSIGNING
+        if all(m.is_reconciled_to(self.assignment_epoch) for m in self.members.values()):
+            return ConsumerGroupState.STABLE
+        return ConsumerGroupState.RECONCILING
+
+    def subscribed_topics(self) -> frozenset[str]:
+        return frozenset(t for m in self.members.values() for t in m.subscribed_topic_names)
+
+    def preferred_assignor(self, default: str) -> str:
+        """The assignor most members ask for (ties: the first asked for), else the default."""
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            if member.server_assignor is not None:
+                counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
+        return max(counts, key=counts.__getitem__) if counts else default
+
+
+def metadata_hash(topics: Iterable[str], image: Mapping[str, TopicInfo]) -> int:
+    """A 64-bit digest of the subscribed topics' ids and partition counts: when it moves (a
+    topic created, deleted, recreated or grown) the group epoch is bumped, as Kafka bumps it.
+    Kafka's own hash function differs; a Kafka broker reading kgroups' value would only bump
+    the epoch once."""
+    parts = [f"{t}/{image[t].topic_id}/{image[t].partitions}" for t in sorted(set(topics))
+             if t in image]
+    if not parts:
+        return 0
+    digest = hashlib.blake2b("\n".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def to_list(assignment: Assignment) -> TopicPartitionList:
+    """An assignment in record/wire form: topics by id, partitions sorted, empty topics out."""
+    return tuple(
+        (topic_id, tuple(sorted(parts)))
+        for topic_id, parts in sorted(assignment.items(), key=lambda item: item[0].bytes)
+        if parts
+    )
+
+
+def from_list(topics: TopicPartitionList | Iterable[tuple[uuid.UUID, Iterable[int]]]) -> Assignment:
+    result: dict[uuid.UUID, set[int]] = {}
+    for topic_id, parts in topics:
+        result.setdefault(topic_id, set()).update(parts)
+    return {topic_id: frozenset(parts) for topic_id, parts in result.items() if parts}
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def member_metadata_value(member: ConsumerMember) -> ConsumerGroupMemberMetadataValue:
+    return ConsumerGroupMemberMetadataValue(
+        member.instance_id, member.rack_id, member.client_id, member.client_host,
+        member.subscribed_topic_names, member.subscribed_topic_regex,
+        member.rebalance_timeout_ms, member.server_assignor,
+    )
+
+
+def current_assignment_value(member: ConsumerMember) -> ConsumerGroupCurrentMemberAssignmentValue:
+    return ConsumerGroupCurrentMemberAssignmentValue(
+        member.member_epoch, member.previous_member_epoch, int(member.state),
+        to_list(member.assigned), to_list(member.pending_revocation),
+    )
+
+
+def apply_consumer_record(
+    consumer: ConsumerGroup, key: ConsumerGroupKey, value: ConsumerGroupValue | None
+) -> None:
+    """Change `consumer` as the record says (tombstones remove what their key names)."""
+    if isinstance(key, ConsumerGroupMetadataKey):
+        if isinstance(value, ConsumerGroupMetadataValue):
+            consumer.group_epoch = value.epoch
+            consumer.metadata_hash = value.metadata_hash
+        return
+    if isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+        if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+            consumer.assignment_epoch = value.assignment_epoch
+        else:
+            consumer.assignment_epoch = -1
+        return
+    if isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+        if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+            consumer.targets[key.member_id] = from_list(value.topic_partitions)
+        else:
+            consumer.targets.pop(key.member_id, None)
+        return
+    if isinstance(key, ConsumerGroupMemberMetadataKey):
+        if isinstance(value, ConsumerGroupMemberMetadataValue):
+            member = _member(consumer, key.member_id)
+            if member.instance_id is not None and member.instance_id != value.instance_id:
+                consumer.static_members.pop(member.instance_id, None)
+            member.instance_id = value.instance_id
+            member.rack_id = value.rack_id
+            member.client_id = value.client_id
+            member.client_host = value.client_host
+            member.subscribed_topic_names = value.subscribed_topic_names
+            member.subscribed_topic_regex = value.subscribed_topic_regex
+            member.rebalance_timeout_ms = value.rebalance_timeout_ms
+            member.server_assignor = value.server_assignor
+            if value.instance_id is not None:
+                consumer.static_members[value.instance_id] = key.member_id
+        else:
+            member = consumer.members.pop(key.member_id, None)
+            if member is not None:
+                _release(consumer, member)
+                if member.instance_id is not None and \
+                        consumer.static_members.get(member.instance_id) == key.member_id:
+                    del consumer.static_members[member.instance_id]
+        return
+    if isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+        if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+            member = _member(consumer, key.member_id)
+            _release(consumer, member)
+            member.member_epoch = value.member_epoch
+            member.previous_member_epoch = value.previous_member_epoch
+            known = value.state in MemberState._value2member_map_
+            member.state = MemberState(value.state) if known else MemberState.UNKNOWN
+            member.assigned = from_list(value.assigned_partitions)
+            member.pending_revocation = from_list(value.partitions_pending_revocation)
+            for assignment in (member.assigned, member.pending_revocation):
+                for topic_id, parts in assignment.items():
+                    for partition in parts:
+                        consumer.partition_owners[(topic_id, partition)] = key.member_id
+        else:
+            member = consumer.members.get(key.member_id)
+            if member is not None:
+                _release(consumer, member)
+                member.member_epoch = LEAVE_EPOCH
+                member.previous_member_epoch = LEAVE_EPOCH
+                member.state = MemberState.STABLE
+                member.assigned = {}
+                member.pending_revocation = {}
+
+
+def _member(consumer: ConsumerGroup, member_id: str) -> ConsumerMember:
+    member = consumer.members.get(member_id)
+    if member is None:
+        member = ConsumerMember(member_id)
+        consumer.members[member_id] = member
+    return member
+
+
+def _release(consumer: ConsumerGroup, member: ConsumerMember) -> None:
+    """Forget the partitions `member` held (assigned or pending revocation)."""
+    owners = consumer.partition_owners
+    for assignment in (member.assigned, member.pending_revocation):
+        for topic_id, parts in assignment.items():
+            for partition in parts:
+                if owners.get((topic_id, partition)) == member.member_id:
+                    del owners[(topic_id, partition)]

@@ -1,0 +1,508 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe: KIP-848's consumer protocol in the core.
+
+Each heartbeat follows Kafka's order: validate, find or create the group and member (fencing
+stale epochs), update the member's subscription, bump the group epoch when a subscription or
+the subscribed topics' metadata changed, recompute the target assignment when the group epoch
+is ahead of it, then move the member one reconciliation step. Every change is a record applied
+through `persistence.apply_record` as it is made (each step reads the state the previous one
+left), and the answer is sent once the records are durable.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping
+
+from kgroups.assignors.model import ClusterMetadata, MemberSubscription
+from kgroups.assignors.range import RangeAssignor
+from kgroups.assignors.uniform import UniformAssignor
+from kgroups.coordinator.consumer_api import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
+    DescribedConsumerMember,
+)
+from kgroups.coordinator.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    TopicInfo,
+    current_assignment_value,
+    from_list,
+    member_metadata_value,
+    metadata_hash,
+    to_list,
+)
+from kgroups.coordinator.core import CoordinatorCore
+from kgroups.coordinator.effects import RemovalReason
+from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.reconciliation import MemberFencedError, reconcile
+from kgroups.coordinator.timer_keys import consumer_rebalance_timer, consumer_session_timer
+from kgroups.errors import ErrorCode
+from kgroups.records.consumer_group import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupMetadataValue,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMemberValue,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
+from kgroups.records.schema import OffsetsRecord
+
+_ASSIGNORS = {"uniform": UniformAssignor, "range": RangeAssignor}
+
+
+class HeartbeatError(Exception):
+    """Ends a heartbeat with an error response (no record written for it)."""
+
+    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.message = message
+
+
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString (a v0 member id is one)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+class ConsumerGroupHandlers(CoordinatorCore):
+    """The consumer-protocol handlers; topics come from `set_topics` (the broker's catalogue)."""
+
+    _topics: Mapping[str, TopicInfo] = {}
+    _topic_names: Mapping[uuid.UUID, str] = {}
+
+    def set_topics(self, topics: Mapping[str, TopicInfo]) -> None:
+        """The topics that exist now. Groups notice a change at their next heartbeat (the
+        subscribed topics' metadata hash moves and the group epoch is bumped)."""
+        self._topics = dict(topics)
+        self._topic_names = {info.topic_id: name for name, info in topics.items()}
+
+    # -- ConsumerGroupHeartbeat ---------------------------------------------------------------
+
+    def _consumer_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
+        records: list[OffsetsRecord] = []
+        try:
+            self._validate_heartbeat(req)
+            if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                response = self._consumer_leave(req, records)
+            else:
+                response = self._consumer_join_or_heartbeat(req, records)
+        except HeartbeatError as exc:
+            response = ConsumerGroupHeartbeatResponse(exc.error, exc.message)
+        self._answer_after(req, records, response)
+
+    def _answer_after(
+        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        response: ConsumerGroupHeartbeatResponse,
+    ) -> None:
+        if not records:
+            self._reply(req.request_id, response)
+            return
+        self._write_applied(
+            self.partition_of(req.group_id), records,
+            lambda: self._reply(req.request_id, response),
+            lambda error: self._reply(req.request_id, ConsumerGroupHeartbeatResponse(error)),
+        )
+
+    def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
+        """Kafka's request checks, in Kafka's order and with its messages."""
+        if not self.config.consumer_protocol_enabled:
+            raise HeartbeatError(ErrorCode.UNSUPPORTED_VERSION,
+                                 "The new consumer group protocol is not enabled.")
+        if not req.group_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if req.instance_id == "":
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
+        if req.rack_id == "":
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        if req.version >= 1 and not req.member_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        if req.subscribed_topic_regex:  # librdkafka sends "" for "no regex", as Kafka reads it
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST,
+                                 "SubscribedTopicRegex is not supported by kgroups yet.")
+        epoch = req.member_epoch
+        if epoch > 0 or epoch == LEAVE_EPOCH:
+            if not req.member_id:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        elif epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST,
+                                     "RebalanceTimeoutMs must be provided in first request.")
+            if req.topic_partitions is None or req.topic_partitions:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST,
+                                     "TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise HeartbeatError(
+                    ErrorCode.INVALID_REQUEST,
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if not req.member_id:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+            if req.instance_id is None:
+                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
+        else:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid.")
+        assignors = self.config.group_consumer_assignors
+        if req.server_assignor is not None and req.server_assignor not in assignors:
+            raise HeartbeatError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR,
+                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(assignors)}.")
+        error = self._ownership_error(req.group_id)
+        if error is not None:
+            raise HeartbeatError(error)
+
+    def _consumer_group(self, group_id: str, create: bool) -> tuple[ClassicGroup, ConsumerGroup]:
+        group = self._groups.get(group_id)
+        if group is not None and group.state is not GroupState.DEAD:
+            if group.consumer is None and (group.members or group.state is not GroupState.EMPTY):
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                     f"Group {group_id} is not a consumer group.")
+            if group.consumer is not None:
+                return group, group.consumer
+            if not create:
+                raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                     f"Group {group_id} not found.")
+            group.consumer = ConsumerGroup()  # an empty classic group becomes a consumer group
+            return group, group.consumer
+        if not create:
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        group = self._create_group(group_id)
+        group.consumer = ConsumerGroup()
+        return group, group.consumer
+
+    def _consumer_join_or_heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord]
+    ) -> ConsumerGroupHeartbeatResponse:
+        joining = req.member_epoch == 0
+        group, consumer = self._consumer_group(req.group_id, joining)
+        member_id = req.member_id or kafka_uuid_string(uuid.uuid4())
+        if len(consumer.members) >= self.config.group_consumer_max_size and (
+            not req.member_id or req.member_id not in consumer.members
+        ):
+            raise HeartbeatError(
+                ErrorCode.GROUP_MAX_SIZE_REACHED,
+                "The consumer group has reached its maximum capacity of "
+                f"{self.config.group_consumer_max_size} members.")
+        owned = None if req.topic_partitions is None else from_list(req.topic_partitions)
+        if req.instance_id is None:
+            member = self._dynamic_member(consumer, req.group_id, member_id, req.member_epoch,
+                                          owned)
+        else:
+            member = self._static_member(group, consumer, member_id, req, owned, records)
+        updated = ConsumerMember(
+            member.member_id,
+            instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+            rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            subscribed_topic_names=(tuple(req.subscribed_topic_names)
+                                    if req.subscribed_topic_names is not None
+                                    else member.subscribed_topic_names),
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
+                                  else member.rebalance_timeout_ms),
+            server_assignor=(req.server_assignor if req.server_assignor is not None
+                             else member.server_assignor),
+        )
+        is_new = member.member_id not in consumer.members
+        bump = False
+        if is_new or member_metadata_value(updated) != member_metadata_value(member):
+            self._record(group, records, ConsumerGroupMemberMetadataKey(
+                group.group_id, member.member_id), member_metadata_value(updated))
+            bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
+        member = consumer.members[member.member_id]
+        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+        # As Kafka 4.3 does: a subscription change and a change of the subscribed topics'
+        # metadata each count one (a first member subscribing to a topic moves the epoch by 2),
+        # written as one record.
+        steps = int(bump) + int(new_hash != consumer.metadata_hash)
+        if steps:
+            self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
+                         ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+        if consumer.group_epoch > consumer.assignment_epoch:
+            self._update_target(group, consumer, records)
+        assigned_before = member.assigned
+        self._maybe_reconcile(group, consumer, member, owned, records)
+        member = consumer.members[member.member_id]
+        self._timers.schedule(consumer_session_timer(group.group_id, member.member_id),
+                              self._now + self.config.group_consumer_session_timeout_ms)
+        full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names
+                           is not None and req.topic_partitions is not None)
+        changed = member.assigned != assigned_before
+        return ConsumerGroupHeartbeatResponse(
+            ErrorCode.NONE, None, member.member_id, member.member_epoch,
+            self.config.group_consumer_heartbeat_interval_ms,
+            to_list(member.assigned) if full or changed else None,
+        )
+
+    def _dynamic_member(
+        self, consumer: ConsumerGroup, group_id: str, member_id: str, epoch: int,
+        owned: Assignment | None,
+    ) -> ConsumerMember:
+        member = consumer.members.get(member_id)
+        if member is None:
+            if epoch != 0:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     _not_a_member(member_id, group_id))
+            return ConsumerMember(member_id)
+        if epoch != 0:
+            _check_epoch(member, epoch, owned)
+        return member
+
+    def _static_member(
+        self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
+        req: ConsumerGroupHeartbeatRequest, owned: Assignment | None,
+        records: list[OffsetsRecord],
+    ) -> ConsumerMember:
+        instance_id = req.instance_id or ""
+        holder_id = consumer.static_members.get(instance_id)
+        holder = consumer.members.get(holder_id) if holder_id is not None else None
+        if req.member_epoch == 0:
+            if holder is None:
+                return consumer.members.get(member_id) or ConsumerMember(member_id)
+            if holder.member_id == member_id:
+                return holder
+            if holder.member_epoch != STATIC_LEAVE_EPOCH:
+                raise HeartbeatError(
+                    ErrorCode.UNRELEASED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {instance_id} cannot join the "
+                    f"group because the instance id is owned by {holder.member_id} member.")
+            return self._replace_static(group, consumer, holder, member_id, records)
+        if holder is None:
+            raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Instance id {instance_id} is unknown.")
+        if holder.member_id != member_id:
+            raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {member_id} with instance id {instance_id} "
+                                 f"was fenced by member {holder.member_id}.")
+        _check_epoch(holder, req.member_epoch, owned)
+        return holder
+
+    def _replace_static(
+        self, group: ClassicGroup, consumer: ConsumerGroup, old: ConsumerMember,
+        new_id: str, records: list[OffsetsRecord],
+    ) -> ConsumerMember:
+        """The new member takes the old one's place, target and partitions, at epoch 0."""
+        target = consumer.targets.get(old.member_id, {})
+        assigned = dict(old.assigned)
+        self._remove_member_records(group, old.member_id, records)
+        self._cancel_consumer_timers(group, old.member_id)
+        successor = ConsumerMember(new_id, old.instance_id, old.rack_id, old.client_id,
+                                   old.client_host, old.subscribed_topic_names,
+                                   old.subscribed_topic_regex, old.rebalance_timeout_ms,
+                                   old.server_assignor, 0, 0, MemberState.STABLE, assigned)
+        self._record(group, records, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
+                     member_metadata_value(successor))
+        self._record(group, records,
+                     ConsumerGroupTargetAssignmentMemberKey(group.group_id, new_id),
+                     ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
+        self._record(group, records,
+                     ConsumerGroupCurrentMemberAssignmentKey(group.group_id, new_id),
+                     current_assignment_value(successor))
+        self._member_removed(group, old.member_id, old.instance_id,
+                             RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
+        return consumer.members[new_id]
+
+    def _update_target(
+        self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord]
+    ) -> None:
+        """Run the group's assignor over every member (current targets make it sticky) and
+        write the targets that changed, then the new assignment epoch."""
+        assignor = _ASSIGNORS[consumer.preferred_assignor(self.config.group_consumer_assignors[0])]
+        names = self._topic_names
+        topics = self._topics
+        subscriptions = [
+            MemberSubscription.of(
+                m.member_id, [t for t in m.subscribed_topic_names if t in topics],
+                {names[t]: sorted(p) for t, p in consumer.targets.get(m.member_id, {}).items()
+                 if t in names},
+                rack=m.rack_id, instance_id=m.instance_id,
+            )
+            for m in consumer.members.values()
+        ]
+        cluster = ClusterMetadata({name: info.partitions for name, info in topics.items()
+                                   if name in consumer.subscribed_topics()})
+        result = assignor().assign(cluster, subscriptions).as_dict() if subscriptions else {}
+        for member_id in consumer.members:
+            target = {topics[t].topic_id: frozenset(p)
+                      for t, p in result.get(member_id, {}).items() if p}
+            if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
+                self._record(group, records,
+                             ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
+                             ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
+        self._record(group, records, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+                     ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._now))
+
+    def _maybe_reconcile(
+        self, group: ClassicGroup, consumer: ConsumerGroup, member: ConsumerMember,
+        owned: Assignment | None, records: list[OffsetsRecord],
+    ) -> None:
+        epoch = consumer.assignment_epoch
+        if member.is_reconciled_to(epoch):
+            return
+        owners = consumer.partition_owners
+        try:
+            # Any holder blocks a partition, the member itself too while it revokes it.
+            updated = reconcile(member, epoch, consumer.targets.get(member.member_id, {}),
+                                lambda t, p: (t, p) in owners, owned)
+        except MemberFencedError as exc:
+            raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(exc)) from exc
+        if updated is member:
+            return
+        self._record(group, records,
+                     ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member.member_id),
+                     current_assignment_value(updated))
+        timer = consumer_rebalance_timer(group.group_id, member.member_id)
+        if updated.state is MemberState.UNREVOKED_PARTITIONS:
+            self._timers.schedule(timer, self._now + max(updated.rebalance_timeout_ms, 0))
+        else:
+            self._timers.cancel(timer)
+
+    # -- leaving and fencing ------------------------------------------------------------------
+
+    def _consumer_leave(
+        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord]
+    ) -> ConsumerGroupHeartbeatResponse:
+        group, consumer = self._consumer_group(req.group_id, create=False)
+        if req.instance_id is None:
+            member = consumer.members.get(req.member_id)
+            if member is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     _not_a_member(req.member_id, req.group_id))
+        else:
+            holder_id = consumer.static_members.get(req.instance_id)
+            if holder_id is None:
+                raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Instance id {req.instance_id} is unknown.")
+            if holder_id != req.member_id:
+                raise HeartbeatError(ErrorCode.FENCED_INSTANCE_ID,
+                                     f"Static member {req.member_id} with instance id "
+                                     f"{req.instance_id} was fenced by member {holder_id}.")
+            member = consumer.members[holder_id]
+        if req.member_epoch == STATIC_LEAVE_EPOCH:
+            # A static member going away for a while keeps its partitions (and its session).
+            self._record(group, records, ConsumerGroupCurrentMemberAssignmentKey(
+                group.group_id, member.member_id), current_assignment_value(ConsumerMember(
+                    member.member_id, member_epoch=STATIC_LEAVE_EPOCH,
+                    previous_member_epoch=member.previous_member_epoch, state=member.state,
+                    assigned=member.assigned)))
+            self._timers.cancel(consumer_rebalance_timer(group.group_id, member.member_id))
+        else:
+            self._fence(group, member, records, RemovalReason.LEFT_GROUP)
+        return ConsumerGroupHeartbeatResponse(ErrorCode.NONE, None, member.member_id,
+                                              req.member_epoch, 0, None)
+
+    def _fence(
+        self, group: ClassicGroup, member: ConsumerMember, records: list[OffsetsRecord],
+        reason: RemovalReason,
+    ) -> None:
+        """Remove the member (its partitions become free) and bump the group epoch."""
+        consumer = group.consumer
+        assert consumer is not None
+        self._remove_member_records(group, member.member_id, records)
+        self._cancel_consumer_timers(group, member.member_id)
+        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+        steps = 1 + int(new_hash != consumer.metadata_hash)
+        self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
+                     ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+        self._member_removed(group, member.member_id, member.instance_id, reason)
+
+    def _remove_member_records(
+        self, group: ClassicGroup, member_id: str, records: list[OffsetsRecord]
+    ) -> None:
+        for key in (ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member_id),
+                    ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
+                    ConsumerGroupMemberMetadataKey(group.group_id, member_id)):
+            self._record(group, records, key, None)
+
+    def _cancel_consumer_timers(self, group: ClassicGroup, member_id: str) -> None:
+        self._timers.cancel(consumer_session_timer(group.group_id, member_id))
+        self._timers.cancel(consumer_rebalance_timer(group.group_id, member_id))
+
+    def _on_consumer_timer(self, group: ClassicGroup, member_id: str, session: bool) -> None:
+        """A member missed its session, or did not revoke within its rebalance timeout."""
+        consumer = group.consumer
+        member = None if consumer is None else consumer.members.get(member_id)
+        if member is None:
+            return
+        if not session and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            return
+        records: list[OffsetsRecord] = []
+        reason = RemovalReason.SESSION_TIMEOUT if session else RemovalReason.REBALANCE_TIMEOUT
+        self._fence(group, member, records, reason)
+        self._write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+
+    # -- shared --------------------------------------------------------------------------------
+
+    def _record(self, group: ClassicGroup, records: list[OffsetsRecord], key: object,
+                value: object) -> None:
+        record = OffsetsRecord(key, value)  # type: ignore[arg-type]
+        self._apply(group, [record])
+        records.append(record)
+
+    # -- ConsumerGroupDescribe ----------------------------------------------------------------
+
+    def _consumer_describe(self, req: ConsumerGroupDescribeRequest) -> None:
+        self._reply(req.request_id, ConsumerGroupDescribeResponse(
+            tuple(self._describe_consumer(g) for g in req.group_ids)))
+
+    def _describe_consumer(self, group_id: str) -> DescribedConsumerGroup:
+        error = self._ownership_error(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
+        if error is not None:
+            return DescribedConsumerGroup(group_id, error)
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD or group.consumer is None:
+            message = (f"Group {group_id} not found." if group is None
+                       or group.state is GroupState.DEAD
+                       else f"Group {group_id} is not a consumer group.")
+            return DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, message)
+        consumer = group.consumer
+        members = tuple(
+            DescribedConsumerMember(
+                m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
+                m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+                to_list(m.assigned), to_list(consumer.targets.get(m.member_id, {})))
+            for m in consumer.members.values()
+        )
+        return DescribedConsumerGroup(
+            group_id, ErrorCode.NONE, None, consumer.state(), consumer.group_epoch,
+            consumer.assignment_epoch,
+            consumer.preferred_assignor(self.config.group_consumer_assignors[0]), members)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._topic_names.get(topic_id)
+
+
+def _not_a_member(member_id: str, group_id: str) -> str:
+    return f"Member {member_id} is not a member of group {group_id}."
+
+
+def _check_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
+    """Kafka's fencing: an epoch ahead of the member's, or behind it unless it is the previous
+    epoch and the member reports only partitions it still has, is FENCED_MEMBER_EPOCH."""
+    if epoch > member.member_epoch:
+        raise HeartbeatError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"The consumer group member has a greater member epoch ({epoch}) than the one known "
+            f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+            "partitions and rejoin.")
+    if epoch < member.member_epoch:
+        subset = owned is not None and all(
+            parts <= member.assigned.get(topic_id, frozenset()) for topic_id, parts in owned.items()
+        )
+        if epoch != member.previous_member_epoch or not subset:
+            raise HeartbeatError(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"The consumer group member has a smaller member epoch ({epoch}) than the one "
+                f"known by the group coordinator ({member.member_epoch}). The member must "
+                "abandon all its partitions and rejoin.")

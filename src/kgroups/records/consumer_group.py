@@ -1,0 +1,406 @@
+"""KIP-848 consumer-group records of __consumer_offsets (record types 3, 5, 6, 7 and 8).
+
+The consumer protocol stores a group as several keys instead of one GroupMetadata blob: the
+group epoch (3), each member's subscription (5), the target assignment's epoch (6) and each
+member's target (7), and each member's current assignment and epochs (8). Keys are type-prefixed
+and not flexible; values are version 0, flexible, with the tagged fields Kafka 4.x adds
+(ConsumerGroupMetadataValue.MetadataHash and ConsumerGroupTargetAssignmentMetadataValue.
+AssignmentTimestamp, both tag 0, int64, written only when non-zero;
+ConsumerGroupMemberMetadataValue.ClassicMemberMetadata, tag 0, kept as raw bytes so a record
+Kafka wrote for a migrated member re-encodes byte for byte). Type 4 (subscription metadata,
+deprecated in Kafka 4.1) and 16 (regular expressions) stay opaque `UnknownKey`s.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kgroups.records.wire import (
+    INT16,
+    INT32,
+    INT64,
+    RecordDecodeError,
+    fail,
+    read_compact_array_length,
+    read_compact_nullable_string,
+    read_compact_string,
+    read_int16,
+    read_int32,
+    read_string,
+    read_uvarint,
+    short,
+    write_compact_nullable_string,
+    write_string,
+    write_uvarint,
+)
+
+# (topic id, sorted partitions) pairs, as the records and the heartbeat list them.
+TopicPartitionList = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    group: str
+    version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataKey:
+    group: str
+    member_id: str
+    version: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    group: str
+    version: int = 6
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    group: str
+    member_id: str
+    version: int = 7
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    group: str
+    member_id: str
+    version: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+    metadata_hash: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: bytes | None = None  # tag 0, raw (migrated classic members)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+    assignment_timestamp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: TopicPartitionList
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    """`assigned_epochs` / `pending_epochs`: Kafka 4.3's per-partition assignment epochs
+    (tag 0 of each TopicPartitions entry), one entry per topic of the matching list (None where
+    the entry has none), or empty when no entry has them (what kgroups writes)."""
+
+    member_epoch: int
+    previous_member_epoch: int
+    state: int  # Kafka's MemberState byte: 0 STABLE, 1 UNREVOKED_PARTITIONS, 2 UNRELEASED
+    assigned_partitions: TopicPartitionList
+    partitions_pending_revocation: TopicPartitionList
+    assigned_epochs: tuple[tuple[int, ...] | None, ...] = ()
+    pending_epochs: tuple[tuple[int, ...] | None, ...] = ()
+
+
+ConsumerGroupKey = (
+    ConsumerGroupMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+)
+ConsumerGroupValue = (
+    ConsumerGroupMetadataValue
+    | ConsumerGroupMemberMetadataValue
+    | ConsumerGroupTargetAssignmentMetadataValue
+    | ConsumerGroupTargetAssignmentMemberValue
+    | ConsumerGroupCurrentMemberAssignmentValue
+)
+CONSUMER_GROUP_KEY_TYPES = (3, 5, 6, 7, 8)
+_MEMBER_KEYS: dict[int, type[Any]] = {
+    5: ConsumerGroupMemberMetadataKey,
+    7: ConsumerGroupTargetAssignmentMemberKey,
+    8: ConsumerGroupCurrentMemberAssignmentKey,
+}
+_GROUP_KEYS: dict[int, type[Any]] = {
+    3: ConsumerGroupMetadataKey,
+    6: ConsumerGroupTargetAssignmentMetadataKey,
+}
+_VALUE_VERSION = 0
+_UUID = struct.Struct(">16s")
+
+
+# ---------------------------------------------------------------------------------------- keys
+
+
+def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
+    parts = [INT16.pack(key.version), write_string(key.group)]
+    if isinstance(key, ConsumerGroupMemberMetadataKey | ConsumerGroupTargetAssignmentMemberKey
+                  | ConsumerGroupCurrentMemberAssignmentKey):
+        parts.append(write_string(key.member_id))
+    return b"".join(parts)
+
+
+def decode_consumer_group_key(key_type: int, data: bytes) -> ConsumerGroupKey:
+    """`data` is the whole key, type included."""
+    group, pos = read_string(data, 2, f"key type {key_type} groupId")
+    if key_type in _GROUP_KEYS:
+        key = _GROUP_KEYS[key_type](group)
+    else:
+        member_id, pos = read_string(data, pos, f"key type {key_type} memberId")
+        key = _MEMBER_KEYS[key_type](group, member_id)
+    if pos != len(data):
+        raise fail(f"key type {key_type}", pos, f"{len(data) - pos} unexpected trailing bytes")
+    return key
+
+
+# -------------------------------------------------------------------------------------- values
+
+
+def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
+    parts = [INT16.pack(_VALUE_VERSION)]
+    if isinstance(value, ConsumerGroupMetadataValue):
+        parts += [INT32.pack(value.epoch), _int64_tag(value.metadata_hash)]
+    elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+        parts += [INT32.pack(value.assignment_epoch), _int64_tag(value.assignment_timestamp)]
+    elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+        parts += [_partitions(value.topic_partitions), b"\x00"]
+    elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+        parts += [
+            INT32.pack(value.member_epoch), INT32.pack(value.previous_member_epoch),
+            struct.pack(">b", value.state),
+            _partitions(value.assigned_partitions, value.assigned_epochs),
+            _partitions(value.partitions_pending_revocation, value.pending_epochs), b"\x00",
+        ]
+    else:
+        parts += [
+            write_compact_nullable_string(value.instance_id),
+            write_compact_nullable_string(value.rack_id),
+            write_compact_nullable_string(value.client_id),
+            write_compact_nullable_string(value.client_host),
+            write_uvarint(len(value.subscribed_topic_names) + 1),
+            *(write_compact_nullable_string(t) for t in value.subscribed_topic_names),
+            write_compact_nullable_string(value.subscribed_topic_regex),
+            INT32.pack(value.rebalance_timeout_ms),
+            write_compact_nullable_string(value.server_assignor),
+        ]
+        classic = value.classic_member_metadata
+        if classic is None:
+            parts.append(b"\x00")
+        else:
+            parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(classic)), classic]
+    return b"".join(parts)
+
+
+def _int64_tag(number: int) -> bytes:
+    """A section holding tag 0 = `number` (int64), or nothing when it is 0 (its default)."""
+    if number == 0:
+        return b"\x00"
+    return write_uvarint(1) + write_uvarint(0) + write_uvarint(8) + INT64.pack(number)
+
+
+def _partitions(
+    topics: TopicPartitionList, epochs: tuple[tuple[int, ...] | None, ...] = ()
+) -> bytes:
+    """A compact array of {TopicId uuid, Partitions []int32} structs; an entry's tag 0 holds
+    its per-partition epochs when `epochs` has them."""
+    parts = [write_uvarint(len(topics) + 1)]
+    for index, (topic_id, partitions) in enumerate(topics):
+        parts += [topic_id.bytes, write_uvarint(len(partitions) + 1)]
+        parts += [INT32.pack(p) for p in partitions]
+        topic_epochs = epochs[index] if index < len(epochs) else None
+        if topic_epochs is None:
+            parts.append(b"\x00")
+            continue
+        body = write_uvarint(len(topic_epochs) + 1) + b"".join(INT32.pack(e) for e in topic_epochs)
+        parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(body)), body]
+    return b"".join(parts)
+
+
+def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerGroupValue:
+    what = f"{type(key).__name__.removesuffix('Key')}Value"
+    version, pos = read_int16(data, 0, f"{what} version")
+    if version < 0:
+        raise fail(what, 0, f"version {version}")
+    # KIP-915: versions above 0 may only add tagged fields, so they read with v0's layout.
+    value: ConsumerGroupValue
+    if isinstance(key, ConsumerGroupMetadataKey):
+        epoch, pos = read_int32(data, pos, f"{what} epoch")
+        tags, pos = _read_tags(data, pos, what)
+        value = ConsumerGroupMetadataValue(epoch, _int64_of(tags, what))
+    elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
+        epoch, pos = read_int32(data, pos, f"{what} assignmentEpoch")
+        tags, pos = _read_tags(data, pos, what)
+        value = ConsumerGroupTargetAssignmentMetadataValue(epoch, _int64_of(tags, what))
+    elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
+        partitions, pos = _read_partitions(data, pos, f"{what} topicPartitions")
+        _tags, pos = _read_tags(data, pos, what)
+        value = ConsumerGroupTargetAssignmentMemberValue(partitions)
+    elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
+        epoch, pos = read_int32(data, pos, f"{what} memberEpoch")
+        previous, pos = read_int32(data, pos, f"{what} previousMemberEpoch")
+        if pos >= len(data):
+            raise short(f"{what} state", pos, 1, data)
+        state = struct.unpack_from(">b", data, pos)[0]
+        assigned, assigned_epochs, pos = _read_partitions_epochs(
+            data, pos + 1, f"{what} assignedPartitions")
+        pending, pending_epochs, pos = _read_partitions_epochs(
+            data, pos, f"{what} partitionsPendingRevocation")
+        _tags, pos = _read_tags(data, pos, what)
+        value = ConsumerGroupCurrentMemberAssignmentValue(
+            epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs)
+    else:
+        value, pos = _read_member_metadata(data, pos, what)
+    if pos != len(data):
+        raise fail(what, pos, f"{len(data) - pos} unexpected trailing bytes")
+    return value
+
+
+def _read_member_metadata(
+    data: bytes, pos: int, what: str
+) -> tuple[ConsumerGroupMemberMetadataValue, int]:
+    instance_id, pos = read_compact_nullable_string(data, pos, f"{what} instanceId")
+    rack_id, pos = read_compact_nullable_string(data, pos, f"{what} rackId")
+    client_id, pos = read_compact_string(data, pos, f"{what} clientId")
+    client_host, pos = read_compact_string(data, pos, f"{what} clientHost")
+    count, pos = read_compact_array_length(data, pos, f"{what} subscribedTopicNames")
+    names = []
+    for index in range(count):
+        name, pos = read_compact_string(data, pos, f"{what} subscribedTopicNames[{index}]")
+        names.append(name)
+    regex, pos = read_compact_nullable_string(data, pos, f"{what} subscribedTopicRegex")
+    timeout, pos = read_int32(data, pos, f"{what} rebalanceTimeoutMs")
+    assignor, pos = read_compact_nullable_string(data, pos, f"{what} serverAssignor")
+    tags, pos = _read_tags(data, pos, what)
+    return ConsumerGroupMemberMetadataValue(
+        instance_id, rack_id, client_id, client_host, tuple(names), regex, timeout, assignor,
+        tags.get(0),
+    ), pos
+
+
+def _read_partitions(data: bytes, pos: int, what: str) -> tuple[TopicPartitionList, int]:
+    topics, _epochs, pos = _read_partitions_epochs(data, pos, what)
+    return topics, pos
+
+
+def _read_partitions_epochs(
+    data: bytes, pos: int, what: str
+) -> tuple[TopicPartitionList, tuple[tuple[int, ...] | None, ...], int]:
+    """The array and, per entry, the epochs of its tag 0 (empty when no entry has any)."""
+    count, pos = read_compact_array_length(data, pos, what)
+    topics = []
+    epochs: list[tuple[int, ...] | None] = []
+    for index in range(count):
+        if pos + 16 > len(data):
+            raise short(f"{what}[{index}].topicId", pos, 16, data)
+        topic_id = uuid.UUID(bytes=_UUID.unpack_from(data, pos)[0])
+        size, pos = read_compact_array_length(data, pos + 16, f"{what}[{index}].partitions")
+        partitions = []
+        for _ in range(size):
+            partition, pos = read_int32(data, pos, f"{what}[{index}].partitions")
+            partitions.append(partition)
+        tags, pos = _read_tags(data, pos, f"{what}[{index}]")
+        topics.append((topic_id, tuple(partitions)))
+        epochs.append(None if 0 not in tags else _int32_array(tags[0], f"{what}[{index}]"))
+    return tuple(topics), (tuple(epochs) if any(e is not None for e in epochs) else ()), pos
+
+
+def _int32_array(raw: bytes, what: str) -> tuple[int, ...]:
+    count, pos = read_compact_array_length(raw, 0, f"{what} epochs")
+    values = []
+    for _ in range(count):
+        value, pos = read_int32(raw, pos, f"{what} epochs")
+        values.append(value)
+    if pos != len(raw):
+        raise fail(f"{what} epochs", pos, f"{len(raw) - pos} unexpected trailing bytes")
+    return tuple(values)
+
+
+def _read_tags(data: bytes, pos: int, what: str) -> tuple[dict[int, bytes], int]:
+    """A tagged-field section as {tag: raw bytes} (callers pick the tags they know)."""
+    tags: dict[int, bytes] = {}
+    count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
+    for _ in range(count):
+        tag, pos = read_uvarint(data, pos, f"{what} tag")
+        size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
+        if pos + size > len(data):
+            raise short(f"{what} tagged field {tag}", pos, size, data)
+        tags[tag] = bytes(data[pos : pos + size])
+        pos += size
+    return tags, pos
+
+
+def _int64_of(tags: dict[int, bytes], what: str) -> int:
+    raw = tags.get(0)
+    if raw is None:
+        return 0
+    if len(raw) != 8:
+        raise RecordDecodeError(f"cannot read {what} tag 0: {len(raw)} bytes, not 8", 0)
+    return int(INT64.unpack(raw)[0])
+
+
+# ---------------------------------------------------------------------------------------- JSON
+
+
+def _partitions_json(topics: TopicPartitionList, to_text: Callable[[uuid.UUID], str]) -> list[
+    dict[str, Any]
+]:
+    return [{"topicId": to_text(t), "partitions": list(p)} for t, p in topics]
+
+
+def consumer_group_value_json(
+    value: ConsumerGroupValue, to_text: Callable[[uuid.UUID], str]
+) -> dict[str, Any]:
+    """Kafka's field names, as DumpLogSegments prints them."""
+    if isinstance(value, ConsumerGroupMetadataValue):
+        return {"epoch": value.epoch, "metadataHash": value.metadata_hash}
+    if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
+        return {"assignmentEpoch": value.assignment_epoch,
+                "assignmentTimestamp": value.assignment_timestamp}
+    if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
+        return {"topicPartitions": _partitions_json(value.topic_partitions, to_text)}
+    if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
+        return {
+            "memberEpoch": value.member_epoch,
+            "previousMemberEpoch": value.previous_member_epoch,
+            "state": value.state,
+            "assignedPartitions": _partitions_json(value.assigned_partitions, to_text),
+            "partitionsPendingRevocation": _partitions_json(
+                value.partitions_pending_revocation, to_text),
+        }
+    return {
+        "instanceId": value.instance_id,
+        "rackId": value.rack_id,
+        "clientId": value.client_id,
+        "clientHost": value.client_host,
+        "subscribedTopicNames": list(value.subscribed_topic_names),
+        "subscribedTopicRegex": value.subscribed_topic_regex,
+        "rebalanceTimeoutMs": value.rebalance_timeout_ms,
+        "serverAssignor": value.server_assignor,
+    }
+
+
+def consumer_group_key_json(key: ConsumerGroupKey) -> dict[str, Any]:
+    data = {"groupId": key.group}
+    member_id = getattr(key, "member_id", None)
+    if member_id is not None:
+        data["memberId"] = member_id
+    return {"type": key.version, "data": data}

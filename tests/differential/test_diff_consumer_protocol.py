@@ -1,0 +1,254 @@
+"""KIP-848 ConsumerGroupHeartbeat conversations, side by side with Kafka 4.3.1: request
+errors, a group of two reconciling with revoke-before-assign, fencing, unknown members,
+ConsumerGroupDescribe, leaving and static members. Topic ids differ between the brokers, so
+each transcript names topics by their name (looked up through Metadata on that broker); member
+ids are client-generated (v1), so both brokers see the same ones."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from diff_dialog import Connection, Dialog
+from tests.broker.broker_wire_helpers import metadata_request
+from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
+
+from conftest import _create_topics
+from kgroups.broker.wire import build, request_type, sibling
+from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
+from kgroups.log.batch import iter_batches
+from kgroups.records.codec import decode_record, encode_record
+from kgroups.records.consumer_group import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+
+pytestmark = pytest.mark.kafka
+
+# Kafka 4.3 batches target-assignment updates (group.consumer.assignment.interval.ms, default
+# 1 s) and computes them on a background thread; kgroups computes the target in the heartbeat
+# that moves the group epoch, as Kafka 4.0-4.2 did. The conversations compare against a Kafka
+# set to that behaviour.
+SYNCHRONOUS_ASSIGNMENT = {
+    **KAFKA_TEST_SETTINGS,
+    "group.consumer.assignment.interval.ms": "0",
+    "group.consumer.assignor.offload.enable": "false",
+}
+
+
+@pytest.fixture(scope="module")
+def synchronous_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-sync"), SYNCHRONOUS_ASSIGNMENT)
+    broker.start()
+    _create_topics(broker.bootstrap)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def ports(synchronous_kafka: KafkaBroker, differential_ports: dict[str, int]) -> dict[str, int]:
+    return {"kafka": synchronous_kafka.port, "kgroups": differential_ports["kgroups"]}
+
+TOPIC = "diff-t"  # 3 partitions (tests/differential/conftest.py)
+CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
+                       ConsumerGroupTargetAssignmentMetadataKey,
+                       ConsumerGroupTargetAssignmentMemberKey,
+                       ConsumerGroupCurrentMemberAssignmentKey)
+
+
+def _ids(conn: Connection) -> dict[uuid.UUID, str]:
+    response = conn.call(metadata_request("diff-t", "diff-u", auto_create=False), record=False)
+    return {t.topic_id: t.name for t in response.topics}
+
+
+def heartbeat(group: str, member: str, epoch: int, *, owned: Any = (), topics: Any = None,
+              rebalance_ms: int = -1, instance: str | None = None,
+              assignor: str | None = None, ids: dict[str, uuid.UUID] | None = None) -> Any:
+    cls = request_type(68, 1)
+    partitions = None if owned is None else tuple(
+        build(sibling(cls, "TopicPartitions"), topic_id=(ids or {})[name], partitions=tuple(ps))
+        for name, ps in owned)
+    return build(cls, group_id=group, member_id=member, member_epoch=epoch, instance_id=instance,
+                 rack_id=None, rebalance_timeout=datetime.timedelta(milliseconds=rebalance_ms),
+                 subscribed_topic_names=None if topics is None else tuple(topics),
+                 subscribed_topic_regex=None, server_assignor=assignor,
+                 topic_partitions=partitions)
+
+
+class Member:
+    """One consumer-protocol member on its own connection; records what it is told with topic
+    ids replaced by names, and reports what it was last told it owns."""
+
+    def __init__(self, d: Dialog, name: str) -> None:
+        self.d = d
+        self.name = name
+        self.member_id = f"{name}-{d.group}"[:36]
+        self.conn = d.connect(name)
+        self.by_id = _ids(self.conn)
+        self.ids = {v: k for k, v in self.by_id.items()}
+        self.epoch = 0
+        self.owned: list[tuple[str, list[int]]] = []
+
+    def send(self, epoch: int | None = None, **fields: Any) -> Any:
+        epoch = self.epoch if epoch is None else epoch
+        if epoch == 0:
+            fields.setdefault("topics", [TOPIC])
+            fields.setdefault("rebalance_ms", 30_000)
+            fields.setdefault("owned", [])
+        fields.setdefault("owned", self.owned)
+        response = self.conn.call(heartbeat(self.d.group, fields.pop("member", self.member_id),
+                                            epoch, ids=self.ids, **fields), record=False)
+        assignment = None
+        if response.assignment is not None:
+            assignment = sorted((self.by_id[t.topic_id], sorted(t.partitions))
+                                for t in response.assignment.topic_partitions)
+        self.d.record(f"hb[{self.name}]", {
+            "error": int(response.error_code), "message": response.error_message,
+            "member_id": response.member_id, "epoch": int(response.member_epoch),
+            "interval": response.heartbeat_interval // datetime.timedelta(milliseconds=1),
+            "assignment": assignment})
+        if int(response.error_code) == 0 and epoch >= 0:
+            self.epoch = int(response.member_epoch)
+            if assignment is not None:
+                self.owned = assignment
+        return response
+
+    def describe(self) -> None:
+        cls = request_type(69, 1)
+        response = self.conn.call(build(cls, group_ids=(self.d.group,),
+                                        include_authorized_operations=False), record=False)
+        groups = []
+        for g in response.groups:
+            def named(a: Any) -> list[Any]:
+                return sorted((self.by_id.get(t.topic_id), t.topic_name, sorted(t.partitions))
+                              for t in a.topic_partitions)
+            groups.append({
+                "error": int(g.error_code), "state": g.group_state, "epoch": int(g.group_epoch),
+                "assignment_epoch": int(g.assignment_epoch), "assignor": g.assignor_name,
+                "members": sorted(({
+                    "member_id": m.member_id, "instance": m.instance_id,
+                    "epoch": int(m.member_epoch), "client_id": m.client_id,
+                    "host": m.client_host, "topics": sorted(m.subscribed_topic_names),
+                    "assignment": named(m.assignment), "target": named(m.target_assignment),
+                    "type": int(m.member_type)} for m in g.members),
+                    key=lambda m: m["member_id"])})
+        self.d.record(f"describe[{self.name}]", groups)
+
+
+def test_request_errors(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a = Member(d, "a")
+        a.send(0, member="")  # v1: the client must name itself
+        a.send(0, rebalance_ms=-1)
+        a.send(0, topics=[])
+        a.send(0, assignor="nope")
+        a.send(-3)
+        a.send(4)  # no such group
+        a.send(0)
+        a.send(1, member="stranger")
+
+    converse(script, ports=ports)
+
+
+def test_two_members_reconcile_revoke_before_assign_then_one_leaves(
+    converse, ports, synchronous_kafka: KafkaBroker,
+) -> None:
+    groups: list[str] = []
+
+    def script(d: Dialog) -> None:
+        groups.append(d.group)
+        a, b = Member(d, "a"), Member(d, "b")
+        a.send(0)
+        b.send(0)
+        a.send()  # told to give partitions up
+        b.send()  # nothing free yet
+        a.send()  # revoked: at the new epoch
+        b.send()  # now gets them
+        a.describe()
+        a.send(a.epoch + 5)  # fenced
+        a.send()
+        b.send(-1)
+        a.send()
+        a.describe()
+
+    transcripts = converse(script, ports=ports)
+    # kgroups reads the records Kafka wrote for the group, re-encodes them byte for byte, and
+    # replays them into the group Kafka described last.
+    written = [(key, value) for key, value in _offsets_records(synchronous_kafka)
+               if isinstance(key_of := decode_record(key, value).key, CONSUMER_GROUP_KEYS)
+               and key_of.group == groups[0]]
+    assert {decode_record(k, v).key.version for k, v in written} == {3, 5, 6, 7, 8}
+    assert all(encode_record(decode_record(k, v)) == (k, v) for k, v in written)
+    image = PartitionImage()
+    image.apply(decode_record(k, v) for k, v in written)
+    consumer = rebuild_groups(image, 0)[groups[0]].consumer
+    (described,) = transcripts["kafka"][-1][1]
+    assert consumer is not None
+    assert (consumer.group_epoch, consumer.assignment_epoch) == (
+        described["epoch"], described["assignment_epoch"])
+    assert {m: c.member_epoch for m, c in consumer.members.items()} == {
+        m["member_id"]: m["epoch"] for m in described["members"]}
+
+
+def _offsets_records(broker: KafkaBroker) -> list[tuple[bytes, bytes | None]]:
+    records = []
+    for segment in sorted((broker.data_dir / "__consumer_offsets-0").glob("*.log")):
+        for batch in iter_batches(segment.read_bytes()):
+            records += [(bytes(r.key), None if r.value is None else bytes(r.value))
+                        for r in batch.records if r.key is not None and not batch.is_control]
+    return records
+
+
+def test_static_member_leaves_for_a_while_and_comes_back(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a, b = Member(d, "a"), Member(d, "b")
+        a.send(0, instance="ia")
+        b.send(0)
+        for _ in range(2):
+            a.send(instance="ia")
+            b.send()
+        other = Member(d, "c")
+        other.send(0, instance="ia")  # the instance id is still held
+        a.send(-2, instance="ia")
+        back = Member(d, "a2")
+        back.send(0, instance="ia")
+        back.describe()
+
+    converse(script, ports=ports)
+
+
+def test_api_versions_of_the_consumer_group_apis(converse) -> None:
+    def script(d: Dialog) -> None:
+        answer = d.connect("a").call(build(request_type(18, 3), client_software_name="t",
+                                           client_software_version="1"), record=False)
+        for k in answer.api_keys:
+            if int(k.api_key) in (68, 69):
+                d.record(f"api {int(k.api_key)}", [int(k.min_version), int(k.max_version)])
+
+    converse(script)
+
+
+def test_kafka_43_batches_target_assignment_updates(converse) -> None:
+    """Known difference (docs/compatibility.md): with its defaults Kafka 4.3 computes a new
+    target assignment at most once per group.consumer.assignment.interval.ms (1 s), on a
+    background thread, so right after a second member joins the group is still Assigning;
+    kgroups computes it in that member's heartbeat (Kafka 4.0-4.2's behaviour), so the group is
+    already Reconciling towards it (and the joining member is at the new epoch, not the
+    previous assignment's)."""
+    def script(d: Dialog) -> None:
+        a, b = Member(d, "a"), Member(d, "b")
+        a.send(0)
+        b.send(0)
+        cls = request_type(69, 1)
+        response = a.conn.call(build(cls, group_ids=(d.group,),
+                                     include_authorized_operations=False), record=False)
+        (group,) = response.groups
+        d.record("state", group.group_state)
+
+    converse(script, known={"1 hb[b].epoch": (2, 3), "2 state": ("Assigning", "Reconciling")})
