@@ -1,4 +1,5 @@
-"""CreateTopics and DeleteTopics, with Kafka's per-topic errors (one broker: replication 1)."""
+"""CreateTopics, CreatePartitions and DeleteTopics, with Kafka's per-topic errors (one broker:
+replication 1)."""
 
 from __future__ import annotations
 
@@ -122,6 +123,52 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     return build(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
+def _grow_one(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """Kafka's checks for one topic of CreatePartitions: it exists, is not internal, the count
+    is an increase, and any explicit assignment names this broker once per new partition."""
+    current = ctx.broker.topics.partition_count(topic.name)
+    if current is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist."
+    if topic.name in INTERNAL_TOPICS:
+        return ErrorCode.INVALID_REQUEST, f"Cannot add partitions to internal topic {topic.name}."
+    count = int(topic.count)
+    if count == current:
+        return ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s)."
+    if count < current:
+        return (ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} "
+                f"partition(s); {count} would not be an increase.")
+    if topic.assignments is not None:
+        if len(topic.assignments) != count - current:
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {count - current} "
+                    f"additional partition(s), but only {len(topic.assignments)} assignment(s) "
+                    "were specified.")
+        node = ctx.broker.config.node_id
+        if any(tuple(int(b) for b in a.broker_ids) != (node,) for a in topic.assignments):
+            return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Each new partition must be assigned to broker {node}, the only one.")
+    if not validate_only:
+        ctx.broker.topics.add_partitions(topic.name, count)
+        log_event(logger, logging.INFO, "partitions_added", topic=topic.name, partitions=count)
+    return ErrorCode.NONE, None
+
+
+@handles(api_key=37, min_version=0, max_version=3)
+async def create_partitions(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(37, ctx.api_version)
+    result_cls = sibling(response_cls, "CreatePartitionsTopicResult")
+    names = [topic.name for topic in request.topics]
+    results = []
+    for topic in request.topics:
+        if names.count(topic.name) > 1:
+            error, message = ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+        else:
+            error, message = _grow_one(ctx, topic, request.validate_only)
+        results.append(build(result_cls, name=topic.name, error_code=kio_error(error),
+                             error_message=message))
+    return build(response_cls, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
 def install(registry: HandlerRegistry) -> None:
     registry.register(create_topics)
+    registry.register(create_partitions)
     registry.register(delete_topics)

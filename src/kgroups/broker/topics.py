@@ -106,6 +106,14 @@ class TopicCatalog:
         self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
         return ErrorCode.NONE
 
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow an existing topic to `total` partitions (the caller checked it is an increase);
+        the new partitions start empty, as in Kafka."""
+        current = self._counts[topic]
+        for partition in range(current, total):
+            self._logs.get_or_create(topic, partition)
+        self._counts = dict(sorted({**self._counts, topic: total}.items()))
+
     def _forget_config(self, topic: str) -> None:
         """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""
         self._configs.remove(topic)
