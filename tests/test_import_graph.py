@@ -1,7 +1,8 @@
 """Dependencies point down: log at the bottom, records on it, the coordinator and the
-assignors above, the broker and the pipeline on top, the command line over everything.
-Imports are read from the source (every import statement, type-checking-only and
-function-local ones included), so an upward dependency cannot hide behind a lazy import."""
+assignors above, the broker and the pipeline on top, the command line over everything; no
+module imports itself back through others. Imports are read from the source (every import
+statement, type-checking-only and function-local ones included), so neither can hide behind a
+lazy import."""
 
 from __future__ import annotations
 
@@ -62,3 +63,23 @@ def test_parts_import_only_the_parts_below_them() -> None:
         if _part(module) != _part(target) and _part(target) not in LAYERS[_part(module)]
     )
     assert upward == []
+
+
+def test_no_module_imports_itself_back() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []

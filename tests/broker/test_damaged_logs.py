@@ -226,7 +226,7 @@ def test_a_crashed_loader_fails_what_it_had_not_loaded(
 def test_a_crashed_log_cleaner_is_logged_and_recorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def clean_once(broker: Broker, now_ms: int) -> int:
+    def clean_once(logs: object, now_ms: int) -> int:
         raise ValueError("a bug in the cleaner")
 
     monkeypatch.setattr(log_cleaner, "clean_once", clean_once)

@@ -14,7 +14,40 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kgroups.broker.wire import request_type, response_type
 
 if TYPE_CHECKING:
-    from kgroups.broker.broker import Broker
+    from kgroups.broker.appends import AppendNotifier
+    from kgroups.broker.config import BrokerConfig
+    from kgroups.broker.coordinator_runtime import CoordinatorRuntime
+    from kgroups.broker.memory_budget import MemoryBudget
+    from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
+    from kgroups.broker.topics import TopicCatalog
+    from kgroups.log.config import LogConfig
+    from kgroups.log.durability import GroupCommit
+    from kgroups.log.manager import LogManager
+
+
+class HandlerServices(Protocol):
+    """What handlers (and the server) may reach of the broker; `kgroups.broker.broker.Broker`
+    is the implementation. Naming the parts here, rather than the Broker class, keeps the
+    handlers off its start/stop and background work and keeps the import graph a tree."""
+
+    config: BrokerConfig
+    log_config: LogConfig
+    registry: HandlerRegistry
+    topics: TopicCatalog
+    logs: LogManager
+    coordinator: CoordinatorRuntime
+    group_commit: GroupCommit
+    appends: AppendNotifier
+    memory: MemoryBudget
+    producer_ids: ProducerIdAllocator
+    producer_states: ProducerStateTable
+    advertised_host: str
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def advertised_port(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +59,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     client_host: str
-    broker: Broker
+    broker: HandlerServices
 
 
 class ApiHandler(Protocol):

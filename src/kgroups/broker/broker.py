@@ -6,8 +6,6 @@ can run several brokers in one process.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import socket
 
@@ -21,14 +19,14 @@ from kgroups.broker import (
     topic_handlers,
 )
 from kgroups.broker.api import HandlerRegistry
+from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks
-from kgroups.broker.cluster_handlers import ProducerIdAllocator
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.memory_budget import MemoryBudget
-from kgroups.broker.producer_state import ProducerStateTable
+from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.config import LogConfig
@@ -46,24 +44,6 @@ def install_handlers(registry: HandlerRegistry) -> None:
     fetch_handler.install(registry)
     list_offsets_handler.install(registry)
     group_handlers.install(registry)
-
-
-class AppendNotifier:
-    """Wakes Fetch long polls when any partition grows, instead of having them poll the disk."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait(self, timeout: float) -> None:
-        """Until the next append anywhere, or `timeout` seconds."""
-        event = self._event
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await event.wait()
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -97,7 +77,8 @@ class Broker:
         install_handlers(self.registry)
         self._server = BrokerServer(self)
         self.background = BackgroundTasks()
-        self.coordinator = CoordinatorRuntime(self)
+        self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
+                                              self.group_commit)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
@@ -126,7 +107,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
         self.background.spawn(
-            "log-cleaner", run_cleaner(self, self.config.log_retention_check_interval_ms))
+            "log-cleaner", run_cleaner(self.logs, self.config.log_retention_check_interval_ms))
         self.background.spawn("log-flusher", flush_on_schedule(
             self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
         self.host, self.port = await self._server.start(self.config.host, self.config.port)

@@ -47,7 +47,11 @@ from kgroups.log.segment import Segment, SegmentCorruptError
 from kgroups.records.codec import encode_record
 
 if TYPE_CHECKING:
-    from kgroups.broker.broker import Broker
+    from kgroups.broker.appends import AppendNotifier
+    from kgroups.broker.config import BrokerConfig
+    from kgroups.broker.topics import TopicCatalog
+    from kgroups.log.durability import GroupCommit
+    from kgroups.log.manager import LogManager
 
 logger = logging.getLogger("kgroups.coordinator")
 
@@ -66,10 +70,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def coordinator_config(broker: Broker) -> GroupCoordinatorConfig:
+def coordinator_config(config: BrokerConfig) -> GroupCoordinatorConfig:
     """The coordinator's settings from the broker's group.* / offsets.* properties."""
-    properties = broker.config.with_prefixes("group.", "offsets.")
-    properties["offsets.topic.num.partitions"] = str(broker.config.offsets_topic_num_partitions)
+    properties = config.with_prefixes("group.", "offsets.")
+    properties["offsets.topic.num.partitions"] = str(config.offsets_topic_num_partitions)
     return GroupCoordinatorConfig.from_properties(properties)
 
 
@@ -102,11 +106,17 @@ def _locate(segments: list[Segment], exc: BatchCorruptError) -> SegmentCorruptEr
 
 
 class CoordinatorRuntime:
-    """The group coordinator's shell: owned by the Broker as `broker.coordinator`."""
+    """The group coordinator's shell: owned by the Broker as `broker.coordinator`; it reaches
+    the topics and logs (for __consumer_offsets), the append notifier (Fetch of
+    __consumer_offsets) and the group commit, nothing else of the broker."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.config = coordinator_config(broker)
+    def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
+                 appends: AppendNotifier, group_commit: GroupCommit) -> None:
+        self._topics = topics
+        self._logs = logs
+        self._appends = appends
+        self._group_commit = group_commit
+        self.config = coordinator_config(config)
         self.core = GroupCoordinator(self.config)
         self._request_ids = itertools.count(1)
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
@@ -116,7 +126,7 @@ class CoordinatorRuntime:
         self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
         self._loaded = asyncio.Event()
         self._cleaner_backoff_ms = int(
-            broker.config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
+            config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -124,9 +134,9 @@ class CoordinatorRuntime:
     async def start(self) -> None:
         """Create __consumer_offsets if needed and replay it in the background."""
         partitions = self.config.offsets_topic_num_partitions
-        existing = self._broker.topics.partition_count(OFFSETS_TOPIC)
+        existing = self._topics.partition_count(OFFSETS_TOPIC)
         if existing is None:
-            self._broker.topics.create(OFFSETS_TOPIC, partitions)
+            self._topics.create(OFFSETS_TOPIC, partitions)
         elif existing != partitions:
             raise RuntimeError(
                 f"{OFFSETS_TOPIC} has {existing} partitions on disk but "
@@ -162,7 +172,7 @@ class CoordinatorRuntime:
         total = 0
         for partition in range(partitions):
             try:
-                log = self._broker.logs.get_or_create(OFFSETS_TOPIC, partition)
+                log = self._logs.get_or_create(OFFSETS_TOPIC, partition)
                 image, count, skipped = await asyncio.to_thread(read_partition_image, log)
             except (BatchCorruptError, OSError) as exc:
                 self._fail_partition(partition, exc)
@@ -204,7 +214,7 @@ class CoordinatorRuntime:
                 if partition in self.failed_partitions:
                     continue
                 try:
-                    log = self._broker.logs.get(OFFSETS_TOPIC, partition)
+                    log = self._logs.get(OFFSETS_TOPIC, partition)
                     if log is None or len(log.segments()) < 2:
                         continue
                     result = compact(log, wall_clock_ms())
@@ -280,7 +290,7 @@ class CoordinatorRuntime:
         """Append now (so writes keep the order the core emitted them); the write completes
         when the log's flush policy lets it be acknowledged (after an fsync in the background
         where flush.messages asks for one)."""
-        log = self._broker.logs.get(OFFSETS_TOPIC, write.offsets_partition)
+        log = self._logs.get(OFFSETS_TOPIC, write.offsets_partition)
         now = wall_clock_ms()
         try:
             if log is None:
@@ -294,7 +304,7 @@ class CoordinatorRuntime:
                 self._complete, write.write_id, ErrorCode.KAFKA_STORAGE_ERROR
             )
             return
-        self._broker.appends.notify()
+        self._appends.notify()
         if not log.flush_due:  # acknowledged once in the log file (Kafka's default)
             asyncio.get_running_loop().call_soon(self._complete, write.write_id, None)
             return
@@ -303,7 +313,7 @@ class CoordinatorRuntime:
     async def _await_flush(self, write_id: int, log: PartitionLog) -> None:
         error: ErrorCode | None = None
         try:
-            await self._broker.group_commit.settle(log)
+            await self._group_commit.settle(log)
         except Exception as exc:
             # Whatever failed, the write is answered (never left pending); only a disk error is
             # expected, anything else gets its traceback.

@@ -11,34 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.log.compaction import compact
-
-if TYPE_CHECKING:
-    from kgroups.broker.broker import Broker
+from kgroups.log.manager import LogManager
 
 logger = logging.getLogger("kgroups.cleaner")
 
 
-def clean_once(broker: Broker, now_ms: int) -> int:
+def clean_once(logs: LogManager, now_ms: int) -> int:
     """One pass over every topic partition; returns how many segments retention deleted."""
     deleted_total = 0
-    for topic, partition in broker.logs.partitions():
+    for topic, partition in logs.partitions():
         if topic == OFFSETS_TOPIC:
             continue
         try:
-            deleted_total += _clean_partition(broker, topic, partition, now_ms)
+            deleted_total += _clean_partition(logs, topic, partition, now_ms)
         except OSError as exc:  # a full disk or an offline partition: the others still get cleaned
             log_event(logger, logging.ERROR, "log_cleaning_failed", topic=topic,
                       partition=partition, error=exc)
     return deleted_total
 
 
-def _clean_partition(broker: Broker, topic: str, partition: int, now_ms: int) -> int:
-    log = broker.logs.get(topic, partition)
+def _clean_partition(logs: LogManager, topic: str, partition: int, now_ms: int) -> int:
+    log = logs.get(topic, partition)
     if log is None:
         return 0
     if log.config.compacted:
@@ -56,9 +53,9 @@ def _clean_partition(broker: Broker, topic: str, partition: int, now_ms: int) ->
     return deleted
 
 
-async def run_cleaner(broker: Broker, interval_ms: int) -> None:
+async def run_cleaner(logs: LogManager, interval_ms: int) -> None:
     """Forever: wait an interval, clean, repeat (cancelled when the broker stops). Disk errors
     are logged per partition; anything else ends the task, which the broker logs and records."""
     while True:
         await asyncio.sleep(interval_ms / 1000)
-        clean_once(broker, int(time.time() * 1000))
+        clean_once(logs, int(time.time() * 1000))

@@ -12,6 +12,8 @@ than that tail is treated as new.
 
 from __future__ import annotations
 
+import itertools
+import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
@@ -125,3 +127,14 @@ class ProducerStateTable:
         if entry is None or batch.producer_epoch > entry.epoch:
             entry = producers[batch.producer_id] = _ProducerEntry(batch.producer_epoch)
         entry.batches.append((batch.first_sequence, batch.last_sequence, base_offset))
+
+
+class ProducerIdAllocator:
+    """Hands out producer ids that stay unique across restarts without a stored counter: the
+    sequence starts from the wall clock in milliseconds, which only moves forward between runs."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(int(time.time() * 1000))
+
+    def next_id(self) -> int:
+        return next(self._ids)

@@ -40,7 +40,7 @@ from kgroups.broker.wire import (
 from kgroups.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from kgroups.broker.broker import Broker
+    from kgroups.broker.api import HandlerServices
 
 logger = logging.getLogger("kgroups.server")
 
@@ -69,7 +69,8 @@ class Connection:
     between them: on a busy connection that saves several event-loop turns per request."""
 
     def __init__(
-        self, broker: Broker, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, broker: HandlerServices, reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter
     ) -> None:
         self._broker = broker
         self._reader = reader
@@ -399,7 +400,7 @@ class BrokerServer:
     max.connections and max.connections.per.ip (Kafka's names; unlimited by default) cap how
     many a host, or everyone, may hold, so many idle sockets cannot exhaust the broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerServices) -> None:
         self._broker = broker
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
