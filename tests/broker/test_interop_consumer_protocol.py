@@ -1,9 +1,13 @@
-"""librdkafka (confluent-kafka) with group.protocol=consumer (KIP-848) against `kgroups serve`:
-a group of three forms through ConsumerGroupHeartbeat, consumes every record exactly once with
-synchronous commits, and a member that leaves hands its partitions to the others; the group
-then reads as a consumer group through ConsumerGroupDescribe and ListGroups."""
+"""Clients with group.protocol=consumer (KIP-848) against `kgroups serve`: librdkafka
+(confluent-kafka) members form a group of three through ConsumerGroupHeartbeat, consume every
+record exactly once with synchronous commits, and a member that leaves hands its partitions to
+the others; the group then reads as a consumer group through ConsumerGroupDescribe and
+ListGroups. Java (kafka-clients 4.3.1) and librdkafka members share one group, and a Java
+member killed with SIGKILL loses its partitions to the others when its session ends."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -11,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from group_interop_helpers import create_topic, produce, wait_until
 
 from conftest import ServerProcess
+from java_harness import JavaConsumer
 
 pytestmark = pytest.mark.interop
 
@@ -62,7 +67,7 @@ class Member:
             self.received.extend(batch)
 
 
-def _cover_once(members: list[Member]) -> bool:
+def _cover_once(members: list[Member] | list[JavaMember | Member]) -> bool:
     owned = [p for member in members for p in member.owned]
     return sorted(owned) == list(range(PARTITIONS))
 
@@ -119,3 +124,74 @@ def test_consumer_protocol_group_forms_consumes_once_and_takes_over(
     for member in members:
         assert not [e for e in member.errors if "FATAL" in e.upper()], member.errors
         member.consumer.close()
+
+
+class JavaMember:
+    """A kafka-clients 4.3.1 member with group.protocol=consumer (its own JVM): incremental
+    assign/revoke callbacks, commitSync after every batch."""
+
+    def __init__(self, logs: Path, bootstrap: str, name: str) -> None:
+        self.name = name
+        self.owned: set[int] = set()
+        self.received: list[bytes] = []
+        self.errors: list[str] = []
+        self.consumer = JavaConsumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
+                                      "group.protocol": "consumer", "client.id": name},
+                                     logs / f"java-{name}.log")
+        self.consumer.subscribe(TOPIC)
+
+    def pump(self) -> None:
+        answer = self.consumer.poll(50)
+        for kind, partitions in answer["events"]:
+            changed = {partition for _, partition in partitions}
+            self.owned = self.owned | changed if kind == "assigned" else self.owned - changed
+        if "error" in answer:
+            self.errors.append(answer["error"])
+        values = [value.encode() for _, _, _, value in answer["records"]]
+        if values:
+            committed = self.consumer.commit()
+            assert committed.get("ok"), (self.name, committed)
+            self.received.extend(values)
+
+
+@pytest.mark.kafka
+def test_java_and_librdkafka_members_share_a_group_and_survive_a_sigkill(
+    start_kgroups_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    server: ServerProcess = start_kgroups_server(*OVERRIDES)
+    bootstrap = server.bootstrap
+    create_topic(bootstrap, TOPIC, PARTITIONS)
+    java = [JavaMember(tmp_path, bootstrap, f"java-{i}") for i in range(2)]
+    native = Member(bootstrap, "librdkafka-0")
+    members: list[JavaMember | Member] = [*java, native]
+    try:
+        def pump() -> None:
+            for member in members:
+                member.pump()
+
+        wait_until(lambda: _cover_once(members) and all(len(m.owned) == 2 for m in members),
+                   "two Java and one librdkafka member with two partitions each", pump=pump)
+        first = [f"first-{i}".encode() for i in range(300)]
+        produce(bootstrap, TOPIC, first, PARTITIONS)
+        wait_until(lambda: sum(len(m.received) for m in members) >= len(first), "300 records",
+                   pump=pump)
+
+        victim = java[0]
+        victim.consumer.kill()  # no leave heartbeat: the session (6 s) must run out
+        members = [java[1], native]
+        wait_until(lambda: _cover_once(members), "the survivors owning every partition",
+                   pump=pump)
+        second = [f"second-{i}".encode() for i in range(300)]
+        produce(bootstrap, TOPIC, second, PARTITIONS)
+        wait_until(lambda: sum(len(m.received) for m in [*members, victim])
+                   >= len(first) + len(second), "600 records", pump=pump)
+        for _ in range(5):
+            pump()
+        everything = sorted(v for m in [*members, victim] for v in m.received)
+        assert everything == sorted(first + second)
+        assert "member_removed" in server.log_text() and "session_timeout" in server.log_text()
+        assert not java[1].errors and not native.errors
+    finally:
+        for member in java:
+            member.consumer.kill()
+        native.consumer.close()

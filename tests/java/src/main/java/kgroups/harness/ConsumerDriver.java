@@ -21,8 +21,8 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
- * A classic-protocol Java KafkaConsumer that a test drives one command per stdin line, each
- * answered by one JSON line on stdout (logs go to stderr):
+ * A Java KafkaConsumer (classic protocol unless told otherwise) that a test drives one command
+ * per stdin line, each answered by one JSON line on stdout (logs go to stderr):
  *
  *   subscribe t1,t2   -> {"ok": true}
  *   poll MS           -> {"records": [[topic, partition, offset, value]...],
@@ -33,7 +33,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  *
  * A command that throws answers {"error": "Class: message"} and the driver carries on, so a
  * test sees e.g. a CommitFailedException the way an application would. Arguments are consumer
- * properties as key=value; group.protocol is always classic.
+ * properties as key=value; group.protocol is classic unless one of them sets it.
  */
 public final class ConsumerDriver {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -58,7 +58,7 @@ public final class ConsumerDriver {
             }
             properties.put(arg.substring(0, equals), arg.substring(equals + 1));
         }
-        properties.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        properties.putIfAbsent(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
         ConsumerDriver driver = new ConsumerDriver(properties);
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
