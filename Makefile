@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 9092
 DATA_DIR ?= ./kgroups-data
+# More `kgroups serve` options, e.g. SERVE_ARGS="--override group.initial.rebalance.delay.ms=0".
+SERVE_ARGS ?=
 PYTEST_ARGS ?=
 # The Apache Kafka kgroups is checked against (tests/kafka-dist/pom.xml pins the same version).
 KAFKA_VERSION := 4.3.1
@@ -70,7 +72,7 @@ java-harness: system-deps
 	fi
 
 serve: install
-	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(SERVE_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests bench
