@@ -360,21 +360,39 @@ def _int64_of(tags: dict[int, bytes], what: str) -> int:
 # ---------------------------------------------------------------------------------------- JSON
 
 
-def _partitions_json(topics: TopicPartitionList, to_text: Callable[[uuid.UUID], str]) -> list[
-    dict[str, Any]
-]:
-    return [{"topicId": to_text(t), "partitions": list(p)} for t, p in topics]
+def _partitions_json(
+    topics: TopicPartitionList, to_text: Callable[[uuid.UUID], str],
+    epochs: tuple[tuple[int, ...] | None, ...] = (),
+) -> list[dict[str, Any]]:
+    """Each entry's `assignmentEpochs` (its tag 0) is shown only when the entry has them, as
+    DumpLogSegments omits a tagged field left at its default."""
+    entries = []
+    for index, (topic_id, partitions) in enumerate(topics):
+        entry: dict[str, Any] = {"topicId": to_text(topic_id), "partitions": list(partitions)}
+        topic_epochs = epochs[index] if index < len(epochs) else None
+        if topic_epochs is not None:
+            entry["assignmentEpochs"] = list(topic_epochs)
+        entries.append(entry)
+    return entries
+
+
+def _tagged_int64(data: dict[str, Any], name: str, number: int) -> dict[str, Any]:
+    """An int64 tagged field is printed only when it is not its default 0 (as Kafka does)."""
+    if number != 0:
+        data[name] = number
+    return data
 
 
 def consumer_group_value_json(
     value: ConsumerGroupValue, to_text: Callable[[uuid.UUID], str]
 ) -> dict[str, Any]:
-    """Kafka's field names, as DumpLogSegments prints them."""
+    """Kafka's field names and shape, as DumpLogSegments prints them (checked against it by
+    tests/tools/test_log_files.py)."""
     if isinstance(value, ConsumerGroupMetadataValue):
-        return {"epoch": value.epoch, "metadataHash": value.metadata_hash}
+        return _tagged_int64({"epoch": value.epoch}, "metadataHash", value.metadata_hash)
     if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
-        return {"assignmentEpoch": value.assignment_epoch,
-                "assignmentTimestamp": value.assignment_timestamp}
+        return _tagged_int64({"assignmentEpoch": value.assignment_epoch},
+                             "assignmentTimestamp", value.assignment_timestamp)
     if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         return {"topicPartitions": _partitions_json(value.topic_partitions, to_text)}
     if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
@@ -382,9 +400,10 @@ def consumer_group_value_json(
             "memberEpoch": value.member_epoch,
             "previousMemberEpoch": value.previous_member_epoch,
             "state": value.state,
-            "assignedPartitions": _partitions_json(value.assigned_partitions, to_text),
+            "assignedPartitions": _partitions_json(value.assigned_partitions, to_text,
+                                                   value.assigned_epochs),
             "partitionsPendingRevocation": _partitions_json(
-                value.partitions_pending_revocation, to_text),
+                value.partitions_pending_revocation, to_text, value.pending_epochs),
         }
     return {
         "instanceId": value.instance_id,
@@ -395,7 +414,21 @@ def consumer_group_value_json(
         "subscribedTopicRegex": value.subscribed_topic_regex,
         "rebalanceTimeoutMs": value.rebalance_timeout_ms,
         "serverAssignor": value.server_assignor,
+        "classicMemberMetadata": _classic_member_metadata_json(value.classic_member_metadata),
     }
+
+
+# What Kafka 4.3.1 writes in tag 0 for a member that never was a classic one (seen in its logs);
+# DumpLogSegments prints that as null, as it prints an absent one.
+_NO_CLASSIC_METADATA = b"\x00"
+
+
+def _classic_member_metadata_json(raw: bytes | None) -> str | None:
+    """null as DumpLogSegments prints it for a member without classic metadata; otherwise the
+    raw bytes kgroups keeps, as hex (kgroups does not interpret a migrated member's)."""
+    if raw is None or raw == _NO_CLASSIC_METADATA:
+        return None
+    return raw.hex()
 
 
 def consumer_group_key_json(key: ConsumerGroupKey) -> dict[str, Any]:
