@@ -5,7 +5,6 @@ transcripts differ exactly by `known` (empty unless docs/compatibility.md lists 
 from __future__ import annotations
 
 import pprint
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -13,37 +12,17 @@ from typing import Any
 
 import pytest
 from diff_dialog import Script, differences, normalise, render, run_both
-from tests.broker.broker_wire_helpers import create_topic, metadata_request
 
-from kgroups.broker.wire_client import KafkaWireClient
-
-# Topics every conversation may commit offsets for (each conversation has its own groups).
-TOPICS = {"diff-t": 3, "diff-u": 2}
+from diff_setup import TOPICS, create_topics
 
 Known = dict[str, tuple[Any, Any]]
 Converse = Callable[..., dict[str, list[tuple[str, Any]]]]
 
 
-def _create_topics(bootstrap: str) -> None:
-    host, port = bootstrap.rsplit(":", 1)
-    with KafkaWireClient(host, int(port), client_id="differential-setup") as client:
-        for name, partitions in TOPICS.items():
-            create_topic(client, name, partitions)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            response = client.call(metadata_request(*TOPICS, auto_create=False))
-            if all(int(t.error_code) == 0 and len(t.partitions) == TOPICS[t.name]
-                   and all(int(p.leader_id) >= 0 for p in t.partitions)
-                   for t in response.topics):
-                return
-            time.sleep(0.05)
-    raise AssertionError(f"topics never got leaders on {bootstrap}")
-
-
 @pytest.fixture(scope="session")
 def differential_ports(kafka_broker: Any, kgroups_broker: Any) -> dict[str, int]:
     for broker in (kafka_broker, kgroups_broker):
-        _create_topics(broker.bootstrap)
+        create_topics(broker.bootstrap)
     return {"kafka": kafka_broker.port, "kgroups": kgroups_broker.port}
 
 

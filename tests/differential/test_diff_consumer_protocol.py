@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from diff_dialog import Connection, Dialog
+from diff_setup import create_topics as _create_topics
 from tests.broker.broker_wire_helpers import metadata_request
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
-from conftest import _create_topics
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
 from kgroups.log.batch import iter_batches

@@ -13,9 +13,9 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import new_member, send_join, wait_members
 from diff_requests import describe, join
+from diff_setup import create_topics
 from tests.broker.conftest import ServerProcess
 
-from conftest import _create_topics
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 pytestmark = pytest.mark.kafka
@@ -34,7 +34,7 @@ def limited_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda broker: broker.start(), brokers))
         for broker in brokers:
-            _create_topics(broker.bootstrap)
+            create_topics(broker.bootstrap)
         yield {"kafka": kafka.port, "kgroups": kgroups.port}
     finally:
         kafka.close()
