@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from diff_dialog import Script, differences, normalise, render, run_both
-
 from diff_setup import TOPICS, create_topics
 
 Known = dict[str, tuple[Any, Any]]
