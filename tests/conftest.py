@@ -5,6 +5,7 @@ Hypothesis runs without its per-example deadline: CI has two cores shared with t
 JVMs a run starts, so an example's wall time says nothing about the code under test."""
 
 from hypothesis import settings
+
 from kafka_harness import any_broker, kafka_broker, kgroups_broker
 
 settings.register_profile("kgroups", deadline=None)
