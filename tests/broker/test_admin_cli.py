@@ -68,9 +68,9 @@ def test_list_and_describe_show_state_offsets_and_lag(broker: InProcessBroker, c
     assert code == 0
     assert out.splitlines() == ["reader"]
 
-    code, out, _ = _run(broker, capsys, "describe", "reader")
+    code, out, err = _run(broker, capsys, "describe", "reader")
     assert code == 0
-    assert "Consumer group 'reader' has no active members." in out
+    assert err == "Consumer group 'reader' has no active members.\n"
     # group, topic, partition, committed, log end, lag, and no consumer
     assert _rows(out, "reader ") == [
         ["reader", "events", "0", "6", "10", "4", "-", "-", "-"],

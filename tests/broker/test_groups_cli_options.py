@@ -125,23 +125,24 @@ def test_list_refuses_unknown_states_and_types_as_kafka(broker, capsys) -> None:
 # ------------------------------------------------------------------------------ --describe
 
 def test_describe_several_groups_all_groups_and_a_missing_one(broker, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, out, _ = _run(broker, capsys, "--describe", "--group", "reader", "--group", "second")
+    code, out, err = _run(broker, capsys, "--describe", "--group", "reader", "--group", "second")
     assert code == 0
+    assert err.splitlines() == ["Consumer group 'reader' has no active members.",
+                                "Consumer group 'second' has no active members."]
     assert [row[:2] for row in _rows(out, "reader") + _rows(out, "second")] == [
         ["reader", "events"], ["reader", "events"], ["reader", "other"], ["second", "events"]]
-    assert out.count("has no active members.") == 2
     assert _run(broker, capsys, "--describe", "--all-groups")[1] == out
     assert _run(broker, capsys, "describe", "reader", "second")[1] == out  # older form
 
     code, out, err = _run(broker, capsys, "--describe", "--group", "nosuch", "--group", "second")
     assert code == 1
     assert _rows(out, "second") == [["second", "events", "0", "1", "10", "9", "-", "-", "-"]]
-    assert err == "Error: Consumer group 'nosuch' does not exist.\n"
+    assert err.splitlines()[-1] == "Error: Consumer group 'nosuch' does not exist."
 
 
 def test_describe_offsets_verbose_adds_leader_epochs(broker, capsys) -> None:  # type: ignore[no-untyped-def]
     _, out, _ = _run(broker, capsys, "--describe", "--group", "reader", "--offsets", "--verbose")
-    assert "LEADER-EPOCH" in out.splitlines()[3]
+    assert "LEADER-EPOCH" in out.splitlines()[1]
     assert _rows(out, "reader")[0] == ["reader", "events", "0", "-", "6", "10", "4", "-", "-",
                                        "-"]
 

@@ -121,9 +121,8 @@ def _assignment_text(partitions: tuple[tuple[str, int], ...]) -> str:
 
 def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> None:
     print()
-    if not d.members:
-        print(f"Consumer group '{d.group_id}' has no active members.")
-        print()
+    if not d.members:  # on stderr, as Kafka's tool prints it: the table stays parseable
+        print(f"Consumer group '{d.group_id}' has no active members.", file=sys.stderr)
     if args.state is not None:
         host, port, node = d.coordinator
         headers = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
