@@ -73,7 +73,7 @@ def _startup_failure(config: BrokerConfig, exc: OSError) -> StartupError:
     if exc.errno == errno.EADDRINUSE:
         return StartupError(f"cannot listen on {config.host}:{config.port}: address already "
                             "in use (another broker?)")
-    if exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
+    if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
         return StartupError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}")
     where = f" ({exc.filename})" if exc.filename else ""
     return StartupError(f"cannot start: {exc.strerror or exc}{where}")
