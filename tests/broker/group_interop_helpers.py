@@ -79,7 +79,10 @@ def stable_with(bootstrap: str, group_id: str, members: int) -> Callable[[], boo
     own partitions (an assignment has been delivered)."""
 
     def check() -> bool:
-        description = describe(bootstrap, group_id)
+        try:
+            description = describe(bootstrap, group_id)
+        except admin.GroupNotFoundError:  # no member has joined yet
+            return False
         return (
             description.state == "Stable"
             and len(description.members) == members

