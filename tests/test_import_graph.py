@@ -44,11 +44,7 @@ def _graph() -> dict[str, set[str]]:
     modules = {_module_name(path): path for path in (SRC / "kgroups").rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        targets = set()
-        for imported in _imports(path):
-            # `from kgroups.x import y` may name a module y or an attribute of kgroups.x.
-            targets.add(imported)
-        graph[name] = {t for t in targets if t in modules and t != name}
+        graph[name] = {t for t in _imports(path) if t in modules and t != name}
     return graph
 
 

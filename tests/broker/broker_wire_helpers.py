@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
+from typing import Any
 
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.fetch.v12 import request as fetch
@@ -12,8 +13,25 @@ from kio.schema.list_offsets.v6 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
 
-from kgroups.broker.wire import decode_response, encode_request, response_type
+from kgroups.broker.wire import (
+    build,
+    decode_response,
+    encode_request,
+    request_type,
+    response_type,
+    sibling,
+)
 from kgroups.broker.wire_client import KafkaWireClient
+
+
+def request_of(api_key: int, version: int, **fields: Any) -> Any:
+    """The kio request of that API version, with the fields the version has."""
+    return build(request_type(api_key, version), **fields)
+
+
+def nested_of(api_key: int, version: int, class_name: str, **fields: Any) -> Any:
+    """A struct inside that API version's request (e.g. "OffsetCommitRequestTopic")."""
+    return build(sibling(request_type(api_key, version), class_name), **fields)
 
 
 def connect(port: int) -> KafkaWireClient:

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
+from broker_wire_helpers import nested_of, request_of
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial._introspect import (
     EntityField,
@@ -155,11 +156,11 @@ class HealthyMember:
     def _join(self) -> tuple[str, int]:
         member_id = ""
         for _ in range(60):  # MEMBER_ID_REQUIRED, then COORDINATOR_LOAD_IN_PROGRESS retries
-            join = self._client.call(_request(
+            join = self._client.call(request_of(
                 11, 9, group_id=self.group, session_timeout=datetime.timedelta(seconds=30),
                 rebalance_timeout=datetime.timedelta(seconds=30), member_id=member_id,
                 group_instance_id=None, protocol_type="consumer", reason=None,
-                protocols=(_nested(11, 9, "JoinGroupRequestProtocol", name="range",
+                protocols=(nested_of(11, 9, "JoinGroupRequestProtocol", name="range",
                                    metadata=b""),)))
             if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
                 member_id = join.member_id
@@ -169,10 +170,10 @@ class HealthyMember:
                 time.sleep(0.5)
         else:
             raise RuntimeError(f"healthy member could not join: {join.error_code}")
-        sync = self._client.call(_request(
+        sync = self._client.call(request_of(
             14, 5, group_id=self.group, generation_id=join.generation_id,
             member_id=join.member_id, group_instance_id=None, protocol_type="consumer",
-            protocol_name="range", assignments=(_nested(
+            protocol_name="range", assignments=(nested_of(
                 14, 5, "SyncGroupRequestAssignment", member_id=join.member_id,
                 assignment=b""),)))
         if sync.error_code != ErrorCode.NONE:
@@ -182,23 +183,23 @@ class HealthyMember:
     def one_round(self) -> None:
         """Heartbeat, commit offset = round number, read it back."""
         self.rounds += 1
-        beat = self._client.call(_request(
+        beat = self._client.call(request_of(
             12, 4, group_id=self.group, generation_id=self._generation,
             member_id=self._member_id, group_instance_id=None))
         if beat.error_code != ErrorCode.NONE:
             self.problems.append(f"heartbeat {beat.error_code}")
-        commit = self._client.call(_request(
+        commit = self._client.call(request_of(
             8, 9, group_id=self.group, generation_id_or_member_epoch=self._generation,
-            member_id=self._member_id, group_instance_id=None, topics=(_nested(
-                8, 9, "OffsetCommitRequestTopic", name=self.TOPIC, partitions=(_nested(
+            member_id=self._member_id, group_instance_id=None, topics=(nested_of(
+                8, 9, "OffsetCommitRequestTopic", name=self.TOPIC, partitions=(nested_of(
                     8, 9, "OffsetCommitRequestPartition", partition_index=0,
                     committed_offset=self.rounds, committed_leader_epoch=-1,
                     committed_metadata=None),)),)))
         code = commit.topics[0].partitions[0].error_code
         if code != ErrorCode.NONE:
             self.problems.append(f"commit {code}")
-        fetched = self._client.call(_request(
-            9, 9, require_stable=False, groups=(_nested(
+        fetched = self._client.call(request_of(
+            9, 9, require_stable=False, groups=(nested_of(
                 9, 9, "OffsetFetchRequestGroup", group_id=self.group, member_id=None,
                 member_epoch=-1, topics=None),)))
         offsets = [p.committed_offset for t in fetched.groups[0].topics for p in t.partitions]
@@ -207,14 +208,6 @@ class HealthyMember:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _request(api_key: int, version: int, **values: Any) -> Any:
-    return build(request_type(api_key, version), **values)
-
-
-def _nested(api_key: int, version: int, class_name: str, **values: Any) -> Any:
-    return build(sibling(request_type(api_key, version), class_name), **values)
 
 
 def send_alone(port: int, frame: bytes, wait_s: float = 0.5) -> str:

@@ -9,10 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect, create_topic, fetch_request
+from broker_wire_helpers import connect, create_topic, fetch_request, nested_of, request_of
 
 from conftest import InProcessBroker
-from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
@@ -35,21 +34,13 @@ def _ready(make_inprocess_broker: Any, *overrides: str) -> InProcessBroker:
     return broker
 
 
-def _request(api_key: int, version: int, **fields: Any) -> Any:
-    return build(request_type(api_key, version), **fields)
-
-
-def _nested(api_key: int, version: int, class_name: str, **fields: Any) -> Any:
-    return build(sibling(request_type(api_key, version), class_name), **fields)
-
-
 def _join(client: KafkaWireClient, version: int, group: str, member_id: str = "",
           session_ms: int = 10_000, instance_id: str | None = None) -> Any:
-    return client.call(_request(
+    return client.call(request_of(
         JOIN, version, group_id=group, session_timeout=datetime.timedelta(milliseconds=session_ms),
         rebalance_timeout=datetime.timedelta(milliseconds=session_ms), member_id=member_id,
         group_instance_id=instance_id, protocol_type="consumer", reason=None,
-        protocols=(_nested(JOIN, version, "JoinGroupRequestProtocol", name="range",
+        protocols=(nested_of(JOIN, version, "JoinGroupRequestProtocol", name="range",
                            metadata=b"subscription"),),
     ))
 
@@ -65,13 +56,13 @@ def _join_until_member(client: KafkaWireClient, version: int, group: str, **kwar
 
 def _commit(client: KafkaWireClient, version: int, group: str, generation: int, member: str,
             offsets: dict[int, int]) -> dict[int, int]:
-    request = _request(
+    request = request_of(
         COMMIT, version, group_id=group, generation_id_or_member_epoch=generation,
         member_id=member, group_instance_id=None,
         retention_time=datetime.timedelta(milliseconds=-1),  # v2-v4: the broker's default
-        topics=(_nested(COMMIT, version, "OffsetCommitRequestTopic", name="events",
+        topics=(nested_of(COMMIT, version, "OffsetCommitRequestTopic", name="events",
                         partitions=tuple(
-                            _nested(COMMIT, version, "OffsetCommitRequestPartition",
+                            nested_of(COMMIT, version, "OffsetCommitRequestPartition",
                                     partition_index=p, committed_offset=o,
                                     committed_leader_epoch=-1, committed_metadata="m")
                             for p, o in offsets.items())),),
@@ -82,16 +73,16 @@ def _commit(client: KafkaWireClient, version: int, group: str, generation: int, 
 
 def _fetch(client: KafkaWireClient, version: int, group: str) -> dict[int, int]:
     if version >= 8:
-        request = _request(FETCH, version, require_stable=False, groups=(_nested(
+        request = request_of(FETCH, version, require_stable=False, groups=(nested_of(
             FETCH, version, "OffsetFetchRequestGroup", group_id=group, member_id=None,
             member_epoch=-1, topics=None),))
         (fetched,) = client.call(request).groups
         assert fetched.error_code == ErrorCode.NONE
         topics = fetched.topics
     else:
-        topics_arg = None if version >= 2 else (_nested(
+        topics_arg = None if version >= 2 else (nested_of(
             FETCH, version, "OffsetFetchRequestTopic", name="events", partition_indexes=(0, 1)),)
-        topics = client.call(_request(FETCH, version, group_id=group, topics=topics_arg,
+        topics = client.call(request_of(FETCH, version, group_id=group, topics=topics_arg,
                                       require_stable=False)).topics
     return {int(p.partition_index): int(p.committed_offset)
             for topic in topics for p in topic.partitions}
@@ -122,17 +113,17 @@ def test_member_lifecycle_in_each_version(
         assert [m.metadata for m in joined.members] == [b"subscription"]
         member = joined.member_id
 
-        sync = client.call(_request(
+        sync = client.call(request_of(
             SYNC, sync_v, group_id="life", generation_id=1, member_id=member,
             group_instance_id=None, protocol_type="consumer", protocol_name="range",
-            assignments=(_nested(SYNC, sync_v, "SyncGroupRequestAssignment", member_id=member,
+            assignments=(nested_of(SYNC, sync_v, "SyncGroupRequestAssignment", member_id=member,
                                  assignment=b"all-of-it"),)))
         assert (sync.error_code, sync.assignment) == (ErrorCode.NONE, b"all-of-it")
 
-        heartbeat = client.call(_request(HEARTBEAT, hb_v, group_id="life", generation_id=1,
+        heartbeat = client.call(request_of(HEARTBEAT, hb_v, group_id="life", generation_id=1,
                                          member_id=member, group_instance_id=None))
         assert heartbeat.error_code == ErrorCode.NONE
-        stale = client.call(_request(HEARTBEAT, hb_v, group_id="life", generation_id=7,
+        stale = client.call(request_of(HEARTBEAT, hb_v, group_id="life", generation_id=7,
                                      member_id=member, group_instance_id=None))
         assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
 
@@ -140,16 +131,16 @@ def test_member_lifecycle_in_each_version(
         assert _fetch(client, fetch_v, "life") == {0: 42, 1: 7}
 
         if leave_v < 3:
-            left = client.call(_request(LEAVE, leave_v, group_id="life", member_id=member))
+            left = client.call(request_of(LEAVE, leave_v, group_id="life", member_id=member))
             assert left.error_code == ErrorCode.NONE
         else:
-            left = client.call(_request(LEAVE, leave_v, group_id="life", members=(_nested(
+            left = client.call(request_of(LEAVE, leave_v, group_id="life", members=(nested_of(
                 LEAVE, leave_v, "MemberIdentity", member_id=member, group_instance_id=None,
                 reason=None),)))
             assert left.error_code == ErrorCode.NONE
             assert [(m.member_id, m.error_code) for m in left.members] == [(member, 0)]
 
-        (described,) = client.call(_request(DESCRIBE, 5, groups=("life",),
+        (described,) = client.call(request_of(DESCRIBE, 5, groups=("life",),
                                             include_authorized_operations=False)).groups
         assert (described.group_state, described.members) == ("Empty", ())
         assert _fetch(client, fetch_v, "life") == {0: 42, 1: 7}
@@ -174,7 +165,7 @@ def test_sync_v5_without_protocol_type_or_name_is_inconsistent(  # type: ignore[
         joined = _join_until_member(client, 9, "mandatory")
 
         def sync(version: int) -> Any:
-            return client.call(_request(
+            return client.call(request_of(
                 SYNC, version, group_id="mandatory", generation_id=joined.generation_id,
                 member_id=joined.member_id, group_instance_id=None, protocol_type=protocol_type,
                 protocol_name=protocol_name, assignments=()))
@@ -187,13 +178,14 @@ def test_texts_kafka_puts_beside_error_codes(make_inprocess_broker) -> None:  # 
     """As Kafka 4.3: DescribeGroups v6 says a group is not found in words; FindCoordinator's
     success message is the error name "NONE" before v4 and empty from v4 (batched)."""
     with connect(_ready(make_inprocess_broker).port) as client:
-        (missing,) = client.call(_request(DESCRIBE, 6, groups=("nobody",),
+        (missing,) = client.call(request_of(DESCRIBE, 6, groups=("nobody",),
                                           include_authorized_operations=False)).groups
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
         assert missing.error_message == "Group nobody not found."
-        found = client.call(_request(10, 3, key="g", key_type=0))
+        found = client.call(request_of(10, 3, key="g", key_type=0))
         assert (found.error_code, found.error_message) == (ErrorCode.NONE, "NONE")
-        (batched,) = client.call(_request(10, 4, key_type=0, coordinator_keys=("g",))).coordinators
+        batch = request_of(10, 4, key_type=0, coordinator_keys=("g",))
+        (batched,) = client.call(batch).coordinators
         assert (batched.error_code, batched.error_message) == (ErrorCode.NONE, "")
 
 
@@ -203,18 +195,18 @@ def test_member_without_heartbeats_expires_on_the_loop_timer(
     broker = _ready(make_inprocess_broker)
     with connect(broker.port) as client, caplog.at_level(logging.INFO, "kgroups.coordinator"):
         joined = _join_until_member(client, 9, "quiet", session_ms=300)
-        client.call(_request(SYNC, 5, group_id="quiet", generation_id=joined.generation_id,
+        client.call(request_of(SYNC, 5, group_id="quiet", generation_id=joined.generation_id,
                              member_id=joined.member_id, group_instance_id=None,
                              protocol_type="consumer", protocol_name="range", assignments=()))
         deadline = time.monotonic() + 10
         state = "Stable"
         while state != "Empty" and time.monotonic() < deadline:
             time.sleep(0.1)
-            (described,) = client.call(_request(DESCRIBE, 5, groups=("quiet",),
+            (described,) = client.call(request_of(DESCRIBE, 5, groups=("quiet",),
                                                 include_authorized_operations=False)).groups
             state = described.group_state
         assert state == "Empty"
-        heartbeat = client.call(_request(HEARTBEAT, 4, group_id="quiet", generation_id=1,
+        heartbeat = client.call(request_of(HEARTBEAT, 4, group_id="quiet", generation_id=1,
                                          member_id=joined.member_id, group_instance_id=None))
         assert heartbeat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     removed = [r.getMessage() for r in caplog.records
@@ -230,7 +222,7 @@ def test_list_groups_filters_by_state_and_type(make_inprocess_broker) -> None:  
         _join_until_member(client, 9, "joining")
 
         def listed(version: int, **filters: Any) -> list[tuple[str, str]]:
-            response = client.call(_request(LIST, version, **filters))
+            response = client.call(request_of(LIST, version, **filters))
             assert response.error_code == ErrorCode.NONE
             return sorted((g.group_id, getattr(g, "group_state", "")) for g in response.groups)
 
@@ -245,8 +237,8 @@ def test_delete_groups_and_offset_delete(make_inprocess_broker) -> None:  # type
     broker = _ready(make_inprocess_broker)
     with connect(broker.port) as client:
         _commit(client, 9, "to-trim", -1, "", {0: 5, 1: 6})
-        trimmed = client.call(_request(OFFSET_DELETE, 0, group_id="to-trim", topics=(_nested(
-            OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name="events", partitions=(_nested(
+        trimmed = client.call(request_of(OFFSET_DELETE, 0, group_id="to-trim", topics=(nested_of(
+            OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name="events", partitions=(nested_of(
                 OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=0),)),)))
         assert trimmed.error_code == ErrorCode.NONE
         assert [(p.partition_index, p.error_code) for p in trimmed.topics[0].partitions] == [(0, 0)]
@@ -261,7 +253,7 @@ def test_delete_groups_and_offset_delete(make_inprocess_broker) -> None:  # type
                 "never-was": ErrorCode.GROUP_ID_NOT_FOUND},
         }
         for version, outcome in expected.items():
-            results = client.call(_request(
+            results = client.call(request_of(
                 DELETE, version, groups_names=("to-trim", "busy", "never-was"))).results
             assert {r.group_id: ErrorCode(int(r.error_code)) for r in results} == outcome
         assert _fetch(client, 9, "to-trim") == {}
@@ -277,7 +269,7 @@ def test_commits_for_partitions_the_broker_lacks_are_refused_alone(make_inproces
         # Nothing known at all: the coordinator is not even asked, so no group appears.
         assert _commit(client, 9, "ghost", -1, "", {7: 1}) == {
             7: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
-        listed = client.call(_request(LIST, 4, states_filter=())).groups
+        listed = client.call(request_of(LIST, 4, states_filter=())).groups
         assert sorted(g.group_id for g in listed) == ["partial"]
 
 
