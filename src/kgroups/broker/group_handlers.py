@@ -328,8 +328,7 @@ class DescribeGroupsHandler(_GroupApi):
                 group_type,
                 error_code=kio_error(g.error),
                 # v6+: Kafka explains a missing group in words; other errors carry no text.
-                error_message=(f"Group {g.group_id} not found."
-                               if g.error is ErrorCode.GROUP_ID_NOT_FOUND else None),
+                error_message=g.error_message,
                 group_id=g.group_id,
                 group_state=g.state,
                 protocol_type=g.protocol_type,

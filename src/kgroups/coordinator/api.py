@@ -241,6 +241,7 @@ class DescribedGroup:
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[DescribedMember, ...] = ()
+    error_message: str | None = None  # v6+: why the group is not found
 
 
 @dataclass(frozen=True, slots=True)

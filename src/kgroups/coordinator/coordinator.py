@@ -260,9 +260,15 @@ class GroupCoordinator(OffsetHandlers, ConsumerGroupHandlers):
         if error is not None:
             return DescribedGroup(group_id, error)
         group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        # A consumer-protocol group is described by ConsumerGroupDescribe; DescribeGroups
+        # answers about it as about a missing group, as Kafka does (admin clients fall back
+        # from one API to the other on this answer).
+        missing = group is None or group.state is GroupState.DEAD
+        if missing or group.consumer is not None:
             if version >= 6:
-                return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND)
+                why = "not found" if missing else "is not a classic group"
+                return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
+                                      error_message=f"Group {group_id} {why}.")
             return DescribedGroup(group_id, ErrorCode.NONE)
         stable = group.state is GroupState.STABLE
         protocol = group.protocol_name if stable else None
