@@ -155,9 +155,36 @@ def test_dump_of_a_torn_segment_prints_what_it_can_then_names_the_byte(
 def test_dump_of_a_missing_path_fails_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = run(capsys, "offsets", "dump", str(tmp_path / "nope"))
-    assert code == 1
-    assert "no such file or directory" in err
+    directory = tmp_path / "__consumer_offsets-0"
+    _offsets_log(directory)
+    code, out, err = run(capsys, "offsets", "dump", str(directory), str(tmp_path / "nope"))
+    assert code == 2
+    assert out == ""  # the bad PATH is found before the good one is dumped
+    assert err == f"kgroups offsets dump: {tmp_path / 'nope'}: no such file or directory\n"
+
+
+def test_dump_of_a_data_dir_reads_its_offsets_partitions_in_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for partition in (10, 2):
+        _offsets_log(tmp_path / f"__consumer_offsets-{partition}")
+    _offsets_log(tmp_path / "orders-0")  # a data topic: not __consumer_offsets
+    _offsets_log(tmp_path / "__consumer_offsets-3.0a1b-delete")  # Kafka deleting a partition
+    (tmp_path / "meta.properties").write_text("node.id=1\n")
+    code, out, _ = run(capsys, "offsets", "dump", str(tmp_path))
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(line["partition"], line["offset"]) for line in lines] == [
+        (partition, offset) for partition in (2, 10) for offset in range(8)]
+
+
+def test_dump_of_a_directory_without_segments_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "orders-0").mkdir()
+    code, out, err = run(capsys, "offsets", "dump", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "__consumer_offsets-<partition>" in err
 
 
 def test_dump_ignores_a_kafka_brokers_other_files(

@@ -2,7 +2,8 @@
 
 Both print Kafka's field names (see `record_to_json`). Bad input ends the command with exit code
 1 and one line on stderr naming what could not be read and at which byte; a dump prints every
-record it could read before that point, so nothing readable is lost.
+record it could read before that point, so nothing readable is lost. A PATH that is not there,
+or holds no segment, is a usage error: one line and exit code 2, before anything is printed.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ from kgroups.records.codec import (
 from kgroups.records.schema import OffsetsRecord, UnknownKey
 
 _PARTITION_DIR = re.compile(r"-(\d+)$")
+# The partition directories a data dir (kgroups' or a Kafka broker's log dir) holds for the
+# offsets topic; Kafka's `-delete` and `-future` directories do not match.
+_OFFSETS_PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 
 
 class _InputError(Exception):
     """One line for stderr: what could not be read, and where."""
+
+
+class _PathError(_InputError):
+    """A PATH argument names nothing to dump: the command was called wrongly (exit code 2)."""
 
 
 def register(subparsers: Any) -> None:
@@ -50,10 +58,12 @@ def register(subparsers: Any) -> None:
     dump = offsets_commands.add_parser(
         "dump",
         help="print every record of __consumer_offsets segments as JSON lines",
-        description="Reads segment files or partition directories (kgroups' or a Kafka "
-        "broker's) and prints one JSON object per record.",
+        description="Reads segment files, partition directories or a whole data dir (kgroups' "
+        "or a Kafka broker's log dir: its __consumer_offsets-<partition> directories, in "
+        "partition order) and prints one JSON object per record.",
     )
-    dump.add_argument("paths", nargs="+", metavar="PATH", help="segment .log file or directory")
+    dump.add_argument("paths", nargs="+", metavar="PATH",
+                      help="segment .log file, __consumer_offsets partition directory or data dir")
     dump.set_defaults(handler=run_dump)
 
 
@@ -69,8 +79,15 @@ def run_decode(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
+    # Every PATH is listed before the first line is printed, so that a mistyped last PATH does
+    # not end a long dump.
     try:
-        for path, partition in _segment_files([Path(p) for p in args.paths]):
+        segments = [segment for p in args.paths for segment in _segment_files(Path(p))]
+    except _PathError as error:
+        print(f"kgroups offsets dump: {error}", file=sys.stderr)
+        return 2
+    try:
+        for path, partition in segments:
             for line in _dump_segment(path, partition):
                 sys.stdout.write(line)
     except _InputError as error:
@@ -102,17 +119,26 @@ def _record_json(key_bytes: bytes, value_bytes: bytes | None) -> dict[str, Any]:
         raise _InputError(f"value: {error}") from None
 
 
-def _segment_files(paths: list[Path]) -> Iterator[tuple[Path, int | None]]:
-    for path in paths:
-        if path.is_dir():
-            files = sorted(path.glob("*.log"))
-            if not files:
-                raise _InputError(f"{path}: no segment (.log) files in this directory")
-            yield from ((file, _partition_of(path)) for file in files)
-        elif path.is_file():
-            yield path, _partition_of(path.parent)
-        else:
-            raise _InputError(f"{path}: no such file or directory")
+def _segment_files(path: Path) -> list[tuple[Path, int | None]]:
+    """The segments a PATH names, in log order: a file itself; a partition directory's .log
+    files; a data dir's __consumer_offsets partitions, lowest partition first."""
+    if path.is_file():
+        return [(path, _partition_of(path.parent))]
+    if not path.is_dir():
+        raise _PathError(f"{path}: no such file or directory")
+    files = sorted(path.glob("*.log"))
+    if files:
+        return [(file, _partition_of(path)) for file in files]
+    partitions = sorted(
+        (int(match.group(1)), child) for child in path.iterdir()
+        if child.is_dir() and (match := _OFFSETS_PARTITION_DIR.match(child.name))
+    )
+    found = [(file, number) for number, child in partitions
+             for file in sorted(child.glob("*.log"))]
+    if not found:
+        raise _PathError(f"{path}: neither a segment (.log) file, a partition directory nor a "
+                         "data dir with __consumer_offsets-<partition> segments")
+    return found
 
 
 def _partition_of(directory: Path) -> int | None:
