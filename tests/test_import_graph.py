@@ -23,6 +23,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "pipeline": frozenset({"errors", "log", "records"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
                       "pipeline"}),
+    # The broker for tests (serve_in_background, the pytest plugin).
+    "testing": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
+    # The package itself: `kgroups.serve_in_background`, loaded on first use.
+    "kgroups": frozenset({"testing"}),
 }
 
 
