@@ -4,10 +4,19 @@ or after a timestamp (with that record's own timestamp, as Kafka answers offsets
 v7 added MAX_TIMESTAMP and v8-v11 the tiered-storage lookups (earliest local, latest tiered,
 earliest pending upload); kgroups keeps every segment locally, so it answers those as a Kafka
 broker without remote storage does: the earliest local offset is the log start, and nothing
-is tiered or waiting for upload (offset -1)."""
+is tiered or waiting for upload (offset -1).
+
+v0, removed in Kafka 4 (KIP-896), is still served because Burrow 1.2 sends it for every log
+end offset it reads. It is answered as Kafka 3.9 did (its legacyFetchOffsetsBefore): the
+candidates are each segment's base offset, stamped with the segment file's modification time,
+plus the log end offset stamped now when the active segment holds data; the answer is up to
+`max_num_offsets` of them, newest first, from the last one at or before the timestamp
+(-1: the log end offset first; -2: the log start offset only)."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
@@ -79,8 +88,60 @@ def _lookup(
     return ErrorCode.NONE, found, _record_timestamp(log, found)
 
 
-@handles(api_key=2, min_version=1, max_version=11)
+def legacy_offsets_before(log: PartitionLog, timestamp: int, max_num_offsets: int,
+                          now_ms: int) -> list[int]:
+    """The offsets ListOffsets v0 returns for one partition, newest first."""
+    segments = log.segments()
+    candidates = [(max(s.base_offset, log.log_start_offset),
+                   os.fstat(s.fd).st_mtime_ns // 1_000_000) for s in segments]
+    if segments[-1].size > 0:
+        candidates.append((log.log_end_offset, now_ms))
+    if timestamp == LATEST_TIMESTAMP:
+        start = len(candidates) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        start = 0
+    else:
+        start = next((i for i in range(len(candidates) - 1, -1, -1)
+                      if candidates[i][1] <= timestamp), -1)
+    chosen = [candidates[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+    return sorted(chosen, reverse=True)
+
+
+def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
+               max_num_offsets: int) -> tuple[ErrorCode, tuple[int, ...]]:
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError:
+        return ErrorCode.KAFKA_STORAGE_ERROR, ()
+    if log is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()
+    if max_num_offsets < 0:  # Kafka 3.9 failed to size its array: an unknown server error
+        return ErrorCode.UNKNOWN_SERVER_ERROR, ()
+    offsets = legacy_offsets_before(log, timestamp, max_num_offsets, int(time.time() * 1000))
+    return ErrorCode.NONE, tuple(offsets)
+
+
+def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(2, 0)
+    topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
+    partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for entry in topic.partitions:
+            error, offsets = _lookup_v0(ctx, topic.name, int(entry.partition_index),
+                                        int(entry.timestamp), int(entry.max_num_offsets))
+            partitions.append(partition_cls(
+                partition_index=entry.partition_index, error_code=kio_error(error),
+                old_style_offsets=offsets))
+        topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
+    return response_cls(topics=tuple(topics))
+
+
+@handles(api_key=2, min_version=0, max_version=11)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version == 0:
+        return _list_offsets_v0(ctx, request)
     response_cls = response_type(2, ctx.api_version)
     topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
     partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")

@@ -22,6 +22,7 @@ from kio.serial import entity_reader
 
 from kgroups.broker.fast_writer import fast_entity_writer
 from kgroups.broker.frame_check import FrameCheckError, check_request
+from kgroups.broker.legacy_schemas import LEGACY_SCHEMAS
 from kgroups.errors import ErrorCode
 
 _SIZE = struct.Struct(">i")
@@ -52,12 +53,15 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 @cache
 def request_type(api_key: int, api_version: int) -> type[Any]:
-    return load_request_schema(api_key, api_version)
+    """kio's class, or ours for a version Kafka 4 removed that old tools still send."""
+    legacy = LEGACY_SCHEMAS.get((api_key, api_version))
+    return legacy[0] if legacy is not None else load_request_schema(api_key, api_version)
 
 
 @cache
 def response_type(api_key: int, api_version: int) -> type[Any]:
-    return load_response_schema(api_key, api_version)
+    legacy = LEGACY_SCHEMAS.get((api_key, api_version))
+    return legacy[1] if legacy is not None else load_response_schema(api_key, api_version)
 
 
 @cache
