@@ -160,8 +160,10 @@ def test_lag_against_topic_log_ends_with_burrow_status(full_run, scenario):
         for key, offset in scenario.expected_committed.items()
     }
     group_status = {r["group"]: r["group_status"] for r in rows}
-    # billing committed once, 90 s before the log's last record: Burrow's STOP.
-    assert group_status["billing"] == "STOP"
+    # billing committed once, 90 s before the log's last record: Burrow's STOP, which makes
+    # its group ERR.
+    assert [r["status"] for r in rows if r["group"] == "billing"] == ["STOP"]
+    assert group_status["billing"] == "ERR"
     # txn is ahead of the log end: no lag, OK whatever its history.
     assert group_status["txn"] == "OK"
     # orders' lag shrank within every partition's window.
@@ -239,6 +241,12 @@ def test_cli_time_window_and_damaged_segment(spark, scenario, tmp_path, capsys, 
     assert sorted((r["group"], r["to_generation"]) for r in table(out, "rebalances")) == [
         ("billing", 6), ("orders", 2)
     ]
+    # simple: Empty, lag 37, its one commit before --since: stopped, as Burrow (which holds
+    # the commits older than any window) says.
+    [simple_lag] = [r for r in table(out, "lag") if r["group"] == "simple"]
+    assert (simple_lag["lag"], simple_lag["status"]) == (EVENTS_END - 3, "STOP")
+    summary = {r["group"]: r for r in table(out, "group_summary")}
+    assert (summary["simple"]["state"], summary["simple"]["status"]) == ("Empty", "ERR")
 
 
 def test_cli_rejects_missing_path_before_starting_spark(tmp_path):

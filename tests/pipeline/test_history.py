@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from kgroups.pipeline.history import (
     CommitPoint,
     GroupEvent,
+    GroupStatus,
     PartitionStatus,
     partition_status,
     rebalances,
@@ -88,22 +89,37 @@ def window(*points: tuple[int, int, int]) -> list[CommitPoint]:
     return [CommitPoint(offset=o, ts=t, lag=lag) for o, t, lag in points]
 
 
-def test_no_current_lag_or_any_zero_lag_is_ok():
+def test_no_current_lag_no_commit_or_any_zero_lag_is_ok():
     busy = window((10, 0, 5), (20, 10, 7), (30, 20, 9))
     assert partition_status(busy, current_lag=0, now_ms=25) is PartitionStatus.OK
+    assert partition_status([], current_lag=9, now_ms=25) is PartitionStatus.OK
     caught_up = window((10, 0, 5), (20, 10, 0), (30, 20, 9))
     assert partition_status(caught_up, current_lag=9, now_ms=25) is PartitionStatus.OK
 
 
-def test_offset_going_backwards_is_err():
+def test_offset_going_backwards_is_rewind():
     rewind = window((30, 0, 5), (20, 10, 6), (40, 20, 4))
-    assert partition_status(rewind, current_lag=4, now_ms=25) is PartitionStatus.ERR
+    assert partition_status(rewind, current_lag=4, now_ms=25) is PartitionStatus.REWIND
 
 
 def test_silence_longer_than_the_window_is_stop():
     points = window((10, 0, 5), (20, 10, 4), (30, 20, 3))
     assert partition_status(points, current_lag=3, now_ms=41) is PartitionStatus.STOP
     assert partition_status(points, current_lag=3, now_ms=40) is PartitionStatus.OK
+
+
+def test_a_lone_old_commit_with_lag_is_stop_even_after_a_zero_lag():
+    """The Empty group with lag and no recent commit: Burrow checks STOP before rule 1, since
+    a window's zero lag may be long past."""
+    assert partition_status(window((10, 0, 0)), current_lag=1920, now_ms=1) is PartitionStatus.STOP
+    was_caught_up = window((10, 0, 5), (20, 10, 0))
+    assert partition_status(was_caught_up, current_lag=7, now_ms=21) is PartitionStatus.STOP
+
+
+def test_stop_waits_while_the_consumer_was_caught_up_lately():
+    points = window((10, 0, 5), (20, 10, 4), (30, 20, 3))
+    assert partition_status(points, 3, now_ms=41, recent_log_end=30) is PartitionStatus.OK
+    assert partition_status(points, 3, now_ms=41, recent_log_end=31) is PartitionStatus.STOP
 
 
 def test_unmoving_offsets_with_lag_is_stall():
@@ -117,3 +133,9 @@ def test_lag_never_decreasing_is_warn():
     shrinking = window((10, 0, 5), (20, 10, 4), (30, 20, 8))
     assert partition_status(shrinking, current_lag=8, now_ms=25) is PartitionStatus.OK
 
+
+def test_group_status_is_burrows_worst_with_stop_stall_rewind_as_err():
+    assert GroupStatus.of([]) is GroupStatus.OK
+    assert GroupStatus.of([PartitionStatus.OK, PartitionStatus.WARN]) is GroupStatus.WARN
+    for bad in (PartitionStatus.STOP, PartitionStatus.STALL, PartitionStatus.REWIND):
+        assert GroupStatus.of([PartitionStatus.WARN, bad]) is GroupStatus.ERR

@@ -12,6 +12,9 @@ from typing import Any
 
 # Burrow keeps this many offsets per partition and judges the partition over them.
 BURROW_WINDOW = 10
+# Burrow keeps the same number of log end offsets per partition, one per offset refresh (10 s
+# by default): a consumer caught up within that span is not called stopped yet.
+RECENT_LAG_ZERO_MS = BURROW_WINDOW * 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +105,27 @@ def rebalances(events: Iterable[GroupEvent]) -> list[Rebalance]:
 
 
 class PartitionStatus(IntEnum):
-    """Burrow's partition verdicts, ordered by severity: a group's status is its worst
-    partition's (tables.lag ranks them in this order)."""
+    """Burrow's partition verdicts, ordered by severity as Burrow orders them."""
 
     OK = 0
     WARN = 1
-    STALL = 2
-    STOP = 3
-    ERR = 4  # Burrow's REWIND: the committed offset went backwards.
+    STOP = 2
+    STALL = 3
+    REWIND = 4
+
+
+class GroupStatus(IntEnum):
+    """Burrow's group verdict: its worst partition's, where STOP, STALL and REWIND all read
+    ERR (the partition rows say which)."""
+
+    OK = 0
+    WARN = 1
+    ERR = 2
+
+    @classmethod
+    def of(cls, partitions: Iterable[PartitionStatus]) -> GroupStatus:
+        worst = max(partitions, default=PartitionStatus.OK)
+        return cls.ERR if worst > PartitionStatus.WARN else cls(int(worst))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,24 +138,30 @@ class CommitPoint:
 
 
 def partition_status(
-    window: Sequence[CommitPoint], current_lag: int, now_ms: int
+    window: Sequence[CommitPoint], current_lag: int, now_ms: int, recent_log_end: int | None = None
 ) -> PartitionStatus:
     """Burrow's evaluation of one partition over its last commits (oldest first).
 
-    No current lag, or a window with a zero lag anywhere, is OK. Otherwise, in order: an offset
-    that goes backwards is ERR (rewind); no commit for longer than the window spans is STOP;
-    offsets that never move are STALL; a lag that never decreases is WARN.
+    With no current lag, or no commit to judge, the partition is OK. Otherwise, in Burrow's
+    order: no commit for longer than the window spans is STOP, even when the lag was zero
+    inside the window (that history may be old), unless the consumer was caught up lately:
+    `recent_log_end`, the log end RECENT_LAG_ZERO_MS before now, at or below the last committed
+    offset. Then a window with a zero lag anywhere is OK; an offset that goes backwards is
+    REWIND; offsets that never move are STALL; a lag that never decreases is WARN.
     """
-    if not window or current_lag <= 0 or any(point.lag == 0 for point in window):
+    if not window or current_lag <= 0:
+        return PartitionStatus.OK
+    first, last = window[0], window[-1]
+    caught_up_lately = recent_log_end is not None and recent_log_end <= last.offset
+    if now_ms - last.ts > last.ts - first.ts and not caught_up_lately:
+        return PartitionStatus.STOP
+    if any(point.lag == 0 for point in window):
         return PartitionStatus.OK
     pairs = list(pairwise(window))
     if any(later.offset < earlier.offset for earlier, later in pairs):
-        return PartitionStatus.ERR
-    if now_ms - window[-1].ts > window[-1].ts - window[0].ts:
-        return PartitionStatus.STOP
+        return PartitionStatus.REWIND
     if all(later.offset == earlier.offset for earlier, later in pairs):
         return PartitionStatus.STALL
     if all(later.lag >= earlier.lag for earlier, later in pairs):
         return PartitionStatus.WARN
     return PartitionStatus.OK
-

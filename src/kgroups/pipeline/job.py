@@ -115,7 +115,8 @@ def run_analysis(
             stats = parts["stats"]["max_record_ts"]
             now_ms = window.until_ms if window.until_ms is not None else (
                 pc.max(stats).as_py() or 0)
-            lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms)
+            lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms,
+                                   topic_logs)
             tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
             written.append("lag")
         else:

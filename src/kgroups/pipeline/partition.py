@@ -100,7 +100,8 @@ def analyze_partition(
     events_by_group = _by_group(events)
     found_rebalances = _rebalances(events_by_group, window)
     commit_minutes = _commit_minutes(history_rows)
-    lag_parts = None if topic_logs is None else _lag(committed, history_rows, topic_logs)
+    lag_parts = None if topic_logs is None else _lag(
+        committed, window.up_to_until(live, "record_ts"), topic_logs, window)
     return PartitionResult(
         records=records,
         max_record_ts=_max_record_ts(commits, events),
@@ -261,12 +262,17 @@ def _commit_minutes(history_rows: pa.Table) -> pa.Table:
     )
 
 
-def _lag(committed: pa.Table, history_rows: pa.Table,
-         topic_logs: TopicLogs) -> tuple[pa.Table, pa.Table, pa.Table]:
+def _lag(committed: pa.Table, state_rows: pa.Table, topic_logs: TopicLogs,
+         window: TimeWindow) -> tuple[pa.Table, pa.Table, pa.Table]:
     """Lag now per committed partition of a present topic; the last BURROW_WINDOW commits of
     each (with the lag each had when committed: the log end when it was appended minus the
     committed offset); and each group's lag per minute (the sum over its partitions of each
-    one's last lag in that minute)."""
+    one's last lag in that minute).
+
+    `state_rows` are the live commits up to --until. The Burrow windows are taken from all of
+    them, as Burrow (which reads the log from its start) holds a partition's last commits even
+    when they are older than --since; only the per-minute lag is history, kept inside the
+    window."""
     ends = topic_logs.log_end_offsets
     current = [
         {"group": row["group"], "topic": row["topic"], "partition": row["partition"],
@@ -276,8 +282,8 @@ def _lag(committed: pa.Table, history_rows: pa.Table,
         if (key := (row["topic"], row["partition"])) in ends
     ]
     frame = pa.table({
-        "group": _text(history_rows["group"]), "topic": _text(history_rows["topic"]),
-        **{name: history_rows[name] for name in ("partition", "log_offset", "record_ts", "offset")},
+        "group": _text(state_rows["group"]), "topic": _text(state_rows["topic"]),
+        **{name: state_rows[name] for name in ("partition", "log_offset", "record_ts", "offset")},
     }).to_pandas()
     frame["lag"] = np.zeros(len(frame), dtype=np.int64)
     frame["present"] = np.zeros(len(frame), dtype=bool)
@@ -298,6 +304,8 @@ def _lag(committed: pa.Table, history_rows: pa.Table,
         recent.rename(columns={"record_ts": "ts_ms"})[list(tables.LAG_WINDOWS.names)],
         schema=tables.LAG_WINDOWS, preserve_index=False,
     )
+    if window.since_ms is not None:
+        frame = frame[frame["record_ts"] >= window.since_ms]
     frame["minute"] = frame["record_ts"] // 60_000 * 60_000
     last_per_partition = frame.groupby([*_KEY, "minute"], sort=False)["lag"].last()
     per_minute = last_per_partition.groupby(level=["group", "minute"]).sum().reset_index()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -16,6 +17,7 @@ from pyarrow import fs
 from kgroups.pipeline import history
 from kgroups.pipeline.decode import PARTITION_TYPE
 from kgroups.pipeline.discovery import open_filesystem
+from kgroups.pipeline.topic_logs import TopicLogs
 
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
 
@@ -126,9 +128,11 @@ PARTIAL_SUMMARY = pa.schema(
 SUMMARY = pa.schema([*PARTIAL_SUMMARY, ("total_lag", pa.int64()), ("status", pa.string())])
 
 
-def lag_table(current: pa.Table, windows: pa.Table, now_ms: int) -> pa.Table:
+def lag_table(current: pa.Table, windows: pa.Table, now_ms: int,
+              topic_logs: TopicLogs | None = None) -> pa.Table:
     """Current lag per committed partition of a present topic, its Burrow status over its last
-    commits (history.partition_status, judged at `now_ms`), and its group's worst status."""
+    commits (history.partition_status, judged at `now_ms`; `topic_logs` tells whether the
+    consumer was caught up lately), and its group's Burrow status (history.GroupStatus)."""
     points: dict[tuple[str, str, int], list[history.CommitPoint]] = {}
     for row in windows.to_pylist():
         key = (row["group"], row["topic"], row["partition"])
@@ -136,15 +140,23 @@ def lag_table(current: pa.Table, windows: pa.Table, now_ms: int) -> pa.Table:
             history.CommitPoint(offset=row["offset"], ts=row["ts_ms"], lag=row["lag"])
         )
     rows = current.to_pylist()
-    worst: dict[str, history.PartitionStatus] = {}
+    by_group: dict[str, list[history.PartitionStatus]] = {}
+    recent_at = np.array([now_ms - history.RECENT_LAG_ZERO_MS], dtype=np.int64)
     for row in rows:
+        topic_partition = (row["topic"], row["partition"])
+        recent_end = None
+        growth = None if topic_logs is None else topic_logs.growth.get(topic_partition)
+        # Before the oldest batch still in the log its end is unknown, as it is to a Burrow
+        # that was not running then.
+        if growth is not None and recent_at[0] >= growth.times[0]:
+            recent_end = int(topic_logs.ends_at(topic_partition, recent_at)[0])
         status = history.partition_status(
-            points.get((row["group"], row["topic"], row["partition"]), []), row["lag"], now_ms
+            points.get((row["group"], *topic_partition), []), row["lag"], now_ms, recent_end
         )
         row["status"] = status.name
-        worst[row["group"]] = max(worst.get(row["group"], status), status)
+        by_group.setdefault(row["group"], []).append(status)
     for row in rows:
-        row["group_status"] = worst[row["group"]].name
+        row["group_status"] = history.GroupStatus.of(by_group[row["group"]]).name
     return pa.Table.from_pylist(rows, schema=LAG)
 
 
