@@ -7,7 +7,7 @@ Each function returns plain data; `admin_cli` only formats it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
@@ -64,6 +64,10 @@ class MemberDescription:
     client_id: str
     client_host: str
     partitions: tuple[tuple[str, int], ...]
+    # Consumer groups (KIP-848) only: the member's epoch and the target assignment the
+    # coordinator computed for it, which `partitions` (its current assignment) moves towards.
+    member_epoch: int | None = None
+    target: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,20 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
     partitions: tuple[PartitionLag, ...]
     coordinator: tuple[str, int, int]  # host, port, node id
+    # Consumer groups (KIP-848) only: the group epoch and the target assignment's epoch.
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+
+    @property
+    def reconciling(self) -> tuple[MemberDescription, ...]:
+        """Members of a consumer group not yet at its target assignment: behind its epoch, or
+        holding other partitions than their target (still revoking, or waiting for partitions
+        another member has not released yet)."""
+        if self.assignment_epoch is None:
+            return ()
+        return tuple(m for m in self.members
+                     if m.member_epoch != self.assignment_epoch
+                     or sorted(m.partitions) != sorted(m.target or ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,35 +244,70 @@ def describe_group(client: KafkaWireClient, group_id: str) -> GroupDescription:
     A group the coordinator does not know (state Dead) raises GroupNotFoundError, as Kafka's
     tool says such a group does not exist."""
     group = _describe_raw(client, group_id)
-    if group.group_state == "Dead":
-        raise GroupNotFoundError(group_id)
-    members = tuple(
-        MemberDescription(
-            member_id=member.member_id,
-            group_instance_id=member.group_instance_id,
-            client_id=member.client_id,
-            client_host=member.client_host,
-            partitions=_member_partitions(group.protocol_type, member.member_assignment),
+    if group.group_state != "Dead":
+        members = tuple(
+            MemberDescription(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                partitions=_member_partitions(group.protocol_type, member.member_assignment),
+            )
+            for member in group.members
         )
-        for member in group.members
-    )
-    owner = {tp: member.member_id for member in members for tp in member.partitions}
-    committed = committed_offsets(client, group_id)
+        return _with_offsets(client, GroupDescription(
+            group_id, group.group_state, group.protocol_type, group.protocol_data, members, (),
+            (client.host, client.port, _node_id(client))))
+    # DescribeGroups answers Dead for a consumer-protocol group too: ask ConsumerGroupDescribe,
+    # as Kafka's admin client does, before saying the group does not exist.
+    consumer = _describe_consumer_group(client, group_id)
+    if consumer is None:
+        raise GroupNotFoundError(group_id)
+    return _with_offsets(client, consumer)
+
+
+def _with_offsets(client: KafkaWireClient, group: GroupDescription) -> GroupDescription:
+    """The group with committed offset, log end and owner of every partition it has offsets
+    for or a member holds."""
+    owner = {tp: member.member_id for member in group.members for tp in member.partitions}
+    committed = committed_offsets(client, group.group_id)
     all_partitions = sorted(set(committed) | set(owner))
     log_ends = list_offsets(client, all_partitions, LATEST_TIMESTAMP) if all_partitions else {}
-    return GroupDescription(
-        group_id=group_id,
-        state=group.group_state,
-        protocol_type=group.protocol_type,
-        protocol=group.protocol_data,
-        members=members,
-        partitions=tuple(
-            PartitionLag(topic, partition, committed.get((topic, partition)),
-                         log_ends.get((topic, partition)), owner.get((topic, partition)))
-            for topic, partition in all_partitions
-        ),
-        coordinator=(client.host, client.port, _node_id(client)),
+    return replace(group, partitions=tuple(
+        PartitionLag(topic, partition, committed.get((topic, partition)),
+                     log_ends.get((topic, partition)), owner.get((topic, partition)))
+        for topic, partition in all_partitions
+    ))
+
+
+def _describe_consumer_group(client: KafkaWireClient, group_id: str) -> GroupDescription | None:
+    """A KIP-848 consumer group through ConsumerGroupDescribe (None if the broker has no such
+    API or no such group): epochs, and each member's current and target assignment."""
+    version = next((v for v in (1, 0) if client.supports(69, v)), None)
+    if version is None:
+        return None
+    response = client.call(build(request_type(69, version), group_ids=(group_id,),
+                                 include_authorized_operations=False))
+    (group,) = response.groups
+    if int(group.error_code) == ErrorCode.GROUP_ID_NOT_FOUND or group.group_state == "Dead":
+        return None
+    _check(group.error_code, f"ConsumerGroupDescribe({group_id})", group.error_message)
+
+    def named(assignment: Any) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted((t.topic_name, int(p)) for t in assignment.topic_partitions
+                            for p in t.partitions))
+
+    members = tuple(
+        MemberDescription(
+            member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id,
+            client_host=m.client_host, partitions=named(m.assignment),
+            member_epoch=int(m.member_epoch), target=named(m.target_assignment))
+        for m in group.members
     )
+    return GroupDescription(
+        group_id, group.group_state, "consumer", group.assignor_name, members, (),
+        (client.host, client.port, _node_id(client)), int(group.group_epoch),
+        int(group.assignment_epoch))
 
 
 def _node_id(client: KafkaWireClient) -> int:

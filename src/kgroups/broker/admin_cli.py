@@ -119,17 +119,28 @@ def _assignment_text(partitions: tuple[tuple[str, int], ...]) -> str:
                     for topic, p in sorted(by_topic.items()))
 
 
+def _or_dash(value: int | None) -> str:
+    """An epoch only consumer groups have; Kafka's tool prints '-' for a classic group."""
+    return "-" if value is None else str(value)
+
+
 def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> None:
     print()
     if not d.members:  # on stderr, as Kafka's tool prints it: the table stays parseable
         print(f"Consumer group '{d.group_id}' has no active members.", file=sys.stderr)
+    for m in d.reconciling:  # on stderr too: what Kafka's tool leaves to the reader to spot
+        print(f"Member {m.member_id} of consumer group '{d.group_id}' is still reconciling: "
+              f"epoch {m.member_epoch} of target assignment epoch {d.assignment_epoch}, holds "
+              f"[{_assignment_text(m.partitions)}], target [{_assignment_text(m.target or ())}]",
+              file=sys.stderr)
     if args.state is not None:
         host, port, node = d.coordinator
         headers = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
                    *(["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"] if args.verbose else []),
                    "#MEMBERS"]
         print(table(headers, [[d.group_id, f"{host}:{port} ({node})", d.protocol, d.state,
-                               *(["-", "-"] if args.verbose else []), len(d.members)]]))
+                               *([_or_dash(d.group_epoch), _or_dash(d.assignment_epoch)]
+                                 if args.verbose else []), len(d.members)]]))
     elif args.members:
         with_instance = any(m.group_instance_id for m in d.members)
         headers = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []),
@@ -139,7 +150,10 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
         print(table(headers, [
             [d.group_id, m.member_id, *([m.group_instance_id] if with_instance else []),
              m.client_host, m.client_id, len(m.partitions),
-             *(["-", _assignment_text(m.partitions), "-", "-"] if args.verbose else [])]
+             *([_or_dash(m.member_epoch), _assignment_text(m.partitions),
+                _or_dash(d.assignment_epoch),
+                "-" if m.target is None else _assignment_text(m.target)]
+               if args.verbose else [])]
             for m in d.members]))
     else:
         members = {member.member_id: member for member in d.members}
@@ -158,13 +172,18 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
 
 def _description_json(d: admin.GroupDescription) -> dict[str, object]:
     members = {member.member_id: member for member in d.members}
+    reconciling = d.reconciling
     host, port, node = d.coordinator
     return {
         "group": d.group_id, "state": d.state, "protocol_type": d.protocol_type,
         "assignment_strategy": d.protocol,
         "coordinator": {"host": host, "port": port, "id": node},
-        "members": [asdict(m) | {"partitions": [list(p) for p in m.partitions]}
-                    for m in d.members],
+        "group_epoch": d.group_epoch, "assignment_epoch": d.assignment_epoch,
+        "members": [asdict(m) | {
+            "partitions": [list(p) for p in m.partitions],
+            "target": None if m.target is None else [list(p) for p in m.target],
+            "reconciling": None if d.assignment_epoch is None else m in reconciling}
+            for m in d.members],
         "offsets": [{"topic": lag.topic, "partition": lag.partition,
                      "current_offset": lag.committed_offset,
                      "log_end_offset": lag.log_end_offset, "lag": lag.lag,
