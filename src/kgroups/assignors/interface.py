@@ -8,7 +8,7 @@ client adapter) turns that name back into an assignor, built-in or custom.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from kgroups.assignors.model import (
     AssignmentInputError,
@@ -41,7 +41,9 @@ class PartitionAssignor(ABC):
     ) -> GroupAssignment:
         """Decides every member's partitions; every member appears in the result."""
 
-    def on_assignment(self, assignment: dict[str, list[int]], generation: int) -> None:  # noqa: B027
+    def on_assignment(  # noqa: B027
+        self, assignment: Mapping[str, Sequence[int]], generation: int
+    ) -> None:
         """Called in each member with what the leader gave it, before it starts consuming.
         Stateless strategies have nothing to remember, hence the empty default."""
 

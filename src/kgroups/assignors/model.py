@@ -55,7 +55,8 @@ class MemberSubscription:
         user_data: bytes | None = None,
     ) -> MemberSubscription:
         """Builds a subscription from any iterables (lists from JSON, sets from clients)."""
-        owned_tuples = {topic: tuple(parts) for topic, parts in (owned or {}).items()}
+        owned = owned or {}
+        owned_tuples = dict(zip(owned.keys(), map(tuple, owned.values()), strict=True))
         return cls(
             member_id, frozenset(topics), owned_tuples, generation, rack, instance_id, user_data
         )

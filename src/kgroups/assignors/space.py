@@ -105,7 +105,8 @@ class GroupAssignment:
 
     def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
         """One pass over all partitions ordered by (member, flat number): each run of equal
-        (member, topic) becomes one list, so the Python work is one step per run."""
+        (member, topic) becomes one list sliced in C (`map`), and each member's dict is built
+        in one call, so the Python-level work is one step per member."""
         result: dict[str, dict[str, list[int]]] = {m: {} for m in self.member_ids}
         flat = np.flatnonzero(owners >= 0)
         if flat.size == 0:
@@ -118,14 +119,15 @@ class GroupAssignment:
         )
         ends = [*starts[1:].tolist(), by_member.size]
         local = (by_member - self.space.offsets[topics]).tolist()
-        names = self.space.topics
+        runs = list(map(local.__getitem__, map(slice, starts.tolist(), ends)))
+        run_names = list(map(self.space.topics.__getitem__, topics[starts].tolist()))
+        run_members = members[starts]
+        cuts = (np.flatnonzero(np.diff(run_members)) + 1).tolist()
         ids = self.member_ids
-        run_members = members[starts].tolist()
-        run_topics = topics[starts].tolist()
-        for start, end, member, topic in zip(
-            starts.tolist(), ends, run_members, run_topics, strict=True
+        for member, start, end in zip(
+            run_members[[0, *cuts]].tolist(), [0, *cuts], [*cuts, len(runs)], strict=True
         ):
-            result[ids[member]][names[topic]] = local[start:end]
+            result[ids[member]] = dict(zip(run_names[start:end], runs[start:end], strict=True))
         return result
 
     def _grouped(self, flat: np.ndarray) -> dict[str, list[int]]:

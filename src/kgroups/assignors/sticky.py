@@ -11,7 +11,7 @@ in the follow-up rebalance, once nobody holds it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class StickyAssignor(PartitionAssignor):
     name = "sticky"
 
     def __init__(self) -> None:
-        self._last_assignment: dict[str, list[int]] | None = None
+        self._last_assignment: dict[str, tuple[int, ...]] | None = None
         self._last_generation = NO_GENERATION
 
     def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
@@ -52,8 +52,10 @@ class StickyAssignor(PartitionAssignor):
             return None
         return encode_sticky_user_data(self._last_assignment, self._last_generation)
 
-    def on_assignment(self, assignment: dict[str, list[int]], generation: int) -> None:
-        self._last_assignment = {topic: list(parts) for topic, parts in assignment.items()}
+    def on_assignment(self, assignment: Mapping[str, Sequence[int]], generation: int) -> None:
+        self._last_assignment = dict(
+            zip(assignment.keys(), map(tuple, assignment.values()), strict=True)
+        )
         self._last_generation = generation
 
     def claims(self, space: PartitionSpace, members: Sequence[MemberSubscription]) -> Claims:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -49,16 +51,30 @@ class StickyUserData:
 def encode_sticky_user_data(
     previous_assignment: Mapping[str, Sequence[int]], generation: int
 ) -> bytes:
-    """StickyAssignorUserData v1, topics in name order, partitions ascending."""
+    """StickyAssignorUserData v1, topics in name order, partitions ascending. A member encodes
+    this on every rejoin, and `assign_scenario` once per member (a million entries at Kafka's
+    reference scale), so topic headers and array layouts are built once and reused."""
     parts = [_INT32.pack(len(previous_assignment))]
+    append = parts.append
     for topic in sorted(previous_assignment):
-        name = topic.encode("utf-8")
+        append(_topic_header(topic))
         partitions = sorted(previous_assignment[topic])
-        parts.append(_INT16.pack(len(name)))
-        parts.append(name)
-        parts.append(struct.pack(f">i{len(partitions)}i", len(partitions), *partitions))
-    parts.append(_INT32.pack(generation))
+        append(_counted_int32s(len(partitions)).pack(len(partitions), *partitions))
+    append(_INT32.pack(generation))
     return b"".join(parts)
+
+
+@lru_cache(maxsize=65536)
+def _topic_header(topic: str) -> bytes:
+    """[int16 name length][utf-8 name] of one topic entry."""
+    name = topic.encode("utf-8")
+    return _INT16.pack(len(name)) + name
+
+
+@lru_cache(maxsize=4096)
+def _counted_int32s(count: int) -> struct.Struct:
+    """[int32 count] followed by `count` int32s."""
+    return struct.Struct(f">{count + 1}i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,22 +184,26 @@ def _parse_all(blobs: Sequence[bytes | None]) -> _Parsed:
 
 
 def _topic_positions(parsed: _Parsed, topics: Sequence[str]) -> np.ndarray:
-    """Position in `topics` of each entry's name, -1 for names not among them. Names are
-    compared as fixed-width byte strings, one numpy search per distinct name length."""
+    """Position in `topics` of each entry's name, -1 for names not among them. Names of one
+    length are gathered as one fixed-width byte array and looked up among the topics of that
+    length only. numpy drops trailing NUL bytes of fixed-width strings, so the lookup keys drop
+    them too; within one length that loses nothing (two names of equal length that agree once
+    their trailing NULs are gone are the same name)."""
     result = np.full(parsed.entry_blob.size, -1, dtype=np.int64)
-    encoded = [t.encode("utf-8") for t in topics]
+    by_length: dict[int, dict[bytes, int]] = {}
+    for position, topic in enumerate(topics):
+        name = topic.encode("utf-8")
+        by_length.setdefault(len(name), {})[name.rstrip(b"\0")] = position
     for length in np.unique(parsed.entry_name_length).tolist():
-        candidates = [i for i, name in enumerate(encoded) if len(name) == length]
-        if length == 0 or not candidates:
+        known = by_length.get(length)
+        if length == 0 or not known:
             continue
         rows = np.flatnonzero(parsed.entry_name_length == length)
         columns = parsed.entry_name_start[rows, None] + np.arange(length)
         names = np.ascontiguousarray(parsed.buffer[columns]).view(f"S{length}").ravel()
-        known = np.array([encoded[i] for i in candidates], dtype=f"S{length}")
-        order = np.argsort(known)
-        at = np.minimum(np.searchsorted(known[order], names), len(candidates) - 1)
-        hit = known[order][at] == names
-        result[rows[hit]] = np.asarray(candidates)[order][at[hit]]
+        result[rows] = np.fromiter(
+            map(known.get, names.tolist(), repeat(-1)), dtype=np.int64, count=rows.size
+        )
     return result
 
 
