@@ -11,7 +11,11 @@ from dataclasses import dataclass, fields
 _INT32_MAX = 2**31 - 1
 # Settings that are comma-separated lists rather than numbers.
 _LIST_FIELDS = frozenset({"group_consumer_assignors", "group_coordinator_rebalance_protocols"})
+# Settings that are one word out of a fixed set (Kafka compares them ignoring case).
+_CHOICE_FIELDS = frozenset({"group_consumer_migration_policy"})
 REBALANCE_PROTOCOLS = frozenset({"classic", "consumer"})
+# group.consumer.migration.policy: which online conversions between the protocols are allowed.
+MIGRATION_POLICIES = frozenset({"bidirectional", "upgrade", "downgrade", "disabled"})
 CONSUMER_ASSIGNORS = frozenset({"uniform", "range"})
 
 
@@ -38,11 +42,13 @@ class GroupCoordinatorConfig:
     group_consumer_max_session_timeout_ms: int = 60000
     group_consumer_max_size: int = _INT32_MAX
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_regex_refresh_interval_ms: int = 600_000
+    group_consumer_migration_policy: str = "bidirectional"
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
-            if spec.name in _LIST_FIELDS:
+            if spec.name in _LIST_FIELDS | _CHOICE_FIELDS:
                 continue
             if value < 0:
                 raise ValueError(f"{property_name(spec.name)} must be >= 0, got {value}")
@@ -72,12 +78,19 @@ class GroupCoordinatorConfig:
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below "
                              "group.consumer.session.timeout.ms")
+        if self.group_consumer_regex_refresh_interval_ms < 10_000:
+            raise ValueError("group.consumer.regex.refresh.interval.ms must be >= 10000, got "
+                             f"{self.group_consumer_regex_refresh_interval_ms}")
         if self.group_consumer_max_size < 1:
             raise ValueError("group.consumer.max.size must be >= 1")
         unknown = set(self.group_consumer_assignors) - CONSUMER_ASSIGNORS
         if unknown or not self.group_consumer_assignors:
             raise ValueError(f"group.consumer.assignors must name some of "
                              f"{sorted(CONSUMER_ASSIGNORS)}, got {self.group_consumer_assignors}")
+        if self.group_consumer_migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(f"group.consumer.migration.policy must be one of "
+                             f"{sorted(MIGRATION_POLICIES)}, got "
+                             f"{self.group_consumer_migration_policy!r}")
         protocols = set(self.group_coordinator_rebalance_protocols)
         if protocols - REBALANCE_PROTOCOLS or "classic" not in protocols:
             raise ValueError("group.coordinator.rebalance.protocols must include classic and "
@@ -87,6 +100,16 @@ class GroupCoordinatorConfig:
     @property
     def consumer_protocol_enabled(self) -> bool:
         return "consumer" in self.group_coordinator_rebalance_protocols
+
+    @property
+    def online_upgrade_enabled(self) -> bool:
+        """A live classic group may become a consumer group (a consumer-protocol member joins)."""
+        return self.group_consumer_migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def online_downgrade_enabled(self) -> bool:
+        """A consumer group whose last consumer-protocol member leaves may become classic."""
+        return self.group_consumer_migration_policy in ("bidirectional", "downgrade")
 
     @property
     def offsets_retention_ms(self) -> int:
@@ -103,6 +126,9 @@ class GroupCoordinatorConfig:
                 if spec.name in _LIST_FIELDS:
                     items = (item.strip().lower() for item in raw.split(","))
                     values[spec.name] = tuple(item for item in items if item)
+                    continue
+                if spec.name in _CHOICE_FIELDS:
+                    values[spec.name] = raw.strip().lower()
                     continue
                 try:
                     values[spec.name] = int(raw.strip())

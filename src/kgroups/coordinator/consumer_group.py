@@ -16,6 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from kgroups.records.classic_member import (
+    ClassicMemberMetadata,
+    decode_classic_member_metadata,
+    encode_classic_member_metadata,
+)
 from kgroups.records.consumer_group import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
@@ -24,6 +29,8 @@ from kgroups.records.consumer_group import (
     ConsumerGroupMemberMetadataValue,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -63,6 +70,16 @@ class TopicInfo:
     partitions: int
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    """A subscribed regular expression as last resolved (record type 16): the topics it matched,
+    the topic catalogue version it was resolved against, and when."""
+
+    topics: frozenset[str]
+    version: int
+    timestamp: int
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -79,6 +96,8 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # Set while the member speaks the classic protocol inside this group (online migration).
+    classic: ClassicMemberMetadata | None = None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -94,6 +113,7 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     targets: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     partition_owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
 
     def state(self) -> str:
@@ -106,7 +126,27 @@ class ConsumerGroup:
         return ConsumerGroupState.RECONCILING
 
     def subscribed_topics(self) -> frozenset[str]:
-        return frozenset(t for m in self.members.values() for t in m.subscribed_topic_names)
+        """Topics named by members plus those every resolved regex matched (Kafka counts a
+        resolved regex's topics until its tombstone, even when no member still uses it)."""
+        named = (t for m in self.members.values() for t in m.subscribed_topic_names)
+        matched = (t for r in self.resolved_regexes.values() for t in r.topics)
+        return frozenset((*named, *matched))
+
+    def member_topics(self, member: ConsumerMember) -> frozenset[str]:
+        """What the member subscribes to: its names and what its regex resolved to (nothing
+        while the regex is not resolved yet)."""
+        resolved = self.resolved_regexes.get(member.subscribed_topic_regex or "")
+        topics = frozenset(member.subscribed_topic_names)
+        return topics | resolved.topics if resolved is not None else topics
+
+    def subscribed_regexes(self) -> dict[str, int]:
+        """Each non-empty regex the members subscribe with, and how many do."""
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            if member.subscribed_topic_regex:
+                counts[member.subscribed_topic_regex] = \
+                    counts.get(member.subscribed_topic_regex, 0) + 1
+        return counts
 
     def preferred_assignor(self, default: str) -> str:
         """The assignor most members ask for (ties: the first asked for), else the default."""
@@ -154,6 +194,7 @@ def member_metadata_value(member: ConsumerMember) -> ConsumerGroupMemberMetadata
         member.instance_id, member.rack_id, member.client_id, member.client_host,
         member.subscribed_topic_names, member.subscribed_topic_regex,
         member.rebalance_timeout_ms, member.server_assignor,
+        None if member.classic is None else encode_classic_member_metadata(member.classic),
     )
 
 
@@ -168,6 +209,13 @@ def apply_consumer_record(
     consumer: ConsumerGroup, key: ConsumerGroupKey, value: ConsumerGroupValue | None
 ) -> None:
     """Change `consumer` as the record says (tombstones remove what their key names)."""
+    if isinstance(key, ConsumerGroupRegularExpressionKey):
+        if isinstance(value, ConsumerGroupRegularExpressionValue):
+            consumer.resolved_regexes[key.regular_expression] = ResolvedRegex(
+                frozenset(value.topics), value.version, value.timestamp)
+        else:
+            consumer.resolved_regexes.pop(key.regular_expression, None)
+        return
     if isinstance(key, ConsumerGroupMetadataKey):
         if isinstance(value, ConsumerGroupMetadataValue):
             consumer.group_epoch = value.epoch
@@ -198,6 +246,7 @@ def apply_consumer_record(
             member.subscribed_topic_regex = value.subscribed_topic_regex
             member.rebalance_timeout_ms = value.rebalance_timeout_ms
             member.server_assignor = value.server_assignor
+            member.classic = decode_classic_member_metadata(value.classic_member_metadata)
             if value.instance_id is not None:
                 consumer.static_members[value.instance_id] = key.member_id
         else:

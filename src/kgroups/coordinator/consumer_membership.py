@@ -6,13 +6,18 @@ the subscribed topics' metadata changed, recompute the target assignment when th
 is ahead of it, then move the member one reconciliation step. Every change is a record applied
 through `persistence.apply_record` as it is made (each step reads the state the previous one
 left), and the answer is sent once the records are durable.
+
+Regex subscriptions are resolved as Kafka resolves them, after the heartbeat that asked for it
+(Kafka resolves on a background executor): that heartbeat is answered from the group as it was,
+and the resolution's records (type 16, and the group epoch when the topics changed) follow in
+a write of their own, so the member's next heartbeat sees the new epoch.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kgroups.assignors.model import ClusterMetadata, MemberSubscription
 from kgroups.assignors.range import RangeAssignor
@@ -43,6 +48,12 @@ from kgroups.coordinator.core import CoordinatorCore
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.reconciliation import MemberFencedError, reconcile
+from kgroups.coordinator.regex_subscriptions import (
+    InvalidRegexError,
+    compile_regex,
+    refresh_due,
+    resolve,
+)
 from kgroups.coordinator.timer_keys import consumer_rebalance_timer, consumer_session_timer
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import (
@@ -50,6 +61,8 @@ from kgroups.records.consumer_group import (
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -79,10 +92,23 @@ class ConsumerGroupHandlers(CoordinatorCore):
 
     _topics: Mapping[str, TopicInfo] = {}
     _topic_names: Mapping[uuid.UUID, str] = {}
+    # Kafka's metadata image version, as regex resolutions record it: bumped by every change of
+    # the topics, never below the clock (so it still grows across a restart).
+    _topics_version = 0
+    _topics_created_version = 0  # the version that last brought a new topic (or topic id)
 
     def set_topics(self, topics: Mapping[str, TopicInfo]) -> None:
-        """The topics that exist now. Groups notice a change at their next heartbeat (the
-        subscribed topics' metadata hash moves and the group epoch is bumped)."""
+        """The topics that exist now. Groups notice a change at their next heartbeat, as with
+        Kafka: the subscribed topics' metadata hash moves and the group epoch is bumped, and
+        regex subscriptions are resolved again when topics were created."""
+        if topics == self._topics and self._topics_version:
+            return
+        created = not self._topics_version or any(
+            self._topics.get(name, info).topic_id != info.topic_id or name not in self._topics
+            for name, info in topics.items())
+        self._topics_version = max(self._now, self._topics_version + 1)
+        if created:
+            self._topics_created_version = self._topics_version
         self._topics = dict(topics)
         self._topic_names = {info.topic_id: name for name, info in topics.items()}
 
@@ -90,15 +116,18 @@ class ConsumerGroupHandlers(CoordinatorCore):
 
     def _consumer_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
         records: list[OffsetsRecord] = []
+        after: list[Callable[[], None]] = []  # work that follows the heartbeat's own write
         try:
             self._validate_heartbeat(req)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 response = self._consumer_leave(req, records)
             else:
-                response = self._consumer_join_or_heartbeat(req, records)
+                response = self._consumer_join_or_heartbeat(req, records, after)
         except HeartbeatError as exc:
             response = ConsumerGroupHeartbeatResponse(exc.error, exc.message)
         self._answer_after(req, records, response)
+        for step in after:
+            step()
 
     def _answer_after(
         self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
@@ -126,9 +155,6 @@ class ConsumerGroupHandlers(CoordinatorCore):
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
         if req.version >= 1 and not req.member_id:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-        if req.subscribed_topic_regex:  # librdkafka sends "" for "no regex", as Kafka reads it
-            raise HeartbeatError(ErrorCode.INVALID_REQUEST,
-                                 "SubscribedTopicRegex is not supported by kgroups yet.")
         epoch = req.member_epoch
         if epoch > 0 or epoch == LEAVE_EPOCH:
             if not req.member_id:
@@ -181,9 +207,15 @@ class ConsumerGroupHandlers(CoordinatorCore):
         return group, group.consumer
 
     def _consumer_join_or_heartbeat(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord]
+        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        after: list[Callable[[], None]],
     ) -> ConsumerGroupHeartbeatResponse:
         joining = req.member_epoch == 0
+        existing = self._groups.get(req.group_id)
+        if existing is None or existing.state is GroupState.DEAD or (
+                existing.consumer is None and not existing.members):
+            # A group this heartbeat would create (or convert): refuse a bad regex first.
+            _check_new_regex(None, req.subscribed_topic_regex)
         group, consumer = self._consumer_group(req.group_id, joining)
         member_id = req.member_id or kafka_uuid_string(uuid.uuid4())
         if len(consumer.members) >= self.config.group_consumer_max_size and (
@@ -208,19 +240,39 @@ class ConsumerGroupHandlers(CoordinatorCore):
             subscribed_topic_names=(tuple(req.subscribed_topic_names)
                                     if req.subscribed_topic_names is not None
                                     else member.subscribed_topic_names),
-            subscribed_topic_regex=member.subscribed_topic_regex,
+            subscribed_topic_regex=(req.subscribed_topic_regex
+                                    if req.subscribed_topic_regex is not None
+                                    else member.subscribed_topic_regex),
             rebalance_timeout_ms=(req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1
                                   else member.rebalance_timeout_ms),
             server_assignor=(req.server_assignor if req.server_assignor is not None
                              else member.server_assignor),
         )
         is_new = member.member_id not in consumer.members
+        old_regex = None if is_new else member.subscribed_topic_regex
+        regex_changed = updated.subscribed_topic_regex != old_regex
+        counts = consumer.subscribed_regexes()
+        new_regex = updated.subscribed_topic_regex
+        if regex_changed and new_regex and not counts.get(new_regex):
+            _check_new_regex(consumer, new_regex)
         bump = False
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
             self._record(group, records, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
             bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         member = consumer.members[member.member_id]
+        regex_requested = False
+        if regex_changed:
+            if old_regex and counts.get(old_regex) == 1:
+                self._record(group, records, ConsumerGroupRegularExpressionKey(
+                    group.group_id, old_regex), None)
+            if new_regex:
+                regex_requested = not counts.get(new_regex)
+                # A regex already resolved (another member's) moves the target now.
+                resolved = bool(counts.get(new_regex)) and new_regex in consumer.resolved_regexes
+                bump = bump or resolved
+            elif old_regex:
+                bump = True
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
         # As Kafka 4.3 does: a subscription change and a change of the subscribed topics'
         # metadata each count one (a first member subscribing to a topic moves the epoch by 2),
@@ -231,13 +283,18 @@ class ConsumerGroupHandlers(CoordinatorCore):
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
         if consumer.group_epoch > consumer.assignment_epoch:
             self._update_target(group, consumer, records)
+        if refresh_due(consumer.subscribed_regexes(), consumer.resolved_regexes, self._now,
+                       self._topics_created_version,
+                       self.config.group_consumer_regex_refresh_interval_ms, regex_requested):
+            after.append(lambda: self._resolve_regexes(group, consumer))
         assigned_before = member.assigned
         self._maybe_reconcile(group, consumer, member, owned, records)
         member = consumer.members[member.member_id]
         self._timers.schedule(consumer_session_timer(group.group_id, member.member_id),
                               self._now + self.config.group_consumer_session_timeout_ms)
-        full = joining or (req.rebalance_timeout_ms != -1 and req.subscribed_topic_names
-                           is not None and req.topic_partitions is not None)
+        full = joining or (req.rebalance_timeout_ms != -1 and (
+            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+            and req.topic_partitions is not None)
         changed = member.assigned != assigned_before
         return ConsumerGroupHeartbeatResponse(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
@@ -323,7 +380,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
         topics = self._topics
         subscriptions = [
             MemberSubscription.of(
-                m.member_id, [t for t in m.subscribed_topic_names if t in topics],
+                m.member_id, sorted(t for t in consumer.member_topics(m) if t in topics),
                 {names[t]: sorted(p) for t, p in consumer.targets.get(m.member_id, {}).items()
                  if t in names},
                 rack=m.rack_id, instance_id=m.instance_id,
@@ -342,6 +399,27 @@ class ConsumerGroupHandlers(CoordinatorCore):
                              ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
         self._record(group, records, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
                      ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._now))
+
+    def _resolve_regexes(self, group: ClassicGroup, consumer: ConsumerGroup) -> None:
+        """Resolve every subscribed regex against the topics (Kafka's
+        handleRegularExpressionsResult): a record per regex, and the group epoch bumped when
+        a regex's topics or the subscribed topics' metadata changed."""
+        if group.consumer is not consumer:
+            return
+        records: list[OffsetsRecord] = []
+        bump = False
+        for regex, topics in sorted(resolve(consumer.subscribed_regexes(), self._topics).items()):
+            old = consumer.resolved_regexes.get(regex)
+            bump = bump or (old.topics if old is not None else frozenset()) != topics
+            self._record(group, records,
+                         ConsumerGroupRegularExpressionKey(group.group_id, regex),
+                         ConsumerGroupRegularExpressionValue(
+                             tuple(sorted(topics)), self._topics_version, self._now))
+        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+        if bump or new_hash != consumer.metadata_hash:
+            self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
+                         ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
+        self._write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
 
     def _maybe_reconcile(
         self, group: ClassicGroup, consumer: ConsumerGroup, member: ConsumerMember,
@@ -409,7 +487,12 @@ class ConsumerGroupHandlers(CoordinatorCore):
         """Remove the member (its partitions become free) and bump the group epoch."""
         consumer = group.consumer
         assert consumer is not None
+        regex = member.subscribed_topic_regex
+        last_of_regex = bool(regex) and consumer.subscribed_regexes().get(regex or "") == 1
         self._remove_member_records(group, member.member_id, records)
+        if last_of_regex:
+            self._record(group, records,
+                         ConsumerGroupRegularExpressionKey(group.group_id, regex or ""), None)
         self._cancel_consumer_timers(group, member.member_id)
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
         steps = 1 + int(new_hash != consumer.metadata_hash)
@@ -481,6 +564,17 @@ class ConsumerGroupHandlers(CoordinatorCore):
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._topic_names.get(topic_id)
+
+
+def _check_new_regex(consumer: ConsumerGroup | None, regex: str | None) -> None:
+    """INVALID_REGULAR_EXPRESSION for a regex no member of the group subscribes with yet that
+    does not compile (Kafka checks only regexes new to the group)."""
+    if not regex or (consumer is not None and consumer.subscribed_regexes().get(regex)):
+        return
+    try:
+        compile_regex(regex)
+    except InvalidRegexError as exc:
+        raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc)) from exc
 
 
 def _not_a_member(member_id: str, group_id: str) -> str:

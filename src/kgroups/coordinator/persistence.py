@@ -19,6 +19,7 @@ from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
     ConsumerGroupKey,
     ConsumerGroupMetadataKey,
+    ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupValue,
 )
@@ -87,10 +88,14 @@ def group_tombstone(group_id: str) -> OffsetsRecord:
 
 def consumer_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
     """The records that end an empty consumer group's consumer-protocol part (its target
-    assignment epoch and its group epoch; an empty group has no member records)."""
+    assignment epoch, its resolved regexes and its group epoch, in Kafka's order; an empty
+    group has no member records)."""
     if group.consumer is None:
         return []
+    regexes = sorted(group.consumer.resolved_regexes)
     return [OffsetsRecord(ConsumerGroupTargetAssignmentMetadataKey(group.group_id), None),
+            *(OffsetsRecord(ConsumerGroupRegularExpressionKey(group.group_id, regex), None)
+              for regex in regexes),
             OffsetsRecord(ConsumerGroupMetadataKey(group.group_id), None)]
 
 
@@ -303,8 +308,9 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
             group.subscribed_topics = subscribed_topics(group)
             groups[group_id] = group
     # Consumer-group records in the order Kafka writes them for a group: epoch, subscriptions,
-    # target assignment, current assignments (each later kind refers to members of earlier).
-    for record_type in (3, 5, 6, 7, 8):
+    # resolved regexes, target assignment, current assignments (each later kind refers to
+    # members of earlier).
+    for record_type in (3, 5, 16, 6, 7, 8):
         for key, consumer_value in image.consumer_values.items():
             if key.version != record_type or consumer_value is None:
                 continue

@@ -1,7 +1,7 @@
 """Byte codecs for __consumer_offsets keys and values, every version Kafka ever wrote.
 
 A key starts with an int16 that is the record type: 0 and 1 are OffsetCommitKey, 2 is
-GroupMetadataKey, 3 and 5-8 are KIP-848's consumer-group records (`records.consumer_group`);
+GroupMetadataKey, 3, 5-8 and 16 are KIP-848's consumer-group records (`records.consumer_group`);
 other types are kept as opaque `UnknownKey`s so that a log written by a newer Kafka still reads.
 A value starts with its own int16 schema version; v4 is Kafka's flexible encoding (compact
 strings, tagged-field sections), whose unknown tags are skipped rather than rejected, as Kafka's
@@ -21,6 +21,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
+    ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
     consumer_group_key_json,
@@ -95,7 +96,7 @@ _TOPIC_ID_TAG = 0  # OffsetCommitValue v4's tagged topicId
 _CONSUMER_GROUP_KEYS = (
     ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
     ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey,
 )
 _UUID_SIZE = 16
 

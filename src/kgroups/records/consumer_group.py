@@ -2,13 +2,14 @@
 
 The consumer protocol stores a group as several keys instead of one GroupMetadata blob: the
 group epoch (3), each member's subscription (5), the target assignment's epoch (6) and each
-member's target (7), and each member's current assignment and epochs (8). Keys are type-prefixed
+member's target (7), each member's current assignment and epochs (8), and each regular
+expression the members subscribe with and the topics it resolved to (16). Keys are type-prefixed
 and not flexible; values are version 0, flexible, with the tagged fields Kafka 4.x adds
 (ConsumerGroupMetadataValue.MetadataHash and ConsumerGroupTargetAssignmentMetadataValue.
 AssignmentTimestamp, both tag 0, int64, written only when non-zero;
 ConsumerGroupMemberMetadataValue.ClassicMemberMetadata, tag 0, kept as raw bytes so a record
 Kafka wrote for a migrated member re-encodes byte for byte). Type 4 (subscription metadata,
-deprecated in Kafka 4.1) and 16 (regular expressions) stay opaque `UnknownKey`s.
+deprecated in Kafka 4.1) stays an opaque `UnknownKey`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kgroups.records.wire import (
     read_compact_string,
     read_int16,
     read_int32,
+    read_int64,
     read_string,
     read_uvarint,
     short,
@@ -73,6 +75,13 @@ class ConsumerGroupCurrentMemberAssignmentKey:
     group: str
     member_id: str
     version: int = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionKey:
+    group: str
+    regular_expression: str
+    version: int = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +129,24 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     pending_epochs: tuple[tuple[int, ...] | None, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionValue:
+    """`topics` in the order the record lists them (Kafka writes a hash set's order; kgroups
+    writes them sorted), `version` the topic catalogue's version the regex was resolved
+    against, `timestamp` when (ms)."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
+
+
 ConsumerGroupKey = (
     ConsumerGroupMetadataKey
     | ConsumerGroupMemberMetadataKey
     | ConsumerGroupTargetAssignmentMetadataKey
     | ConsumerGroupTargetAssignmentMemberKey
     | ConsumerGroupCurrentMemberAssignmentKey
+    | ConsumerGroupRegularExpressionKey
 )
 ConsumerGroupValue = (
     ConsumerGroupMetadataValue
@@ -133,8 +154,9 @@ ConsumerGroupValue = (
     | ConsumerGroupTargetAssignmentMetadataValue
     | ConsumerGroupTargetAssignmentMemberValue
     | ConsumerGroupCurrentMemberAssignmentValue
+    | ConsumerGroupRegularExpressionValue
 )
-CONSUMER_GROUP_KEY_TYPES = (3, 5, 6, 7, 8)
+CONSUMER_GROUP_KEY_TYPES = (3, 5, 6, 7, 8, 16)
 _MEMBER_KEYS: dict[int, type[Any]] = {
     5: ConsumerGroupMemberMetadataKey,
     7: ConsumerGroupTargetAssignmentMemberKey,
@@ -144,6 +166,7 @@ _GROUP_KEYS: dict[int, type[Any]] = {
     3: ConsumerGroupMetadataKey,
     6: ConsumerGroupTargetAssignmentMetadataKey,
 }
+_REGEX_KEY_TYPE = 16
 _VALUE_VERSION = 0
 _UUID = struct.Struct(">16s")
 
@@ -156,6 +179,8 @@ def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
     if isinstance(key, ConsumerGroupMemberMetadataKey | ConsumerGroupTargetAssignmentMemberKey
                   | ConsumerGroupCurrentMemberAssignmentKey):
         parts.append(write_string(key.member_id))
+    elif isinstance(key, ConsumerGroupRegularExpressionKey):
+        parts.append(write_string(key.regular_expression))
     return b"".join(parts)
 
 
@@ -164,6 +189,9 @@ def decode_consumer_group_key(key_type: int, data: bytes) -> ConsumerGroupKey:
     group, pos = read_string(data, 2, f"key type {key_type} groupId")
     if key_type in _GROUP_KEYS:
         key = _GROUP_KEYS[key_type](group)
+    elif key_type == _REGEX_KEY_TYPE:
+        regex, pos = read_string(data, pos, f"key type {key_type} regularExpression")
+        key = ConsumerGroupRegularExpressionKey(group, regex)
     else:
         member_id, pos = read_string(data, pos, f"key type {key_type} memberId")
         key = _MEMBER_KEYS[key_type](group, member_id)
@@ -183,6 +211,12 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         parts += [INT32.pack(value.assignment_epoch), _int64_tag(value.assignment_timestamp)]
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         parts += [_partitions(value.topic_partitions), b"\x00"]
+    elif isinstance(value, ConsumerGroupRegularExpressionValue):
+        parts += [
+            write_uvarint(len(value.topics) + 1),
+            *(write_compact_nullable_string(t) for t in value.topics),
+            INT64.pack(value.version), INT64.pack(value.timestamp), b"\x00",
+        ]
     elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
         parts += [
             INT32.pack(value.member_epoch), INT32.pack(value.previous_member_epoch),
@@ -267,6 +301,8 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
         _tags, pos = _read_tags(data, pos, what)
         value = ConsumerGroupCurrentMemberAssignmentValue(
             epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs)
+    elif isinstance(key, ConsumerGroupRegularExpressionKey):
+        value, pos = _read_regular_expression(data, pos, what)
     else:
         value, pos = _read_member_metadata(data, pos, what)
     if pos != len(data):
@@ -294,6 +330,20 @@ def _read_member_metadata(
         instance_id, rack_id, client_id, client_host, tuple(names), regex, timeout, assignor,
         tags.get(0),
     ), pos
+
+
+def _read_regular_expression(
+    data: bytes, pos: int, what: str
+) -> tuple[ConsumerGroupRegularExpressionValue, int]:
+    count, pos = read_compact_array_length(data, pos, f"{what} topics")
+    topics = []
+    for index in range(count):
+        topic, pos = read_compact_string(data, pos, f"{what} topics[{index}]")
+        topics.append(topic)
+    version, pos = read_int64(data, pos, f"{what} version")
+    timestamp, pos = read_int64(data, pos, f"{what} timestamp")
+    _tags, pos = _read_tags(data, pos, what)
+    return ConsumerGroupRegularExpressionValue(tuple(topics), version, timestamp), pos
 
 
 def _read_partitions(data: bytes, pos: int, what: str) -> tuple[TopicPartitionList, int]:
@@ -395,6 +445,9 @@ def consumer_group_value_json(
                              "assignmentTimestamp", value.assignment_timestamp)
     if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         return {"topicPartitions": _partitions_json(value.topic_partitions, to_text)}
+    if isinstance(value, ConsumerGroupRegularExpressionValue):
+        return {"topics": list(value.topics), "version": value.version,
+                "timestamp": value.timestamp}
     if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
         return {
             "memberEpoch": value.member_epoch,
@@ -405,7 +458,7 @@ def consumer_group_value_json(
             "partitionsPendingRevocation": _partitions_json(
                 value.partitions_pending_revocation, to_text, value.pending_epochs),
         }
-    return {
+    data = {
         "instanceId": value.instance_id,
         "rackId": value.rack_id,
         "clientId": value.client_id,
@@ -414,19 +467,23 @@ def consumer_group_value_json(
         "subscribedTopicRegex": value.subscribed_topic_regex,
         "rebalanceTimeoutMs": value.rebalance_timeout_ms,
         "serverAssignor": value.server_assignor,
-        "classicMemberMetadata": _classic_member_metadata_json(value.classic_member_metadata),
     }
+    if value.classic_member_metadata is not None:  # DumpLogSegments omits an absent tag 0
+        data["classicMemberMetadata"] = _classic_member_metadata_json(
+            value.classic_member_metadata)
+    return data
 
 
 # What Kafka 4.3.1 writes in tag 0 for a member that never was a classic one (seen in its logs);
-# DumpLogSegments prints that as null, as it prints an absent one.
+# DumpLogSegments prints that as null (and prints nothing when the tag is absent, as in the
+# records kgroups writes).
 _NO_CLASSIC_METADATA = b"\x00"
 
 
-def _classic_member_metadata_json(raw: bytes | None) -> str | None:
+def _classic_member_metadata_json(raw: bytes) -> str | None:
     """null as DumpLogSegments prints it for a member without classic metadata; otherwise the
     raw bytes kgroups keeps, as hex (kgroups does not interpret a migrated member's)."""
-    if raw is None or raw == _NO_CLASSIC_METADATA:
+    if raw == _NO_CLASSIC_METADATA:
         return None
     return raw.hex()
 
@@ -436,4 +493,6 @@ def consumer_group_key_json(key: ConsumerGroupKey) -> dict[str, Any]:
     member_id = getattr(key, "member_id", None)
     if member_id is not None:
         data["memberId"] = member_id
+    if isinstance(key, ConsumerGroupRegularExpressionKey):
+        data["regularExpression"] = key.regular_expression
     return {"type": key.version, "data": data}
