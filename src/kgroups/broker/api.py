@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.memory_budget import MemoryBudget
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
+    from kgroups.broker.security import Session
     from kgroups.broker.topics import TopicCatalog
     from kgroups.log.config import LogConfig
     from kgroups.log.durability import GroupCommit
@@ -60,6 +61,8 @@ class RequestContext:
     client_id: str | None
     client_host: str
     broker: HandlerServices
+    # The connection's listener and authenticated principal (None only in handler unit tests).
+    session: Session | None = None
 
 
 class ApiHandler(Protocol):

@@ -16,6 +16,8 @@ from kgroups.broker import (
     group_handlers,
     list_offsets_handler,
     produce_handler,
+    sasl,
+    scram_handlers,
     topic_handlers,
 )
 from kgroups.broker.api import HandlerRegistry
@@ -27,6 +29,7 @@ from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.memory_budget import MemoryBudget
 from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
+from kgroups.broker.security import Security
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.config import LogConfig
@@ -44,6 +47,8 @@ def install_handlers(registry: HandlerRegistry) -> None:
     fetch_handler.install(registry)
     list_offsets_handler.install(registry)
     group_handlers.install(registry)
+    sasl.install(registry)
+    scram_handlers.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -75,7 +80,10 @@ class Broker:
         self.memory = MemoryBudget(config.queued_max_request_bytes,
                                    config.memory_exhausted_close_ms / 1000)
         install_handlers(self.registry)
-        self._server = BrokerServer(self)
+        self.security = Security(config)
+        self._server = BrokerServer(self, self.security)
+        # Each listener's bound address, by listener name, once started.
+        self.listener_addresses: dict[str, tuple[str, int]] = {}
         self.background = BackgroundTasks()
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit)
@@ -110,7 +118,8 @@ class Broker:
             "log-cleaner", run_cleaner(self.logs, self.config.log_retention_check_interval_ms))
         self.background.spawn("log-flusher", flush_on_schedule(
             self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
-        self.host, self.port = await self._server.start(self.config.host, self.config.port)
+        self.listener_addresses = await self._server.start()
+        self.host, self.port = next(iter(self.listener_addresses.values()))
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
 

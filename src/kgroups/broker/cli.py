@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.events import configure_logging
+from kgroups.broker.listeners import parse_listeners
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
 
 
@@ -55,26 +56,29 @@ def _check_data_dir(data_dir: Path) -> None:
 
 
 def _check_port(config: BrokerConfig) -> None:
-    """Bind and release the listen address first, so a taken port is reported before the
+    """Bind and release each listen address first, so a taken port is reported before the
     broker opens its logs (the broker's own bind still reports it if the port goes meanwhile)."""
-    if config.port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(config.host, config.port, type=socket.SOCK_STREAM)
-        family, kind, proto, _, address = infos[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        raise _startup_failure(config, exc) from None
+    for listener in parse_listeners(config):
+        if listener.port == 0:
+            continue
+        try:
+            infos = socket.getaddrinfo(listener.host, listener.port, type=socket.SOCK_STREAM)
+            family, kind, proto, _, address = infos[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as exc:
+            raise _startup_failure(config, exc, (listener.host, listener.port)) from None
 
 
-def _startup_failure(config: BrokerConfig, exc: OSError) -> StartupError:
+def _startup_failure(config: BrokerConfig, exc: OSError,
+                     where: tuple[str, int] | None = None) -> StartupError:
+    host, port = where or (config.host, config.port)
     if exc.errno == errno.EADDRINUSE:
-        return StartupError(f"cannot listen on {config.host}:{config.port}: address already "
+        return StartupError(f"cannot listen on {host}:{port}: address already "
                             "in use (another broker?)")
     if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
-        return StartupError(f"cannot listen on {config.host}:{config.port}: {exc.strerror}")
+        return StartupError(f"cannot listen on {host}:{port}: {exc.strerror}")
     where = f" ({exc.filename})" if exc.filename else ""
     return StartupError(f"cannot start: {exc.strerror or exc}{where}")
 
@@ -86,6 +90,8 @@ async def _serve(config: BrokerConfig) -> None:
         broker = Broker(config)
     except OSError as exc:
         raise _startup_failure(config, exc) from None
+    except ConfigError as exc:  # a listener's certificate or mechanisms (broker.security)
+        raise StartupError(str(exc)) from None
     try:
         await broker.start()
     except OSError as exc:
@@ -93,6 +99,8 @@ async def _serve(config: BrokerConfig) -> None:
         raise _startup_failure(config, exc) from None
     # The bound port on stdout lets a supervisor (or a test) use --port 0.
     print(f"listening {broker.host}:{broker.port}", flush=True)
+    for name, (host, port) in broker.listener_addresses.items():
+        print(f"listener {name} {host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

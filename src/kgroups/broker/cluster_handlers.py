@@ -37,6 +37,13 @@ async def api_versions(ctx: RequestContext, request: Any) -> Any:
                  throttle_time=NO_THROTTLE)
 
 
+def advertised(ctx: RequestContext) -> tuple[str, int]:
+    """The address of the listener the request came in on, as advertised to its clients."""
+    if ctx.session is not None:
+        return ctx.session.advertised
+    return ctx.broker.advertised_host, ctx.broker.advertised_port
+
+
 def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID] | None:
     """None = all topics. Metadata v0 used an empty list for "all"; v1+ uses null. From v10 a
     topic may be asked for by id alone (KIP-848 clients learn ids from their assignment)."""
@@ -105,8 +112,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                   topic_id=broker.logs.topic_id(name) if error == ErrorCode.NONE else None,
                   is_internal=name in INTERNAL_TOPICS, partitions=partitions)
         )
-    brokers = (build(broker_cls, node_id=node, host=broker.advertised_host,
-                     port=broker.advertised_port, rack=None),)
+    host, port = advertised(ctx)
+    brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
     return build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.config.cluster_id, controller_id=node, topics=tuple(topics),
                  cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
@@ -126,8 +133,9 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
                    else broker.coordinator.partition_failure(key))
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
-            return {"node_id": broker.node_id, "host": broker.advertised_host,
-                    "port": broker.advertised_port, "error_code": kio_error(ErrorCode.NONE),
+            host, port = advertised(ctx)
+            return {"node_id": broker.node_id, "host": host,
+                    "port": port, "error_code": kio_error(ErrorCode.NONE),
                     "error_message": "NONE" if ctx.api_version < 4 else ""}
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),

@@ -32,6 +32,9 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         # them (Kafka sends fetched data from the page cache), so it sets a budget by default.
         "queued.max.request.bytes": "268435456",
         "kgroups.memory.exhausted.close.ms": "5000",
+        # Prometheus metrics over HTTP (kgroups.broker.metrics): -1 = not served.
+        "kgroups.metrics.port": "-1",
+        "kgroups.metrics.host": "127.0.0.1",
         "fetch.max.bytes": "57671680",
         "connections.max.idle.ms": "600000",
         "queued.max.requests": "500",
@@ -45,9 +48,21 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 
+# What the listeners and security read (kgroups.broker.listeners, security, authorizer); each
+# may also be given per listener as listener.name.<name>.<key>.
+SECURITY_SETTINGS = frozenset({
+    "listeners", "listener.security.protocol.map", "sasl.enabled.mechanisms",
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
+    "ssl.client.auth", "ssl.principal.mapping.rules", "connection.failed.authentication.delay.ms",
+    "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
+})
+PER_LISTENER_PREFIX = "listener.name."
+
 # Every setting some part of kgroups reads; any other supplied key is warned about at start-up.
 KGROUPS_SETTINGS = frozenset(
     {*BROKER_DEFAULTS, "advertised.listeners", "log.cleaner.backoff.ms", *LOG_PROPERTY_NAMES,
+     *SECURITY_SETTINGS,
      *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))}
 )
 
@@ -143,6 +158,9 @@ class BrokerConfig:
                               f"{self.log_retention_check_interval_ms}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        if not -1 <= self.int_value("kgroups.metrics.port") < 65536:
+            raise ConfigError("kgroups.metrics.port must be -1 (off) or in 0..65535, got "
+                              f"{self.int_value('kgroups.metrics.port')}")
         try:
             LogConfig.from_properties(self.properties)
             GroupCoordinatorConfig.from_properties(self.with_prefixes("group.", "offsets."))
@@ -158,7 +176,8 @@ class BrokerConfig:
     def warnings(self) -> list[str]:
         """One line per supplied setting kgroups does not read: Kafka's or a typo."""
         return [unknown_setting_warning(key, KGROUPS_SETTINGS)
-                for key in sorted(self.supplied()) if key not in KGROUPS_SETTINGS]
+                for key in sorted(self.supplied())
+                if key not in KGROUPS_SETTINGS and not key.startswith(PER_LISTENER_PREFIX)]
 
     def _validate_memory(self) -> None:
         """A budget smaller than the largest frame would leave such a frame waiting forever."""
@@ -213,6 +232,14 @@ class BrokerConfig:
             raise ConfigError(
                 f"advertised.listeners must look like PLAINTEXT://host:port, got {raw!r}")
         return host, int(port)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """Where Prometheus metrics are served (port 0: a free one), None when off."""
+        port = self.int_value("kgroups.metrics.port")
+        if port < 0:
+            return None
+        return self.properties.get("kgroups.metrics.host", "127.0.0.1"), port
 
     @property
     def node_id(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import struct
@@ -30,6 +31,7 @@ from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kgroups.broker.api import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.memory_budget import MemoryBudget
+from kgroups.broker.security import PRE_AUTH_API_KEYS, Security, Session, open_session
 from kgroups.broker.wire import (
     FrameDecodeError,
     decode_request,
@@ -41,6 +43,7 @@ from kgroups.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kgroups.broker.api import HandlerServices
+    from kgroups.broker.listeners import Listener
 
 logger = logging.getLogger("kgroups.server")
 
@@ -70,9 +73,10 @@ class Connection:
 
     def __init__(
         self, broker: HandlerServices, reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter
+        writer: asyncio.StreamWriter, session: Session
     ) -> None:
         self._broker = broker
+        self.session = session
         self._reader = reader
         self._writer = writer
         self._loop = asyncio.get_running_loop()
@@ -253,6 +257,9 @@ class Connection:
                 api_key, api_version, correlation_id = peek_header(frame)
             except FrameDecodeError:
                 raise self._refuse("frame_too_short", size=len(frame)) from None
+            if not self.session.authenticated and api_key not in PRE_AUTH_API_KEYS:
+                raise self._refuse("unauthenticated_request", api_key=api_key,
+                                   listener=self.session.listener.name)
             handler = registry.get(api_key)
             if handler is None:
                 raise self._refuse("unknown_api_key", api_key=api_key, version=api_version)
@@ -275,7 +282,7 @@ class Connection:
                 log_event(logger, logging.DEBUG, "request_trailing_bytes", peer=self.peer,
                           api_key=api_key, version=api_version, unused=request.unused_bytes)
             ctx = RequestContext(api_key, api_version, correlation_id, request.client_id,
-                                 self.client_host, self._broker)
+                                 self.client_host, self._broker, self.session)
             await self._submit(self._dispatch(handler, ctx, request.body))
 
     async def _submit(self, work: Coroutine[Any, Any, bytes | None]) -> None:
@@ -388,6 +395,12 @@ class Connection:
                     self._unsent -= len(data)
                 else:
                     self._ready.append(data)
+            if self.session.failure is not None:  # answered; now close, as Kafka does
+                fields = dict(self.session.failure)
+                self._close(logging.WARNING, fields.pop("reason", "authentication_failed"),
+                            listener=self.session.listener.name, **fields)
+                self._cancel_in_flight()
+                break
         self._pump()
         if len(in_flight) < self._max_in_flight:
             self._room.set()
@@ -400,21 +413,31 @@ class BrokerServer:
     max.connections and max.connections.per.ip (Kafka's names; unlimited by default) cap how
     many a host, or everyone, may hold, so many idle sockets cannot exhaust the broker."""
 
-    def __init__(self, broker: HandlerServices) -> None:
+    def __init__(self, broker: HandlerServices, security: Security) -> None:
         self._broker = broker
-        self._server: asyncio.Server | None = None
+        self._security = security
+        self._servers: list[asyncio.Server] = []
+        self._bound: dict[str, tuple[str, int]] = {}
         self._connections: set[asyncio.Task[None]] = set()
         self._per_host: Counter[str] = Counter()
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._accept, host, port, reuse_address=True)
-        # Set on the listening socket, as Kafka does, so accepted connections start with it
-        # (the TCP window is agreed at the handshake).
-        for listener in self._server.sockets:
-            _set_buffer(listener, socket.SO_RCVBUF,
-                        self._broker.config.socket_receive_buffer_bytes)
-        sockname = self._server.sockets[0].getsockname()
-        return sockname[0], sockname[1]
+    async def start(self) -> dict[str, tuple[str, int]]:
+        """Listen on every listener; returns each one's bound address by listener name."""
+        bound: dict[str, tuple[str, int]] = {}
+        for listener in self._security.listeners:
+            server = await asyncio.start_server(
+                functools.partial(self._accept, listener), listener.host, listener.port,
+                reuse_address=True)
+            self._servers.append(server)
+            # Set on the listening socket, as Kafka does, so accepted connections start with it
+            # (the TCP window is agreed at the handshake).
+            for sock in server.sockets:
+                _set_buffer(sock, socket.SO_RCVBUF,
+                            self._broker.config.socket_receive_buffer_bytes)
+            sockname = server.sockets[0].getsockname()
+            bound[listener.name] = (sockname[0], sockname[1])
+        self._bound = bound
+        return bound
 
     def _over_limit(self, host: str) -> str | None:
         config = self._broker.config
@@ -424,36 +447,43 @@ class BrokerServer:
             return "max_connections_per_ip"
         return None
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, listener: Listener, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        connection = Connection(self._broker, reader, writer)
-        limit = self._over_limit(connection.client_host)
+        peer = writer.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else str(peer)
+        limit = self._over_limit(host)
         if limit is not None:
-            log_event(logger, logging.WARNING, "connection_refused", peer=connection.peer,
+            log_event(logger, logging.WARNING, "connection_refused",
+                      peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer,
                       reason=limit)
             writer.close()
             return
         self._connections.add(task)
-        self._per_host[connection.client_host] += 1
+        self._per_host[host] += 1
         try:
-            await connection.serve()
+            session = await open_session(self._security, listener,
+                                         self._bound[listener.name][1], writer)
+            if session is None:  # the TLS handshake failed; open_session logged why
+                return
+            await Connection(self._broker, reader, writer, session).serve()
         except asyncio.CancelledError:
             # The broker is stopping. Ending normally matters: asyncio's stream callback asks a
             # cancelled connection task for its exception and logs a spurious traceback.
             pass
         finally:
             self._connections.discard(task)
-            self._per_host[connection.client_host] -= 1
-            if not self._per_host[connection.client_host]:
-                del self._per_host[connection.client_host]
+            self._per_host[host] -= 1
+            if not self._per_host[host]:
+                del self._per_host[host]
 
     async def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
+        servers, self._servers = self._servers, []
+        for server in servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+        for server in servers:
+            await server.wait_closed()

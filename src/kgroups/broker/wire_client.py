@@ -8,6 +8,7 @@ one socket is all an operator command needs; the broker's own handlers never use
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -34,16 +35,20 @@ class KafkaWireClient:
     """One connection to one broker: `call(request)` sends a kio request and returns its reply."""
 
     def __init__(
-        self, host: str, port: int, *, client_id: str = "kgroups-admin", timeout: float = 30.0
+        self, host: str, port: int, *, client_id: str = "kgroups-admin", timeout: float = 30.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:  # an SSL or SASL_SSL listener (client_security.py)
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
         except OSError as exc:
             raise WireError(f"cannot connect to {host}:{port}: {exc}") from exc
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
         self._correlation_id = 0
         self.api_versions: dict[int, VersionRange] = self._fetch_api_versions()
 
@@ -69,8 +74,9 @@ class KafkaWireClient:
                 f"broker {self.host}:{self.port} does not support {api_name} v{version}"
             )
 
-    def call(self, request: Any) -> Any:
-        """Send one request and block until its response arrives."""
+    def call(self, request: Any, response_schema: type[Any] | None = None) -> Any:
+        """Send one request and block until its response arrives (read as `response_schema`
+        when given: a kio response class extended with a tagged field kgroups sends)."""
         self._correlation_id += 1
         correlation_id = self._correlation_id
         try:
@@ -78,7 +84,8 @@ class KafkaWireClient:
             frame = self._read_frame()
         except OSError as exc:
             raise WireError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
-        schema = response_type(int(request.__api_key__), int(request.__version__))
+        schema = response_schema or response_type(int(request.__api_key__),
+                                                   int(request.__version__))
         try:
             answered_id, response = decode_response(schema, frame)
         except Exception as exc:

@@ -1,0 +1,125 @@
+"""SaslHandshake (17) and SaslAuthenticate (36): PLAIN and SCRAM-SHA-256/512 as Kafka serves them.
+
+The server lets nothing but ApiVersions and these two through before a SASL connection has
+authenticated (server.py). A handshake names the mechanism; SaslAuthenticate carries its tokens
+(one for PLAIN, two for SCRAM). Any failure answers the error, as Kafka words it, after
+connection.failed.authentication.delay.ms, and the connection then closes (Session.failure),
+so one connection gets one attempt and a guesser one attempt per delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hmac
+from typing import Any
+
+from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.scram import ScramExchange, ScramFailure
+from kgroups.broker.security import Session
+from kgroups.broker.wire import build, kio_error, response_type
+from kgroups.errors import ErrorCode
+
+NO_LIFETIME = datetime.timedelta(0)
+_AFTER_AUTH = "SaslAuthenticate request received after successful authentication"
+
+
+def _session(ctx: RequestContext) -> Session:
+    session = ctx.session
+    assert session is not None, "the server gives every request its connection's session"
+    return session
+
+
+@handles(api_key=17, min_version=1, max_version=1)
+async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
+    session = _session(ctx)
+    response_cls = response_type(17, ctx.api_version)
+    mechanisms = session.mechanisms
+    if session.authenticated:
+        # Kafka's answer once authenticated, or on a listener without SASL; the connection stays.
+        return build(response_cls, error_code=kio_error(ErrorCode.ILLEGAL_SASL_STATE),
+                     mechanisms=mechanisms)
+    session.handshakes += 1
+    if session.handshakes > 1:
+        session.failure = {"reason": "sasl_handshake_repeated"}
+        return build(response_cls, error_code=kio_error(ErrorCode.ILLEGAL_SASL_STATE),
+                     mechanisms=mechanisms)
+    if request.mechanism not in mechanisms:
+        session.failure = {"reason": "unsupported_sasl_mechanism",
+                           "mechanism": request.mechanism[:64]}
+        return build(response_cls, error_code=kio_error(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
+                     mechanisms=mechanisms)
+    session.mechanism = request.mechanism
+    if request.mechanism.startswith("SCRAM-"):
+        session.scram = ScramExchange(request.mechanism, session.security.scram)
+    return build(response_cls, error_code=kio_error(ErrorCode.NONE), mechanisms=mechanisms)
+
+
+def _check_plain(session: Session, token: bytes) -> tuple[str | None, str | None]:
+    """(user, None) when the PLAIN token authenticates, else (user or None, Kafka's message)."""
+    parts = token.split(b"\x00")
+    if len(parts) != 3:
+        return None, f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}"
+    try:
+        authzid, user, password = (part.decode("utf-8") for part in parts)
+    except UnicodeDecodeError:
+        return None, "Invalid SASL/PLAIN response: not UTF-8"
+    if not user:
+        return None, "Authentication failed: username not specified"
+    if not password:
+        return user, "Authentication failed: password not specified"
+    expected = session.security.plain_users.get(session.listener.name, {}).get(user)
+    if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+        return user, "Authentication failed: Invalid username or password"
+    if authzid and authzid != user:
+        return user, ("Authentication failed: Client requested an authorization id that is "
+                      "different from username")
+    return user, None
+
+
+@handles(api_key=36, min_version=0, max_version=2)
+async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
+    session = _session(ctx)
+    response_cls = response_type(36, ctx.api_version)
+
+    def answer(error: ErrorCode, message: str | None, token: bytes = b"") -> Any:
+        return build(response_cls, error_code=kio_error(error), error_message=message,
+                     auth_bytes=token, session_lifetime=NO_LIFETIME)
+
+    if session.authenticated:
+        return answer(ErrorCode.ILLEGAL_SASL_STATE, _AFTER_AUTH)
+    mechanism = session.mechanism
+    if mechanism is None:
+        session.failure = {"reason": "sasl_authenticate_before_handshake"}
+        return answer(ErrorCode.ILLEGAL_SASL_STATE,
+                      "Unexpected SaslAuthenticate request before SaslHandshake")
+    user: str | None
+    reply = b""
+    if mechanism == "PLAIN":
+        user, message = _check_plain(session, bytes(request.auth_bytes))
+    else:
+        exchange = session.scram
+        assert exchange is not None
+        try:
+            reply = exchange.step(bytes(request.auth_bytes))
+            message = None
+        except ScramFailure as exc:
+            session.failure = {"detail": str(exc)}
+            message = ("Authentication failed during authentication due to invalid "
+                       f"credentials with SASL mechanism {mechanism}")
+        user = exchange.user
+        if message is None and not exchange.complete:
+            return answer(ErrorCode.NONE, None, reply)
+    if message is not None:
+        session.failure = {"reason": "sasl_authentication_failed", "mechanism": mechanism,
+                           "user": (user or "")[:256], **(session.failure or {})}
+        await asyncio.sleep(session.security.failed_auth_delay_s)
+        return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, message)
+    session.principal = f"User:{user}"
+    session.authenticated = True
+    return answer(ErrorCode.NONE, None, reply)
+
+
+def install(registry: HandlerRegistry) -> None:
+    for handler in (sasl_handshake, sasl_authenticate):
+        registry.register(handler)
