@@ -29,11 +29,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	touch $(STAMP)
 
-# kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers) and Maven (to fetch
-# Kafka) come from Debian's packages when missing.
+# kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
+# Kafka), Burrow 1.2.1 (a lag monitor, an interop peer) and the ZooKeeper it needs come from
+# Debian's packages when missing.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v Burrow >/dev/null 2>&1 || missing="$$missing burrow"; \
+	test -x /usr/share/zookeeper/bin/zkServer.sh || missing="$$missing zookeeper"; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
