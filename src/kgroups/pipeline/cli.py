@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import os
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--until", type=_epoch_ms, metavar="ISO",
                         help="ignore records after this time (state is as of then)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--s3-endpoint", metavar="URL",
+                        help="an S3-compatible store for s3:// paths (MinIO, Ceph, ...), e.g. "
+                        "http://127.0.0.1:9000; sets AWS_ENDPOINT_URL for the driver and the "
+                        "executors (credentials: the usual AWS_* variables on every node)")
     parser.set_defaults(handler=run)
 
 
@@ -75,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         print("kgroups analyze: --since is after --until", file=sys.stderr)
         return 2
+    executor_env: dict[str, str] = {}
+    if args.s3_endpoint:
+        # pyarrow's S3 filesystem reads it on the driver (listing) and in every Python worker
+        # (each opens its segments itself), so no Hadoop S3 connector is involved.
+        os.environ["AWS_ENDPOINT_URL"] = executor_env["AWS_ENDPOINT_URL"] = args.s3_endpoint
     # Listing first means a wrong PATH is reported in a second, before a JVM starts.
     try:
         inputs = find_inputs(args.paths)
@@ -82,13 +92,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"kgroups analyze: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    # Executors write offset_commits themselves, from their own working directory.
+    out = args.out if "://" in args.out else os.path.abspath(args.out)
     # Inside a process that already runs Spark (a notebook, a test session) that session is
     # used and left running; starting a second JVM would cost more than the analysis.
     running = SparkSession.getActiveSession()
-    spark = running or build_session(args.master)
+    spark = running or build_session(args.master, executor_env=executor_env)
     try:
         with StepProgress(spark, enabled=not args.quiet) as progress:
-            result = run_analysis(spark, args.paths, args.out,
+            result = run_analysis(spark, args.paths, out,
                                   TimeWindow(args.since, args.until), progress, inputs)
         print(
             f"{result.records:,} records from {result.segments} segments in "

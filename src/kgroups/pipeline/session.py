@@ -7,6 +7,7 @@ import atexit
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,8 @@ _archive_write: _ArchiveWrite | None = None
 
 
 def build_session(
-    master: str | None = None, shuffle_partitions: int | None = None
+    master: str | None = None, shuffle_partitions: int | None = None,
+    executor_env: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Start (or reuse) a SparkSession for the pipeline.
 
@@ -45,6 +47,9 @@ def build_session(
     When this call launches the driver JVM, that JVM maps the class archive, or dumps it at exit
     when there is none yet (see `class_archive`); stop the session with `stop_session` so that the
     archive gets installed (or it is, at the latest, when the interpreter exits).
+
+    `executor_env` goes into the environment of every executor's Python workers
+    (spark.executorEnv.*): on a cluster they do not inherit the driver's.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -70,6 +75,8 @@ def build_session(
         builder = builder.master(master)
     if shuffle_partitions is not None:
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for name, value in (executor_env or {}).items():
+        builder = builder.config(f"spark.executorEnv.{name}", value)
     session = builder.getOrCreate()
     if archive is not None and archive.part is not None:
         _expect_archive_write(archive)
