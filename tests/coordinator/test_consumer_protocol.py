@@ -11,7 +11,6 @@ from tests.coordinator.harness import Harness
 from kgroups.coordinator import (
     DeleteGroupsRequest,
     GroupCoordinatorConfig,
-    JoinGroupResponse,
     ListGroupsRequest,
 )
 from kgroups.coordinator.consumer_api import (
@@ -302,18 +301,6 @@ def test_replay_rebuilds_members_epochs_targets_and_owners(s: Session) -> None:
 def test_protocol_can_be_switched_off() -> None:
     s = Session(config=GroupCoordinatorConfig(group_coordinator_rebalance_protocols=("classic",)))
     assert s.hb("a", 0).error == ErrorCode.UNSUPPORTED_VERSION
-
-
-def test_the_two_protocols_do_not_mix_in_one_live_group(s: Session) -> None:
-    s.hb("a", 0)
-    joined = s.reply(s.join(G))
-    assert isinstance(joined, JoinGroupResponse)
-    assert joined.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    s.join_dynamic("classic")
-    other = s.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
-        "x", "classic", "m", 0, rebalance_timeout_ms=1000, subscribed_topic_names=("t1",),
-        topic_partitions=()), s.now)
-    assert other.replies[0].response.error == ErrorCode.GROUP_ID_NOT_FOUND
 
 
 def test_an_empty_classic_group_becomes_a_consumer_group_with_its_offsets(s: Session) -> None:

@@ -30,9 +30,9 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
-from kgroups.coordinator.consumer_membership import ConsumerGroupHandlers
 from kgroups.coordinator.effects import Effects, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.migration import MigrationHandlers
 from kgroups.coordinator.offsets import OffsetHandlers
 from kgroups.coordinator.persistence import (
     PartitionImage,
@@ -53,7 +53,7 @@ from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
 
 
-class GroupCoordinator(OffsetHandlers, ConsumerGroupHandlers):
+class GroupCoordinator(OffsetHandlers, MigrationHandlers):
     """Kafka's group coordinator (classic protocol, and KIP-848's consumer protocol) for the
     __consumer_offsets partitions it owns.
 
@@ -138,6 +138,10 @@ class GroupCoordinator(OffsetHandlers, ConsumerGroupHandlers):
                 self._on_consumer_timer(group, member_id, session=True)
             case GroupTimerKind.CONSUMER_REBALANCE:
                 self._on_consumer_timer(group, member_id, session=False)
+            case GroupTimerKind.CONSUMER_JOIN:
+                self._on_classic_member_timer(group, member_id, sync=False)
+            case GroupTimerKind.CONSUMER_SYNC:
+                self._on_classic_member_timer(group, member_id, sync=True)
             case _:
                 assert_never(kind)
 
@@ -189,9 +193,11 @@ class GroupCoordinator(OffsetHandlers, ConsumerGroupHandlers):
             for member in group.members.values():
                 self._refresh_session(group, member)
             if group.consumer is not None:  # silent consumer-protocol members expire too
-                for member_id in group.consumer.members:
+                for member_id, member in group.consumer.members.items():
+                    timeout = (self.config.group_consumer_session_timeout_ms
+                               if member.classic is None else member.classic.session_timeout_ms)
                     self._timers.schedule(consumer_session_timer(group.group_id, member_id),
-                                          self._now + self.config.group_consumer_session_timeout_ms)
+                                          self._now + timeout)
             if len(group.members) > self.config.group_max_size:
                 self._prepare_rebalance(group)
         self._timers.schedule(

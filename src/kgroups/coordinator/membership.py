@@ -50,10 +50,6 @@ class MembershipHandlers(CoordinatorCore):
             return
         group = self._groups.get(req.group_id)
         is_new_member = req.member_id == UNKNOWN_MEMBER_ID
-        if group is not None and group.consumer is not None and group.consumer.members:
-            # Online migration to the classic protocol is not implemented.
-            self._reply_join_error(req, ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-            return
         if group is None:
             if not is_new_member:
                 self._reply_join_error(req, ErrorCode.UNKNOWN_MEMBER_ID)

@@ -49,10 +49,12 @@ def _validate_consumer_commit(group: ClassicGroup, req: OffsetCommitRequest) -> 
     member = consumer.members.get(req.member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if req.version < 9:
+    if req.version < 9 and member.classic is None:
         return ErrorCode.UNSUPPORTED_VERSION
     if req.generation_id != member.member_epoch:
-        return ErrorCode.STALE_MEMBER_EPOCH
+        # A classic member (online migration) speaks of generations, as Kafka answers it.
+        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None \
+            else ErrorCode.STALE_MEMBER_EPOCH
     return None
 
 

@@ -20,6 +20,10 @@ class GroupTimerKind(Enum):
     PENDING_MEMBER = "pending_member"  # a MEMBER_ID_REQUIRED id was never used to join
     CONSUMER_SESSION = "consumer_session"  # a consumer-protocol member's session runs out
     CONSUMER_REBALANCE = "consumer_rebalance"  # ... or it did not revoke within its timeout
+    # A classic member of a consumer group (online migration) told to rejoin did not, or did
+    # not send SyncGroup after its JoinGroup answer, within its rebalance timeout.
+    CONSUMER_JOIN = "consumer_join"
+    CONSUMER_SYNC = "consumer_sync"
 
     __hash__ = object.__hash__  # members are singletons compared by identity
 
@@ -43,6 +47,8 @@ _SESSION = GroupTimerKind.SESSION
 _PENDING_MEMBER = GroupTimerKind.PENDING_MEMBER
 _CONSUMER_SESSION = GroupTimerKind.CONSUMER_SESSION
 _CONSUMER_REBALANCE = GroupTimerKind.CONSUMER_REBALANCE
+_CONSUMER_JOIN = GroupTimerKind.CONSUMER_JOIN
+_CONSUMER_SYNC = GroupTimerKind.CONSUMER_SYNC
 
 
 def join_timer(group_id: str) -> GroupTimer:
@@ -67,6 +73,14 @@ def consumer_session_timer(group_id: str, member_id: str) -> GroupTimer:
 
 def consumer_rebalance_timer(group_id: str, member_id: str) -> GroupTimer:
     return _new(GroupTimer, (_CONSUMER_REBALANCE, group_id, member_id))
+
+
+def consumer_join_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_CONSUMER_JOIN, group_id, member_id))
+
+
+def consumer_sync_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_CONSUMER_SYNC, group_id, member_id))
 
 
 def offset_expiry_timer(offsets_partition: int) -> OffsetExpiryTimer:

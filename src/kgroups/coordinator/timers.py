@@ -52,6 +52,9 @@ class TimerQueue:
         heapq.heappush(self._heap, (deadline, self._sequence, key))
         self._compact_if_sparse()
 
+    def is_armed(self, key: Hashable) -> bool:
+        return key in self._armed
+
     def cancel(self, key: Hashable) -> None:
         if self._armed.pop(key, None) is not None:
             self._compact_if_sparse()

@@ -1,0 +1,248 @@
+"""Online migration between the classic and the consumer protocol in the core: a live classic
+group becomes a consumer group when a consumer-protocol member joins, its classic members keep
+rejoining through JoinGroup/SyncGroup/Heartbeat towards the server assignor's target, and the
+group turns classic again when the last consumer-protocol member leaves; the policy gates both
+ways and every step survives a replay of the log."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from tests.coordinator.harness import Harness
+
+from kgroups.coordinator import (
+    GroupCoordinatorConfig,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    MemberIdentity,
+    SyncGroupResponse,
+)
+from kgroups.coordinator.consumer_api import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from kgroups.coordinator.consumer_group import MemberState, TopicInfo
+from kgroups.coordinator.effects import RemovalReason
+from kgroups.coordinator.group import GroupState
+from kgroups.errors import ErrorCode
+from kgroups.records.classic_member import ClassicMemberMetadata
+from kgroups.records.consumer_group import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+from kgroups.records.consumer_protocol import (
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
+from kgroups.records.schema import (
+    ConsumerAssignment,
+    ConsumerSubscription,
+    GroupMetadataKey,
+    TopicPartitions,
+)
+
+T1 = uuid.UUID(int=0x1111)
+G = "mig"
+
+
+def subscription(owned: tuple[int, ...] = ()) -> bytes:
+    """What a cooperative Java consumer sends: v1+ lists the partitions it still owns."""
+    return encode_subscription(ConsumerSubscription(
+        ("t1",), None, (TopicPartitions("t1", owned),) if owned else (), -1, None, 1))
+
+
+def assignment(*partitions: int) -> bytes:
+    return encode_assignment(ConsumerAssignment((TopicPartitions("t1", partitions),), None, 1))
+
+
+def partitions_of(raw: bytes) -> tuple[int, ...]:
+    decoded = decode_assignment(raw)
+    return tuple(p for entry in decoded.assigned_partitions for p in entry.partitions)
+
+
+class Session(Harness):
+    """The harness, with a consumer-protocol member `hb` and a classic member `rejoin`."""
+
+    def hb(self, member: str, epoch: int, *, owned: object = ()) -> ConsumerGroupHeartbeatResponse:
+        joining = epoch == 0
+        request_id = self.rid()
+        self.absorb(self.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+            request_id, G, member, epoch, rebalance_timeout_ms=30_000 if joining else -1,
+            subscribed_topic_names=("t1",) if joining else None,
+            topic_partitions=() if joining else owned,  # type: ignore[arg-type]
+            client_id="client", client_host="/127.0.0.1"), self.now))
+        response = self.reply(request_id)
+        assert isinstance(response, ConsumerGroupHeartbeatResponse)
+        return response
+
+    def rejoin(self, member: str, owned: tuple[int, ...] = ()) -> JoinGroupResponse:
+        response = self.reply(self.join(G, member, protocols=(
+            ("cooperative-sticky", subscription(owned)), ("range", subscription(owned)))))
+        assert isinstance(response, JoinGroupResponse)
+        return response
+
+    def sync_classic(self, member: str, generation: int) -> SyncGroupResponse:
+        response = self.reply(self.sync(G, member, generation, protocol_type="consumer",
+                                        protocol_name="cooperative-sticky"))
+        assert isinstance(response, SyncGroupResponse)
+        return response
+
+    def beat(self, member: str, generation: int) -> ErrorCode:
+        response = self.reply(self.heartbeat(G, member, generation))
+        assert isinstance(response, HeartbeatResponse)
+        return response.error
+
+    def consumer(self):
+        return self.coordinator._groups[G].consumer
+
+
+def classic_group(config: GroupCoordinatorConfig | None = None) -> tuple[Session, str]:
+    """A Stable classic group: one member owning all 6 partitions of t1, generation 1."""
+    s = Session(config=config or GroupCoordinatorConfig())
+    s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
+    first = s.reply(s.join(G, protocols=(("cooperative-sticky", subscription()),)))
+    assert isinstance(first, JoinGroupResponse)
+    member = first.member_id
+    s.join(G, member, protocols=(("cooperative-sticky", subscription()),))
+    s.advance(3_000)  # the initial rebalance delay
+    s.sync(G, member, 1, {member: assignment(0, 1, 2, 3, 4, 5)})
+    assert s.coordinator._groups[G].state is GroupState.STABLE
+    return s, member
+
+
+def test_a_live_classic_group_converts_and_its_member_rejoins_towards_the_target() -> None:
+    s, c = classic_group()
+    a = s.hb("a", 0)
+    assert (a.error, a.member_epoch, a.assignment) == (ErrorCode.NONE, 2, ())
+    log = s.log[s.coordinator.partition_of(G)]
+    tombstone = max(i for i, r in enumerate(log) if type(r.key) is GroupMetadataKey)
+    assert log[tombstone].value is None
+    written = [type(r.key) for r in log[tombstone:]]
+    assert written[:6] == [GroupMetadataKey, ConsumerGroupMemberMetadataKey,
+                           ConsumerGroupMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
+                           ConsumerGroupTargetAssignmentMetadataKey,
+                           ConsumerGroupCurrentMemberAssignmentKey]
+    member = s.consumer().members[c]
+    assert member.classic == ClassicMemberMetadata(10_000, (("cooperative-sticky",
+                                                             subscription()),))
+    assert (member.member_epoch, sorted(member.assigned[T1])) == (1, [0, 1, 2, 3, 4, 5])
+    # The classic member learns of the new epoch from its heartbeat and rejoins.
+    assert s.beat(c, 1) == ErrorCode.REBALANCE_IN_PROGRESS
+    joined = s.rejoin(c, owned=(0, 1, 2, 3, 4, 5))
+    assert (joined.error, joined.generation_id, joined.protocol_name, joined.leader,
+            joined.members) == (ErrorCode.NONE, 1, "cooperative-sticky", "", ())
+    kept = partitions_of(s.sync_classic(c, 1).assignment)
+    assert len(kept) == 3
+    assert s.consumer().members[c].state is MemberState.UNREVOKED_PARTITIONS
+    assert s.beat(c, 1) == ErrorCode.REBALANCE_IN_PROGRESS  # revoke, then rejoin
+    joined = s.rejoin(c, owned=kept)
+    assert joined.generation_id == 2
+    assert partitions_of(s.sync_classic(c, 2).assignment) == kept
+    assert s.beat(c, 2) == ErrorCode.NONE
+    got = s.hb("a", 2)
+    assert got.assignment is not None
+    assert set(got.assignment[0][1]) == {0, 1, 2, 3, 4, 5} - set(kept)
+    assert s.consumer().state() == "Stable"
+    # Commits of the classic member carry its generation (the member epoch), any version.
+    rid = s.commit(G, {("t1", kept[0]): 7}, generation=2, member_id=c, version=8)
+    assert s.reply(rid).topics[0].partitions[0].error == ErrorCode.NONE
+    rid = s.commit(G, {("t1", kept[0]): 8}, generation=1, member_id=c)
+    assert s.reply(rid).topics[0].partitions[0].error == ErrorCode.ILLEGAL_GENERATION
+    assert s.replayed()._groups[G].consumer == s.consumer()
+
+
+def test_classic_requests_are_checked_as_kafka_checks_them() -> None:
+    s, c = classic_group()
+    s.hb("a", 0)
+    assert s.beat(c, 7) == ErrorCode.ILLEGAL_GENERATION
+    assert s.beat("a", 2) == ErrorCode.UNKNOWN_MEMBER_ID  # a consumer-protocol member
+    assert s.beat("nobody", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    bad = s.reply(s.sync(G, c, 1, protocol_type="consumer", protocol_name="range"))
+    assert bad.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert s.sync_classic(c, 1).error == ErrorCode.REBALANCE_IN_PROGRESS
+    wrong = s.reply(s.join(G, "", protocols=(("roundrobin", subscription()),)))
+    assert wrong.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    new = s.reply(s.join(G, "", protocols=(("cooperative-sticky", subscription()),)))
+    assert (new.error, new.member_id != "") == (ErrorCode.MEMBER_ID_REQUIRED, True)
+    left = s.reply(s.leave(G, MemberIdentity("a"), MemberIdentity("nobody")))
+    assert isinstance(left, LeaveGroupResponse)
+    assert [m.error for m in left.members] == [ErrorCode.UNKNOWN_MEMBER_ID] * 2
+
+
+def test_the_last_consumer_member_leaving_turns_the_group_classic() -> None:
+    s, c = classic_group()
+    a = s.hb("a", 0)
+    kept_joined = s.rejoin(c, owned=(0, 1, 2, 3, 4, 5))
+    kept = partitions_of(s.sync_classic(c, kept_joined.generation_id).assignment)
+    s.rejoin(c, owned=kept)
+    epoch = s.consumer().group_epoch
+    assert s.hb("a", -1).error == ErrorCode.NONE
+    group = s.coordinator._groups[G]
+    assert group.consumer is None
+    assert (group.state, group.generation_id, list(group.members)) == (
+        GroupState.PREPARING_REBALANCE, epoch, [c])
+    assert group.members[c].protocols[0][0] == "cooperative-sticky"
+    assert partitions_of(group.members[c].assignment) == kept  # its target
+    assert s.beat(c, epoch) == ErrorCode.REBALANCE_IN_PROGRESS
+    joined = s.rejoin(c, owned=kept)
+    assert (joined.error, joined.generation_id, joined.leader) == (ErrorCode.NONE, epoch + 1, c)
+    replayed = s.replayed()._groups[G]
+    assert replayed.consumer is None and list(replayed.members) == [c]
+    assert a.member_id == "a"
+
+
+def test_policy_disabled_keeps_each_group_in_its_protocol() -> None:
+    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="downgrade"))
+    refused = s.hb("a", 0)
+    assert (refused.error, refused.error_message) == (
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"Cannot upgrade classic group {G} to consumer group because online upgrade is "
+        "disabled.")
+    assert s.coordinator._groups[G].members
+    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="upgrade"))
+    s.hb("a", 0)
+    s.hb("a", -1)
+    consumer = s.consumer()
+    assert consumer is not None and list(consumer.members) == [c]
+    with pytest.raises(ValueError, match=r"migration\.policy"):
+        GroupCoordinatorConfig(group_consumer_migration_policy="sideways")
+    parsed = GroupCoordinatorConfig.from_properties({"group.consumer.migration.policy": "UPGRADE"})
+    assert parsed.group_consumer_migration_policy == "upgrade"
+
+
+def test_a_classic_member_that_does_not_rejoin_or_sync_in_time_is_fenced() -> None:
+    s, c = classic_group()
+    s.hb("a", 0)
+    assert s.beat(c, 1) == ErrorCode.REBALANCE_IN_PROGRESS
+    for _ in range(29):  # heartbeats keep its session, not its deadline to rejoin
+        s.advance(1_000)
+        assert s.beat(c, 1) == ErrorCode.REBALANCE_IN_PROGRESS
+    s.advance(1_001)
+    assert c not in s.consumer().members
+    assert s.removals[-1].reason is RemovalReason.DID_NOT_REJOIN
+    s.hb("a", s.consumer().members["a"].member_epoch)  # "a" keeps its session
+    # A new classic member that joins but never sends SyncGroup goes too.
+    new = s.reply(s.join(G, "", version=3, session=60_000, rebalance=20_000,
+                         protocols=(("range", subscription()),)))
+    assert new.error == ErrorCode.NONE and new.member_id in s.consumer().members
+    s.advance(20_001)
+    assert list(s.consumer().members) == ["a"]
+    assert s.removals[-1].reason is RemovalReason.DID_NOT_SYNC
+
+
+def test_an_empty_consumer_group_becomes_classic_for_a_classic_member() -> None:
+    s = Session()
+    s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
+    s.hb("a", 0)
+    s.hb("a", -1)
+    assert s.consumer() is not None and not s.consumer().members
+    first = s.reply(s.join(G, protocols=(("range", subscription()),)))
+    assert first.error == ErrorCode.MEMBER_ID_REQUIRED
+    assert s.coordinator._groups[G].consumer is None
+    assert G not in s.replayed()._groups  # nothing of the consumer group survives
