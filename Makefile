@@ -30,11 +30,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
-# Kafka), Burrow 1.2.1 (a lag monitor, an interop peer) and the ZooKeeper it needs come from
-# Debian's packages when missing.
+# Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs and Chromium
+# (renders the analyze report headless in its layout test) come from Debian's packages when
+# missing.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v Burrow >/dev/null 2>&1 || missing="$$missing burrow"; \
 	test -x /usr/share/zookeeper/bin/zkServer.sh || missing="$$missing zookeeper"; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \

@@ -4,6 +4,7 @@ rewrites, transactions, generations), plus the time window and the report."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tests.pipeline.chromium import layout
 from tests.pipeline.logdata import OffsetsLogBuilder, write_topic_log
 
 from kgroups.cli import main
@@ -190,8 +192,19 @@ def test_report_is_self_contained(full_run):
     assert page.count("data:image/png;base64,") == 4
     assert "src=\"http" not in page and "<link" not in page
     for group in ("orders", "billing", "old", "simple", "txn"):
-        assert f"<td>{group}</td>" in page
+        assert f'<td class="name">{group}</td>' in page
     assert "No damaged segments" in page
+
+
+@pytest.mark.browser
+def test_report_shows_every_column_at_1400_px(full_run):
+    out, _ = full_run
+    found = layout(out / "report.html", 1400)
+    assert found.off == [] and found.scroll_width <= 1400
+    assert {"status", "total_lag", "last_commit_ts", "lag"} <= set(found.headers)
+    page = (out / "report.html").read_text()
+    assert re.search(r">\s*(None|nan|NaN|NaT|<NA>)\s*<", page) is None
+    assert re.search(r">\d+\.0<", page) is None  # generations and lags are whole numbers
 
 
 def iso(ms: int) -> str:
@@ -222,7 +235,7 @@ def test_cli_time_window_and_damaged_segment(spark, scenario, tmp_path, capsys, 
     assert f"skipped {target} at byte {damaged_at}" in caplog.text
     assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session still runs
     page = (out / "report.html").read_text()
-    assert str(target) in page and f"<td>{damaged_at}</td>" in page
+    assert str(target) in page and f'<td class="num">{damaged_at}</td>' in page
 
     committed = {(r["group"], r["topic"], r["partition"]): r["offset"]
                  for r in table(out, "committed_offsets")}

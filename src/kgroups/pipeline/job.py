@@ -145,6 +145,8 @@ def run_analysis(
             summary=summary.to_pandas(),
             errors=error_rows,
             notes=notes,
+            partition_lag=None if lag is None else tables.sorted_by(
+                lag, "group", "topic", "partition").to_pandas(),
         )
         _write_text(out, "report.html", render(report))
     return AnalysisResult(

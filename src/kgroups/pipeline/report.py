@@ -6,7 +6,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 import matplotlib
 
@@ -39,6 +43,7 @@ class ReportData:
     summary: pd.DataFrame
     errors: pd.DataFrame  # file, error_position, error
     notes: list[str] = field(default_factory=list)
+    partition_lag: pd.DataFrame | None = None  # the lag table (None: no topic logs found)
 
 
 def _png(figure: plt.Figure) -> str:
@@ -118,18 +123,145 @@ def moved_chart(frame: pd.DataFrame) -> str:
     return _png(figure)
 
 
-def _table(frame: pd.DataFrame) -> str:
+# The summary's columns an operator reads first, in this order; every other column follows in
+# the table's own order.
+_LEADING_COLUMNS = ("group", "status", "state", "total_lag")
+_STATUS_CLASSES = {"OK": "ok", "WARN": "warn", "ERR": "err", "STOP": "err", "STALL": "err",
+                   "REWIND": "err"}
+
+
+def _is_missing(value: Any) -> bool:
+    """None, NaN and NaT: what pandas makes of a null in a column."""
+    if value is None or value is pd.NaT or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _cell(value: Any) -> str:
+    """One value as the page shows it: a missing value blank, a whole number without a
+    decimal point (pandas holds an integer column with nulls as floats), a time to the second
+    in UTC, anything else as text."""
+    if _is_missing(value):
+        return ""
+    if isinstance(value, datetime):
+        # May wrap between the date and the clock, nowhere else.
+        return value.strftime("<span class=nw>%Y-%m-%d</span> <span class=nw>%H:%M:%S</span>")
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return html.escape(str(value))
+
+
+def _heading(column: str) -> str:
+    """A column name that may wrap after each underscore, so that headings do not set the
+    width of a column whose values are short."""
+    return "_<wbr>".join(html.escape(part) for part in column.split("_"))
+
+
+def _numeric(frame: pd.DataFrame, column: str) -> bool:
+    return pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(
+        frame[column])
+
+
+def _row(columns: list[str], numeric: set[str], values: tuple[Any, ...],
+         links: dict[str, str]) -> str:
+    cells = []
+    for column, value in zip(columns, values, strict=True):
+        text = _cell(value)
+        classes = []
+        if column in numeric:
+            classes.append("num")
+        if column == "group":
+            classes.append("name")
+        if column in ("status", "group_status") and text in _STATUS_CLASSES:
+            classes.append(_STATUS_CLASSES[text])
+        if column in links and text:
+            text = f'<a href="#{links[column]}">{text}</a>'
+        attribute = f' class="{" ".join(classes)}"' if classes else ""
+        cells.append(f"<td{attribute}>{text}</td>")
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
+    """An HTML table that fits the page: cells wrap (long names anywhere), numbers align right.
+    With `link_lag`, the total_lag of those groups links to their per-partition lag."""
     if frame.empty:
         return _empty("None.")
-    return frame.to_html(index=False, na_rep="", border=0, classes="table")
+    columns = [str(c) for c in frame.columns]
+    numeric = {c for c in columns if _numeric(frame, c)}
+    head = "".join(f'<th{" class=num" if c in numeric else ""}>{_heading(c)}</th>'
+                   for c in columns)
+    group_at = columns.index("group") if "group" in columns else None
+    rows = []
+    for values in frame.itertuples(index=False, name=None):
+        links = {}
+        if link_lag is not None and group_at is not None and values[group_at] in link_lag:
+            links["total_lag"] = _lag_anchor(str(values[group_at]))
+        rows.append(_row(columns, numeric, values, links))
+    return (f"<table class=table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _lag_anchor(group: str) -> str:
+    """A fragment id for a group's lag details (ids cannot hold every character a name can)."""
+    return "lag-" + re.sub(r"[^A-Za-z0-9_-]", lambda m: f".{ord(m.group()):x}.", group)
+
+
+def _summary_columns(summary: pd.DataFrame) -> pd.DataFrame:
+    leading = [c for c in _LEADING_COLUMNS if c in summary.columns]
+    return summary[leading + [c for c in summary.columns if c not in leading]]
+
+
+def partition_lag(frame: pd.DataFrame | None) -> str:
+    """Every committed partition's lag and Burrow status, one closed <details> per group: the
+    summary line says the group's status, total lag and worst partition, a click opens its
+    partitions."""
+    if frame is None:
+        return _empty("No topic partition logs next to __consumer_offsets: lag is unknown.")
+    if frame.empty:
+        return _empty("No commits of topics whose logs are present.")
+    blocks = []
+    for group, rows in frame.groupby("group", sort=True):
+        rows = rows.sort_values(["topic", "partition"])
+        worst = rows.loc[rows["lag"].idxmax()]
+        status = str(rows["group_status"].iloc[0])
+        shown = rows.drop(columns=["group", "group_status"])
+        blocks.append(
+            f'<details id="{_lag_anchor(str(group))}"><summary><b>{html.escape(str(group))}'
+            f'</b> <span class="{_STATUS_CLASSES.get(status, "")}">{html.escape(status)}</span>'
+            f", total lag {int(rows['lag'].sum())} over {len(rows)} partition(s); most behind: "
+            f"{html.escape(str(worst['topic']))}-{int(worst['partition'])} "
+            f"({int(worst['lag'])})</summary>{_table(shown)}</details>"
+        )
+    return "".join(blocks)
+
+
+# Tables take the page's width and no more: at 1400 px every column must stay on screen, so
+# cells wrap (names anywhere, a time between date and clock) instead of widening the table.
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
+body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em}
-.table{border-collapse:collapse;font-size:.85em} .table td,.table th{padding:2px 8px;
-border-bottom:1px solid #ddd;text-align:left} .empty{color:#666} .bad{color:#a00}
+.table{border-collapse:collapse;font-size:.8em;width:100%;table-layout:auto}
+.table td,.table th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left;
+vertical-align:top;overflow-wrap:anywhere}
+.table th{background:#f4f4f4;overflow-wrap:normal}
+.table .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
+.ok{color:#060} .warn{color:#a60;font-weight:bold} .err{color:#a00;font-weight:bold}
+.table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:8em}
+details{margin:.3em 0} details>summary{cursor:pointer} details .table{margin:.3em 0 .8em 1.2em;
+width:auto;max-width:calc(100% - 1.2em)}
 img{max-width:100%}
+"""
+
+# A link to a group's lag opens its <details> (a closed one would hide what the link points to).
+_OPEN_LINKED_DETAILS = """
+<script>
+function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));
+if(t&&t.tagName==="DETAILS"){t.open=true;}}
+window.addEventListener("hashchange",openTarget);openTarget();
+</script>
 """
 
 
@@ -141,21 +273,29 @@ def render(data: ReportData) -> str:
         else "<p>No damaged segments.</p>"
     )
     notes = "".join(f"<p>{html.escape(note)}</p>" for note in data.notes)
+    lagging = set() if data.partition_lag is None else set(data.partition_lag["group"])
     parts = [
         "<!doctype html><html><head><meta charset=utf-8><title>kgroups analyze</title>",
+        "<meta name=viewport content=\"width=device-width\">",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>kgroups analyze: consumer groups from __consumer_offsets</h1>",
         f"<p>Inputs: {html.escape(', '.join(data.inputs))}<br>",
-        f"{data.segments} segment files, {data.records:,} records decoded in "
-        f"{data.seconds:.1f} s.</p>",
+        f"{data.segments} segment files, {data.records:,} records analysed by Spark in "
+        f"{data.seconds:.1f} s. Times are UTC.</p>",
         notes,
         error_note,
         "<h2>Commits per minute</h2>", commits_chart(data.commits_per_minute),
         "<h2>Lag over time per group</h2>", lag_chart(data.lag_over_time),
         "<h2>Rebalance timeline</h2>", rebalance_timeline(data.rebalances),
         "<h2>Partitions moved per rebalance</h2>", moved_chart(data.rebalances),
-        "<h2>Groups</h2>", _table(data.summary),
+        "<h2>Groups</h2>",
+        "<p>status: Burrow's verdict over each partition's last 10 commits (OK, WARN, ERR; "
+        "a group is ERR when a partition is STOP, STALL or REWIND); total_lag links to the "
+        "group's partitions.</p>",
+        _table(_summary_columns(data.summary), lagging),
+        "<h2>Lag per partition</h2>", partition_lag(data.partition_lag),
         "<h2>Damaged segments</h2>", _table(data.errors),
+        _OPEN_LINKED_DETAILS,
         "</body></html>",
     ]
     return "".join(parts)
