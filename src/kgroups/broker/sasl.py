@@ -30,7 +30,7 @@ def _session(ctx: RequestContext) -> Session:
     return session
 
 
-@handles(api_key=17, min_version=1, max_version=1)
+@handles(api_key=17, min_version=0, max_version=1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     session = _session(ctx)
     response_cls = response_type(17, ctx.api_version)
@@ -50,6 +50,7 @@ async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
         return build(response_cls, error_code=kio_error(ErrorCode.UNSUPPORTED_SASL_MECHANISM),
                      mechanisms=mechanisms)
     session.mechanism = request.mechanism
+    session.raw_tokens = ctx.api_version == 0
     if request.mechanism.startswith("SCRAM-"):
         session.scram = ScramExchange(request.mechanism, session.security.scram)
     return build(response_cls, error_code=kio_error(ErrorCode.NONE), mechanisms=mechanisms)
@@ -77,6 +78,47 @@ def _check_plain(session: Session, token: bytes) -> tuple[str | None, str | None
     return user, None
 
 
+async def authenticate(session: Session, token: bytes) -> tuple[ErrorCode, str | None, bytes]:
+    """One SASL token in: the error (NONE while the exchange goes on or once it succeeded),
+    Kafka's message for a failure, and the token to send back."""
+    mechanism = session.mechanism
+    assert mechanism is not None
+    user: str | None
+    reply = b""
+    if mechanism == "PLAIN":
+        user, message = _check_plain(session, token)
+    else:
+        exchange = session.scram
+        assert exchange is not None
+        try:
+            reply = exchange.step(token)
+            message = None
+        except ScramFailure as exc:
+            session.failure = {"detail": str(exc)}
+            message = ("Authentication failed during authentication due to invalid "
+                       f"credentials with SASL mechanism {mechanism}")
+        user = exchange.user
+        if message is None and not exchange.complete:
+            return ErrorCode.NONE, None, reply
+    if message is not None:
+        session.failure = {"reason": "sasl_authentication_failed", "mechanism": mechanism,
+                           "user": (user or "")[:256], **(session.failure or {})}
+        await asyncio.sleep(session.security.failed_auth_delay_s)
+        return ErrorCode.SASL_AUTHENTICATION_FAILED, message, b""
+    session.principal = f"User:{user}"
+    session.authenticated = True
+    session.raw_tokens = False
+    return ErrorCode.NONE, None, reply
+
+
+async def raw_token(session: Session, token: bytes) -> bytes | None:
+    """After a v0 SaslHandshake the tokens come bare, each in a size-prefixed frame (the
+    protocol before SaslAuthenticate, still used by older librdkafka); a failure closes the
+    connection without an answer."""
+    error, _message, reply = await authenticate(session, token)
+    return None if error != ErrorCode.NONE else reply
+
+
 @handles(api_key=36, min_version=0, max_version=2)
 async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     session = _session(ctx)
@@ -88,36 +130,11 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
 
     if session.authenticated:
         return answer(ErrorCode.ILLEGAL_SASL_STATE, _AFTER_AUTH)
-    mechanism = session.mechanism
-    if mechanism is None:
+    if session.mechanism is None:
         session.failure = {"reason": "sasl_authenticate_before_handshake"}
         return answer(ErrorCode.ILLEGAL_SASL_STATE,
                       "Unexpected SaslAuthenticate request before SaslHandshake")
-    user: str | None
-    reply = b""
-    if mechanism == "PLAIN":
-        user, message = _check_plain(session, bytes(request.auth_bytes))
-    else:
-        exchange = session.scram
-        assert exchange is not None
-        try:
-            reply = exchange.step(bytes(request.auth_bytes))
-            message = None
-        except ScramFailure as exc:
-            session.failure = {"detail": str(exc)}
-            message = ("Authentication failed during authentication due to invalid "
-                       f"credentials with SASL mechanism {mechanism}")
-        user = exchange.user
-        if message is None and not exchange.complete:
-            return answer(ErrorCode.NONE, None, reply)
-    if message is not None:
-        session.failure = {"reason": "sasl_authentication_failed", "mechanism": mechanism,
-                           "user": (user or "")[:256], **(session.failure or {})}
-        await asyncio.sleep(session.security.failed_auth_delay_s)
-        return answer(ErrorCode.SASL_AUTHENTICATION_FAILED, message)
-    session.principal = f"User:{user}"
-    session.authenticated = True
-    return answer(ErrorCode.NONE, None, reply)
+    return answer(*await authenticate(session, bytes(request.auth_bytes)))
 
 
 def install(registry: HandlerRegistry) -> None:

@@ -103,6 +103,8 @@ class Session:
     # Set when authentication failed: the connection answers, then closes, logging these.
     failure: dict[str, str] | None = None
     handshakes: int = 0
+    # After a v0 SaslHandshake: the next frames are bare SASL tokens, not Kafka requests.
+    raw_tokens: bool = False
 
     @property
     def mechanisms(self) -> tuple[str, ...]:

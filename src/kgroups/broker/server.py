@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 
+from kgroups.broker import sasl
 from kgroups.broker.api import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.memory_budget import MemoryBudget
@@ -253,6 +254,9 @@ class Connection:
     async def _read_requests(self) -> None:
         registry = self._broker.registry
         while (frame := await self._read_frame()) is not None:
+            if self.session.raw_tokens:
+                await self._submit(self._raw_sasl_token(bytes(frame)))
+                continue
             try:
                 api_key, api_version, correlation_id = peek_header(frame)
             except FrameDecodeError:
@@ -307,6 +311,10 @@ class Connection:
         task.add_done_callback(self._flush)
         await self._room.wait()
         await self._writer.drain()
+
+    async def _raw_sasl_token(self, token: bytes) -> bytes | None:
+        reply = await sasl.raw_token(self.session, token)
+        return None if reply is None else _SIZE.pack(len(reply)) + reply
 
     async def _unsupported_api_versions(self, correlation_id: int) -> bytes:
         response = ApiVersionsResponse(
