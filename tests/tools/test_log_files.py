@@ -220,12 +220,15 @@ def test_kafka_reads_every_record_kgroups_wrote(tmp_path: Path) -> None:
                            kgroups_overrides(KAFKA_TEST_SETTINGS))
     server.start()
     try:
-        run_activity(Side("kgroups", server), consumer_protocol=False)
+        run_activity(Side("kgroups", server), consumer_protocol=True)
         assert server.stop() == 0
     finally:
         server.close()
     records = assert_same_records(tmp_path / "data" / "__consumer_offsets-0")
-    assert {(1, 3), (1, None), (2, 3), (2, None)} <= record_kinds(records)
+    kinds = record_kinds(records)
+    assert {(1, 3), (1, None), (2, 3), (2, None)} <= kinds
+    # The consumer-protocol group's records, and their tombstones once its member left.
+    assert {(3, 0), (5, 0), (6, 0), (7, 0), (8, 0), (5, None), (7, None), (8, None)} <= kinds
 
 
 def test_analyze_finds_the_offsets_kafka_served(spark: Any,
