@@ -7,6 +7,7 @@ ids are client-generated (v1), so both brokers see the same ones."""
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,10 +15,11 @@ from typing import Any
 import pytest
 from diff_dialog import Connection, Dialog
 from diff_setup import create_topics as _create_topics
-from tests.broker.broker_wire_helpers import metadata_request
+from tests.broker.broker_wire_helpers import create_topic, metadata_request
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
 from kgroups.broker.wire import build, request_type, sibling
+from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
 from kgroups.log.batch import iter_batches
 from kgroups.records.codec import decode_record, encode_record
@@ -25,6 +27,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
+    ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
 )
@@ -59,7 +62,7 @@ TOPIC = "diff-t"  # 3 partitions (tests/differential/conftest.py)
 CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
                        ConsumerGroupTargetAssignmentMetadataKey,
                        ConsumerGroupTargetAssignmentMemberKey,
-                       ConsumerGroupCurrentMemberAssignmentKey)
+                       ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey)
 
 
 def _ids(conn: Connection) -> dict[uuid.UUID, str]:
@@ -69,7 +72,8 @@ def _ids(conn: Connection) -> dict[uuid.UUID, str]:
 
 def heartbeat(group: str, member: str, epoch: int, *, owned: Any = (), topics: Any = None,
               rebalance_ms: int = -1, instance: str | None = None,
-              assignor: str | None = None, ids: dict[str, uuid.UUID] | None = None) -> Any:
+              assignor: str | None = None, ids: dict[str, uuid.UUID] | None = None,
+              regex: str | None = None) -> Any:
     cls = request_type(68, 1)
     partitions = None if owned is None else tuple(
         build(sibling(cls, "TopicPartitions"), topic_id=(ids or {})[name], partitions=tuple(ps))
@@ -77,7 +81,7 @@ def heartbeat(group: str, member: str, epoch: int, *, owned: Any = (), topics: A
     return build(cls, group_id=group, member_id=member, member_epoch=epoch, instance_id=instance,
                  rack_id=None, rebalance_timeout=datetime.timedelta(milliseconds=rebalance_ms),
                  subscribed_topic_names=None if topics is None else tuple(topics),
-                 subscribed_topic_regex=None, server_assignor=assignor,
+                 subscribed_topic_regex=regex, server_assignor=assignor,
                  topic_partitions=partitions)
 
 
@@ -252,3 +256,138 @@ def test_kafka_43_batches_target_assignment_updates(converse) -> None:
         d.record("state", group.group_state)
 
     converse(script, known={"1 hb[b].epoch": (2, 3), "2 state": ("Assigning", "Reconciling")})
+
+
+# -- regex subscriptions and topic changes -------------------------------------------------------
+
+
+class RegexMember(Member):
+    """A member that knows every topic's id (regexes reach topics the script creates, and
+    `__consumer_offsets`); ids once seen are kept, so a deleted topic's partitions can still
+    be reported as owned until they are revoked."""
+
+    def send(self, epoch: int | None = None, **fields: Any) -> Any:
+        response = self.conn.call(metadata_request(all_topics=True, auto_create=False),
+                                  record=False)
+        self.by_id.update({t.topic_id: t.name for t in response.topics})
+        self.ids.update({t.name: t.topic_id for t in response.topics})
+        return super().send(epoch, **fields)
+
+    def await_epoch_bump(self, timeout_s: float = 20.0) -> None:
+        """Wait (unrecorded) until the group epoch is ahead of the target's: Kafka resolves a
+        regex on a background executor, a moment after the heartbeat that asked for it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            (group,) = self.conn.call(build(request_type(69, 1), group_ids=(self.d.group,),
+                                            include_authorized_operations=False),
+                                      record=False).groups
+            if int(group.group_epoch) > int(group.assignment_epoch):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{self.d.broker}: the group epoch never moved")
+
+
+def _admin(d: Dialog) -> KafkaWireClient:
+    return KafkaWireClient("127.0.0.1", d.port, client_id="admin", timeout=15)
+
+
+def _await_partitions(admin: KafkaWireClient, topic: str, count: int | None) -> None:
+    """Until Metadata shows the topic with `count` partitions, all led (None: gone), and a
+    moment more for the broker's group coordinator to see the same topics."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        (found,) = admin.call(metadata_request(topic, auto_create=False)).topics
+        if count is None and int(found.error_code) != 0:
+            break
+        if count is not None and int(found.error_code) == 0 and len(found.partitions) == count:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"{topic} never had {count} partitions")
+    time.sleep(0.5)
+
+
+def test_regex_subscriptions_errors_resolution_and_sharing(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a, b = RegexMember(d, "a"), RegexMember(d, "b")
+        for regex in ("(", "[a-", "a**", "a{1001}", r"x\Z", "(?=x)", r"\1", "a{2,1}", ")"):
+            a.send(0, topics=None, regex=regex)
+        # One topic: Kafka's uniform assignor orders several by their (random) topic ids.
+        a.send(0, topics=None, regex="diff-[t]")  # answered before the regex is resolved
+        a.await_epoch_bump()
+        a.send()  # now assigned what the regex resolved to
+        b.send(0, topics=None, regex="diff-[t]")  # already resolved: the epoch moves now
+        for _ in range(3):
+            a.send()
+            b.send()
+        a.describe()
+        a.send(-1)
+        for _ in range(2):
+            b.send()
+        b.describe()
+
+    converse(script, ports=ports)
+
+
+def test_regex_with_names_and_internal_topics(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a = RegexMember(d, "a")
+        a.send(0, topics=["diff-u"], regex="__consumer.*|diff-t")
+        a.await_epoch_bump()
+        a.send()
+        a.describe()
+        a.send(topics=[], regex="")  # both dropped
+        a.send()
+        a.describe()
+
+    converse(script, ports=ports)
+
+
+def test_created_grown_and_deleted_topics_move_the_group(
+    converse, ports, synchronous_kafka: KafkaBroker,
+) -> None:
+    groups: list[str] = []
+
+    def script(d: Dialog) -> None:
+        groups.append(d.group)
+        topic = f"diff-rx-{d.group[-6:]}-1"
+        a = RegexMember(d, "a")
+        a.send(0, topics=None, regex=topic.removesuffix("-1") + "-.*")  # nothing matches yet
+        joined = time.monotonic()
+        with _admin(d) as admin:
+            create_topic(admin, topic, 2)
+            _await_partitions(admin, topic, 2)
+            # Kafka resolves a group's regexes at most once per 10 s.
+            time.sleep(max(0.0, joined + 10.5 - time.monotonic()))
+            a.send()  # asks for the regexes to be resolved again
+            a.await_epoch_bump()
+            a.send()  # the new topic is assigned
+            admin.call(build(request_type(37, 3), topics=(build(
+                sibling(request_type(37, 3), "CreatePartitionsTopic"), name=topic, count=3,
+                assignments=None),), timeout=datetime.timedelta(seconds=5),
+                validate_only=False))
+            _await_partitions(admin, topic, 3)
+            a.send()  # grown: the epoch moves and the new partition is assigned
+            admin.call(build(request_type(20, 6), topics=(build(
+                sibling(request_type(20, 6), "DeleteTopicState"), name=topic,
+                topic_id=None),), timeout=datetime.timedelta(seconds=5)))
+            _await_partitions(admin, topic, None)
+            a.send()  # deleted: its partitions are revoked
+            a.send()
+            a.describe()
+
+    transcripts = converse(script, ports=ports)
+    # Kafka's regex records (type 16) decode, re-encode byte for byte, and replay.
+    written = [(key, value) for key, value in _offsets_records(synchronous_kafka)
+               if isinstance(key_of := decode_record(key, value).key, CONSUMER_GROUP_KEYS)
+               and key_of.group == groups[0]]
+    regex_records = [(k, v) for k, v in written if decode_record(k, v).key.version == 16]
+    assert regex_records
+    assert all(encode_record(decode_record(k, v)) == (k, v) for k, v in written)
+    image = PartitionImage()
+    image.apply(decode_record(k, v) for k, v in written)
+    consumer = rebuild_groups(image, 0)[groups[0]].consumer
+    (described,) = transcripts["kafka"][-1][1]
+    assert consumer is not None
+    assert consumer.group_epoch == described["epoch"]
+    assert set(consumer.resolved_regexes) == {f"diff-rx-{groups[0][-6:]}-.*"}

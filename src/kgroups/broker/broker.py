@@ -87,6 +87,7 @@ class Broker:
         self.background = BackgroundTasks()
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit)
+        self.topics.on_change(self.coordinator.topics_changed)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)

@@ -1,9 +1,9 @@
 """KIP-848's consumer-group APIs on the wire: ConsumerGroupHeartbeat (68) and
 ConsumerGroupDescribe (69), versions 0-1, mapped to and from the coordinator core's types.
 
-The core names topics by id, as the protocol does; before each call the handler hands it the
-broker's current topics (name, stable id, partition count), so a topic created, deleted or grown
-reaches the group at its next heartbeat.
+The core names topics by id, as the protocol does; it knows the broker's topics (name, stable
+id, partition count) from the coordinator runtime, which the topic catalogue tells of every
+topic created, deleted or grown, so the change reaches a group at its next heartbeat.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.records.consumer_group import TopicPartitionList
 
 _NO_THROTTLE = datetime.timedelta(0)
 _OPERATIONS_NOT_REQUESTED = -(2**31)
-_CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 MemberType: 1 = consumer protocol
+# ConsumerGroupDescribe v1 MemberType: 0 = classic protocol (online migration), 1 = consumer.
+_CLASSIC_MEMBER_TYPE = 0
+_CONSUMER_MEMBER_TYPE = 1
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -34,22 +35,10 @@ def _ms(value: datetime.timedelta | int) -> int:
     return int(value)
 
 
-def refresh_topics(ctx: RequestContext) -> None:
-    """Give the core the broker's topics as they are now."""
-    broker = ctx.broker
-    topics = {}
-    for name, count in broker.topics.partition_counts().items():
-        topic_id = broker.logs.topic_id(name)
-        if topic_id is not None:
-            topics[name] = TopicInfo(topic_id, count)
-    broker.coordinator.core.set_topics(topics)
-
-
 class ConsumerGroupHeartbeatHandler:
     api_key, min_version, max_version = 68, 0, 1
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        refresh_topics(ctx)
         owned = request.topic_partitions
         names = request.subscribed_topic_names
         answer: ConsumerGroupHeartbeatResponse = await ctx.broker.coordinator.call(
@@ -93,7 +82,6 @@ class ConsumerGroupDescribeHandler:
     api_key, min_version, max_version = 69, 0, 1
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        refresh_topics(ctx)
         group_ids = tuple(request.group_ids)
         answer: ConsumerGroupDescribeResponse = await ctx.broker.coordinator.call(
             lambda request_id: ConsumerGroupDescribeRequest(request_id, group_ids))
@@ -123,7 +111,8 @@ class ConsumerGroupDescribeHandler:
                           subscribed_topic_regex=m.subscribed_topic_regex,
                           assignment=named(m.assignment),
                           target_assignment=named(m.target_assignment),
-                          member_type=_CONSUMER_MEMBER_TYPE)
+                          member_type=_CLASSIC_MEMBER_TYPE if m.classic
+                          else _CONSUMER_MEMBER_TYPE)
                     for m in g.members),
             )
             for g in answer.groups

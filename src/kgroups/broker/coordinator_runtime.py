@@ -38,6 +38,7 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
+from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
@@ -226,6 +227,17 @@ class CoordinatorRuntime:
                     log_event(logger, logging.INFO, "offsets_compacted", partition=partition,
                               removed=result.records_removed, kept=result.records_kept)
                 await asyncio.sleep(0)
+
+    def topics_changed(self) -> None:
+        """Give the core the topics as they are now (name, stable id, partition count): the
+        catalogue calls this whenever a topic is created, grown or deleted, so consumer groups
+        see the change at their next heartbeat, as Kafka's coordinator sees a metadata image."""
+        topics = {}
+        for name, count in self._topics.partition_counts().items():
+            topic_id = self._logs.topic_id(name)
+            if topic_id is not None:
+                topics[name] = TopicInfo(topic_id, count)
+        self.core.set_topics(topics, wall_clock_ms())
 
     # -- requests --------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from kgroups.broker.topic_configs import (
     TOPIC_CONFIG_FIELDS,
@@ -52,6 +52,17 @@ class TopicCatalog:
         self._counts: dict[str, int] = dict(
             sorted(Counter(topic for topic, _ in logs.partitions()).items())
         )
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` now and after every topic created, grown or deleted (the group
+        coordinator follows the topics its consumer groups subscribe to)."""
+        self._listeners.append(listener)
+        listener()
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
     def partition_counts(self) -> dict[str, int]:
         """Topic -> partition count, in name order (a copy: callers may keep it)."""
@@ -104,6 +115,7 @@ class TopicCatalog:
         for partition in range(num_partitions):
             self._logs.get_or_create(topic, partition)
         self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
+        self._changed()
         return ErrorCode.NONE
 
     def add_partitions(self, topic: str, total: int) -> None:
@@ -113,6 +125,7 @@ class TopicCatalog:
         for partition in range(current, total):
             self._logs.get_or_create(topic, partition)
         self._counts = dict(sorted({**self._counts, topic: total}.items()))
+        self._changed()
 
     def _forget_config(self, topic: str) -> None:
         """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""
@@ -126,4 +139,5 @@ class TopicCatalog:
         self._logs.delete_topic(topic)
         self._forget_config(topic)
         del self._counts[topic]
+        self._changed()
         return ErrorCode.NONE

@@ -97,16 +97,20 @@ class ConsumerGroupHandlers(CoordinatorCore):
     _topics_version = 0
     _topics_created_version = 0  # the version that last brought a new topic (or topic id)
 
-    def set_topics(self, topics: Mapping[str, TopicInfo]) -> None:
-        """The topics that exist now. Groups notice a change at their next heartbeat, as with
-        Kafka: the subscribed topics' metadata hash moves and the group epoch is bumped, and
-        regex subscriptions are resolved again when topics were created."""
+    def set_topics(self, topics: Mapping[str, TopicInfo], now: int | None = None) -> None:
+        """The topics that exist now (`now`: the shell's clock; the last request's time when
+        not given). Groups notice a change at their next heartbeat, as with Kafka: the
+        subscribed topics' metadata hash moves and the group epoch is bumped, and regex
+        subscriptions are resolved again when topics were created (the first call counts as
+        such, as Kafka counts its first metadata image: after a restart, topics created
+        meanwhile are found)."""
         if topics == self._topics and self._topics_version:
             return
         created = not self._topics_version or any(
             self._topics.get(name, info).topic_id != info.topic_id or name not in self._topics
             for name, info in topics.items())
-        self._topics_version = max(self._now, self._topics_version + 1)
+        clock = self._now if now is None else now
+        self._topics_version = max(clock, self._topics_version + 1)
         if created:
             self._topics_created_version = self._topics_version
         self._topics = dict(topics)
@@ -274,10 +278,12 @@ class ConsumerGroupHandlers(CoordinatorCore):
             elif old_regex:
                 bump = True
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-        # As Kafka 4.3 does: a subscription change and a change of the subscribed topics'
-        # metadata each count one (a first member subscribing to a topic moves the epoch by 2),
-        # written as one record.
-        steps = int(bump) + int(new_hash != consumer.metadata_hash)
+        # As Kafka 4.3.1 answers: a subscription change or a change of the subscribed topics'
+        # metadata moves the epoch by one, and by two when a group that never had an epoch
+        # gets a member subscribing to topic names (seen on the wire, existing topics or not;
+        # a member with no names, or only a regex, moves it by one), written as one record.
+        first_names = consumer.group_epoch == 0 and bool(member.subscribed_topic_names)
+        steps = int(bump or new_hash != consumer.metadata_hash) + int(bump and first_names)
         if steps:
             self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
@@ -495,9 +501,8 @@ class ConsumerGroupHandlers(CoordinatorCore):
                          ConsumerGroupRegularExpressionKey(group.group_id, regex or ""), None)
         self._cancel_consumer_timers(group, member.member_id)
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-        steps = 1 + int(new_hash != consumer.metadata_hash)
         self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
-                     ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+                     ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
         self._member_removed(group, member.member_id, member.instance_id, reason)
 
     def _remove_member_records(

@@ -32,7 +32,7 @@ _OPTIONS.log_errors = False  # a client's bad regex is its error, not the broker
 _RE2J_DESCRIPTIONS = {
     "missing )": "missing closing )",
     "missing ]": "missing closing ]",
-    "unexpected )": "unexpected )",
+    "unexpected )": "regexp/syntax: internal error",  # RE2/J's words for an unmatched )
     "bad repetition operator": "invalid nested repetition operator",
     "no argument for repetition operator": "missing argument to repetition operator",
     "invalid repetition size": "invalid repeat count",
