@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import time
 from typing import Any
 
 import pytest
@@ -72,10 +73,15 @@ def test_list_and_describe_show_state_offsets_and_lag(broker: InProcessBroker, c
     assert code == 0
     assert err == "Consumer group 'reader' has no active members.\n"
     # group, topic, partition, committed, log end, lag, and no consumer
-    assert _rows(out, "reader ") == [
+    rows = _rows(out, "reader ")
+    assert [row[:9] for row in rows] == [
         ["reader", "events", "0", "6", "10", "4", "-", "-", "-"],
         ["reader", "events", "1", "1", "4", "3", "-", "-", "-"],
     ]
+    # LAG-SECONDS, last: the age of the first unconsumed record (record i has BASE_TS + i s).
+    now = time.time()
+    for row, first_unconsumed in zip(rows, (6, 1), strict=True):
+        assert abs(float(row[9]) - (now - BASE_TS / 1000 - first_unconsumed)) < 5
 
 
 def test_reset_offsets_is_a_dry_run_unless_executed(broker: InProcessBroker, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -205,7 +211,9 @@ def test_describe_shows_members_whose_assignment_does_not_decode(
         assert synced.error_code == 0
     code, out, _ = _run(broker, capsys, "--describe", "--group", "odd", "--state")
     assert code == 0
-    assert _rows(out, "odd")[0][-2:] == ["Stable", "1"]
+    # ... STATE #MEMBERS, then kgroups' LAST-REBALANCE and REBALANCE-CAUSE
+    assert _rows(out, "odd")[0][-4:-2] == ["Stable", "1"]
+    assert _rows(out, "odd")[0][-1] == "new_member_joined"
     code, out, _ = _run(broker, capsys, "--describe", "--group", "odd", "--members")
     (member_row,) = _rows(out, "odd")
     assert member_row[1:] == [joined.member_id, "odd-one", "/127.0.0.1", "broker-tests", "0"]

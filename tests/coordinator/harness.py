@@ -47,6 +47,7 @@ class Harness:
     pending: list[Write] = field(default_factory=list)
     events: list = field(default_factory=list)
     removals: list = field(default_factory=list)
+    rebalances: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         counter = itertools.count(1)
@@ -63,6 +64,7 @@ class Harness:
             self.replies[reply.request_id] = reply.response
         self.events.extend(fx.events)
         self.removals.extend(fx.removals)
+        self.rebalances.extend(fx.rebalances)
         self.pending.extend(fx.writes)
         if self.auto_complete:
             self.complete_writes()

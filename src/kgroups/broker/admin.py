@@ -21,8 +21,10 @@ from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 from kio.static.primitive import i8, i32, i64
 
+from kgroups.broker.rebalance_field import extended_response, rebalance_of
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import decode_assignment
 
@@ -77,6 +79,8 @@ class PartitionLag:
     committed_offset: int | None
     log_end_offset: int | None
     member_id: str | None
+    # Age of the first unconsumed record (kgroups.broker.lag_time; filled by lag_reader).
+    lag_seconds: float | None = None
 
     @property
     def lag(self) -> int | None:
@@ -94,6 +98,8 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
     partitions: tuple[PartitionLag, ...]
     coordinator: tuple[str, int, int]  # host, port, node id
+    # Why the last rebalance began: only a kgroups broker says (kgroups.broker.rebalance_field).
+    last_rebalance: RebalanceNote | None = None
     # Consumer groups (KIP-848) only: the group epoch and the target assignment's epoch.
     group_epoch: int | None = None
     assignment_epoch: int | None = None
@@ -182,11 +188,17 @@ def describe_state(client: KafkaWireClient, group_id: str) -> str:
 def _describe_raw(client: KafkaWireClient, group_id: str) -> Any:
     client.require(15, 5, "DescribeGroups")
     response = client.call(
-        DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False)
+        DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False),
+        extended_response(5)[0],  # a kgroups broker adds the last rebalance's cause
     )
     (group,) = response.groups
     _check(group.error_code, f"DescribeGroups({group_id})")
     return group
+
+
+def last_rebalance(client: KafkaWireClient, group_id: str) -> RebalanceNote | None:
+    """Why the group's last rebalance began, if the broker is kgroups and knows it."""
+    return rebalance_of(_describe_raw(client, group_id))
 
 
 def committed_offsets(client: KafkaWireClient, group_id: str) -> dict[tuple[str, int], int]:
@@ -431,6 +443,7 @@ __all__ = [
     "describe_state",
     "execute_reset",
     "find_coordinator",
+    "last_rebalance",
     "list_groups",
     "list_offsets",
     "topic_partitions",

@@ -9,12 +9,13 @@ is the default for resets because an unintended reset silently replays or skips 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from kgroups.broker import admin
+from kgroups.broker import admin, lag_reader
 from kgroups.broker.cli_output import (
     DefaultsShown,
     parse_bootstrap,
@@ -34,6 +35,7 @@ from kgroups.broker.offset_reset import (
     zone_note,
 )
 from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
@@ -137,10 +139,11 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
         host, port, node = d.coordinator
         headers = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
                    *(["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"] if args.verbose else []),
-                   "#MEMBERS"]
+                   "#MEMBERS", "LAST-REBALANCE", "REBALANCE-CAUSE"]
         print(table(headers, [[d.group_id, f"{host}:{port} ({node})", d.protocol, d.state,
                                *([_or_dash(d.group_epoch), _or_dash(d.assignment_epoch)]
-                                 if args.verbose else []), len(d.members)]]))
+                                 if args.verbose else []), len(d.members),
+                               *_rebalance_cells(d.last_rebalance)]]))
     elif args.members:
         with_instance = any(m.group_instance_id for m in d.members)
         headers = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if with_instance else []),
@@ -164,10 +167,36 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
                          *(["-"] if args.verbose else []),
                          lag.committed_offset, lag.log_end_offset, lag.lag, lag.member_id,
                          member.client_host if member else None,
-                         member.client_id if member else None])
+                         member.client_id if member else None, _seconds(lag.lag_seconds)])
+        # LAG-SECONDS is kgroups' own: last, so Kafka's columns keep their places for scripts.
         print(table(["GROUP", "TOPIC", "PARTITION", *(["LEADER-EPOCH"] if args.verbose else []),
                      "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
-                     "CLIENT-ID"], rows))
+                     "CLIENT-ID", "LAG-SECONDS"], rows))
+        note = d.last_rebalance
+        if note is not None:  # on stderr, like the notes above: the table stays Kafka's
+            print(f"Last rebalance of group '{d.group_id}': {note.cause.value} at "
+                  f"{_when(note.started_ms)} (old generation {note.old_generation}): "
+                  f"{note.detail}", file=sys.stderr)
+
+
+def _seconds(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3f}"
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _rebalance_cells(note: RebalanceNote | None) -> list[str | None]:
+    return [None, None] if note is None else [_when(note.started_ms), note.cause.value]
+
+
+def _rebalance_json(note: RebalanceNote | None) -> dict[str, object] | None:
+    if note is None:
+        return None
+    return {"cause": note.cause.value, "detail": note.detail, "at": _when(note.started_ms),
+            "started_ms": note.started_ms, "old_generation": note.old_generation}
 
 
 def _description_json(d: admin.GroupDescription) -> dict[str, object]:
@@ -178,6 +207,7 @@ def _description_json(d: admin.GroupDescription) -> dict[str, object]:
         "group": d.group_id, "state": d.state, "protocol_type": d.protocol_type,
         "assignment_strategy": d.protocol,
         "coordinator": {"host": host, "port": port, "id": node},
+        "last_rebalance": _rebalance_json(d.last_rebalance),
         "group_epoch": d.group_epoch, "assignment_epoch": d.assignment_epoch,
         "members": [asdict(m) | {
             "partitions": [list(p) for p in m.partitions],
@@ -187,6 +217,7 @@ def _description_json(d: admin.GroupDescription) -> dict[str, object]:
         "offsets": [{"topic": lag.topic, "partition": lag.partition,
                      "current_offset": lag.committed_offset,
                      "log_end_offset": lag.log_end_offset, "lag": lag.lag,
+                     "lag_seconds": lag.lag_seconds,
                      "consumer_id": lag.member_id,
                      "host": members[lag.member_id].client_host
                      if lag.member_id in members else None,
@@ -196,11 +227,21 @@ def _description_json(d: admin.GroupDescription) -> dict[str, object]:
     }
 
 
+def _with_kgroups_figures(client: KafkaWireClient,
+                          d: admin.GroupDescription) -> admin.GroupDescription:
+    """Lag in seconds (a Fetch per partition behind), and the last rebalance's cause where
+    the broker is kgroups."""
+    return replace(lag_reader.with_lag_seconds(client, d),
+                   last_rebalance=admin.last_rebalance(client, d.group_id))
+
+
 def _run_describe(client: KafkaWireClient, args: argparse.Namespace) -> int:
     found, missing = [], []
     for group in _groups(client, args, at_most_one=False):
         try:
-            found.append(admin.describe_group(admin.connect_to_coordinator(client, group), group))
+            coordinator = admin.connect_to_coordinator(client, group)
+            found.append(_with_kgroups_figures(
+                coordinator, admin.describe_group(coordinator, group)))
         except admin.GroupNotFoundError as exc:
             missing.append(str(exc))
             continue

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -39,7 +40,7 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupHeartbeatRequest,
 )
 from kgroups.coordinator.consumer_group import TopicInfo
-from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, Write
+from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
 from kgroups.log.compaction import compact
@@ -50,6 +51,7 @@ from kgroups.records.codec import encode_record
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
     from kgroups.broker.config import BrokerConfig
+    from kgroups.broker.metrics import CoordinatorMetrics, MetricsServer
     from kgroups.broker.topics import TopicCatalog
     from kgroups.log.durability import GroupCommit
     from kgroups.log.manager import LogManager
@@ -115,6 +117,8 @@ class CoordinatorRuntime:
                  appends: AppendNotifier, group_commit: GroupCommit) -> None:
         self._topics = topics
         self._logs = logs
+        self._metrics_address = config.metrics_address
+        self.metrics_server: MetricsServer | None = None
         self._appends = appends
         self._group_commit = group_commit
         self.config = coordinator_config(config)
@@ -129,6 +133,12 @@ class CoordinatorRuntime:
         self._cleaner_backoff_ms = int(
             config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
         )
+        # Kept whether or not metrics are served (rebalances are rare, loads happen once).
+        self.rebalance_counts: Counter[tuple[str, str]] = Counter()  # (group, cause) -> count
+        self.load_seconds: dict[int, float] = {}  # offsets partition -> time to load it
+        self._rebalancing_since: dict[str, float] = {}  # group -> monotonic start
+        # Set by the broker when metrics are served; None keeps the request path free of them.
+        self.metrics: CoordinatorMetrics | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -148,6 +158,16 @@ class CoordinatorRuntime:
         self.background.spawn("offsets-loader", self._load_all(partitions),
                               on_crash=self._loader_crashed)
         self.background.spawn("offsets-cleaner", self._compact_periodically(partitions))
+        if self._metrics_address is not None:
+            await self._serve_metrics(*self._metrics_address)
+
+    async def _serve_metrics(self, host: str, port: int) -> None:
+        """Metrics are imported and recorded only when served (see kgroups.broker.metrics)."""
+        from kgroups.broker.metrics import CoordinatorMetrics, MetricsServer
+
+        self.metrics = CoordinatorMetrics(self, self._logs)
+        self.metrics_server = MetricsServer(self.metrics)
+        await self.metrics_server.start(host, port)
 
     async def wait_loaded(self) -> None:
         await self._loaded.wait()
@@ -158,6 +178,8 @@ class CoordinatorRuntime:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.background.cancel_all()
         for future in self._waiting.values():
             if not future.done():
@@ -172,6 +194,7 @@ class CoordinatorRuntime:
         started = time.monotonic()
         total = 0
         for partition in range(partitions):
+            partition_started = time.monotonic()
             try:
                 log = self._logs.get_or_create(OFFSETS_TOPIC, partition)
                 image, count, skipped = await asyncio.to_thread(read_partition_image, log)
@@ -188,6 +211,8 @@ class CoordinatorRuntime:
                 # Records of groups placed elsewhere (written by hand through Produce): the
                 # partition stays unowned rather than serving groups from the wrong place.
                 self._fail_partition(partition, exc)
+                continue
+            self.load_seconds[partition] = time.monotonic() - partition_started
         self._loaded.set()
         log_event(logger, logging.INFO, "offsets_loaded", partitions=partitions, records=total,
                   failed=len(self.failed_partitions),
@@ -247,11 +272,16 @@ class CoordinatorRuntime:
         request_id = next(self._request_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
+        started = time.monotonic()
+        request = make_request(request_id)
         try:
-            self._apply(self._handle(make_request(request_id), wall_clock_ms()))
+            self._apply(self._handle(request, wall_clock_ms()))
             return await future
         finally:
             self._waiting.pop(request_id, None)
+            if self.metrics is not None:
+                self.metrics.observe_request(type(request).__name__.removesuffix("Request"),
+                                             time.monotonic() - started)
 
     def _handle(self, request: CoreRequest, now: int) -> Effects:
         core_api = self.core
@@ -294,9 +324,29 @@ class CoordinatorRuntime:
         # Removals first: within one call, a member's removal precedes the state change it causes.
         for removal in effects.removals:
             self._log_member_removed(removal)
+        for rebalance in effects.rebalances:
+            self._rebalance_started(rebalance)
         for event in effects.events:
             self._log_group_event(event)
+            self._time_rebalance(event)
         self._rearm_timer()
+
+    def _rebalance_started(self, rebalance: RebalanceStarted) -> None:
+        """Kafka's "Preparing to rebalance group X in state Y with old generation N (reason:
+        ...)" as a structured event, and the count by cause that metrics export."""
+        log_event(logger, logging.INFO, "preparing_rebalance", group=rebalance.group_id,
+                  state=rebalance.old_state, old_generation=rebalance.old_generation,
+                  cause=rebalance.cause.value, reason=rebalance.detail)
+        self.rebalance_counts[(rebalance.group_id, rebalance.cause.value)] += 1
+        self._rebalancing_since.setdefault(rebalance.group_id, time.monotonic())
+
+    def _time_rebalance(self, event: GroupEvent) -> None:
+        """A rebalance ends when its group is Stable again (or Empty: everyone left)."""
+        if event.new_state not in ("Stable", "Empty", "Dead"):
+            return
+        started = self._rebalancing_since.pop(event.group_id, None)
+        if started is not None and self.metrics is not None and event.new_state != "Dead":
+            self.metrics.observe_rebalance(time.monotonic() - started)
 
     def _append(self, write: Write) -> None:
         """Append now (so writes keep the order the core emitted them); the write completes

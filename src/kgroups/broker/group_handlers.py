@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from kgroups.broker import consumer_group_handlers
+from kgroups.broker import consumer_group_handlers, rebalance_field
 from kgroups.broker.api import HandlerRegistry, RequestContext
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
 from kgroups.coordinator import api as core
@@ -67,6 +67,7 @@ class JoinGroupHandler(_GroupApi):
             client_id=ctx.client_id or "",
             client_host=_client_host(ctx),
             version=version,
+            reason=getattr(request, "reason", None),
         ))
         response = _response(ctx)
         member_type = sibling(response, "JoinGroupResponseMember")
@@ -147,7 +148,8 @@ class LeaveGroupHandler(_GroupApi):
             members: tuple[core.MemberIdentity, ...] = (core.MemberIdentity(request.member_id),)
         else:
             members = tuple(
-                core.MemberIdentity(m.member_id, m.group_instance_id) for m in request.members
+                core.MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                for m in request.members
             )
         answer: core.LeaveGroupResponse = await _ask(ctx, lambda request_id: core.LeaveGroupRequest(
             request_id=request_id, group_id=request.group_id, members=members,
@@ -323,7 +325,7 @@ class DescribeGroupsHandler(_GroupApi):
         response = _response(ctx)
         group_type = sibling(response, "DescribedGroup")
         member_type = sibling(response, "DescribedGroupMember")
-        return build(response, throttle_time=_NO_THROTTLE, groups=tuple(
+        described = tuple(
             build(
                 group_type,
                 error_code=kio_error(g.error),
@@ -343,7 +345,13 @@ class DescribeGroupsHandler(_GroupApi):
                 ),
             )
             for g in answer.groups
-        ))
+        )
+        if rebalance_field.wants_rebalance_field(ctx.client_id, ctx.api_version):
+            response, _ = rebalance_field.extended_response(ctx.api_version)
+            described = tuple(
+                rebalance_field.with_rebalance(d, g.last_rebalance, ctx.api_version)
+                for d, g in zip(described, answer.groups, strict=True))
+        return build(response, throttle_time=_NO_THROTTLE, groups=described)
 
 
 class ListGroupsHandler(_GroupApi):

@@ -17,6 +17,8 @@ API (everything below is exported here):
     fx = coordinator.write_completed(write_id, None | ErrorCode, now)   # releases waiting replies
     fx.events   -> [GroupEvent(group_id, old_state, new_state, generation, member_count)]
     fx.removals -> [MemberRemoved(group_id, member_id, group_instance_id, RemovalReason)]
+    fx.rebalances -> [RebalanceStarted(group_id, old_state, old_generation, RebalanceCause,
+                      detail)]                          # log and count why groups rebalance
     fx = coordinator.advance_time(now)                 # call at coordinator.next_deadline()
     fx = coordinator.unload_partition(p, now)          # parked requests get NOT_COORDINATOR
     partition_for(group_id, num_partitions)            # where a group lives (Kafka's formula)
@@ -74,6 +76,7 @@ from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
     MemberRemoved,
+    RebalanceStarted,
     RemovalReason,
     Reply,
     Write,
@@ -81,7 +84,8 @@ from kgroups.coordinator.effects import (
 from kgroups.coordinator.group import GroupState
 from kgroups.coordinator.persistence import PartitionImage
 from kgroups.coordinator.placement import partition_for
-from kgroups.coordinator.views import GroupView, MemberView
+from kgroups.coordinator.rebalance_cause import RebalanceCause, RebalanceNote
+from kgroups.coordinator.views import GroupSummary, GroupView, MemberView
 
 __all__ = [
     "DeleteGroupsRequest",
@@ -98,6 +102,7 @@ __all__ = [
     "GroupCoordinatorConfig",
     "GroupEvent",
     "GroupState",
+    "GroupSummary",
     "GroupView",
     "HeartbeatRequest",
     "HeartbeatResponse",
@@ -124,6 +129,9 @@ __all__ = [
     "OffsetFetchResponse",
     "PartitionError",
     "PartitionImage",
+    "RebalanceCause",
+    "RebalanceNote",
+    "RebalanceStarted",
     "RemovalReason",
     "Reply",
     "Response",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.errors import ErrorCode
 
 RequestId = Hashable
@@ -34,6 +35,7 @@ class JoinGroupRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 9
+    reason: str | None = None  # v8+: why the client (re)joins, for the rebalance's log line
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class MemberIdentity:
 
     member_id: str
     group_instance_id: str | None = None
+    reason: str | None = None  # v5+: why it leaves, for the rebalance's log line
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +244,7 @@ class DescribedGroup:
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[DescribedMember, ...] = ()
+    last_rebalance: RebalanceNote | None = None  # kgroups' own: why the last rebalance began
     error_message: str | None = None  # v6+: why the group is not found
 
 

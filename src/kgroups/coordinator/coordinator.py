@@ -30,7 +30,7 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
-from kgroups.coordinator.effects import Effects, RemovalReason
+from kgroups.coordinator.effects import Effects, RebalanceCause, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.migration import MigrationHandlers
 from kgroups.coordinator.offsets import OffsetHandlers
@@ -48,7 +48,7 @@ from kgroups.coordinator.timer_keys import (
     consumer_session_timer,
     offset_expiry_timer,
 )
-from kgroups.coordinator.views import GroupView, view_of
+from kgroups.coordinator.views import GroupSummary, GroupView, summary_of, view_of
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
 
@@ -199,7 +199,10 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
                     self._timers.schedule(consumer_session_timer(group.group_id, member_id),
                                           self._now + timeout)
             if len(group.members) > self.config.group_max_size:
-                self._prepare_rebalance(group)
+                self._prepare_rebalance(
+                    group, RebalanceCause.GROUP_MAX_SIZE,
+                    f"Freshly-loaded group is over capacity ({len(group.members)} members, "
+                    f"group.max.size {self.config.group_max_size})")
         self._timers.schedule(
             offset_expiry_timer(offsets_partition),
             self._now + self.config.offsets_retention_check_interval_ms,
@@ -251,6 +254,11 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
     def group_views(self) -> dict[str, GroupView]:
         return {group_id: view_of(group) for group_id, group in self._groups.items()}
 
+    def group_summaries(self) -> list[GroupSummary]:
+        """Every live group of the owned partitions, for metrics (Dead placeholders excluded)."""
+        return [summary_of(group) for group in self._groups.values()
+                if group.offsets_partition in self._owned and group.state is not GroupState.DEAD]
+
     # -- admin APIs ---------------------------------------------------------------------------
 
     def _describe(self, req: DescribeGroupsRequest) -> None:
@@ -298,6 +306,7 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
             group.protocol_type or "",
             protocol or "",
             members,
+            group.last_rebalance,
         )
 
     def _list(self, req: ListGroupsRequest) -> None:

@@ -28,6 +28,8 @@ from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
     MemberRemoved,
+    RebalanceCause,
+    RebalanceStarted,
     RemovalReason,
     Reply,
     Write,
@@ -35,6 +37,7 @@ from kgroups.coordinator.effects import (
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.persistence import apply_record, copy_member
 from kgroups.coordinator.placement import partition_for
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.coordinator.timer_keys import session_timer
 from kgroups.coordinator.timers import TimerQueue
 from kgroups.errors import ErrorCode
@@ -209,6 +212,8 @@ class CoordinatorCore(ABC):
         # expiry skips them and a deletion writes tombstones for them too.
         self._commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
         self._next_write_id = 0
+        # Offsets dropped by retention since start (a counter the shell's metrics read).
+        self.offsets_expired_total = 0
         self._partition_cache: dict[str, int] = {}
         self._fx = Effects()
         self._now = 0
@@ -435,6 +440,14 @@ class CoordinatorCore(ABC):
                 group.generation_id,
                 len(group.members),
             )
+        )
+
+    def _note_rebalance(self, group: ClassicGroup, cause: RebalanceCause, detail: str) -> None:
+        """Called as a rebalance starts (before the state changes): the group remembers why,
+        and the shell gets it to log and count."""
+        group.last_rebalance = RebalanceNote(cause, detail, self._now, group.generation_id)
+        self._fx.rebalances.append(
+            RebalanceStarted(group.group_id, group.state.value, group.generation_id, cause, detail)
         )
 
     def _member_removed(

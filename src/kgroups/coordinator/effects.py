@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from kgroups.coordinator.api import RequestId, Response
+from kgroups.coordinator.rebalance_cause import RebalanceCause
 from kgroups.records.schema import OffsetsRecord
 
 
@@ -56,6 +57,18 @@ class RemovalReason(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class RebalanceStarted:
+    """The group entered PreparingRebalance: from `old_state`, leaving `old_generation`,
+    because of `cause`; `detail` says it in words (with the client's reason, if it sent one)."""
+
+    group_id: str
+    old_state: str
+    old_generation: int
+    cause: RebalanceCause
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberRemoved:
     """A member (or a pending member id) is no longer part of the group."""
 
@@ -71,3 +84,4 @@ class Effects:
     writes: list[Write] = field(default_factory=list)
     events: list[GroupEvent] = field(default_factory=list)
     removals: list[MemberRemoved] = field(default_factory=list)
+    rebalances: list[RebalanceStarted] = field(default_factory=list)

@@ -15,6 +15,7 @@ from enum import Enum
 from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.placement import java_string_hash
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.records.schema import OffsetCommitValue
 
 
@@ -95,6 +96,7 @@ class ClassicGroup:
     initial_delay_remaining_ms: int | None = None
     # The consumer-protocol (KIP-848) part, when the group is a consumer group.
     consumer: ConsumerGroup | None = None
+    last_rebalance: RebalanceNote | None = None
 
     def can_transition_to(self, new_state: GroupState) -> bool:
         return self.state in VALID_PREVIOUS_STATES[new_state]

@@ -15,12 +15,13 @@ from kgroups.coordinator.api import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    MemberIdentity,
     MemberLeaveResult,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 from kgroups.coordinator.core import CoordinatorCore, ignore_failure, ignore_success
-from kgroups.coordinator.effects import RemovalReason
+from kgroups.coordinator.effects import RebalanceCause, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.persistence import (
     copy_member,
@@ -32,6 +33,18 @@ from kgroups.coordinator.timer_keys import join_timer, pending_member_timer, syn
 from kgroups.errors import ErrorCode
 
 _MEMBERSHIP_STATES = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+# The rebalance a member's removal starts, by why it was removed.
+_CAUSE_OF_REMOVAL = {
+    RemovalReason.LEFT_GROUP: RebalanceCause.MEMBER_LEFT,
+    RemovalReason.REMOVED_BY_INSTANCE_ID: RebalanceCause.ADMIN_REMOVAL,
+    RemovalReason.SESSION_TIMEOUT: RebalanceCause.SESSION_TIMEOUT,
+    RemovalReason.JOIN_TIMEOUT: RebalanceCause.SESSION_TIMEOUT,
+}
+
+
+def _with_client_reason(detail: str, reason: str | None) -> str:
+    """Kafka's wording: the coordinator's reason, then the one the client sent, if any."""
+    return f"{detail}; client reason: {reason}" if reason else detail
 
 
 class MembershipHandlers(CoordinatorCore):
@@ -238,16 +251,27 @@ class MembershipHandlers(CoordinatorCore):
         # A new member cannot heartbeat before its JoinGroup returns, so it is timed out by the
         # new-member join timeout instead of its session timeout.
         self._schedule_session(group, member, self.config.group_new_member_join_timeout_ms)
-        self._maybe_prepare_rebalance(group)
+        detail = (f"Adding new member {member_id} with group instance id "
+                  f"{req.group_instance_id}")
+        self._maybe_prepare_rebalance(group, RebalanceCause.NEW_MEMBER_JOINED,
+                                      _with_client_reason(detail, req.reason))
 
     def _update_member_and_rebalance(
         self, group: ClassicGroup, member: Member, req: JoinGroupRequest
     ) -> None:
+        # In Stable, a member rejoining with the same protocols is the leader asking for a
+        # rebalance because the topics' metadata changed (new partitions, a pattern match).
+        if member.protocols != req.protocols:
+            cause = RebalanceCause.MEMBER_METADATA_CHANGED
+            detail = f"Updating metadata for member {member.member_id} during {group.state.value}"
+        else:
+            cause = RebalanceCause.METADATA_CHANGE
+            detail = f"Leader {member.member_id} re-joining group during {group.state.value}"
         member.protocols = req.protocols
         member.rebalance_timeout_ms = self._rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
         self._park_join(member, req)
-        self._maybe_prepare_rebalance(group)
+        self._maybe_prepare_rebalance(group, cause, _with_client_reason(detail, req.reason))
 
     def _replace_static_member(
         self, group: ClassicGroup, req: JoinGroupRequest, old_id: str, new_id: str
@@ -279,11 +303,13 @@ class MembershipHandlers(CoordinatorCore):
         member = group.replace_static_member(instance_id, old_id, new_id)
         self._refresh_session(group, member)
         self._update_joined_member(member, req)
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            # The leader may already be assigning to the old id: only a rebalance fixes that.
-            self._prepare_rebalance(group)
-        elif group.state is GroupState.STABLE:
-            self._maybe_prepare_rebalance(group)  # the selected protocol would change
+        detail = _with_client_reason(
+            f"Static member {old_id} with instance id {instance_id} replaced by {new_id} "
+            f"during {group.state.value}", req.reason)
+        if group.state in _MEMBERSHIP_STATES:
+            # Completing: the leader may already be assigning to the old id, only a rebalance
+            # fixes that. Stable: the selected protocol would change.
+            self._prepare_rebalance(group, RebalanceCause.STATIC_MEMBER_REPLACED, detail)
 
     def _update_joined_member(self, member: Member, req: JoinGroupRequest) -> None:
         member.protocols = req.protocols
@@ -356,11 +382,14 @@ class MembershipHandlers(CoordinatorCore):
 
     # -- the join phase -----------------------------------------------------------------------
 
-    def _maybe_prepare_rebalance(self, group: ClassicGroup) -> None:
+    def _maybe_prepare_rebalance(
+        self, group: ClassicGroup, cause: RebalanceCause, detail: str
+    ) -> None:
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
-            self._prepare_rebalance(group)
+            self._prepare_rebalance(group, cause, detail)
 
-    def _prepare_rebalance(self, group: ClassicGroup) -> None:
+    def _prepare_rebalance(self, group: ClassicGroup, cause: RebalanceCause, detail: str) -> None:
+        self._note_rebalance(group, cause, detail)
         if group.state is GroupState.COMPLETING_REBALANCE:
             self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
         self._timers.cancel(sync_timer(group.group_id))
@@ -460,9 +489,12 @@ class MembershipHandlers(CoordinatorCore):
         """Members that got their JoinGroup answer but never sent SyncGroup are dropped."""
         if group.state not in _MEMBERSHIP_STATES or not group.pending_sync_members:
             return
-        for member_id in list(group.pending_sync_members):
+        missing = sorted(group.pending_sync_members)
+        for member_id in missing:
             self._remove_member(group, member_id, RemovalReason.DID_NOT_SYNC)
-        self._prepare_rebalance(group)
+        self._prepare_rebalance(
+            group, RebalanceCause.REBALANCE_TIMEOUT,
+            f"Removing {', '.join(missing)} on pending sync request expiration")
 
     # -- SyncGroup ----------------------------------------------------------------------------
 
@@ -555,7 +587,9 @@ class MembershipHandlers(CoordinatorCore):
             if not still_current():
                 return
             self._reset_and_propagate_assignment_error(group, error)
-            self._maybe_prepare_rebalance(group)
+            self._maybe_prepare_rebalance(
+                group, RebalanceCause.ASSIGNMENT_WRITE_FAILED,
+                f"Error {error.name} when storing group assignment during SyncGroup")
 
         self._write_when_durable(
             group.offsets_partition,
@@ -622,7 +656,7 @@ class MembershipHandlers(CoordinatorCore):
             MemberLeaveResult(
                 leaving.member_id,
                 leaving.group_instance_id,
-                self._leave_one(group, leaving.member_id, leaving.group_instance_id),
+                self._leave_one(group, leaving),
             )
             for leaving in req.members
         )
@@ -631,9 +665,8 @@ class MembershipHandlers(CoordinatorCore):
             top_error = results[0].error
         self._reply(req.request_id, LeaveGroupResponse(top_error, results))
 
-    def _leave_one(
-        self, group: ClassicGroup | None, member_id: str, instance_id: str | None
-    ) -> ErrorCode:
+    def _leave_one(self, group: ClassicGroup | None, leaving: MemberIdentity) -> ErrorCode:
+        member_id, instance_id = leaving.member_id, leaving.group_instance_id
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_id == UNKNOWN_MEMBER_ID:
@@ -641,19 +674,22 @@ class MembershipHandlers(CoordinatorCore):
             current = group.static_members.get(instance_id or "")
             if instance_id is None or current is None:
                 return ErrorCode.UNKNOWN_MEMBER_ID
-            self._remove_member_and_update(group, current, RemovalReason.REMOVED_BY_INSTANCE_ID)
+            self._remove_member_and_update(group, current, RemovalReason.REMOVED_BY_INSTANCE_ID,
+                                           leaving.reason)
             return ErrorCode.NONE
         if member_id in group.pending_members:
             self._remove_pending_member(group, member_id, RemovalReason.LEFT_GROUP)
             # Kafka counts a pending member's leave like any other: a Stable or
             # CompletingRebalance group rebalances (not so when a pending id just expires).
             if group.state in _MEMBERSHIP_STATES:
-                self._maybe_prepare_rebalance(group)
+                detail = f"Removing pending member {member_id} on LeaveGroup"
+                self._maybe_prepare_rebalance(group, RebalanceCause.MEMBER_LEFT,
+                                              _with_client_reason(detail, leaving.reason))
             return ErrorCode.NONE
         error = self._validate_member(group, member_id, instance_id)
         if error is not None:
             return error
-        self._remove_member_and_update(group, member_id, RemovalReason.LEFT_GROUP)
+        self._remove_member_and_update(group, member_id, RemovalReason.LEFT_GROUP, leaving.reason)
         return ErrorCode.NONE
 
     # -- removing members ---------------------------------------------------------------------
@@ -673,11 +709,17 @@ class MembershipHandlers(CoordinatorCore):
             self._reply(member.sync_request, SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
 
     def _remove_member_and_update(
-        self, group: ClassicGroup, member_id: str, reason: RemovalReason
+        self, group: ClassicGroup, member_id: str, reason: RemovalReason,
+        client_reason: str | None = None,
     ) -> None:
+        instance_id = group.members[member_id].group_instance_id
         self._remove_member(group, member_id, reason)
         if group.state in _MEMBERSHIP_STATES:
-            self._maybe_prepare_rebalance(group)
+            detail = f"Removing member {member_id} ({reason.value})"
+            if reason is RemovalReason.REMOVED_BY_INSTANCE_ID:
+                detail = f"Removing member {member_id} with instance id {instance_id} by an admin"
+            self._prepare_rebalance(group, _CAUSE_OF_REMOVAL[reason],
+                                    _with_client_reason(detail, client_reason))
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
 

@@ -275,6 +275,7 @@ class OffsetHandlers(MembershipHandlers):
         records: list[OffsetsRecord] = []
         for group in [g for g in self._groups.values() if g.offsets_partition == offsets_partition]:
             expired = self._expired_offsets(group, now, retention)
+            self.offsets_expired_total += len(expired)
             for topic, partition in expired:
                 records.append(offset_record(group.group_id, topic, partition, None))
             if (

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kgroups.coordinator.group import ClassicGroup
+from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.records.schema import OffsetCommitValue
 
 
@@ -63,3 +64,25 @@ def view_of(group: ClassicGroup) -> GroupView:
         members,
         offsets,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """What metrics read of a group at each scrape: cheap to build (no member copies), and the
+    consumer-protocol state for KIP-848 groups, as ListGroups reports them."""
+
+    group_id: str
+    group_type: str  # "classic" or "consumer"
+    state: str
+    member_count: int
+    last_rebalance: RebalanceNote | None
+    offsets: tuple[tuple[str, int, int], ...]  # (topic, partition, committed offset)
+
+
+def summary_of(group: ClassicGroup) -> GroupSummary:
+    offsets = tuple((t, p, v.offset) for (t, p), v in group.offsets.items())
+    if group.consumer is not None:
+        return GroupSummary(group.group_id, "consumer", group.consumer.state(),
+                            len(group.consumer.members), group.last_rebalance, offsets)
+    return GroupSummary(group.group_id, "classic", group.state.value, len(group.members),
+                        group.last_rebalance, offsets)

@@ -1,0 +1,66 @@
+"""Lag in seconds: how old the first record a group has not consumed is.
+
+The committed offset names the next record the group will read; its timestamp (CreateTime as
+the producer set it, or LogAppendTime where the topic asks for that) against now is how far
+behind the group is in time, which is what an operator means by "lag" more often than a count
+of records. The broker reads the record from its own log; `kgroups groups describe` reads it
+with a Fetch, as any Kafka tool would.
+
+When that record is not at hand, the figure is an estimate, and a lower bound:
+- the group is caught up (committed offset at or past the log end): 0;
+- the record was compacted away or deleted by retention: the first record the log still holds
+  after it is used; it was appended later, so the real lag is at least that old;
+- no record after the committed offset can be read (only transaction markers, or a read
+  error): no figure (describe prints "-", metrics omit the series).
+"""
+
+from __future__ import annotations
+
+from kgroups.log.batch import BatchCorruptError, iter_records_raw
+from kgroups.log.partition_log import OffsetOutOfRangeError, PartitionLog
+
+# Enough for the first batch in nearly every log; the log returns one whole batch anyway.
+_READ_BYTES = 64 * 1024
+_MAX_READS = 4  # a few batches of transaction markers at most before giving up
+
+
+def first_timestamp(records: bytes, offset: int) -> tuple[int | None, int | None]:
+    """(timestamp of the first data record at or after `offset` in `records`, the last offset
+    seen); a batch cut short at the end (a Fetch may cut the last one) ends the walk."""
+    last = None
+    try:
+        for record_offset, timestamp, _key, _value in iter_records_raw(records):
+            last = record_offset
+            if record_offset >= offset:
+                return timestamp, last
+    except BatchCorruptError:
+        pass
+    return None, last
+
+
+def first_unconsumed_timestamp(log: PartitionLog, committed: int) -> int | None:
+    """The timestamp of the record at `committed`, or of the first the log holds after it."""
+    position = max(committed, log.log_start_offset)
+    for _ in range(_MAX_READS):
+        if position >= log.log_end_offset:
+            return None
+        try:
+            data = log.read(position, _READ_BYTES)
+        except (OffsetOutOfRangeError, OSError):
+            return None
+        timestamp, last = first_timestamp(data, position)
+        if timestamp is not None:
+            return timestamp
+        if last is None:
+            return None
+        position = last + 1
+    return None
+
+
+def lag_seconds(committed: int, log_end: int, timestamp: int | None, now_ms: int) -> float | None:
+    """Seconds behind: 0 when caught up, else now minus the first unconsumed record's time."""
+    if committed >= log_end:
+        return 0.0
+    if timestamp is None or timestamp < 0:  # -1: a record written without a timestamp
+        return None
+    return max(now_ms - timestamp, 0) / 1000

@@ -1,0 +1,231 @@
+"""Prometheus metrics of the group coordinator, served on a loopback HTTP port when asked.
+
+Off by default (`kgroups.metrics.port`, or `kgroups serve --metrics-port`): a broker nobody
+scrapes pays nothing on its request path. Names follow Kafka's own metrics (the request
+metrics, the group coordinator's) and kafka-lag-exporter's for the per-partition figures, so
+existing dashboards and alerts carry over.
+
+Two kinds of figures:
+- counted as things happen (request latencies, rebalance durations): prometheus_client
+  histograms the coordinator runtime feeds through `CoordinatorMetrics`;
+- read at scrape time (groups by state, members, rebalances by cause, offsets, lag, load times,
+  expired offsets): a custom collector walks the coordinator's summaries and the logs, so an
+  OffsetCommit costs nothing extra and a scrape sees one consistent moment.
+The HTTP server runs on the broker's event loop, so the collector reads the coordinator's
+state without locks, between two requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from kgroups.broker.events import log_event
+from kgroups.broker.lag_time import first_unconsumed_timestamp, lag_seconds
+
+if TYPE_CHECKING:
+    from kgroups.coordinator import GroupCoordinator, GroupSummary
+    from kgroups.log.manager import LogManager
+
+logger = logging.getLogger("kgroups.metrics")
+
+# Group requests last from microseconds (a heartbeat) to a rebalance timeout (a parked join).
+_REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_MAX_REQUEST_HEAD = 16 * 1024
+
+
+class CoordinatorState(Protocol):
+    """What the collector reads of the coordinator runtime (which imports this module)."""
+
+    core: GroupCoordinator
+    rebalance_counts: Counter[tuple[str, str]]  # (group, cause) -> rebalances started
+    load_seconds: dict[int, float]  # offsets partition -> time to load it
+
+
+class CoordinatorMetrics:
+    """What the runtime records as it happens; the scrape-time figures come from the collector."""
+
+    def __init__(self, runtime: CoordinatorState, logs: LogManager) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        # Kafka's RequestMetrics TotalTimeMs per request name; its _count gives the rate.
+        self.request_time = Histogram(
+            "kafka_network_request_total_time_seconds",
+            "Time from receiving a group request to its answer, by Kafka request name",
+            ["request"], registry=self.registry, buckets=_REQUEST_BUCKETS)
+        self.rebalance_time = Histogram(
+            "kafka_group_coordinator_rebalance_duration_seconds",
+            "Time from a classic group entering PreparingRebalance to Stable (or Empty)",
+            registry=self.registry, buckets=_REBALANCE_BUCKETS)
+        self.registry.register(ScrapeCollector(runtime, logs))
+
+    def observe_request(self, request: str, seconds: float) -> None:
+        self.request_time.labels(request).observe(seconds)
+
+    def observe_rebalance(self, seconds: float) -> None:
+        self.rebalance_time.observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class ScrapeCollector(Collector):
+    """Figures computed when Prometheus asks, from the coordinator's state and the logs."""
+
+    def __init__(self, runtime: CoordinatorState, logs: LogManager) -> None:
+        self._runtime = runtime
+        self._logs = logs
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self._runtime
+        summaries = runtime.core.group_summaries()
+        now = time.time_ns() // 1_000_000  # record timestamps are wall-clock ms
+
+        groups = GaugeMetricFamily(
+            "kafka_group_coordinator_group_count",
+            "Groups by protocol (classic, consumer) and state", labels=["protocol", "state"])
+        for (kind, state), count in sorted(Counter(
+                (s.group_type, s.state) for s in summaries).items()):
+            groups.add_metric([kind, state], count)
+        yield groups
+
+        members = GaugeMetricFamily("kafka_consumergroup_members", "Members of each group",
+                                    labels=["group", "protocol"])
+        for summary in summaries:
+            members.add_metric([summary.group_id, summary.group_type], summary.member_count)
+        yield members
+
+        rebalances = CounterMetricFamily(
+            "kafka_group_coordinator_group_rebalance",
+            "Rebalances the coordinator started, by group and cause", labels=["group", "cause"])
+        for (group_id, cause), count in sorted(runtime.rebalance_counts.items()):
+            rebalances.add_metric([group_id, cause], count)
+        yield rebalances
+
+        last = GaugeMetricFamily(
+            "kafka_group_coordinator_last_rebalance_timestamp_seconds",
+            "When the group's last rebalance started, labelled with its cause",
+            labels=["group", "cause"])
+        for summary in summaries:
+            note = summary.last_rebalance
+            if note is not None:
+                last.add_metric([summary.group_id, note.cause.value], note.started_ms / 1000)
+        yield last
+
+        expired = CounterMetricFamily("kafka_group_coordinator_offset_expiration",
+                                      "Committed offsets dropped by retention since start")
+        expired.add_metric([], runtime.core.offsets_expired_total)
+        yield expired
+
+        load = GaugeMetricFamily(
+            "kafka_group_coordinator_partition_load_time_seconds",
+            "Time to load each __consumer_offsets partition at start", labels=["partition"])
+        for partition, seconds in sorted(runtime.load_seconds.items()):
+            load.add_metric([str(partition)], seconds)
+        yield load
+
+        yield from self._offsets(summaries, now)
+
+    def _offsets(self, summaries: list[GroupSummary], now: int) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        offset = GaugeMetricFamily("kafka_consumergroup_group_offset",
+                                   "Committed offset of each group's partition", labels=labels)
+        lag = GaugeMetricFamily("kafka_consumergroup_group_lag",
+                                "Records between the committed offset and the log end",
+                                labels=labels)
+        lag_time = GaugeMetricFamily(
+            "kafka_consumergroup_group_lag_seconds",
+            "Age of the first unconsumed record (an estimate when it is gone: see docs)",
+            labels=labels)
+        latest = GaugeMetricFamily("kafka_partition_latest_offset",
+                                   "Log end offset of each partition a group committed on",
+                                   labels=["topic", "partition"])
+        log_ends: dict[tuple[str, int], int | None] = {}
+        timestamps: dict[tuple[str, int, int], int | None] = {}
+        for summary in summaries:
+            for topic, partition, committed in summary.offsets:
+                key = (topic, partition)
+                if key not in log_ends:
+                    log_ends[key] = self._log_end(topic, partition)
+                log_end = log_ends[key]
+                names = [summary.group_id, topic, str(partition)]
+                offset.add_metric(names, committed)
+                if log_end is None:
+                    continue
+                lag.add_metric(names, max(log_end - committed, 0))
+                if (topic, partition, committed) not in timestamps:
+                    timestamps[(topic, partition, committed)] = self._timestamp(
+                        topic, partition, committed)
+                seconds = lag_seconds(committed, log_end,
+                                      timestamps[(topic, partition, committed)], now)
+                if seconds is not None:
+                    lag_time.add_metric(names, seconds)
+        for (topic, partition), log_end in sorted(log_ends.items()):
+            if log_end is not None:
+                latest.add_metric([topic, str(partition)], log_end)
+        yield from (offset, lag, lag_time, latest)
+
+    def _log_end(self, topic: str, partition: int) -> int | None:
+        try:
+            log = self._logs.get(topic, partition)
+        except OSError:  # offline
+            return None
+        return None if log is None else log.log_end_offset
+
+    def _timestamp(self, topic: str, partition: int, committed: int) -> int | None:
+        try:
+            log = self._logs.get(topic, partition)
+        except OSError:
+            return None
+        return None if log is None else first_unconsumed_timestamp(log, committed)
+
+
+class MetricsServer:
+    """A minimal HTTP/1.0 endpoint: GET /metrics (or /) answers the exposition, anything else
+    404. Served on the event loop (see the module); one request per connection."""
+
+    def __init__(self, metrics: CoordinatorMetrics) -> None:
+        self._metrics = metrics
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log_event(logger, logging.INFO, "metrics_listening", host=host, port=self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+            parts = head[:_MAX_REQUEST_HEAD].split(b"\r\n", 1)[0].split()
+            path = parts[1].split(b"?", 1)[0] if len(parts) >= 2 else b""
+            if parts[:1] == [b"GET"] and path in (b"/", b"/metrics"):
+                status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, \
+                    self._metrics.exposition()
+            else:
+                status, content_type, body = "404 Not Found", "text/plain", b"not found\n"
+            writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n"
+                         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                         + body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError,
+                ConnectionError):
+            pass
+        finally:
+            writer.close()
