@@ -1,23 +1,27 @@
 """Group-coordinator figures of `kgroups serve` beside Apache Kafka and Tansu, measured in one run.
 
 Over loopback, with raw pipelined Kafka requests (no client library in the way):
-- OffsetCommit/s and Heartbeat/s from many connections, each keeping several requests in flight,
-  with p50/p99 request latency;
+- OffsetCommit/s, Heartbeat/s and Metadata/s (one topic) from many connections, each keeping
+  several requests in flight, with p50/p99 request latency;
+- p50/p99 of OffsetCommit at a fixed moderate load: 1,000 commits/s in all from 50 groups (one
+  connection each, sent on a schedule whatever the answers' latency);
 - time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
   all holding their SyncGroup answer, i.e. to a Stable group.
 Each broker gets the newest version of each API that both it and this script speak. Tansu waits
 a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
 unless --initial-delay-ms says otherwise. Durability as each broker runs it:
-- kgroups: every commit fsynced before it is answered (group commit across concurrent writes);
+- kgroups: its defaults (Kafka's: a commit is answered once written to the log file, fsync left
+  to the flush settings), and again with log.flush.interval.messages=1 (fsync before answering,
+  group commit across concurrent writes) unless --no-fsync;
 - Kafka 4.3.1 (single KRaft node, tests/kafka_harness.py, 1 GiB heap): its default, answering once
   the record is in the page cache (log.flush.interval.messages unset), and again with
-  log.flush.interval.messages=1 (fsync before answering, kgroups' mode) unless --no-kafka-fsync;
+  log.flush.interval.messages=1 (fsync before answering) unless --no-fsync;
 - Tansu: its in-memory storage engine.
 Members waiting for the others heartbeat every 100 ms, which bounds the resolution of the
 time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test` does).
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
-     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-kafka-fsync]
+     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
 """
 
 from __future__ import annotations
@@ -52,9 +56,12 @@ from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
 
-API_VERSIONS, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 11, 14, 12, 8
+API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 3, 11, 14, 12, 8
 # The newest version of each API this script fills in (older ones drop fields via `build`).
-PREFERRED_MAX = {JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
+PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
+# The fixed moderate load: this many commits per second in all, spread over this many groups.
+MODERATE_COMMITS_PER_S = 1000
+MODERATE_GROUPS = 50
 SESSION = datetime.timedelta(seconds=30)
 # Real ConsumerProtocol bytes: a broker may parse them (Tansu does).
 SUBSCRIPTION = encode_subscription(ConsumerSubscription(topics=("bench",), version=0))
@@ -226,9 +233,42 @@ async def hammer(connections: list[PipelinedConnection], make_request: Any, dept
                       ordered[int(len(ordered) * 0.99)] * 1000)
 
 
+async def paced_load(connections: list[PipelinedConnection], make_request: Any,
+                     per_second: float, seconds: float) -> Throughput:
+    """Open-loop load: each connection sends on its own fixed schedule (per_second in all,
+    phases staggered), whatever the answers' latency, so a slow answer cannot lower the load
+    it is measured under."""
+    interval = len(connections) / per_second
+    latencies: list[float] = []
+    pending: list[asyncio.Future[Any]] = []
+    started = time.perf_counter()
+
+    async def timed_send(index: int, connection: PipelinedConnection) -> None:
+        sent = time.perf_counter()
+        check_answer(await connection.send(make_request(index, connection)))
+        latencies.append(time.perf_counter() - sent)
+
+    async def lane(index: int, connection: PipelinedConnection) -> None:
+        next_send = started + interval * index / len(connections)
+        while next_send < started + seconds:
+            await asyncio.sleep(max(0.0, next_send - time.perf_counter()))
+            pending.append(asyncio.ensure_future(timed_send(index, connection)))
+            next_send += interval
+
+    await asyncio.gather(*(lane(i, c) for i, c in enumerate(connections)))
+    await asyncio.gather(*pending)
+    ordered = sorted(latencies)
+    return Throughput(len(ordered) / (time.perf_counter() - started),
+                      statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99)] * 1000)
+
+
 def check_answer(answer: Any) -> None:
-    errors = [int(answer.error_code)] if hasattr(answer, "error_code") else [
-        int(p.error_code) for t in answer.topics for p in t.partitions]
+    if hasattr(answer, "error_code"):
+        errors = [int(answer.error_code)]
+    elif hasattr(answer, "brokers"):  # Metadata: per-topic codes
+        errors = [int(t.error_code) for t in answer.topics]
+    else:
+        errors = [int(p.error_code) for t in answer.topics for p in t.partitions]
     if any(errors):
         raise RuntimeError(f"request failed: {[ErrorCode(e).name for e in errors if e]}")
 
@@ -267,7 +307,27 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
     commits = await hammer(members, commit, depth, seconds)
     figures.update({"commit/s": commits.per_second, "commit p50 ms": commits.p50_ms,
                     "commit p99 ms": commits.p99_ms})
+
+    # Metadata for one topic, pipelined as clients refresh it.
+    def metadata(index: int, connection: PipelinedConnection) -> Any:
+        return connection.request(
+            METADATA, topics=(connection.nested(METADATA, "MetadataRequestTopic", name="bench",
+                                                topic_id=None),),
+            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False)
+
+    lookups = await hammer(members, metadata, depth, seconds)
+    figures.update({"metadata/s": lookups.per_second, "metadata p50 ms": lookups.p50_ms,
+                    "metadata p99 ms": lookups.p99_ms})
     for connection in members:
+        await connection.close()
+
+    # A fixed moderate load, the latency a consumer feels on a broker that is not saturated.
+    committers = [await PipelinedConnection.open(port, versions) for _ in range(MODERATE_GROUPS)]
+    paced = await paced_load(committers, commit, MODERATE_COMMITS_PER_S, seconds)
+    figures.update({"moderate commit p50 ms": paced.p50_ms,
+                    "moderate commit p99 ms": paced.p99_ms})
+    for connection in committers:
         await connection.close()
 
     for count in member_counts:
@@ -284,11 +344,13 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
 
 
 @contextlib.contextmanager
-def kgroups_broker(data_dir: Path, initial_delay_ms: int) -> Iterator[int]:
+def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
                str(data_dir), "--log-level", "WARNING",
                "--override", f"group.initial.rebalance.delay.ms={initial_delay_ms}"]
+    if fsync_each:
+        command += ["--override", "log.flush.interval.messages=1"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
@@ -371,15 +433,18 @@ def main() -> int:
                         help="group.initial.rebalance.delay.ms of kgroups and Kafka "
                         "(Kafka's default 3000)")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
-    parser.add_argument("--no-kafka-fsync", action="store_true",
-                        help="skip the Kafka run with log.flush.interval.messages=1")
+    parser.add_argument("--no-fsync", action="store_true",
+                        help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        with kgroups_broker(Path(scratch) / "kgroups", args.initial_delay_ms) as port:
-            results["kgroups"] = run_against(port, args)
+        kgroups_runs = [("kgroups", False)] + ([] if args.no_fsync else [("kgroups fsync", True)])
+        for name, fsync_each in kgroups_runs:
+            with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
+                                fsync_each) as port:
+                results[name] = run_against(port, args)
         kafka_runs = [] if args.no_kafka else [("kafka", False)] + (
-            [] if args.no_kafka_fsync else [("kafka fsync", True)])
+            [] if args.no_fsync else [("kafka fsync", True)])
         for name, fsync_each in kafka_runs:
             with kafka_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
                               fsync_each) as port:
@@ -388,16 +453,19 @@ def main() -> int:
         results["tansu(mem)"] = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
     print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
           f"group.initial.rebalance.delay.ms={args.initial_delay_ms}")
-    peers = [name for name in results if name != "kgroups"]
-    print(f"{'figure':26}" + "".join(f"{name:>14}" for name in results)
-          + "".join(f"{'kgroups/' + name:>22}" for name in peers))
-    for figure, ours in results["kgroups"].items():
-        values = "".join(f"{results[name][figure]:14.2f}" for name in results)
+    # Each kgroups mode against each peer; the fsync modes against each other.
+    pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
+    if "kgroups fsync" in results and "kafka fsync" in results:
+        pairs.append(("kgroups fsync", "kafka fsync"))
+    print(f"{'figure':26}" + "".join(f"{name:>15}" for name in results)
+          + "".join(f"{ours + '/' + other:>28}" for ours, other in pairs))
+    for figure in results["kgroups"]:
+        values = "".join(f"{results[name][figure]:15.2f}" for name in results)
         ratios = ""
-        for name in peers:
-            other = results[name][figure]
+        for ours_name, other_name in pairs:
+            ours, other = results[ours_name][figure], results[other_name][figure]
             settled = math.isfinite(ours) and math.isfinite(other) and other > 0
-            ratios += f"{ours / other:22.2f}" if settled else f"{'-':>22}"
+            ratios += f"{ours / other:28.2f}" if settled else f"{'-':>28}"
         print(f"{figure:26}{values}{ratios}")
     return 0
 
