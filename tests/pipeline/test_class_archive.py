@@ -5,18 +5,24 @@ writes it silently and the next maps it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from pyspark.find_spark_home import _find_spark_home
 
 from kgroups.pipeline.class_archive import (
+    MAX_ARCHIVES,
     SILENCE_CDS_LOGGING,
+    STALE_ARCHIVE_SECONDS,
     ClassArchive,
     archive_key,
     cache_dir,
+    dependency_key,
     finish_archive,
     java_binary,
     plan_archive,
@@ -119,7 +125,7 @@ def test_present_archive_is_mapped(fake_install):
     assert written is not None
     written.path.write_bytes(b"an archive")
     mapped = plan_archive()
-    assert mapped == ClassArchive(written.path, part=None)
+    assert mapped == ClassArchive(written.path, part=None, spark_home=written.spark_home)
     assert mapped.java_options == [f"-XX:SharedArchiveFile={written.path}", SILENCE_CDS_LOGGING]
 
 
@@ -136,6 +142,98 @@ def test_archive_that_fails_the_jvm_is_deleted_and_written_again(fake_install, t
     assert plan is not None and plan.path == written.path
     assert plan.part is not None
     assert not written.path.exists()
+
+
+def second_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake install's jars again in another checkout: same names and sizes, another place,
+    another install time; SPARK_HOME now points there."""
+    jars = make_spark_home(tmp_path / "checkout-2" / "spark",
+                           {"spark-core.jar": b"core", "scala-library.jar": b"lib"})
+    for jar in jars.iterdir():
+        os.utime(jar, (jar.stat().st_atime - HOUR, jar.stat().st_mtime - HOUR))
+    monkeypatch.setenv("SPARK_HOME", str(jars.parent))
+    return jars
+
+
+def test_checkouts_of_one_dependency_set_share_the_archive_and_its_spark_home(
+    fake_install, tmp_path, monkeypatch
+):
+    first = plan_archive()
+    assert first is not None and first.spark_home is not None
+    home = first.spark_home
+    assert home.parent == fake_install
+    # The jars are the first checkout's files (hard links: no disk), bin/ is copied.
+    for jar in (tmp_path / "spark" / "jars").iterdir():
+        assert (home / "jars" / jar.name).samefile(jar)
+    first.path.write_bytes(b"an archive")
+
+    java = tmp_path / "jdk" / "bin" / "java"
+    jars = second_checkout(tmp_path, monkeypatch)
+    assert dependency_key(java, jars) == dependency_key(java, tmp_path / "spark" / "jars")
+    assert archive_key(java, jars) != archive_key(java, tmp_path / "spark" / "jars")
+    second = plan_archive()
+    assert second == ClassArchive(first.path, part=None, spark_home=home)
+    assert list(fake_install.glob("*.jsa")) == [first.path]
+
+
+def test_another_dependency_set_gets_its_own_archive(fake_install, tmp_path, monkeypatch):
+    first = plan_archive()
+    assert first is not None
+    make_spark_home(tmp_path / "spark", {"spark-core.jar": b"core, next release"})
+    other = plan_archive()
+    assert other is not None and other.path != first.path and other.spark_home != first.spark_home
+
+
+def test_a_spark_home_whose_jars_changed_is_rebuilt_with_its_archive(fake_install, tmp_path):
+    first = plan_archive()
+    assert first is not None and first.spark_home is not None
+    first.path.write_bytes(b"an archive")
+    # pip rewrote a jar in place: same name and size, new mtime, so the archive no longer fits.
+    jar = first.spark_home / "jars" / "spark-core.jar"
+    os.utime(jar, (jar.stat().st_atime + HOUR, jar.stat().st_mtime + HOUR))
+    again = plan_archive()
+    assert again is not None and again.part is not None and not first.path.exists()
+    assert again.spark_home == first.spark_home
+
+
+def test_without_hard_links_the_checkouts_own_spark_home_is_used(fake_install, monkeypatch):
+    def refuse(*_: object, **__: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+    plan = plan_archive()
+    assert plan is not None and plan.spark_home is None
+    assert list(fake_install.glob("spark-home-*")) == []
+
+
+def test_stale_archives_and_their_spark_homes_are_pruned(fake_install):
+    plan = plan_archive()
+    assert plan is not None
+    now = time.time()
+    ages = {"old": STALE_ARCHIVE_SECONDS + HOUR, "recent": HOUR, "older": 2 * HOUR,
+            "oldest-recent": 3 * HOUR}
+    for key, age in ages.items():
+        archive = fake_install / f"spark-driver-{key}.jsa"
+        archive.write_bytes(b"another checkout's archive")
+        (fake_install / f"spark-home-{key}" / "jars").mkdir(parents=True)
+        os.utime(archive, (now - age, now - age))
+    plan_archive()
+    kept = sorted(p.name for p in fake_install.glob("*.jsa"))
+    # Never more than MAX_ARCHIVES: this run's and the most recently used others.
+    assert len(kept) + 1 == MAX_ARCHIVES  # this run's archive is not written yet
+    assert kept == ["spark-driver-older.jsa", "spark-driver-recent.jsa"]
+    homes = sorted(p.name for p in fake_install.glob("spark-home-*"))
+    assert homes == sorted(["spark-home-older", "spark-home-recent", plan.spark_home.name])
+
+
+def test_using_an_archive_keeps_it_from_pruning(fake_install):
+    plan = plan_archive()
+    assert plan is not None
+    plan.path.write_bytes(b"an archive")
+    old = time.time() - STALE_ARCHIVE_SECONDS - HOUR
+    os.utime(plan.path, (old, old))
+    plan_archive()
+    assert plan.path.stat().st_mtime > time.time() - HOUR
 
 
 def test_unwritable_cache_dir_means_no_archive_and_no_error(fake_install, tmp_path, monkeypatch):
@@ -228,7 +326,7 @@ def test_truncated_archive_is_caught_before_the_driver_maps_it(real_java, tmp_pa
     archive_bytes = whole.read_bytes()
 
     plan.path.write_bytes(archive_bytes)
-    assert plan_archive() == ClassArchive(plan.path, part=None)
+    assert plan_archive() == ClassArchive(plan.path, part=None, spark_home=plan.spark_home)
 
     plan.path.chmod(0o644)
     plan.path.write_bytes(archive_bytes[: len(archive_bytes) // 2])
@@ -259,10 +357,10 @@ RUN_PROGRAM = textwrap.dedent("""
 """)
 
 
-def run_analysis_process(cache: Path, work_dir: Path) -> str:
+def run_analysis_process(cache: Path, work_dir: Path, **more_env: str) -> str:
     """Run a tiny mapInArrow job in a new process; its stdout and stderr together."""
     work_dir.mkdir(exist_ok=True)
-    env = {**os.environ, "KGROUPS_CACHE_DIR": str(cache)}
+    env = {**os.environ, "KGROUPS_CACHE_DIR": str(cache), **more_env}
     done = subprocess.run([sys.executable, "-c", RUN_PROGRAM], cwd=work_dir, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     output = done.stdout + done.stderr
@@ -301,6 +399,25 @@ def test_next_run_maps_the_archive(first_run):
     cache, _ = first_run
     [archive] = archives_in(cache)
     output = run_analysis_process(cache, cache.parent / "work")
+    assert f"-XX:SharedArchiveFile={archive}" in output
+    assert "STOP WAITS FOR THE ARCHIVE False" in output
+    assert archives_in(cache) == [archive]
+
+
+@pytest.mark.spark
+def test_another_checkout_maps_the_same_archive(first_run, tmp_path):
+    """A second checkout of the same pyspark (its jars elsewhere) maps the first one's archive,
+    and the JVM really uses it: -Xshare:on makes a JVM that cannot use its archive fail."""
+    cache, _ = first_run
+    [archive] = archives_in(cache)
+    installed = Path(_find_spark_home())
+    checkout = tmp_path / "checkout-2" / "pyspark"
+    (checkout / "jars").mkdir(parents=True)
+    for jar in (installed / "jars").glob("*.jar"):
+        (checkout / "jars" / jar.name).symlink_to(jar.resolve())
+    shutil.copytree(installed / "bin", checkout / "bin")
+    output = run_analysis_process(cache, cache.parent / "work", SPARK_HOME=str(checkout),
+                                  JDK_JAVA_OPTIONS="-Xshare:on")
     assert f"-XX:SharedArchiveFile={archive}" in output
     assert "STOP WAITS FOR THE ARCHIVE False" in output
     assert archives_in(cache) == [archive]

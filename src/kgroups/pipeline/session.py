@@ -54,6 +54,10 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     archive = plan_archive() if _launches_jvm() else None
+    if archive is not None and archive.spark_home is not None:
+        # PySpark launches the driver through $SPARK_HOME/bin/spark-submit, and the driver's
+        # classpath is $SPARK_HOME/jars/*: the shared home's, the classpath of the archive.
+        os.environ["SPARK_HOME"] = str(archive.spark_home)
     # The JVM only schedules tasks and carries small Arrow results (the decoding runs in the
     # Python workers), so the quick C1 compiler is enough for it, and a run's first job is a
     # second and a half faster than with C2 warming up.
