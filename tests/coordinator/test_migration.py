@@ -172,7 +172,8 @@ def test_classic_requests_are_checked_as_kafka_checks_them() -> None:
     assert (new.error, new.member_id != "") == (ErrorCode.MEMBER_ID_REQUIRED, True)
     left = s.reply(s.leave(G, MemberIdentity("a"), MemberIdentity("nobody")))
     assert isinstance(left, LeaveGroupResponse)
-    assert [m.error for m in left.members] == [ErrorCode.UNKNOWN_MEMBER_ID] * 2
+    assert [m.error for m in left.members] == [ErrorCode.NONE, ErrorCode.UNKNOWN_MEMBER_ID]
+    assert s.coordinator._groups[G].consumer is None  # "a" gone: only classic members left
 
 
 def test_the_last_consumer_member_leaving_turns_the_group_classic() -> None:

@@ -60,6 +60,7 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: TopicPartitionList
     target_assignment: TopicPartitionList
+    classic: bool = False  # a member still speaking the classic protocol (online migration)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from kgroups.coordinator.api import (
@@ -46,6 +47,7 @@ from kgroups.coordinator.api import (
 from kgroups.coordinator.consumer_api import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
 )
 from kgroups.coordinator.consumer_group import (
     Assignment,
@@ -541,7 +543,8 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
     def _leaving_classic_member(
         self, consumer: ConsumerGroup, identity: MemberIdentity
     ) -> tuple[ConsumerMember | None, ErrorCode]:
-        """Kafka's checks in classicGroupLeaveToConsumerGroup, for one member of the batch."""
+        """Kafka's checks in classicGroupLeaveToConsumerGroup, for one member of the batch (as
+        Kafka 4.3 does, a consumer-protocol member may be removed this way too)."""
         instance_id = identity.group_instance_id
         if instance_id is None:
             member = consumer.members.get(identity.member_id)
@@ -551,7 +554,7 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             if member is not None and identity.member_id not in (UNKNOWN_MEMBER_ID,
                                                                   member.member_id):
                 return None, ErrorCode.FENCED_INSTANCE_ID
-        if member is None or member.classic is None:
+        if member is None:
             return None, ErrorCode.UNKNOWN_MEMBER_ID
         return member, ErrorCode.NONE
 
@@ -575,6 +578,23 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         steps = 1 + int(new_hash != consumer.metadata_hash)
         self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                      ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+
+    # -- ConsumerGroupDescribe ----------------------------------------------------------------
+
+    def _describe_consumer(self, group_id: str) -> DescribedConsumerGroup:
+        """Members that speak the classic protocol are described as such (MemberType 0); a
+        group that is not (or no longer) a consumer group has no state, as Kafka says it."""
+        described = super()._describe_consumer(group_id)
+        if described.error is not ErrorCode.NONE:
+            return replace(described, state="")
+        group = self._groups.get(group_id)
+        consumer = None if group is None else group.consumer
+        if consumer is None or not described.members:
+            return described
+        return replace(described, members=tuple(
+            replace(m, classic=m.member_id in consumer.members
+                    and consumer.members[m.member_id].classic is not None)
+            for m in described.members))
 
     # -- timers -------------------------------------------------------------------------------
 

@@ -1,0 +1,270 @@
+"""Online migration between the classic and the consumer protocol, side by side with Kafka 4.3.1:
+a live classic group converts when a consumer-protocol member joins, its classic member is told
+to rejoin and reconciles through JoinGroup/SyncGroup/Heartbeat (generations are member epochs,
+assignments the server assignor's), commits with its generation, and the group turns classic
+again when the consumer-protocol member leaves; plus the errors classic requests get inside a
+consumer group. Member ids a broker generates for classic members of a consumer group are bare
+UUIDs, so transcripts name members by order of appearance."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from diff_dialog import Connection, Dialog
+from diff_requests import commit, describe, heartbeat, join, leave, sync
+from diff_setup import create_topics
+from tests.broker.broker_wire_helpers import metadata_request
+from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
+
+from kgroups.broker.wire import build, request_type, sibling
+from kgroups.records.consumer_protocol import (
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
+from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
+
+pytestmark = pytest.mark.kafka
+
+TOPIC = "diff-t"  # 3 partitions (tests/differential/diff_setup.py)
+# As in test_diff_consumer_protocol.py: Kafka computing target assignments in the heartbeat
+# that moves the group epoch, as kgroups does (docs/compatibility.md).
+SYNCHRONOUS_ASSIGNMENT = {
+    **KAFKA_TEST_SETTINGS,
+    "group.consumer.assignment.interval.ms": "0",
+    "group.consumer.assignor.offload.enable": "false",
+}
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory: pytest.TempPathFactory,
+          differential_ports: dict[str, int]) -> Iterator[dict[str, int]]:
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-migration"), SYNCHRONOUS_ASSIGNMENT)
+    broker.start()
+    create_topics(broker.bootstrap)
+    yield {"kafka": broker.port, "kgroups": differential_ports["kgroups"]}
+    broker.stop()
+
+
+def subscription(owned: tuple[int, ...] = ()) -> bytes:
+    """A v1 subscription, as cooperative consumers send it (the partitions they still own)."""
+    return encode_subscription(ConsumerSubscription(
+        (TOPIC,), None, (TopicPartitions(TOPIC, owned),) if owned else (), -1, None, 1))
+
+
+def assignment(*partitions: int) -> bytes:
+    return encode_assignment(ConsumerAssignment((TopicPartitions(TOPIC, partitions),), None, 1))
+
+
+class Names:
+    """Member ids by order of first appearance (m0, m1, ...), the same on both brokers."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {"": ""}
+
+    def __call__(self, member_id: str) -> str:
+        return self.names.setdefault(member_id, f"m{len(self.names) - 1}")
+
+
+class Classic:
+    """A classic member on its own connection, speaking cooperative-sticky then range."""
+
+    def __init__(self, d: Dialog, names: Names, client_id: str = "c") -> None:
+        self.d = d
+        self.names = names
+        self.conn = d.connect(client_id)
+        self.member_id = ""
+        self.generation = -1
+        self.owned: tuple[int, ...] = ()
+
+    def join(self, protocols: tuple[str, ...] = ("cooperative-sticky", "range")) -> Any:
+        response = self.conn.call(join(self.d.group, self.member_id, protocols=tuple(
+            (name, subscription(self.owned)) for name in protocols), session_ms=30_000,
+            rebalance_ms=30_000), record=False)
+        if response.member_id:
+            self.member_id = response.member_id
+        if int(response.error_code) == 0:
+            self.generation = int(response.generation_id)
+        self.d.record("join", {
+            "error": int(response.error_code), "member": self.names(response.member_id),
+            "generation": int(response.generation_id), "type": response.protocol_type,
+            "protocol": response.protocol_name, "leader": self.names(response.leader),
+            "skip": response.skip_assignment,
+            "members": sorted((self.names(m.member_id), bytes(m.metadata).hex())
+                              for m in response.members)})
+        return response
+
+    def sync(self, assignments: dict[str, bytes] | None = None,
+             protocol: str = "cooperative-sticky", generation: int | None = None) -> Any:
+        response = self.conn.call(sync(
+            self.d.group, self.generation if generation is None else generation, self.member_id,
+            assignments, protocol_name=protocol), record=False)
+        partitions = None
+        if int(response.error_code) == 0:
+            decoded = decode_assignment(bytes(response.assignment))
+            partitions = tuple(p for t in decoded.assigned_partitions for p in t.partitions)
+            self.owned = partitions
+        self.d.record("sync", {"error": int(response.error_code),
+                               "protocol": response.protocol_name,
+                               "assignment": bytes(response.assignment).hex(),
+                               "partitions": partitions})
+        return response
+
+    def heartbeat(self, generation: int | None = None) -> None:
+        response = self.conn.call(heartbeat(self.d.group, self.generation if generation is None
+                                            else generation, self.member_id), record=False)
+        self.d.record("heartbeat", int(response.error_code))
+
+    def commit(self, generation: int, offset: int, v: int = 8) -> None:
+        response = self.conn.call(commit(self.d.group, {(TOPIC, 0): offset},
+                                         generation=generation, member_id=self.member_id, v=v),
+                                  record=False)
+        self.d.record("commit", [int(p.error_code) for t in response.topics
+                                 for p in t.partitions])
+
+
+class Consumer:
+    """A consumer-protocol member (client-generated member id, as v1 clients do)."""
+
+    def __init__(self, d: Dialog, name: str) -> None:
+        self.d = d
+        self.name = name
+        self.member_id = f"{name}-{d.group}"[:36]
+        self.conn = d.connect(name)
+        response = self.conn.call(metadata_request(TOPIC, auto_create=False), record=False)
+        self.by_id = {t.topic_id: t.name for t in response.topics}
+        self.ids = {v: k for k, v in self.by_id.items()}
+        self.epoch = 0
+        self.owned: list[tuple[str, list[int]]] = []
+
+    def send(self, epoch: int | None = None) -> Any:
+        epoch = self.epoch if epoch is None else epoch
+        cls = request_type(68, 1)
+        joining = epoch == 0
+        owned = [] if joining else self.owned
+        request = build(
+            cls, group_id=self.d.group, member_id=self.member_id, member_epoch=epoch,
+            instance_id=None, rack_id=None,
+            rebalance_timeout=datetime.timedelta(milliseconds=30_000 if joining else -1),
+            subscribed_topic_names=(TOPIC,) if joining else None, subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=tuple(
+                build(sibling(cls, "TopicPartitions"), topic_id=self.ids[name],
+                      partitions=tuple(ps)) for name, ps in owned))
+        response = self.conn.call(request, record=False)
+        assigned = None
+        if response.assignment is not None:
+            assigned = sorted((self.by_id[t.topic_id], sorted(t.partitions))
+                              for t in response.assignment.topic_partitions)
+        self.d.record(f"hb[{self.name}]", {
+            "error": int(response.error_code), "message": response.error_message,
+            "epoch": int(response.member_epoch), "assignment": assigned})
+        if int(response.error_code) == 0 and epoch >= 0:
+            self.epoch = int(response.member_epoch)
+            if assigned is not None:
+                self.owned = assigned
+        return response
+
+    def describe(self, names: Names) -> None:
+        response = self.conn.call(build(request_type(69, 1), group_ids=(self.d.group,),
+                                        include_authorized_operations=False), record=False)
+        (group,) = response.groups
+        self.d.record("describe", {
+            "error": int(group.error_code), "state": group.group_state,
+            "epoch": int(group.group_epoch), "assignment_epoch": int(group.assignment_epoch),
+            "members": sorted((names(m.member_id), int(m.member_epoch), int(m.member_type),
+                               sorted(p for t in m.assignment.topic_partitions
+                                      for p in t.partitions),
+                               sorted(p for t in m.target_assignment.topic_partitions
+                                      for p in t.partitions))
+                              for m in group.members)})
+
+
+def describe_classic(d: Dialog, conn: Connection, names: Names) -> None:
+    (group,) = conn.call(describe(d.group), record=False).groups
+    d.record("describe-groups", {
+        "error": int(group.error_code), "state": group.group_state,
+        "protocol": group.protocol_data,
+        "members": sorted((names(m.member_id), bytes(m.member_assignment).hex())
+                          for m in group.members)})
+
+
+def stable_classic_group(d: Dialog, names: Names) -> Classic:
+    """One classic member owning all 3 partitions, generation 1."""
+    c = Classic(d, names)
+    c.join()  # MEMBER_ID_REQUIRED
+    c.join()
+    c.sync({c.member_id: assignment(0, 1, 2)})
+    return c
+
+
+def test_upgrade_rejoin_commit_and_downgrade(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = stable_classic_group(d, names)
+        a = Consumer(d, "a")
+        a.send(0)  # the group converts; the classic generation is the epoch it starts from
+        a.describe(names)
+        c.heartbeat()  # told to rejoin
+        c.join()  # reconciles: must give partitions up first
+        c.sync()
+        c.heartbeat()
+        c.join()  # reported them revoked: at the new epoch
+        c.sync()
+        c.heartbeat()
+        a.send()  # the free partitions
+        a.describe(names)
+        c.commit(c.generation, 5)
+        c.commit(c.generation + 1, 6)
+        c.commit(c.generation, 7, v=9)
+        a.send(-1)  # the last consumer-protocol member leaves: classic again
+        describe_classic(d, c.conn, names)
+        c.heartbeat()
+        c.join()
+        c.sync({c.member_id: assignment(0, 1, 2)}, protocol="cooperative-sticky")
+        describe_classic(d, c.conn, names)
+
+    converse(script, ports=ports)
+
+
+def test_classic_requests_inside_a_consumer_group(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = stable_classic_group(d, names)
+        a = Consumer(d, "a")
+        a.send(0)
+        c.heartbeat(generation=c.generation + 3)
+        c.sync(generation=c.generation + 3)
+        c.sync(protocol="range")
+        c.sync()
+        other = Classic(d, names, "x")
+        other.join(protocols=("roundrobin",))  # not a protocol the classic member has
+        other.join(protocols=("range",))  # MEMBER_ID_REQUIRED, then a new member
+        other.join(protocols=("range",))
+        other.heartbeat()
+        stranger = Classic(d, names, "y")
+        stranger.member_id = a.member_id  # a consumer-protocol member's id
+        stranger.generation = a.epoch
+        stranger.heartbeat()
+        response = c.conn.call(leave(d.group, [(a.member_id, None), ("nobody", None),
+                                               (other.member_id, None)]), record=False)
+        d.record("leave", sorted((names(m.member_id), int(m.error_code))
+                                 for m in response.members))
+        a.send()
+        a.describe(names)
+        # A consumer-protocol member joining a classic group of another protocol type.
+        d.group = f"{d.group}-connect"
+        w = Classic(d, names, "w")
+        first = w.conn.call(join(d.group, "", protocols=(("v1", b"x"),),
+                                 protocol_type="connect", session_ms=30_000), record=False)
+        w.conn.call(join(d.group, first.member_id, protocols=(("v1", b"x"),),
+                         protocol_type="connect", session_ms=30_000), record=False)
+        b = Consumer(d, "b")
+        b.member_id = str(uuid.UUID(int=7))
+        b.send(0)
+        b.send(3)
+
+    converse(script, ports=ports)
