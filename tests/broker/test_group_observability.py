@@ -8,8 +8,13 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +33,7 @@ from confluent_kafka import Consumer
 from prometheus_client.parser import text_string_to_metric_families
 
 from kgroups.broker.broker import Broker
-from kgroups.broker.config import BrokerConfig
+from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
@@ -267,8 +272,9 @@ def rebalances(broker: Running, group: str) -> dict[str, float]:
             and dict(labels)["group"] == group}
 
 
-def test_each_cause_in_describe_and_metrics(running: Running,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_cause_in_describe_and_metrics(running: Running, capsys: pytest.CaptureFixture[str],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kgroups.coordinator")
     seen: list[str] = []
     with connect(running.port) as client:
         joined = join(client, "causes", reason="starting up")
@@ -291,6 +297,11 @@ def test_each_cause_in_describe_and_metrics(running: Running,
         seen.append(note["cause"])
         assert seen == ["new_member_joined", "metadata_change", "member_metadata_changed",
                         "member_left"]
+        # Kafka's "Preparing to rebalance group ... in state ... with old generation ...
+        # (reason: ...)", as one structured event.
+        assert (f"preparing_rebalance group=causes state=Stable old_generation=1 "
+                f"cause=metadata_change reason=\"Leader {joined.member_id} re-joining group "
+                f"during Stable\"") in caplog.messages
         assert rebalances(running, "causes") == {cause: 1 for cause in seen}
 
         # No heartbeat within the session timeout.
@@ -316,7 +327,7 @@ def test_each_cause_in_describe_and_metrics(running: Running,
 
 def test_group_loaded_over_group_max_size(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    first = Running(tmp_path, "group.initial.rebalance.delay.ms=300")
+    first = Running(tmp_path, "group.initial.rebalance.delay.ms=1500")  # both join in it
     try:
         answers: list[Any] = []
 
@@ -343,3 +354,42 @@ def test_group_loaded_over_group_max_size(tmp_path: Path,
         assert rebalances(again, "crowd") == {"group_max_size": 1}
     finally:
         again.stop()
+
+
+# -- the setting ------------------------------------------------------------------------------
+
+def test_metrics_are_off_by_default_and_the_port_is_checked() -> None:
+    assert BrokerConfig.build().metrics_address is None
+    assert BrokerConfig.build(overrides=["kgroups.metrics.port=9404"]).metrics_address == (
+        "127.0.0.1", 9404)
+    with pytest.raises(ConfigError, match=r"kgroups\.metrics\.port must be -1"):
+        BrokerConfig.build(overrides=["kgroups.metrics.port=70000"])
+
+
+def test_serve_metrics_port_prints_where_it_listens(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kgroups.cli", "serve", "--port", "0", "--metrics-port", "0",
+         "--data-dir", str(tmp_path), "--override", "offsets.topic.num.partitions=3"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith(b"listening 127.0.0.1:")
+        host, port = process.stdout.readline().decode().split()[1].rsplit(":", 1)
+        assert host == "127.0.0.1"
+        deadline = time.monotonic() + 20
+        while True:  # the __consumer_offsets partitions load in the background
+            with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as answer:
+                families = {f.name: f for f in text_string_to_metric_families(
+                    answer.read().decode())}
+            loads = families["kafka_group_coordinator_partition_load_time_seconds"].samples
+            if len(loads) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert len(loads) == 3
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://{host}:{port}/other", timeout=10)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        if process.stdout is not None:
+            process.stdout.close()

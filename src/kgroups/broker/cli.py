@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--config", type=Path, help="a server.properties file")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting, applied after --config (repeatable)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve Prometheus metrics over HTTP on this port, 0 for a free one "
+                             "(kgroups.metrics.port; host kgroups.metrics.host, 127.0.0.1 by "
+                             "default); off unless given")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="least severe event logged (default %(default)s)")
@@ -99,6 +103,9 @@ async def _serve(config: BrokerConfig) -> None:
         raise _startup_failure(config, exc) from None
     # The bound port on stdout lets a supervisor (or a test) use --port 0.
     print(f"listening {broker.host}:{broker.port}", flush=True)
+    metrics = broker.coordinator.metrics_server
+    if metrics is not None:  # likewise for --metrics-port 0
+        print(f"metrics {metrics.host}:{metrics.port}", flush=True)
     for name, (host, port) in broker.listener_addresses.items():
         print(f"listener {name} {host}:{port}", flush=True)
     stop = asyncio.Event()
@@ -115,7 +122,10 @@ def run_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         config = BrokerConfig.build(host=args.host, port=args.port, data_dir=args.data_dir,
-                                    config_file=args.config, overrides=args.override)
+                                    config_file=args.config, overrides=[
+                                        *args.override,
+                                        *([f"kgroups.metrics.port={args.metrics_port}"]
+                                          if args.metrics_port is not None else [])])
         for warning in config.warnings():
             print(f"kgroups serve: warning: {warning}", file=sys.stderr)
         _check_data_dir(config.data_dir)

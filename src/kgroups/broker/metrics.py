@@ -197,11 +197,12 @@ class MetricsServer:
     def __init__(self, metrics: CoordinatorMetrics) -> None:
         self._metrics = metrics
         self._server: asyncio.Server | None = None
+        self.host = ""
         self.port = 0
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
         log_event(logger, logging.INFO, "metrics_listening", host=host, port=self.port)
 
     async def stop(self) -> None:
