@@ -114,6 +114,12 @@ class OffsetsLogBuilder:
         return self._append(group, [(key, struct.pack(">hi", 0, 0), ts)], control=True,
                             transactional=True, producer_id=producer_id, producer_epoch=0)
 
+    def records(self, group: str, pairs: list[tuple[object, object | None]], ts: int) -> int:
+        """Any records (key, value or None for a tombstone) in one batch: a KIP-848 consumer
+        group writes its state as several records at once."""
+        return self._append(group, [(encode_key(key), None if value is None else  # type: ignore[arg-type]
+                                     encode_value(value), ts) for key, value in pairs])  # type: ignore[arg-type]
+
     def delete_group(self, group: str, ts: int) -> int:
         return self._append(group, [(encode_key(GroupMetadataKey(group)), None, ts)])
 

@@ -242,6 +242,16 @@ def test_analyze_finds_the_offsets_kafka_served(spark: Any,
         found = {(r["topic"], r["partition"]): r["offset"] for r in committed
                  if r["group"] == group}
         assert found == {tp: offset for tp, (offset, _) in activity.committed[group].items()}
+    # The consumer-protocol group's history: its first target assignment gave the console
+    # consumer every partition, the topic named from Kafka's partition.metadata.
+    (consumer_group,) = [g for g in activity.groups if g.startswith("logs-consumer-")]
+    generations = [g for g in pq.read_table(out / "group_generations").to_pylist()
+                   if g["group"] == consumer_group]
+    assert generations and {g["group_type"] for g in generations} == {"consumer"}
+    first = generations[0]
+    assert first["member_count"] == 1 and first["group_epoch"] >= first["generation"] >= 1
+    assert sorted((p["topic"], p["partition"]) for p in first["members"][0]["partitions"]) == [
+        (TOPIC, p) for p in range(PARTITIONS)]
 
 
 def test_kgroups_serves_a_copy_of_kafkas_log_directory(kafka_log: tuple[Path, Activity],

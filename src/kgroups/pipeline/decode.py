@@ -34,6 +34,7 @@ from kgroups.log.batch import (
     records_of,
 )
 from kgroups.log.transactions import TransactionMarker, marker_commits
+from kgroups.pipeline.consumer_history import CONSUMER_GROUP_KEYS, ConsumerRecord
 from kgroups.pipeline.discovery import open_filesystem
 from kgroups.records.codec import (
     RecordDecodeError,
@@ -135,6 +136,7 @@ class DecodedSegment:
     groups: pa.Table
     markers: list[TransactionMarker] = field(default_factory=list)
     errors: list[SegmentError] = field(default_factory=list)
+    consumer: list[ConsumerRecord] = field(default_factory=list)  # KIP-848 groups' records
 
 
 def read_file(uri: str) -> bytes:
@@ -200,6 +202,7 @@ class _RecordDecoder:
         self.groups: list[tuple[Any, ...]] = []
         self.markers: list[TransactionMarker] = []
         self.errors: list[SegmentError] = []
+        self.consumer: list[ConsumerRecord] = []
 
     def error(self, position: int, message: str) -> None:
         self.errors.append(SegmentError(self.uri, position, message))
@@ -261,6 +264,10 @@ class _RecordDecoder:
                 elif isinstance(key, GroupMetadataKey):
                     self._add_group(offset, timestamp, transactional, producer_id, key,
                                     decode_value(key, raw_value))
+                elif isinstance(key, CONSUMER_GROUP_KEYS) and not transactional:
+                    self.consumer.append(ConsumerRecord(
+                        log_partition, offset, timestamp, key,
+                        None if raw_value is None else decode_value(key, raw_value)))
             except ValueError as exc:
                 self.error(
                     batch_position,
@@ -304,7 +311,7 @@ def _finish(decoder: _RecordDecoder, columnar: pa.Table | None) -> DecodedSegmen
         # The two paths cover different batches: interleave them back into log order.
         commits = pa.concat_tables([columnar, scalar]).sort_by("log_offset")
     groups = rows_table(GROUP_ROW_SCHEMA, tuple(GROUP_ROW_SCHEMA.names), decoder.groups)
-    return DecodedSegment(commits, groups, decoder.markers, decoder.errors)
+    return DecodedSegment(commits, groups, decoder.markers, decoder.errors, decoder.consumer)
 
 
 def decode_offsets_segment(uri: str, log_partition: int) -> DecodedSegment:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kgroups.log.transactions import TransactionMarker, committed_items
-from kgroups.pipeline import history, tables
+from kgroups.pipeline import consumer_history, history, tables
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
     GROUP_ROW_SCHEMA,
@@ -74,12 +74,15 @@ def analyze_partition(
     """Decode the partition's segments (`uris`, in base-offset order), write its offset_commits
     part under `out` and return the rest."""
     commit_parts, group_parts, markers, errors = [], [], [], []
+    consumer_records: list[consumer_history.ConsumerRecord] = []
+    uris = list(uris)
     for uri in uris:
         segment = decode_offsets_segment(uri, log_partition)
         commit_parts.append(segment.commits)
         group_parts.append(segment.groups)
         markers.extend(segment.markers)
         errors.extend(segment.errors)
+        consumer_records.extend(segment.consumer)
     # Each segment brings its own dictionaries of names: one set for the whole partition, so
     # grouping by name compares dictionary indices.
     all_commits = tables.concat(commit_parts, COMMIT_ROW_SCHEMA).unify_dictionaries()
@@ -98,7 +101,9 @@ def analyze_partition(
                           f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
     events_by_group = _by_group(events)
-    found_rebalances = _rebalances(events_by_group, window)
+    consumer_generations, consumer_rebalances = _consumer_history(consumer_records, uris, window)
+    found_rebalances = tables.concat(
+        [_rebalances(events_by_group, window), consumer_rebalances], tables.REBALANCES)
     commit_minutes = _commit_minutes(history_rows)
     lag_parts = None if topic_logs is None else _lag(
         committed, window.up_to_until(live, "record_ts"), topic_logs, window)
@@ -106,7 +111,8 @@ def analyze_partition(
         records=records,
         max_record_ts=_max_record_ts(commits, events),
         committed_offsets=committed,
-        group_generations=_generations(events, window),
+        group_generations=tables.concat([_generations(events, window), consumer_generations],
+                                        tables.GROUP_GENERATIONS),
         rebalances=found_rebalances,
         commit_minutes=commit_minutes,
         summary=_summary(events_by_group, committed, commit_minutes, found_rebalances),
@@ -203,14 +209,26 @@ def _generations(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
             "state_ts": row["state_ts"] if row["state_ts"] >= 0 else None,
             "member_count": len(members),
             "members": [
-                {name: member[name] for name in tables.GENERATION_MEMBER_TYPE.names}
+                {name: member.get(name) for name in tables.GENERATION_MEMBER_TYPE.names}
                 for member in members
             ],
             "log_partition": row["log_partition"],
             "log_offset": row["log_offset"],
             "ts": row["record_ts"],
+            "group_type": "classic",
         })
     return pa.Table.from_pylist(rows, schema=tables.GROUP_GENERATIONS)
+
+
+def _consumer_history(records: list[consumer_history.ConsumerRecord], uris: list[str],
+                      window: TimeWindow) -> tuple[pa.Table, pa.Table]:
+    """group_generations and rebalances rows of the partition's KIP-848 consumer groups."""
+    if not records:
+        return tables.GROUP_GENERATIONS.empty_table(), tables.REBALANCES.empty_table()
+    names = consumer_history.topic_names_near(uris[0])
+    generations, rebalances = consumer_history.history_rows(records, window, names)
+    return (pa.Table.from_pylist(generations, schema=tables.GROUP_GENERATIONS),
+            pa.Table.from_pylist(rebalances, schema=tables.REBALANCES))
 
 
 def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -240,7 +258,7 @@ def _rebalances(events_by_group: dict[str, list[dict[str, Any]]],
              "to_generation": r.to_generation, "ts": r.ts, "members_joined": r.members_joined,
              "members_left": r.members_left, "partitions_moved": r.partitions_moved,
              "partitions_kept": r.partitions_kept,
-             "seconds_since_previous": r.seconds_since_previous}
+             "seconds_since_previous": r.seconds_since_previous, "group_type": "classic"}
             for r in found if window.contains(r.ts)
         )
     return pa.Table.from_pylist(rows, schema=tables.REBALANCES)

@@ -29,6 +29,9 @@ GENERATION_MEMBER_TYPE = pa.struct(
         ("client_host", pa.string()),
         ("partitions", pa.list_(PARTITION_TYPE)),
         ("topics", pa.list_(pa.string())),
+        # Consumer groups (KIP-848): the member's epoch when the target was set (null before
+        # its first current assignment, and for classic groups).
+        ("member_epoch", pa.int32()),
     ]
 )
 
@@ -66,6 +69,10 @@ GROUP_GENERATIONS = pa.schema(
         ("log_partition", pa.int32()),
         ("log_offset", pa.int64()),
         ("ts", TIMESTAMP),
+        # "classic" (one row per generation) or "consumer" (KIP-848: one row per target
+        # assignment epoch, `generation` being that epoch; see consumer_history.py).
+        ("group_type", pa.string()),
+        ("group_epoch", pa.int32()),  # consumer groups: the group epoch the target is for
     ]
 )
 
@@ -80,6 +87,10 @@ REBALANCES = pa.schema(
         ("partitions_moved", pa.int32()),
         ("partitions_kept", pa.int32()),
         ("seconds_since_previous", pa.float64()),
+        ("group_type", pa.string()),
+        # Consumer groups: from the new target until every member held it at its epoch, Stable
+        # (null while that never happened before the next target, and for classic groups).
+        ("seconds_to_reconcile", pa.float64()),
     ]
 )
 
