@@ -42,8 +42,8 @@ def test_describe_configs_of_topics(inprocess_broker: InProcessBroker) -> None:
     with connect(inprocess_broker.port) as client:
         create_topic(client, "described", 1, configs={"retention.ms": "1234"})
         response = _describe(client, (2, "described"), (2, "__consumer_offsets"),
-                             (2, "missing"), (4, "0"))
-        own, offsets, missing, broker = response.results
+                             (2, "missing"), (8, "kgroups"))
+        own, offsets, missing, broker_logger = response.results
         assert own.error_code == ErrorCode.NONE
         shown = {c.name: (c.value, int(c.config_source)) for c in own.configs}
         assert shown["retention.ms"] == ("1234", TOPIC_CONFIG)
@@ -51,7 +51,7 @@ def test_describe_configs_of_topics(inprocess_broker: InProcessBroker) -> None:
         compacted = {c.name: (c.value, int(c.config_source)) for c in offsets.configs}
         assert compacted["cleanup.policy"] == ("compact", TOPIC_CONFIG)
         assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        assert broker.error_code == ErrorCode.INVALID_REQUEST
+        assert broker_logger.error_code == ErrorCode.INVALID_REQUEST
 
 
 def test_list_offsets_max_timestamp_and_tiered_lookups(inprocess_broker: InProcessBroker) -> None:

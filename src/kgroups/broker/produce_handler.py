@@ -4,7 +4,8 @@ A batch is checked (magic, CRC, framing, record count, size) before anything is 
 corrupt or oversized batch is refused with Kafka's error for that partition and loses nothing
 already stored. The records inside a CRC-valid batch are not parsed one by one: doing so in
 Python costs ~9 us per record and capped produce throughput, while the client's CRC already
-vouches for the bytes. For
+vouches for the bytes; only a compacted topic's records are read, for their keys
+(record_policy.py, which also stamps LogAppendTime topics' batches). For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
@@ -18,13 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from kgroups.broker.api import CloseConnection, HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.events import log_event
 from kgroups.broker.producer_state import BatchIdentity, last_sequence
+from kgroups.broker.record_policy import (
+    RecordError,
+    keyless_record_errors,
+    record_errors_message,
+    stamp_log_append_time,
+)
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -42,6 +52,8 @@ class PartitionOutcome:
     base_offset: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: list[RecordError] = field(default_factory=list)
+    log_append_time: int = -1
 
 
 def split_batches(
@@ -93,14 +105,17 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)
+    if not isinstance(batches, PartitionOutcome):
+        batches = _apply_topic_policy(log, topic, partition, batches)
     if isinstance(batches, PartitionOutcome):
         log_event(logger, logging.INFO, "produce_rejected", topic=topic, partition=partition,
                   error=batches.error.name, client=ctx.client_id)
         return batches
+    append_time = batches[0][2]
     base_offset = -1
     producers = broker.producer_states
     try:
-        for batch, identity in batches:
+        for batch, identity, _ in batches:
             verdict = producers.check(log, identity)
             if verdict.error != ErrorCode.NONE:
                 log_event(logger, logging.INFO, "produce_rejected", topic=topic,
@@ -118,9 +133,32 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
         log_event(logger, logging.ERROR, "append_failed", topic=topic, partition=partition,
                   error=exc)
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
-    outcome = PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset)
+    outcome = PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset,
+                               log_append_time=append_time)
     appended.append((log, outcome))
     return outcome
+
+
+def _apply_topic_policy(
+    log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
+) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
+    """The batches as the topic's settings want them stored, each with its LogAppendTime
+    stamp (-1 for CreateTime), or the refusal of all of them: a compacted topic takes no
+    record without a key (INVALID_RECORD with one error per record, as Kafka answers)."""
+    if log.config.compacted:
+        try:
+            errors = keyless_record_errors([batch for batch, _ in batches], topic, partition)
+        except BatchCorruptError as exc:
+            return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+        if errors:
+            return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
+                                    message=record_errors_message(errors),
+                                    record_errors=errors)
+    if log.config.message_timestamp_type != "LogAppendTime":
+        return [(batch, identity, -1) for batch, identity in batches]
+    now_ms = int(time.time() * 1000)
+    return [(stamp_log_append_time(batch, now_ms), identity, now_ms)
+            for batch, identity in batches]
 
 
 async def _settle(ctx: RequestContext,
@@ -139,6 +177,11 @@ async def _settle(ctx: RequestContext,
             log_event(logger, logging.ERROR, "fsync_failed", directory=log.directory)
             outcome.error = ErrorCode.KAFKA_STORAGE_ERROR
             outcome.base_offset = -1
+
+
+def _append_time(ms: int) -> datetime | None:
+    """The response's log_append_time: the stamp of a LogAppendTime topic, else -1 (None)."""
+    return None if ms < 0 else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 @handles(api_key=0, min_version=3, max_version=12)
@@ -167,11 +210,16 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(0, ctx.api_version)
     topic_cls = sibling(response_cls, "TopicProduceResponse")
     partition_cls = sibling(response_cls, "PartitionProduceResponse")
+    error_cls = getattr(sys.modules[response_cls.__module__], "BatchIndexAndErrorMessage", None)
     responses = tuple(
         build(topic_cls, name=name, partition_responses=tuple(
             build(partition_cls, index=index, error_code=kio_error(outcome.error),
-                  base_offset=outcome.base_offset, log_append_time=None,
-                  log_start_offset=outcome.log_start_offset, record_errors=(),
+                  base_offset=outcome.base_offset,
+                  log_append_time=_append_time(outcome.log_append_time),
+                  log_start_offset=outcome.log_start_offset,
+                  record_errors=tuple(
+                      error_cls(batch_index=i, batch_index_error_message=m)
+                      for i, m in outcome.record_errors) if error_cls else (),
                   error_message=outcome.message)
             for index, outcome in partitions))
         for name, partitions in outcomes

@@ -118,6 +118,29 @@ class TopicCatalog:
         self._changed()
         return ErrorCode.NONE
 
+    def overrides(self, topic: str) -> dict[str, str]:
+        """The settings given to the topic itself (a copy)."""
+        return dict(self._overrides.get(topic, {}))
+
+    def set_overrides(self, topic: str, overrides: Mapping[str, str]) -> None:
+        """Replace the topic's own settings (IncrementalAlterConfigs): written durably first,
+        then applied to its open partitions and to those opened later. Bad settings raise
+        TopicConfigError and change nothing."""
+        log_config = topic_log_config(self._logs.config.for_topic(topic), overrides)
+        if overrides:
+            self._configs.save(topic, overrides)
+            self._overrides[topic] = dict(overrides)
+            self._logs.set_topic_config(topic, log_config)
+        else:
+            self._forget_config(topic)
+        for partition in range(self._counts.get(topic, 0)):
+            try:
+                log = self._logs.get(topic, partition)
+            except OSError:  # offline: it gets the new settings when it opens again
+                continue
+            if log is not None:
+                log.config = log_config
+
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow an existing topic to `total` partitions (the caller checked it is an increase);
         the new partitions start empty, as in Kafka."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 OFFSETS_TOPIC = "__consumer_offsets"
 NEVER = 2**63 - 1  # Kafka's Long.MAX_VALUE default of the flush settings: no forced fsync
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
+TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class LogConfig:
     flush_ms: int = NEVER
     # log.flush.scheduler.interval.ms: how often the flusher looks for logs due a flush.
     flush_scheduler_interval_ms: int = NEVER
+    # log.message.timestamp.type / message.timestamp.type: LogAppendTime has the broker stamp
+    # each appended batch with its own clock; CreateTime keeps the producer's timestamps.
+    message_timestamp_type: str = "CreateTime"
 
     @property
     def compacted(self) -> bool:
@@ -69,6 +73,10 @@ class LogConfig:
                 if policy not in CLEANUP_POLICIES:
                     raise ValueError(f"{key}={raw!r}: expected delete, compact or compact,delete")
                 values["cleanup_policy"] = policy
+            elif key in ("log.message.timestamp.type", "message.timestamp.type"):
+                if str(raw).strip() not in TIMESTAMP_TYPES:
+                    raise ValueError(f"{key}={raw!r}: expected CreateTime or LogAppendTime")
+                values["message_timestamp_type"] = str(raw).strip()
         # Kafka lets .ms win over .minutes over .hours; apply in that precedence.
         for key in ("log.retention.hours", "log.retention.minutes", "log.retention.ms"):
             if key in properties:
@@ -102,7 +110,8 @@ _RETENTION_SCALE = {
 }
 # Every key `from_properties` reads, so the broker can tell them from settings nobody reads.
 PROPERTY_NAMES = frozenset(
-    {*_INT_SETTINGS, *_RETENTION_SCALE, "log.cleanup.policy", "cleanup.policy"})
+    {*_INT_SETTINGS, *_RETENTION_SCALE, "log.cleanup.policy", "cleanup.policy",
+     "log.message.timestamp.type", "message.timestamp.type"})
 
 
 def _parse_int(key: str, raw: str | int) -> int:

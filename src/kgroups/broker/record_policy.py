@@ -1,0 +1,64 @@
+"""What a topic's settings ask of produced batches before they are appended, as Kafka's
+LogValidator does it: a compacted topic refuses records without a key (compaction keeps the
+last value per key, so a keyless record could never be cleaned), and a LogAppendTime topic has
+the broker stamp each batch with its own clock.
+
+Records are parsed only for compacted topics; a LogAppendTime stamp rewrites the batch header
+in place (timestamp-type bit, max timestamp, CRC), leaving the records' own timestamps as
+produced, as Kafka does: readers take every record's time from the batch's max timestamp.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from kgroups.log.batch import (
+    ATTRIBUTES_AT,
+    CRC_AT,
+    CRC_START,
+    MAX_TIMESTAMP_AT,
+    TIMESTAMP_LOG_APPEND,
+    check_batch,
+    records_of,
+)
+
+_INT16 = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+# Kafka quotes at most this many record errors in the partition's error message.
+QUOTED_RECORD_ERRORS = 3
+
+RecordError = tuple[int, str]  # (index of the record in its batch, message)
+
+
+def keyless_record_errors(batches: list[bytes], topic: str, partition: int) -> list[RecordError]:
+    """One error per record without a key, for a compacted topic."""
+    message = f"Compacted topic cannot accept message without key in topic partition " \
+              f"{topic}-{partition}"
+    errors = []
+    for batch in batches:
+        header, end = check_batch(batch, 0)
+        for index, row in enumerate(records_of(batch, 0, end, header, False)):
+            if row[2] is None:
+                errors.append((index, message))
+    return errors
+
+
+def record_errors_message(errors: list[RecordError]) -> str:
+    """The partition-level message Kafka sends with record errors (Produce v8+)."""
+    quoted = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                       for index, message in errors[:QUOTED_RECORD_ERRORS])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{quoted}]")
+
+
+def stamp_log_append_time(batch: bytes, now_ms: int) -> bytes:
+    """The batch marked LogAppendTime with `now_ms` as its max timestamp, CRC recomputed."""
+    stamped = bytearray(batch)
+    (attributes,) = _INT16.unpack_from(stamped, ATTRIBUTES_AT)
+    _INT16.pack_into(stamped, ATTRIBUTES_AT, attributes | TIMESTAMP_LOG_APPEND)
+    _INT64.pack_into(stamped, MAX_TIMESTAMP_AT, now_ms)
+    _UINT32.pack_into(stamped, CRC_AT, crc32c.crc32c(bytes(stamped[CRC_START:])))
+    return bytes(stamped)
