@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -231,7 +232,9 @@ def test_cli_time_window_and_damaged_segment(spark, scenario, tmp_path, capsys, 
     code = main(["analyze", str(data_dir), "--out", str(out), "--quiet",
                  "--since", iso(T + 30 * SECOND), "--until", iso(T + 61 * SECOND + 500)])
     assert code == 0
-    assert "1 damaged region(s) skipped" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "1 damaged region(s) skipped" in captured.err
+    assert re.search(r"records from \d+ segments in [\d.]+ s \(Spark job [\d.]+ s\)", captured.out)
     assert f"skipped {target} at byte {damaged_at}" in caplog.text
     assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session still runs
     page = (out / "report.html").read_text()
@@ -260,6 +263,27 @@ def test_cli_time_window_and_damaged_segment(spark, scenario, tmp_path, capsys, 
     assert (simple_lag["lag"], simple_lag["status"]) == (EVENTS_END - 3, "STOP")
     summary = {r["group"]: r for r in table(out, "group_summary")}
     assert (summary["simple"]["state"], summary["simple"]["status"]) == ("Empty", "ERR")
+
+
+def test_cli_prints_the_time_its_user_waited(scenario, tmp_path):
+    """A fresh `kgroups analyze`: the seconds it prints run from its process's start (Python,
+    imports, the JVM's launch) to the report written, the moment the line comes out."""
+    started = time.monotonic()
+    with (tmp_path / "stderr").open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kgroups.cli", "analyze", str(scenario.data_dir), "--out",
+             str(tmp_path / "out"), "--quiet", "--master", "local[1]"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )
+        line = process.stdout.readline()
+        waited = time.monotonic() - started
+        process.communicate(timeout=300)
+    assert process.returncode == 0, (tmp_path / "stderr").read_text()
+    found = re.search(r" in ([\d.]+) s \(Spark job ([\d.]+) s\)", line)
+    assert found, line
+    printed, job = float(found[1]), float(found[2])
+    assert waited - 0.5 <= printed <= waited + 0.05
+    assert printed > job + 1.0  # the JVM's launch and the imports are in it
 
 
 def test_cli_rejects_missing_path_before_starting_spark(tmp_path):
