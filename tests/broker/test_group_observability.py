@@ -303,6 +303,11 @@ def test_each_cause_in_describe_and_metrics(running: Running, capsys: pytest.Cap
                 f"cause=metadata_change reason=\"Leader {joined.member_id} re-joining group "
                 f"during Stable\"") in caplog.messages
         assert rebalances(running, "causes") == {cause: 1 for cause in seen}
+        deleted = main(["groups", "--bootstrap-server", f"127.0.0.1:{running.port}",
+                        "--delete", "--group", "causes"])
+        capsys.readouterr()
+        assert deleted == 0
+        assert rebalances(running, "causes") == {}  # a deleted group takes its counts along
 
         # No heartbeat within the session timeout.
         joined = join(client, "expiring", session_ms=300)

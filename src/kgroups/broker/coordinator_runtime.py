@@ -134,7 +134,7 @@ class CoordinatorRuntime:
             config.properties.get("log.cleaner.backoff.ms", _DEFAULT_CLEANER_BACKOFF_MS)
         )
         # Kept whether or not metrics are served (rebalances are rare, loads happen once).
-        self.rebalance_counts: Counter[tuple[str, str]] = Counter()  # (group, cause) -> count
+        self.rebalance_counts: dict[str, Counter[str]] = {}  # group -> cause -> rebalances
         self.load_seconds: dict[int, float] = {}  # offsets partition -> time to load it
         self._rebalancing_since: dict[str, float] = {}  # group -> monotonic start
         # Set by the broker when metrics are served; None keeps the request path free of them.
@@ -337,15 +337,19 @@ class CoordinatorRuntime:
         log_event(logger, logging.INFO, "preparing_rebalance", group=rebalance.group_id,
                   state=rebalance.old_state, old_generation=rebalance.old_generation,
                   cause=rebalance.cause.value, reason=rebalance.detail)
-        self.rebalance_counts[(rebalance.group_id, rebalance.cause.value)] += 1
+        self.rebalance_counts.setdefault(rebalance.group_id, Counter())[rebalance.cause.value] += 1
         self._rebalancing_since.setdefault(rebalance.group_id, time.monotonic())
 
     def _time_rebalance(self, event: GroupEvent) -> None:
-        """A rebalance ends when its group is Stable again (or Empty: everyone left)."""
+        """A rebalance ends when its group is Stable again (or Empty: everyone left). A group
+        that is gone (deleted, expired, moved) takes its counts with it, so groups that come
+        and go (console consumers' random ids) do not grow them forever."""
         if event.new_state not in ("Stable", "Empty", "Dead"):
             return
         started = self._rebalancing_since.pop(event.group_id, None)
-        if started is not None and self.metrics is not None and event.new_state != "Dead":
+        if event.new_state == "Dead":
+            self.rebalance_counts.pop(event.group_id, None)
+        elif started is not None and self.metrics is not None:
             self.metrics.observe_rebalance(time.monotonic() - started)
 
     def _append(self, write: Write) -> None:

@@ -16,7 +16,7 @@ When that record is not at hand, the figure is an estimate, and a lower bound:
 
 from __future__ import annotations
 
-from kgroups.log.batch import BatchCorruptError, iter_records_raw
+from kgroups.log.batch import CONTROL, BatchCorruptError, check_batch, records_of
 from kgroups.log.partition_log import OffsetOutOfRangeError, PartitionLog
 
 # Enough for the first batch in nearly every log; the log returns one whole batch anyway.
@@ -26,13 +26,20 @@ _MAX_READS = 4  # a few batches of transaction markers at most before giving up
 
 def first_timestamp(records: bytes, offset: int) -> tuple[int | None, int | None]:
     """(timestamp of the first data record at or after `offset` in `records`, the last offset
-    seen); a batch cut short at the end (a Fetch may cut the last one) ends the walk."""
+    walked past): transaction markers are stepped over; a batch cut short at the end (a Fetch
+    may cut the last one) or damaged ends the walk."""
     last = None
+    position = 0
     try:
-        for record_offset, timestamp, _key, _value in iter_records_raw(records):
-            last = record_offset
-            if record_offset >= offset:
-                return timestamp, last
+        while position < len(records):
+            header, end = check_batch(records, position)
+            if not header.attributes & CONTROL:
+                for record_offset, timestamp, *_ in records_of(records, position, end, header,
+                                                               False):
+                    if record_offset >= offset:
+                        return timestamp, record_offset
+            last = header.base_offset + header.last_offset_delta
+            position = end
     except BatchCorruptError:
         pass
     return None, last

@@ -49,7 +49,7 @@ class CoordinatorState(Protocol):
     """What the collector reads of the coordinator runtime (which imports this module)."""
 
     core: GroupCoordinator
-    rebalance_counts: Counter[tuple[str, str]]  # (group, cause) -> rebalances started
+    rebalance_counts: dict[str, Counter[str]]  # group -> cause -> rebalances started
     load_seconds: dict[int, float]  # offsets partition -> time to load it
 
 
@@ -108,8 +108,9 @@ class ScrapeCollector(Collector):
         rebalances = CounterMetricFamily(
             "kafka_group_coordinator_group_rebalance",
             "Rebalances the coordinator started, by group and cause", labels=["group", "cause"])
-        for (group_id, cause), count in sorted(runtime.rebalance_counts.items()):
-            rebalances.add_metric([group_id, cause], count)
+        for group_id, causes in sorted(runtime.rebalance_counts.items()):
+            for cause, count in sorted(causes.items()):
+                rebalances.add_metric([group_id, cause], count)
         yield rebalances
 
         last = GaugeMetricFamily(
