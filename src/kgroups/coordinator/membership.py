@@ -251,8 +251,9 @@ class MembershipHandlers(CoordinatorCore):
         # A new member cannot heartbeat before its JoinGroup returns, so it is timed out by the
         # new-member join timeout instead of its session timeout.
         self._schedule_session(group, member, self.config.group_new_member_join_timeout_ms)
-        detail = (f"Adding new member {member_id} with group instance id "
-                  f"{req.group_instance_id}")
+        detail = f"Adding new member {member_id}"
+        if req.group_instance_id is not None:
+            detail += f" with group instance id {req.group_instance_id}"
         self._maybe_prepare_rebalance(group, RebalanceCause.NEW_MEMBER_JOINED,
                                       _with_client_reason(detail, req.reason))
 
