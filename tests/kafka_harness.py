@@ -14,6 +14,9 @@ API
   `log_text()`, `data_dir` (the KRaft log dir), `start_seconds` (last start's wall time:
   about 5 s on an idle machine, formatting included; 10-13 s with both cores busy). Its JVM
   runs C1-only (`QUICK_JVM`) with a 512 MiB heap; pass `jvm_options` to change that.
+- `KafkaBroker(..., extra_listeners=("SASL_PLAINTEXT",))`: more client listeners, each named
+  after its security protocol, on free ports (`listener_ports[name]`); their sasl.*, ssl.*,
+  authorizer and listener.name.* settings go in `settings` (tests/broker/test_security_*).
 - `KAFKA_TEST_SETTINGS`: the group settings both brokers of the shared fixtures run with
   (initial rebalance delay 0, one `__consumer_offsets` partition, session timeouts 500 ms to
   30 min); pass your own `settings` to start one configured differently.
@@ -132,6 +135,10 @@ class KafkaBroker:
     host: str = "127.0.0.1"
     port: int = 0
     controller_port: int = 0
+    # More client listeners, each named after its security protocol (SSL, SASL_PLAINTEXT,
+    # SASL_SSL); their settings (sasl.*, ssl.*, listener.name.*) go in `settings`.
+    extra_listeners: Sequence[str] = ()
+    listener_ports: dict[str, int] = field(default_factory=dict)
     start_seconds: float = 0.0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -155,14 +162,18 @@ class KafkaBroker:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def _write_properties(self) -> None:
+        extra = "".join(f",{name}://{self.host}:{self.listener_ports[name]}"
+                        for name in self.extra_listeners)
+        protocols = "".join(f",{name}:{name}" for name in self.extra_listeners)
         properties = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "listeners": f"PLAINTEXT://{self.host}:{self.port},"
-                         f"CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+                         f"CONTROLLER://{self.host}:{self.controller_port}{extra}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}{extra}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map":
+                f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
             "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
             "log.dirs": str(self.data_dir),
             **_SINGLE_NODE,
@@ -187,6 +198,7 @@ class KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.port:
             self.port, self.controller_port = _free_port(), _free_port()
+            self.listener_ports = {name: _free_port() for name in self.extra_listeners}
         self._write_properties()
         if not (self.data_dir / "meta.properties").exists():
             self._format_storage()

@@ -10,16 +10,19 @@ import logging
 import socket
 
 from kgroups.broker import (
+    acl_handlers,
     cluster_handlers,
     config_handlers,
     fetch_handler,
     group_handlers,
     list_offsets_handler,
     produce_handler,
+    quota_handlers,
     sasl,
     scram_handlers,
     topic_handlers,
 )
+from kgroups.broker.acl_enforcement import authorized_registry
 from kgroups.broker.api import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks
@@ -49,6 +52,8 @@ def install_handlers(registry: HandlerRegistry) -> None:
     group_handlers.install(registry)
     sasl.install(registry)
     scram_handlers.install(registry)
+    acl_handlers.install(registry)
+    quota_handlers.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -81,6 +86,8 @@ class Broker:
                                    config.memory_exhausted_close_ms / 1000)
         install_handlers(self.registry)
         self.security = Security(config)
+        if self.security.authorizer is not None:  # every API behind its ACL check
+            self.registry = authorized_registry(self.registry, self.security.authorizer)
         self._server = BrokerServer(self, self.security)
         # Each listener's bound address, by listener name, once started.
         self.listener_addresses: dict[str, tuple[str, int]] = {}

@@ -15,6 +15,7 @@ import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kgroups.broker.authorizer import Authorizer
 from kgroups.broker.events import log_event
 from kgroups.broker.listeners import (
     ANONYMOUS,
@@ -71,6 +72,8 @@ class Security:
                                           str(DEFAULT_FAILED_AUTH_DELAY_MS))
         self.failed_auth_delay_s = int(raw_delay) / 1000
         self.scram = CredentialStore(config.data_dir / SCRAM_FILE)
+        # None without authorizer.class.name: every principal may do everything, as in Kafka.
+        self.authorizer = Authorizer.from_config(config)
 
     @staticmethod
     def _enabled_mechanisms(config: BrokerConfig, listener: Listener) -> tuple[str, ...]:

@@ -1,0 +1,218 @@
+"""ACLs: the authorizer's decisions, the ACL APIs (as kafka-acls uses them) and their
+durability, the certificate principal under an ACL, super users, allow.everyone.if.no.acl.found,
+an API without a rule closed to all but super users, and Kafka's own kafka-acls and
+kafka-configs (SCRAM) tools against kgroups."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.create_acls.v3 import request as create_acls
+from kio.schema.delete_acls.v3 import request as delete_acls
+from kio.schema.describe_acls.v3 import request as describe_acls
+from tests.broker import acl_scenarios
+from tests.broker.broker_wire_helpers import request_of
+from tests.broker.conftest import InProcessBroker
+from tests.broker.security_helpers import (
+    CLIENT_PRINCIPAL,
+    Certificates,
+    client_security,
+    make_certificates,
+    running_broker,
+    secure_settings,
+)
+from tests.kafka_harness import run_kafka_tool
+
+from kgroups.broker.acl_enforcement import AuthorizedHandler
+from kgroups.broker.api import CloseConnection, RequestContext
+from kgroups.broker.authorizer import (
+    AclBinding,
+    AclFilter,
+    Authorizer,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from kgroups.broker.wire_client import KafkaWireClient
+
+TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
+ALLOW, DENY = Permission.ALLOW, Permission.DENY
+
+
+def acl(kind: ResourceType, name: str, operation: Operation, permission: Permission = ALLOW,
+        principal: str = "User:alice", pattern: PatternType = PatternType.LITERAL,
+        host: str = "*") -> AclBinding:
+    return AclBinding(kind, name, pattern, principal, host, operation, permission)
+
+
+def authorizer(tmp_path: Path, *bindings: AclBinding, allow_if_no_acl: bool = False,
+               supers: tuple[str, ...] = ()) -> Authorizer:
+    result = Authorizer(tmp_path / "acls.json", supers, allow_if_no_acl)
+    result.create(list(bindings))
+    return result
+
+
+def test_kafkas_rules(tmp_path: Path) -> None:
+    rules = authorizer(
+        tmp_path,
+        acl(TOPIC, "orders", Operation.READ),
+        acl(TOPIC, "logs-", Operation.WRITE, pattern=PatternType.PREFIXED),
+        acl(TOPIC, "*", Operation.DESCRIBE, principal="User:bob"),
+        acl(GROUP, "g", Operation.ALL, principal="User:*"),
+        acl(GROUP, "g", Operation.READ, DENY),
+        acl(GROUP, "h", Operation.READ, host="10.0.0.1"),
+        supers=("User:root",))
+
+    def can(operation: Operation, kind: ResourceType, name: str, who: str = "User:alice",
+            host: str = "127.0.0.1") -> bool:
+        return rules.authorize(who, host, operation, kind, name)
+
+    assert can(Operation.READ, TOPIC, "orders")
+    assert can(Operation.DESCRIBE, TOPIC, "orders")  # implied by Read
+    assert not can(Operation.WRITE, TOPIC, "orders")
+    assert can(Operation.WRITE, TOPIC, "logs-app") and not can(Operation.WRITE, TOPIC, "log")
+    assert can(Operation.DESCRIBE, TOPIC, "anything", "User:bob")  # the literal wildcard
+    assert not can(Operation.DESCRIBE, TOPIC, "unlisted")  # no ACL: denied by default
+    assert not can(Operation.READ, GROUP, "g")  # DENY beats the wildcard principal's ALL
+    assert can(Operation.DESCRIBE, GROUP, "g")  # a DENY of Read does not deny Describe
+    assert can(Operation.READ, GROUP, "g", "User:carol")
+    assert not can(Operation.READ, GROUP, "h") and can(Operation.READ, GROUP, "h",
+                                                       host="10.0.0.1")
+    assert can(Operation.DELETE, GROUP, "unlisted", "User:root")
+    lenient = authorizer(tmp_path / "lenient", acl(GROUP, "g", Operation.READ),
+                         allow_if_no_acl=True)
+    assert lenient.authorize("User:x", "h", Operation.READ, GROUP, "other")
+    assert not lenient.authorize("User:x", "h", Operation.READ, GROUP, "g")
+
+
+def test_acls_survive_a_restart_and_delete_by_filter(tmp_path: Path) -> None:
+    first = authorizer(tmp_path, acl(TOPIC, "a", Operation.READ), acl(GROUP, "a", Operation.READ))
+    reloaded = Authorizer(tmp_path / "acls.json", (), False)
+    assert set(reloaded.acls()) == set(first.acls())
+    (removed,) = reloaded.delete([AclFilter(resource_type=GROUP)])
+    assert removed == [acl(GROUP, "a", Operation.READ)]
+    assert Authorizer(tmp_path / "acls.json", (), False).acls() == [acl(TOPIC, "a", Operation.READ)]
+
+
+def test_api_without_a_rule_serves_super_users_only(tmp_path: Path) -> None:
+    async def inner(_ctx: RequestContext, _request: Any) -> str:
+        return "served"
+
+    guarded = AuthorizedHandler(60, 0, 0, inner,  # type: ignore[arg-type]
+                                authorizer(tmp_path, supers=("User:root",)))
+
+    def call(principal: str) -> Any:
+        ctx = RequestContext(60, 0, 1, "t", "127.0.0.1", None,  # type: ignore[arg-type]
+                             types.SimpleNamespace(principal=principal))  # type: ignore[arg-type]
+        return asyncio.run(guarded(ctx, None))
+
+    assert call("User:root") == "served"
+    with pytest.raises(CloseConnection):
+        call("User:alice")
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory: pytest.TempPathFactory,
+               certs: Certificates) -> Iterator[InProcessBroker]:
+    settings = secure_settings(certs, **{"advertised.listeners": "",
+                                         "authorizer.class.name": acl_scenarios.AUTHORIZER,
+                                         "super.users": acl_scenarios.SUPER_USERS})
+    with running_broker(tmp_path_factory.mktemp("acls"), settings) as handle:
+        yield handle
+
+
+def port_of(handle: InProcessBroker, listener: str) -> int:
+    return handle.broker.listener_addresses[listener][1]
+
+
+def everything() -> describe_acls.DescribeAclsRequest:
+    return describe_acls.DescribeAclsRequest(
+        resource_type_filter=ResourceType.ANY, resource_name_filter=None,
+        pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
+        operation=Operation.ANY, permission_type=Permission.ANY)
+
+
+def test_certificate_subject_is_the_principal_acls_name(acl_broker: InProcessBroker,
+                                                         certs: Certificates) -> None:
+    describe = request_of(15, 5, groups=("cert-group",), include_authorized_operations=False)
+    with client_security(certs, "SSL").connect("127.0.0.1", port_of(acl_broker, "SSL")) as c:
+        (group,) = c.call(describe).groups
+        assert int(group.error_code) == 30
+        with KafkaWireClient("127.0.0.1", port_of(acl_broker, "PLAINTEXT")) as admin:
+            admin.call(create_acls.CreateAclsRequest(creations=(acl_scenarios.binding(
+                GROUP, "cert-group", Operation.DESCRIBE, ALLOW, principal=CLIENT_PRINCIPAL),)))
+        (group,) = c.call(describe).groups
+        assert int(group.error_code) == 0
+
+
+def test_acl_apis_validate_and_need_cluster_rights(acl_broker: InProcessBroker,
+                                                   certs: Certificates) -> None:
+    bad = (
+        acl_scenarios.binding(TOPIC, "t", Operation.ANY, ALLOW),
+        acl_scenarios.binding(ResourceType.CLUSTER, "other", Operation.ALTER, ALLOW),
+        acl_scenarios.binding(TOPIC, "t", Operation.READ, ALLOW, principal="alice"),
+        acl_scenarios.binding(TOPIC, "t", Operation.READ, ALLOW, pattern=PatternType.MATCH),
+    )
+    with KafkaWireClient("127.0.0.1", port_of(acl_broker, "PLAINTEXT")) as admin:
+        results = admin.call(create_acls.CreateAclsRequest(creations=bad)).results
+        assert [int(r.error_code) for r in results] == [42, 42, 42, 42]
+        assert results[1].error_message == (
+            "The only valid name for the CLUSTER resource is kafka-cluster")
+    with client_security(certs, "SASL_PLAINTEXT").connect(
+            "127.0.0.1", port_of(acl_broker, "SASL_PLAINTEXT")) as alice:
+        assert int(alice.call(everything()).error_code) == 31
+        denied = alice.call(delete_acls.DeleteAclsRequest(filters=(delete_acls.DeleteAclsFilter(
+            resource_type_filter=ResourceType.ANY, resource_name_filter=None,
+            pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
+            operation=Operation.ANY, permission_type=Permission.ANY),)))
+        assert [int(r.error_code) for r in denied.filter_results] == [31]
+
+
+def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path: Path) -> None:
+    with running_broker(tmp_path, {}) as handle, \
+            KafkaWireClient("127.0.0.1", handle.port) as client:
+        assert int(client.call(everything()).error_code) == 54
+
+
+@pytest.mark.kafka
+def test_kafka_tools_manage_acls_and_scram_users_on_kgroups(acl_broker: InProcessBroker,
+                                                            certs: Certificates) -> None:
+    bootstrap = f"127.0.0.1:{port_of(acl_broker, 'PLAINTEXT')}"
+    added = run_kafka_tool("org.apache.kafka.tools.AclCommand", [
+        "--bootstrap-server", bootstrap, "--add", "--allow-principal", "User:tool",
+        "--operation", "Read", "--group", "tool-", "--resource-pattern-type", "prefixed"])
+    assert added.returncode == 0, added.stderr
+    listed = run_kafka_tool("org.apache.kafka.tools.AclCommand", [
+        "--bootstrap-server", bootstrap, "--list", "--group", "tool-",
+        "--resource-pattern-type", "prefixed"])
+    assert "principal=User:tool, host=*, operation=READ, permissionType=ALLOW" in listed.stdout
+    removed = run_kafka_tool("org.apache.kafka.tools.AclCommand", [
+        "--bootstrap-server", bootstrap, "--remove", "--force", "--allow-principal",
+        "User:tool", "--operation", "Read", "--group", "tool-",
+        "--resource-pattern-type", "prefixed"])
+    assert removed.returncode == 0, removed.stderr
+    assert not [a for a in acl_broker.broker.security.authorizer.acls()  # type: ignore[union-attr]
+                if a.principal == "User:tool"]
+    configured = run_kafka_tool("kafka.admin.ConfigCommand", [
+        "--bootstrap-server", bootstrap, "--alter", "--add-config",
+        "SCRAM-SHA-256=[iterations=8192,password=tool-secret]", "--entity-type", "users",
+        "--entity-name", "tool"])
+    assert configured.returncode == 0, configured.stderr
+    described = run_kafka_tool("kafka.admin.ConfigCommand", [
+        "--bootstrap-server", bootstrap, "--describe", "--entity-type", "users",
+        "--entity-name", "tool"])
+    assert "SCRAM-SHA-256=iterations=8192" in described.stdout, described.stderr
+    scram = client_security(certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", "tool", "tool-secret")
+    with scram.connect("127.0.0.1", port_of(acl_broker, "SASL_PLAINTEXT")):
+        pass  # authenticated with the credential kafka-configs stored
