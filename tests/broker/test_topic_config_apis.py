@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
+from config_wire_helpers import alter, describe
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -17,8 +18,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.describe_configs.v4 import request as describe_configs
-from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 
 from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.topic_configs import APPEND, DELETE, SET, SUBTRACT
@@ -26,31 +25,6 @@ from kgroups.errors import ErrorCode
 from kgroups.log.batch import TIMESTAMP_LOG_APPEND, build_batch, decode_batch
 
 TOPIC, BROKER = 2, 4
-
-
-def alter(client: Any, *resources: tuple[int, str, list[tuple[str, int, str | None]]],
-          validate_only: bool = False) -> list[tuple[int, str | None]]:
-    response = client.call(alter_configs.IncrementalAlterConfigsRequest(
-        validate_only=validate_only, resources=tuple(
-            alter_configs.AlterConfigsResource(
-                resource_type=kind, resource_name=name, configs=tuple(
-                    alter_configs.AlterableConfig(name=key, config_operation=op, value=value)
-                    for key, op, value in changes))
-            for kind, name, changes in resources)))
-    return [(int(r.error_code), r.error_message) for r in response.responses]
-
-
-def describe(client: Any, kind: int, name: str) -> dict[str, tuple[str, int, list[str]]]:
-    """name -> (value, source, synonyms as SOURCE_ID:name=value)."""
-    response = client.call(describe_configs.DescribeConfigsRequest(
-        resources=(describe_configs.DescribeConfigsResource(
-            resource_type=kind, resource_name=name, configuration_keys=None),),
-        include_synonyms=True, include_documentation=False))
-    (result,) = response.results
-    assert result.error_code == ErrorCode.NONE, result.error_message
-    return {c.name: (c.value, int(c.config_source),
-                     [f"{int(s.source)}:{s.name}={s.value}" for s in c.synonyms])
-            for c in result.configs}
 
 
 @pytest.fixture
