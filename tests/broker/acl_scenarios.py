@@ -16,11 +16,13 @@ from tests.broker.broker_wire_helpers import (
     create_topic,
     metadata_request,
     nested_of,
+    produce_request,
     request_of,
 )
 
 from kgroups.broker.authorizer import Operation, PatternType, Permission, ResourceType
 from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.log.batch import build_batch
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SUPER_USERS = "User:ANONYMOUS;User:admin"
@@ -45,6 +47,7 @@ BINDINGS = (
     binding(ResourceType.TOPIC, "denied-t", Operation.READ, Permission.DENY),
     binding(ResourceType.GROUP, "g-ok", Operation.READ, Permission.ALLOW),
     binding(ResourceType.GROUP, "g-ok", Operation.DELETE, Permission.ALLOW),
+    binding(ResourceType.TOPIC, "orders", Operation.DESCRIBE_CONFIGS, Permission.ALLOW),
     binding(ResourceType.GROUP, "team-", Operation.READ, Permission.ALLOW,
             pattern=PatternType.PREFIXED),
     binding(ResourceType.GROUP, "g-denied", Operation.ALL, Permission.ALLOW,
@@ -145,6 +148,27 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
         19, 7, "CreatableTopic", name="new-t", num_partitions=1, replication_factor=1,
         assignments=(), configs=()),)))
     seen["create_topics"] = codes(created, "topics")
+    for topic in TOPICS:
+        produced = client.call(produce_request(topic, 0, build_batch([(None, b"v", 1)])))
+        seen[f"produce {topic}"] = codes(produced, "responses", "partition_responses")
+    for group, subscribed in (("team-cg", ("orders",)), ("team-cg2", ("orders", "secret")),
+                              ("g-none", ("orders",))):
+        beat = client.call(request_of(
+            68, 0, group_id=group, member_id="m-" + group, member_epoch=0, instance_id=None,
+            rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=subscribed, server_assignor=None, topic_partitions=()))
+        seen[f"consumer_heartbeat {group}"] = int(beat.error_code)
+    cg_described = client.call(request_of(69, 0, group_ids=("team-cg", "g-none"),
+                                          include_authorized_operations=False))
+    seen["consumer_group_describe"] = sorted((g.group_id, int(g.error_code))
+                                             for g in cg_described.groups)
+    configs = client.call(request_of(32, 4, include_synonyms=False, include_documentation=False,
+                                     resources=tuple(nested_of(
+        32, 4, "DescribeConfigsResource", resource_type=kind, resource_name=name,
+        configuration_keys=("cleanup.policy",) if kind == 2 else ("num.partitions",))
+        for kind, name in ((2, "orders"), (2, "secret"), (4, "1")))))
+    seen["describe_configs"] = sorted((r.resource_name, int(r.error_code))
+                                      for r in configs.results)
     acls = client.call(describe_acls.DescribeAclsRequest(
         resource_type_filter=ResourceType.ANY, resource_name_filter=None,
         pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,

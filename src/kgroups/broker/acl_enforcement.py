@@ -307,7 +307,7 @@ async def _consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: In
                                     check: Check) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return _response(ctx, error_code=kio_error(code), error_message=message,
-                         member_id=None, member_epoch=-1, heartbeat_interval=0,
+                         member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
                          assignment=None)
 
     if not check.group(Operation.READ, request.group_id):
