@@ -181,6 +181,39 @@ def test_offsets_lag_and_lag_seconds_match_the_log(running: Running,
     assert offsets[("aged", 0)]["lag_seconds"] == pytest.approx(aged_seconds, abs=5)
 
 
+def test_expired_offsets_are_counted_and_leave_the_figures(tmp_path: Path) -> None:
+    # Its own broker: a quick expiry check would also delete the other tests' empty groups.
+    running = Running(tmp_path, "kgroups.metrics.port=0",
+                      "offsets.retention.check.interval.ms=100")
+    try:
+        _expire_one(running)
+    finally:
+        running.stop()
+
+
+def _expire_one(running: Running) -> None:
+    with connect(running.port) as client:
+        create_topic(client, "orders", 1)
+        # OffsetCommit v2 sets a retention time of its own.
+        answer = client.call(request_of(
+            8, 2, group_id="brief", generation_id_or_member_epoch=-1, member_id="",
+            retention_time=datetime.timedelta(milliseconds=1), topics=(nested_of(
+                8, 2, "OffsetCommitRequestTopic", name="orders", partitions=(nested_of(
+                    8, 2, "OffsetCommitRequestPartition", partition_index=0,
+                    committed_offset=3, committed_metadata=""),)),)))
+        assert answer.topics[0].partitions[0].error_code == 0
+    deadline = time.monotonic() + 10
+    while True:
+        samples = running.scrape()
+        expired = sample(samples, "kafka_group_coordinator_offset_expiration_total")
+        if expired == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert expired == 1
+    assert sample(samples, "kafka_consumergroup_group_offset", group="brief", topic="orders",
+                  partition="0") is None
+
+
 def test_a_real_consumer_is_counted_and_its_join_and_leave_are_causes(
         running: Running, capsys: pytest.CaptureFixture[str]) -> None:
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{running.port}", "group.id": "live",
