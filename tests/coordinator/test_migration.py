@@ -152,7 +152,10 @@ def test_a_live_classic_group_converts_and_its_member_rejoins_towards_the_target
     # Commits of the classic member carry its generation (the member epoch), any version.
     rid = s.commit(G, {("t1", kept[0]): 7}, generation=2, member_id=c, version=8)
     assert s.reply(rid).topics[0].partitions[0].error == ErrorCode.NONE
+    # An older generation is taken (KIP-1251) only back to when the partition came to it.
     rid = s.commit(G, {("t1", kept[0]): 8}, generation=1, member_id=c)
+    assert s.reply(rid).topics[0].partitions[0].error == ErrorCode.NONE
+    rid = s.commit(G, {("t1", kept[0]): 8}, generation=0, member_id=c)
     assert s.reply(rid).topics[0].partitions[0].error == ErrorCode.ILLEGAL_GENERATION
     assert s.replayed()._groups[G].consumer == s.consumer()
 

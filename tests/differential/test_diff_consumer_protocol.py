@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import diff_requests
 import pytest
 from diff_dialog import Connection, Dialog
 from diff_setup import create_topics as _create_topics
@@ -391,3 +392,53 @@ def test_created_grown_and_deleted_topics_move_the_group(
     assert consumer is not None
     assert consumer.group_epoch == described["epoch"]
     assert set(consumer.resolved_regexes) == {f"diff-rx-{groups[0][-6:]}-.*"}
+
+
+# -- offsets with member epochs ------------------------------------------------------------------
+
+
+def test_offset_commit_and_fetch_check_member_epochs(converse, ports) -> None:
+    """OffsetCommit v9 / OffsetFetch v9 of a consumer group: the member epoch, KIP-1251's older
+    epoch for partitions held since then, unknown members, admin requests, old versions."""
+    def script(d: Dialog) -> None:
+        a, b = Member(d, "a"), Member(d, "b")
+        conn = a.conn
+        topic_type = sibling(request_type(9, 9), "OffsetFetchRequestTopics")
+
+        def commit(member: str, epoch: int, partitions: Any, v: int = 9) -> None:
+            conn.call(diff_requests.commit(d.group, {(TOPIC, p): 5 for p in partitions},
+                                           generation=epoch, member_id=member, v=v))
+
+        def fetch(member: str | None, epoch: int) -> None:
+            cls = request_type(9, 9)
+            conn.call(build(cls, require_stable=False, groups=(build(
+                sibling(cls, "OffsetFetchRequestGroup"), group_id=d.group, member_id=member,
+                member_epoch=epoch, topics=(build(topic_type, name=TOPIC,
+                                                  partition_indexes=(0, 1, 2)),)),)))
+
+        a.send(0)
+        member = a.member_id
+        commit(member, 2, [0, 1])
+        for epoch in (3, 1):
+            commit(member, epoch, [0])
+        commit("stranger", 2, [0])
+        commit("", -1, [0])  # an admin client, while the group has members
+        commit(member, 2, [0], v=8)
+        for who, epoch in ((member, 2), (member, 1), (member, 3), (member, -1),
+                           ("stranger", 2), (None, -1), ("", -1)):
+            fetch(who, epoch)
+        b.send(0)
+        a.send()  # told to give a partition up
+        a.send()  # gave it up: at epoch 3
+        kept = [p for _, parts in a.owned for p in parts]
+        commit(member, 2, kept)  # held since epoch 2
+        commit(member, 2, [0, 1, 2])  # one was given up
+        commit(member, 3, [0, 1, 2])
+        a.send(-1)
+        b.send(-1)
+        commit("", -1, [1])  # an empty group takes it
+        commit(member, 3, [0])
+        fetch(member, 3)
+        fetch(None, -1)
+
+    converse(script, ports=ports)

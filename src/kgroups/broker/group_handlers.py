@@ -242,13 +242,11 @@ class OffsetCommitHandler(_GroupApi):
             in_request_order))
 
 
-def _fetch_group(group_id: str, topics: Any) -> core.OffsetFetchGroup:
-    if topics is None:
-        return core.OffsetFetchGroup(group_id, None)
-    return core.OffsetFetchGroup(
-        group_id,
-        tuple((t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics),
-    )
+def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
+                 member_epoch: int = -1) -> core.OffsetFetchGroup:
+    wanted = None if topics is None else tuple(
+        (t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
+    return core.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
 
 
 class OffsetFetchHandler(_GroupApi):
@@ -258,7 +256,9 @@ class OffsetFetchHandler(_GroupApi):
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         batched = ctx.api_version >= 8
         if batched:
-            groups = tuple(_fetch_group(g.group_id, g.topics) for g in request.groups)
+            groups = tuple(_fetch_group(g.group_id, g.topics, getattr(g, "member_id", None),
+                                        int(getattr(g, "member_epoch", -1)))
+                           for g in request.groups)
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
         answer: core.OffsetFetchResponse = await _ask(

@@ -176,10 +176,13 @@ class OffsetCommitResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchGroup:
-    """`topics` None asks for every committed partition of the group (OffsetFetch v2+)."""
+    """`topics` None asks for every committed partition of the group (OffsetFetch v2+);
+    `member_id`/`member_epoch` (v9+) are checked for consumer-protocol groups."""
 
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The epoch at which each partition assigned or pending revocation came to the member
+    # (KIP-1251): a commit with an older member epoch is taken for partitions held since then.
+    epochs: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
     # Set while the member speaks the classic protocol inside this group (online migration).
     classic: ClassicMemberMetadata | None = None
 
@@ -199,10 +202,32 @@ def member_metadata_value(member: ConsumerMember) -> ConsumerGroupMemberMetadata
 
 
 def current_assignment_value(member: ConsumerMember) -> ConsumerGroupCurrentMemberAssignmentValue:
+    """With each partition's assignment epoch, as Kafka 4.3 writes them (a partition without
+    one, e.g. of a member converted from a classic group, counts from the member epoch)."""
+    assigned, pending = to_list(member.assigned), to_list(member.pending_revocation)
     return ConsumerGroupCurrentMemberAssignmentValue(
-        member.member_epoch, member.previous_member_epoch, int(member.state),
-        to_list(member.assigned), to_list(member.pending_revocation),
+        member.member_epoch, member.previous_member_epoch, int(member.state), assigned, pending,
+        _epochs_of(member, assigned), _epochs_of(member, pending),
     )
+
+
+def _epochs_of(member: ConsumerMember, topics: TopicPartitionList) -> tuple[tuple[int, ...], ...]:
+    default = max(member.member_epoch, 0)
+    return tuple(tuple(member.epochs.get((t, p), default) for p in parts) for t, parts in topics)
+
+
+def _read_epochs(
+    topics: TopicPartitionList, epochs: tuple[tuple[int, ...] | None, ...], default: int
+) -> dict[tuple[uuid.UUID, int], int]:
+    """Kafka's reading: a topic whose epochs are missing or do not match its partitions takes
+    the member epoch (never below 0) for each."""
+    result = {}
+    for index, (topic_id, parts) in enumerate(topics):
+        listed = epochs[index] if index < len(epochs) else None
+        if listed is None or len(listed) != len(parts):
+            listed = (max(default, 0),) * len(parts)
+        result.update(((topic_id, p), e) for p, e in zip(parts, listed, strict=True))
+    return result
 
 
 def apply_consumer_record(
@@ -267,6 +292,11 @@ def apply_consumer_record(
             member.state = MemberState(value.state) if known else MemberState.UNKNOWN
             member.assigned = from_list(value.assigned_partitions)
             member.pending_revocation = from_list(value.partitions_pending_revocation)
+            member.epochs = {
+                **_read_epochs(value.partitions_pending_revocation, value.pending_epochs,
+                               value.member_epoch),
+                **_read_epochs(value.assigned_partitions, value.assigned_epochs,
+                               value.member_epoch)}
             for assignment in (member.assigned, member.pending_revocation):
                 for topic_id, parts in assignment.items():
                     for partition in parts:
@@ -280,6 +310,7 @@ def apply_consumer_record(
                 member.state = MemberState.STABLE
                 member.assigned = {}
                 member.pending_revocation = {}
+                member.epochs = {}
 
 
 def _member(consumer: ConsumerGroup, member_id: str) -> ConsumerMember:

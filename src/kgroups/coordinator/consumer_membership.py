@@ -363,7 +363,8 @@ class ConsumerGroupHandlers(CoordinatorCore):
         successor = ConsumerMember(new_id, old.instance_id, old.rack_id, old.client_id,
                                    old.client_host, old.subscribed_topic_names,
                                    old.subscribed_topic_regex, old.rebalance_timeout_ms,
-                                   old.server_assignor, 0, 0, MemberState.STABLE, assigned)
+                                   old.server_assignor, 0, 0, MemberState.STABLE, assigned,
+                                   epochs=dict(old.epochs))
         self._record(group, records, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
                      member_metadata_value(successor))
         self._record(group, records,
@@ -479,7 +480,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
                 group.group_id, member.member_id), current_assignment_value(ConsumerMember(
                     member.member_id, member_epoch=STATIC_LEAVE_EPOCH,
                     previous_member_epoch=member.previous_member_epoch, state=member.state,
-                    assigned=member.assigned)))
+                    assigned=member.assigned, epochs=member.epochs)))
             self._timers.cancel(consumer_rebalance_timer(group.group_id, member.member_id))
         else:
             self._fence(group, member, records, RemovalReason.LEFT_GROUP)

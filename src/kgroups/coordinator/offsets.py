@@ -8,7 +8,7 @@ per partition so that expiry and deletion never race them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from kgroups.coordinator.api import (
     UNKNOWN_MEMBER_ID,
@@ -25,6 +25,7 @@ from kgroups.coordinator.api import (
     PartitionError,
     TopicPartitionErrors,
 )
+from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
 from kgroups.coordinator.core import ignore_failure, ignore_success
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from kgroups.coordinator.membership import MembershipHandlers
@@ -38,10 +39,15 @@ from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
 
 
-def _validate_consumer_commit(group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
-    """Kafka's check for a consumer-protocol group: a commit without member epoch is taken
+def _validate_consumer_commit(
+    group: ClassicGroup, req: OffsetCommitRequest, topics: Mapping[str, TopicInfo]
+) -> ErrorCode | None:
+    """Kafka 4.3's check for a consumer-protocol group: a commit without member epoch is taken
     only while the group has no members; otherwise the member must exist, commit with
-    OffsetCommit v9+, and send its current member epoch (the generation field carries it)."""
+    OffsetCommit v9+ (unless it speaks the classic protocol in the group), and send its member
+    epoch (the generation field carries it) or, KIP-1251, an older epoch no older than the
+    epoch each committed partition was assigned to it at. One refused partition refuses the
+    commit (STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for a classic member)."""
     consumer = group.consumer
     assert consumer is not None
     if req.generation_id < 0 and not consumer.members:
@@ -49,12 +55,37 @@ def _validate_consumer_commit(group: ClassicGroup, req: OffsetCommitRequest) -> 
     member = consumer.members.get(req.member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if req.version < 9 and member.classic is None:
+    classic = member.classic is not None
+    if req.version < 9 and not classic:
         return ErrorCode.UNSUPPORTED_VERSION
-    if req.generation_id != member.member_epoch:
-        # A classic member (online migration) speaks of generations, as Kafka answers it.
-        return ErrorCode.ILLEGAL_GENERATION if member.classic is not None \
-            else ErrorCode.STALE_MEMBER_EPOCH
+    stale = ErrorCode.ILLEGAL_GENERATION if classic else ErrorCode.STALE_MEMBER_EPOCH
+    if req.generation_id == member.member_epoch:
+        return None
+    if req.generation_id > member.member_epoch:
+        return stale
+    for topic in req.topics:
+        info = topics.get(topic.name)
+        for part in topic.partitions:
+            since = None if info is None else member.epochs.get((info.topic_id, part.partition))
+            if since is None or req.generation_id < since:
+                return stale
+    return None
+
+
+def validate_consumer_fetch(
+    consumer: ConsumerGroup, member_id: str | None, member_epoch: int
+) -> ErrorCode | None:
+    """Kafka's OffsetFetch check for a consumer-protocol group: no member id and no epoch (an
+    admin client, or a client outside the group) is answered; otherwise the member must exist
+    and send its member epoch."""
+    if member_id is None and member_epoch < 0:
+        return None
+    member = consumer.members.get(member_id or "")
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if member_epoch != member.member_epoch:
+        return (ErrorCode.ILLEGAL_GENERATION if member.classic is not None
+                else ErrorCode.STALE_MEMBER_EPOCH)
     return None
 
 
@@ -64,6 +95,8 @@ def _utf16_length(text: str) -> int:
 
 
 class OffsetHandlers(MembershipHandlers):
+    _topics: Mapping[str, TopicInfo]  # kept by the consumer-protocol handlers
+
     # -- OffsetCommit -------------------------------------------------------------------------
 
     def _commit(self, req: OffsetCommitRequest) -> None:
@@ -155,7 +188,7 @@ class OffsetHandlers(MembershipHandlers):
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.consumer is not None:
-            return _validate_consumer_commit(group, req)
+            return _validate_consumer_commit(group, req, self._topics)
         if req.generation_id < 0 and group.state is GroupState.EMPTY:
             return None  # admin clients and self-managed consumers commit to an empty group
         if (
@@ -186,6 +219,12 @@ class OffsetHandlers(MembershipHandlers):
         if error is not None:
             return FetchedGroup(wanted.group_id, error)
         group = self._groups.get(wanted.group_id)
+        if group is not None and group.consumer is not None \
+                and group.state is not GroupState.DEAD:
+            error = validate_consumer_fetch(group.consumer, wanted.member_id,
+                                            wanted.member_epoch)
+            if error is not None:
+                return FetchedGroup(wanted.group_id, error)
         offsets = group.offsets if group is not None else {}
         if wanted.topics is None:
             by_topic: dict[str, list[int]] = {}

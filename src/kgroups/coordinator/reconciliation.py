@@ -79,18 +79,23 @@ def _next(
         if free:
             to_assign[topic_id] = free
     if revoke and _owns_any(owned, revoke):
-        return _updated(member, MemberState.UNREVOKED_PARTITIONS, epoch, assigned, revoke)
+        return _updated(member, MemberState.UNREVOKED_PARTITIONS, epoch, assigned, revoke, {})
     for topic_id, parts in to_assign.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | parts
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _updated(member, state, target_epoch, assigned, {})
+    # Newly assigned partitions count from the target epoch; kept ones keep theirs (KIP-1251).
+    new = {(t, p): target_epoch for t, parts in to_assign.items() for p in parts}
+    return _updated(member, state, target_epoch, assigned, {}, new)
 
 
 def _updated(
     member: ConsumerMember, state: MemberState, epoch: int, assigned: Assignment,
-    revoke: Assignment,
+    revoke: Assignment, new_epochs: dict[tuple[uuid.UUID, int], int],
 ) -> ConsumerMember:
+    held = {(t, p) for a in (assigned, revoke) for t, parts in a.items() for p in parts}
+    default = max(member.member_epoch, 0)
+    epochs = {key: new_epochs.get(key, member.epochs.get(key, default)) for key in held}
     return replace(
         member, state=state, member_epoch=epoch, previous_member_epoch=member.member_epoch,
-        assigned=assigned, pending_revocation=revoke,
+        assigned=assigned, pending_revocation=revoke, epochs=epochs,
     )
