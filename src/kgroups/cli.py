@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kgroups.assignors import cli as assignors_cli
-from kgroups.broker import admin_cli, topics_cli
+from kgroups.broker import acls_cli, admin_cli, topics_cli, users_cli
 from kgroups.broker import cli as broker_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
@@ -21,6 +21,8 @@ COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
     broker_cli.register,
     admin_cli.register,
     topics_cli.register,
+    acls_cli.register,
+    users_cli.register,
     assignors_cli.register,
     records_cli.register,
     pipeline_cli.register,

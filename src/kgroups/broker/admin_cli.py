@@ -24,6 +24,7 @@ from kgroups.broker.cli_output import (
     run_to_pipe,
     table,
 )
+from kgroups.broker.client_security import add_command_config_option, connect_tool
 from kgroups.broker.offset_reset import (
     ResetTarget,
     export_csv,
@@ -406,8 +407,7 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
         _check_options(action, args)
-        host, port = args.bootstrap_server
-        with KafkaWireClient(host, port) as client:
+        with connect_tool(args.bootstrap_server, args.command_config) as client:
             return run_to_pipe(lambda: RUNNERS[action](client, args))
     except UsageError as exc:
         print(f"kgroups groups: error: {exc}", file=sys.stderr)
@@ -431,6 +431,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help=f"older form: an action ({', '.join(ACTIONS)}) and the groups it acts on")
     add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT", help="broker to connect to")
+    add_command_config_option(parser)
     add("--list", action="store_true", help="list the groups")
     add("--describe", action="store_true",
         help="describe groups: offsets and lag (default), --members or --state")

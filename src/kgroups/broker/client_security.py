@@ -4,6 +4,7 @@ sasl.jaas.config and ssl.* (PEM files), so one file serves kafka-acls and kgroup
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hmac
 import re
@@ -69,10 +70,13 @@ class ClientSecurity:
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.protocol not in ("SSL", "SASL_SSL"):
             return None
-        context = ssl.create_default_context(cafile=self.truststore or None)
-        context.check_hostname = self.check_hostname
-        if self.keystore:
-            context.load_cert_chain(self.keystore, password=self.key_password)
+        try:
+            context = ssl.create_default_context(cafile=self.truststore or None)
+            context.check_hostname = self.check_hostname
+            if self.keystore:
+                context.load_cert_chain(self.keystore, password=self.key_password)
+        except OSError as exc:  # an unreadable PEM file (ssl.SSLError is an OSError)
+            raise ConfigError(f"cannot load the TLS files: {exc}") from None
         return context
 
     def connect(self, host: str, port: int, *, client_id: str = "kgroups-admin",
@@ -132,3 +136,22 @@ class ClientSecurity:
         expected = hmac.new(credential.server_key, auth_message, digest).digest()
         if server_final != "v=" + base64.b64encode(expected).decode():
             raise WireError("SCRAM: the server's signature is wrong")
+
+
+def connect_tool(bootstrap: tuple[str, int], command_config: Path | None,
+                 client_id: str = "kgroups-admin") -> KafkaWireClient:
+    """What each kgroups admin command opens: `--bootstrap-server` reached as
+    `--command-config` says (PLAINTEXT without one). A bad file is a WireError, so the
+    commands report it as they report an unreachable broker."""
+    try:
+        security = ClientSecurity.from_file(command_config)
+        return security.connect(*bootstrap, client_id=client_id)
+    except ConfigError as exc:
+        raise WireError(f"--command-config {command_config}: {exc}") from None
+
+
+def add_command_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command-config", type=Path, metavar="FILE",
+                        help="client properties (security.protocol, sasl.mechanism, "
+                             "sasl.jaas.config, ssl.truststore.location...) as Kafka's "
+                             "tools read them")

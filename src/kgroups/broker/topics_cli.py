@@ -15,6 +15,7 @@ from dataclasses import asdict
 from kgroups.broker import topic_admin
 from kgroups.broker.admin import AdminError
 from kgroups.broker.cli_output import DefaultsShown, parse_bootstrap, print_json, run_to_pipe
+from kgroups.broker.client_security import add_command_config_option, connect_tool
 from kgroups.broker.wire_client import KafkaWireClient, WireError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -110,8 +111,7 @@ def _run(client: KafkaWireClient, action: str, args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
-        host, port = args.bootstrap_server
-        with KafkaWireClient(host, port) as client:
+        with connect_tool(args.bootstrap_server, args.command_config) as client:
             return run_to_pipe(lambda: _run(client, action, args))
     except UsageError as exc:
         print(f"kgroups topics: error: {exc}", file=sys.stderr)
@@ -131,6 +131,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add = parser.add_argument
     add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT", help="broker to connect to")
+    add_command_config_option(parser)
     add("--create", action="store_true", help="create a topic (--topic, --partitions, --config)")
     add("--list", action="store_true", help="list the topics' names")
     add("--describe", action="store_true",
