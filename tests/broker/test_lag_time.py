@@ -3,8 +3,12 @@ past transaction markers, with the documented answers when there is none."""
 
 from __future__ import annotations
 
-from kgroups.broker.lag_time import first_timestamp, lag_seconds
+from pathlib import Path
+
+from kgroups.broker.lag_time import RecordTimes, first_timestamp, lag_seconds
 from kgroups.log.batch import Compression, build_batch
+from kgroups.log.config import LogConfig
+from kgroups.log.partition_log import PartitionLog
 
 MARKER = build_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", 500)], base_offset=0,
                      control=True, transactional=True, producer_id=7, producer_epoch=0)
@@ -31,3 +35,16 @@ def test_lag_seconds_rules() -> None:
     assert lag_seconds(5, 10, 100_000, 99_000) == 0.0  # a producer clock ahead of ours
     assert lag_seconds(5, 10, None, 99_000) is None  # no record to tell
     assert lag_seconds(5, 10, -1, 99_000) is None  # a record written without a timestamp
+
+
+def test_record_times_read_from_a_log_with_markers(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append_batch(MARKER)  # offset 0
+    log.append_batch(DATA)  # offsets 1-3
+    log.append_batch(MARKER)  # offset 4
+    times = RecordTimes(log)
+    assert [times.first_unconsumed(offset) for offset in range(6)] == [
+        1_000, 1_000, 2_000, 3_000, None, None]  # only a marker after 3; 5 is the log end
+    log.append_batch(build_batch([(None, b"e", 5_000)], base_offset=5))
+    assert RecordTimes(log).first_unconsumed(4) == 5_000  # a fresh reader sees the new batch
+    log.close()

@@ -16,6 +16,9 @@ When that record is not at hand, the figure is an estimate, and a lower bound:
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
 from kgroups.log.batch import CONTROL, BatchCorruptError, check_batch, records_of
 from kgroups.log.partition_log import OffsetOutOfRangeError, PartitionLog
 
@@ -45,23 +48,58 @@ def first_timestamp(records: bytes, offset: int) -> tuple[int | None, int | None
     return None, last
 
 
-def first_unconsumed_timestamp(log: PartitionLog, committed: int) -> int | None:
-    """The timestamp of the record at `committed`, or of the first the log holds after it."""
-    position = max(committed, log.log_start_offset)
-    for _ in range(_MAX_READS):
-        if position >= log.log_end_offset:
-            return None
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    base: int
+    last: int
+    offsets: list[int]  # of its data records, ascending
+    timestamps: list[int]  # theirs, in the same order
+
+
+class RecordTimes:
+    """Timestamps read from one partition's log, each batch read and decoded once: a scrape
+    asks for many groups' committed offsets, and those of busy partitions share batches
+    (decoding a 1000-record batch once per group made a scrape of 1000 groups take seconds).
+    Use a fresh one per scrape: a batch may since have been compacted or deleted."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+        self._bases: list[int] = []
+        self._batches: list[_Batch] = []
+
+    def first_unconsumed(self, committed: int) -> int | None:
+        """The timestamp of the record at `committed`, or of the first the log holds after it
+        (None when there is none, or it cannot be read)."""
+        log = self._log
+        position = max(committed, log.log_start_offset)
+        for _ in range(_MAX_READS):
+            if position >= log.log_end_offset:
+                return None
+            batch = self._batch_holding(position)
+            if batch is None:
+                return None
+            index = bisect_left(batch.offsets, position)
+            if index < len(batch.offsets):
+                return batch.timestamps[index]
+            position = batch.last + 1
+        return None
+
+    def _batch_holding(self, position: int) -> _Batch | None:
+        slot = bisect_right(self._bases, position) - 1
+        if slot >= 0 and self._batches[slot].last >= position:
+            return self._batches[slot]
         try:
-            data = log.read(position, _READ_BYTES)
-        except (OffsetOutOfRangeError, OSError):
+            data = self._log.read(position, _READ_BYTES)
+            header, end = check_batch(data, 0)
+            rows = () if header.attributes & CONTROL else records_of(data, 0, end, header, False)
+        except (OffsetOutOfRangeError, OSError, BatchCorruptError):
             return None
-        timestamp, last = first_timestamp(data, position)
-        if timestamp is not None:
-            return timestamp
-        if last is None:
-            return None
-        position = last + 1
-    return None
+        batch = _Batch(header.base_offset, header.base_offset + header.last_offset_delta,
+                       [row[0] for row in rows], [row[1] for row in rows])
+        slot = bisect_right(self._bases, batch.base)
+        self._bases.insert(slot, batch.base)
+        self._batches.insert(slot, batch)
+        return batch
 
 
 def lag_seconds(committed: int, log_end: int, timestamp: int | None, now_ms: int) -> float | None:

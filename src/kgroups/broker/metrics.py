@@ -30,7 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from kgroups.broker.events import log_event
-from kgroups.broker.lag_time import first_unconsumed_timestamp, lag_seconds
+from kgroups.broker.lag_time import RecordTimes, lag_seconds
 
 if TYPE_CHECKING:
     from kgroups.coordinator import GroupCoordinator, GroupSummary
@@ -151,44 +151,37 @@ class ScrapeCollector(Collector):
         latest = GaugeMetricFamily("kafka_partition_latest_offset",
                                    "Log end offset of each partition a group committed on",
                                    labels=["topic", "partition"])
-        log_ends: dict[tuple[str, int], int | None] = {}
-        timestamps: dict[tuple[str, int, int], int | None] = {}
+        # Per partition, once per scrape: its log end and a reader of record timestamps.
+        partitions: dict[tuple[str, int], tuple[int, RecordTimes] | None] = {}
         for summary in summaries:
             for topic, partition, committed in summary.offsets:
                 key = (topic, partition)
-                if key not in log_ends:
-                    log_ends[key] = self._log_end(topic, partition)
-                log_end = log_ends[key]
+                if key not in partitions:
+                    partitions[key] = self._partition(topic, partition)
                 names = [summary.group_id, topic, str(partition)]
                 offset.add_metric(names, committed)
-                if log_end is None:
+                known = partitions[key]
+                if known is None:
                     continue
+                log_end, times = known
                 lag.add_metric(names, max(log_end - committed, 0))
-                if (topic, partition, committed) not in timestamps:
-                    timestamps[(topic, partition, committed)] = self._timestamp(
-                        topic, partition, committed)
-                seconds = lag_seconds(committed, log_end,
-                                      timestamps[(topic, partition, committed)], now)
+                timestamp = times.first_unconsumed(committed) if committed < log_end else None
+                seconds = lag_seconds(committed, log_end, timestamp, now)
                 if seconds is not None:
                     lag_time.add_metric(names, seconds)
-        for (topic, partition), log_end in sorted(log_ends.items()):
-            if log_end is not None:
-                latest.add_metric([topic, str(partition)], log_end)
+        for (topic, partition), known in sorted(partitions.items()):
+            if known is not None:
+                latest.add_metric([topic, str(partition)], known[0])
         yield from (offset, lag, lag_time, latest)
 
-    def _log_end(self, topic: str, partition: int) -> int | None:
-        try:
-            log = self._logs.get(topic, partition)
-        except OSError:  # offline
-            return None
-        return None if log is None else log.log_end_offset
-
-    def _timestamp(self, topic: str, partition: int, committed: int) -> int | None:
+    def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes] | None:
+        """The partition's log end and timestamp reader; None if it has no log (deleted, or
+        offline)."""
         try:
             log = self._logs.get(topic, partition)
         except OSError:
             return None
-        return None if log is None else first_unconsumed_timestamp(log, committed)
+        return None if log is None else (log.log_end_offset, RecordTimes(log))
 
 
 class MetricsServer:
