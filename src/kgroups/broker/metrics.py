@@ -9,10 +9,11 @@ Two kinds of figures:
 - counted as things happen (request latencies, rebalance durations): prometheus_client
   histograms the coordinator runtime feeds through `CoordinatorMetrics`;
 - read at scrape time (groups by state, members, rebalances by cause, offsets, lag, load times,
-  expired offsets): a custom collector walks the coordinator's summaries and the logs, so an
-  OffsetCommit costs nothing extra and a scrape sees one consistent moment.
-The HTTP server runs on the broker's event loop, so the collector reads the coordinator's
-state without locks, between two requests.
+  expired offsets): `CoordinatorMetrics.snapshot` walks the coordinator's summaries and the
+  logs, so an OffsetCommit costs nothing extra and a scrape sees one consistent moment.
+The HTTP server runs on the broker's event loop, so the snapshot reads the coordinator's state
+without locks, between two requests; a custom collector turns it into metric families and
+prometheus_client formats them in a worker thread, where the loop does not wait for them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -54,7 +56,7 @@ class CoordinatorState(Protocol):
 
 
 class CoordinatorMetrics:
-    """What the runtime records as it happens; the scrape-time figures come from the collector."""
+    """What the runtime records as it happens, and the scrape-time figures (`snapshot`)."""
 
     def __init__(self, runtime: CoordinatorState, logs: LogManager) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -67,7 +69,8 @@ class CoordinatorMetrics:
             "kafka_group_coordinator_rebalance_duration_seconds",
             "Time from a classic group entering PreparingRebalance to Stable (or Empty)",
             registry=self.registry, buckets=_REBALANCE_BUCKETS)
-        self.registry.register(ScrapeCollector(runtime, logs))
+        self._runtime = runtime
+        self._logs = logs
 
     def observe_request(self, request: str, seconds: float) -> None:
         self.request_time.labels(request).observe(seconds)
@@ -75,22 +78,80 @@ class CoordinatorMetrics:
     def observe_rebalance(self, seconds: float) -> None:
         self.rebalance_time.observe(seconds)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    async def exposition(self) -> bytes:
+        """The text format: the figures read on the loop (`snapshot`), formatted in a thread,
+        since formatting 100k samples takes a second the broker's requests should not wait."""
+        snapshot = self.snapshot()
+        return await asyncio.to_thread(self._render, snapshot)
 
+    def _render(self, snapshot: Snapshot) -> bytes:
+        scraped = CollectorRegistry(auto_describe=False)
+        scraped.register(SnapshotCollector(snapshot))
+        return generate_latest(self.registry) + generate_latest(scraped)
 
-class ScrapeCollector(Collector):
-    """Figures computed when Prometheus asks, from the coordinator's state and the logs."""
-
-    def __init__(self, runtime: CoordinatorState, logs: LogManager) -> None:
-        self._runtime = runtime
-        self._logs = logs
-
-    def collect(self) -> Iterator[Metric]:
+    def snapshot(self) -> Snapshot:
+        """Everything read at scrape time, as plain data (on the loop: no locks needed)."""
         runtime = self._runtime
         summaries = runtime.core.group_summaries()
         now = time.time_ns() // 1_000_000  # record timestamps are wall-clock ms
+        # Per partition, once per scrape: its log end and a reader of record timestamps.
+        partitions: dict[tuple[str, int], tuple[int, RecordTimes] | None] = {}
+        rows: list[OffsetRow] = []
+        for summary in summaries:
+            for topic, partition, committed in summary.offsets:
+                key = (topic, partition)
+                if key not in partitions:
+                    partitions[key] = self._partition(topic, partition)
+                known = partitions[key]
+                if known is None:
+                    rows.append((summary.group_id, topic, partition, committed, None, None))
+                    continue
+                log_end, times = known
+                timestamp = times.first_unconsumed(committed) if committed < log_end else None
+                rows.append((summary.group_id, topic, partition, committed, log_end,
+                             lag_seconds(committed, log_end, timestamp, now)))
+        return Snapshot(
+            summaries=summaries,
+            rebalance_counts={group: dict(causes)
+                              for group, causes in runtime.rebalance_counts.items()},
+            offsets_expired=runtime.core.offsets_expired_total,
+            load_seconds=dict(runtime.load_seconds),
+            offsets=rows,
+            log_ends={key: known[0] for key, known in partitions.items() if known is not None})
 
+    def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes] | None:
+        """The partition's log end and timestamp reader; None if it has no log (deleted, or
+        offline)."""
+        try:
+            log = self._logs.get(topic, partition)
+        except OSError:
+            return None
+        return None if log is None else (log.log_end_offset, RecordTimes(log))
+
+
+# (group, topic, partition, committed offset, log end, lag in seconds); None: not known.
+OffsetRow = tuple[str, str, int, int, int | None, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    summaries: list[GroupSummary]
+    rebalance_counts: dict[str, dict[str, int]]
+    offsets_expired: int
+    load_seconds: dict[int, float]
+    offsets: list[OffsetRow]
+    log_ends: dict[tuple[str, int], int]
+
+
+class SnapshotCollector(Collector):
+    """The scrape-time figures of one snapshot, as Prometheus metric families."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._snapshot
+        summaries = snapshot.summaries
         groups = GaugeMetricFamily(
             "kafka_group_coordinator_group_count",
             "Groups by protocol (classic, consumer) and state", labels=["protocol", "state"])
@@ -108,7 +169,7 @@ class ScrapeCollector(Collector):
         rebalances = CounterMetricFamily(
             "kafka_group_coordinator_group_rebalance",
             "Rebalances the coordinator started, by group and cause", labels=["group", "cause"])
-        for group_id, causes in sorted(runtime.rebalance_counts.items()):
+        for group_id, causes in sorted(snapshot.rebalance_counts.items()):
             for cause, count in sorted(causes.items()):
                 rebalances.add_metric([group_id, cause], count)
         yield rebalances
@@ -125,19 +186,18 @@ class ScrapeCollector(Collector):
 
         expired = CounterMetricFamily("kafka_group_coordinator_offset_expiration",
                                       "Committed offsets dropped by retention since start")
-        expired.add_metric([], runtime.core.offsets_expired_total)
+        expired.add_metric([], snapshot.offsets_expired)
         yield expired
 
         load = GaugeMetricFamily(
             "kafka_group_coordinator_partition_load_time_seconds",
             "Time to load each __consumer_offsets partition at start", labels=["partition"])
-        for partition, seconds in sorted(runtime.load_seconds.items()):
+        for partition, seconds in sorted(snapshot.load_seconds.items()):
             load.add_metric([str(partition)], seconds)
         yield load
+        yield from self._offsets()
 
-        yield from self._offsets(summaries, now)
-
-    def _offsets(self, summaries: list[GroupSummary], now: int) -> Iterator[Metric]:
+    def _offsets(self) -> Iterator[Metric]:
         labels = ["group", "topic", "partition"]
         offset = GaugeMetricFamily("kafka_consumergroup_group_offset",
                                    "Committed offset of each group's partition", labels=labels)
@@ -148,40 +208,19 @@ class ScrapeCollector(Collector):
             "kafka_consumergroup_group_lag_seconds",
             "Age of the first unconsumed record (an estimate when it is gone: see docs)",
             labels=labels)
+        for group_id, topic, partition, committed, log_end, seconds in self._snapshot.offsets:
+            names = [group_id, topic, str(partition)]
+            offset.add_metric(names, committed)
+            if log_end is not None:
+                lag.add_metric(names, max(log_end - committed, 0))
+            if seconds is not None:
+                lag_time.add_metric(names, seconds)
         latest = GaugeMetricFamily("kafka_partition_latest_offset",
                                    "Log end offset of each partition a group committed on",
                                    labels=["topic", "partition"])
-        # Per partition, once per scrape: its log end and a reader of record timestamps.
-        partitions: dict[tuple[str, int], tuple[int, RecordTimes] | None] = {}
-        for summary in summaries:
-            for topic, partition, committed in summary.offsets:
-                key = (topic, partition)
-                if key not in partitions:
-                    partitions[key] = self._partition(topic, partition)
-                names = [summary.group_id, topic, str(partition)]
-                offset.add_metric(names, committed)
-                known = partitions[key]
-                if known is None:
-                    continue
-                log_end, times = known
-                lag.add_metric(names, max(log_end - committed, 0))
-                timestamp = times.first_unconsumed(committed) if committed < log_end else None
-                seconds = lag_seconds(committed, log_end, timestamp, now)
-                if seconds is not None:
-                    lag_time.add_metric(names, seconds)
-        for (topic, partition), known in sorted(partitions.items()):
-            if known is not None:
-                latest.add_metric([topic, str(partition)], known[0])
+        for (topic, partition), log_end in sorted(self._snapshot.log_ends.items()):
+            latest.add_metric([topic, str(partition)], log_end)
         yield from (offset, lag, lag_time, latest)
-
-    def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes] | None:
-        """The partition's log end and timestamp reader; None if it has no log (deleted, or
-        offline)."""
-        try:
-            log = self._logs.get(topic, partition)
-        except OSError:
-            return None
-        return None if log is None else (log.log_end_offset, RecordTimes(log))
 
 
 class MetricsServer:
@@ -212,7 +251,7 @@ class MetricsServer:
             path = parts[1].split(b"?", 1)[0] if len(parts) >= 2 else b""
             if parts[:1] == [b"GET"] and path in (b"/", b"/metrics"):
                 status, content_type, body = "200 OK", CONTENT_TYPE_LATEST, \
-                    self._metrics.exposition()
+                    await self._metrics.exposition()
             else:
                 status, content_type, body = "404 Not Found", "text/plain", b"not found\n"
             writer.write(f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n"
