@@ -300,7 +300,12 @@ def test_replay_rebuilds_members_epochs_targets_and_owners(s: Session) -> None:
 
 def test_protocol_can_be_switched_off() -> None:
     s = Session(config=GroupCoordinatorConfig(group_coordinator_rebalance_protocols=("classic",)))
-    assert s.hb("a", 0).error == ErrorCode.UNSUPPORTED_VERSION
+    refused = s.hb("a", 0)
+    assert (refused.error, refused.error_message) == (ErrorCode.UNSUPPORTED_VERSION, None)
+    rid = s.rid()
+    s.absorb(s.coordinator.consumer_group_describe(ConsumerGroupDescribeRequest(rid, (G,)), s.now))
+    (described,) = s.reply(rid).groups
+    assert (described.error, described.state) == (ErrorCode.UNSUPPORTED_VERSION, "")
 
 
 def test_an_empty_classic_group_becomes_a_consumer_group_with_its_offsets(s: Session) -> None:

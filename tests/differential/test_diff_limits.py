@@ -1,9 +1,11 @@
 """group.max.size and group.initial.rebalance.delay.ms, side by side, on a pair of brokers of
 their own (max size 2, initial delay 1.5 s: long enough for the script's next steps to land
-inside it on a loaded machine) so the shared pair keeps its settings."""
+inside it on a loaded machine) so the shared pair keeps its settings; the consumer protocol's
+group.consumer.max.size, group.consumer.assignors and heartbeat interval on the same pair."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +19,17 @@ from diff_setup import create_topics
 from tests.broker.conftest import ServerProcess
 
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
+from kgroups.broker.wire import build, request_type
 
 pytestmark = pytest.mark.kafka
 
-LIMITS = {**KAFKA_TEST_SETTINGS, "group.max.size": "2", "group.initial.rebalance.delay.ms": "1500"}
+LIMITS = {**KAFKA_TEST_SETTINGS, "group.max.size": "2", "group.initial.rebalance.delay.ms": "1500",
+          "group.consumer.max.size": "2", "group.consumer.assignors": "range",
+          "group.consumer.heartbeat.interval.ms": "6000",
+          "group.consumer.min.heartbeat.interval.ms": "6000",
+          # Kafka 4.3 computes the target at once, as kgroups does (test_diff_consumer_protocol).
+          "group.consumer.assignment.interval.ms": "0",
+          "group.consumer.assignor.offload.enable": "false"}
 
 
 @pytest.fixture(scope="module")
@@ -104,5 +113,37 @@ def test_max_size_in_a_stable_group(converse, limited_ports, version: int) -> No
         if answer.member_id and version >= 4:
             c.call(join(d.group, answer.member_id, v=version))
         c.call(describe(d.group))
+
+    converse(script, ports=limited_ports)
+
+
+def test_consumer_group_size_assignors_and_heartbeat_interval(converse, limited_ports) -> None:
+    """A member asking for an assignor not in group.consumer.assignors, a third member of a
+    group of at most two (v1 and v0), the configured heartbeat interval."""
+    def script(d: Dialog) -> None:
+        conn = d.connect("c")
+
+        def heartbeat(member: str, assignor: str | None = None, v: int = 1) -> None:
+            cls = request_type(68, v)
+            fields: dict[str, Any] = {} if v == 0 else {"subscribed_topic_regex": None}
+            answer = conn.call(build(cls, group_id=d.group, member_id=member, member_epoch=0,
+                                     instance_id=None, rack_id=None,
+                                     rebalance_timeout=datetime.timedelta(seconds=30),
+                                     subscribed_topic_names=("diff-t",),
+                                     server_assignor=assignor, topic_partitions=(), **fields),
+                               record=False)
+            d.record("hb", (int(answer.error_code), answer.error_message, answer.member_id,
+                            int(answer.member_epoch), answer.heartbeat_interval))
+
+        heartbeat("m1")
+        heartbeat("m2", "uniform")
+        heartbeat("m3", "range")
+        heartbeat("m4")
+        heartbeat("", v=0)
+        (group,) = conn.call(build(request_type(69, 1), group_ids=(d.group,),
+                                   include_authorized_operations=False), record=False).groups
+        d.record("describe", (int(group.error_code), group.group_state, group.assignor_name,
+                              sorted((m.member_id, m.subscribed_topic_regex)
+                                     for m in group.members)))
 
     converse(script, ports=limited_ports)

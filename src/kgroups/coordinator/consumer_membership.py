@@ -149,8 +149,9 @@ class ConsumerGroupHandlers(CoordinatorCore):
     def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
         """Kafka's request checks, in Kafka's order and with its messages."""
         if not self.config.consumer_protocol_enabled:
-            raise HeartbeatError(ErrorCode.UNSUPPORTED_VERSION,
-                                 "The new consumer group protocol is not enabled.")
+            # As Kafka answers without 'consumer' in group.coordinator.rebalance.protocols
+            # (it still lists the API in ApiVersions): the error alone, no message.
+            raise HeartbeatError(ErrorCode.UNSUPPORTED_VERSION)
         if not req.group_id:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
         if req.instance_id == "":
@@ -253,7 +254,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
                              else member.server_assignor),
         )
         is_new = member.member_id not in consumer.members
-        old_regex = None if is_new else member.subscribed_topic_regex
+        old_regex = member.subscribed_topic_regex
         regex_changed = updated.subscribed_topic_regex != old_regex
         counts = consumer.subscribed_regexes()
         new_regex = updated.subscribed_topic_regex
@@ -542,6 +543,11 @@ class ConsumerGroupHandlers(CoordinatorCore):
     # -- ConsumerGroupDescribe ----------------------------------------------------------------
 
     def _consumer_describe(self, req: ConsumerGroupDescribeRequest) -> None:
+        if not self.config.consumer_protocol_enabled:
+            self._reply(req.request_id, ConsumerGroupDescribeResponse(tuple(
+                DescribedConsumerGroup(g, ErrorCode.UNSUPPORTED_VERSION, state="")
+                for g in req.group_ids)))
+            return
         self._reply(req.request_id, ConsumerGroupDescribeResponse(
             tuple(self._describe_consumer(g) for g in req.group_ids)))
 
