@@ -1,7 +1,8 @@
 """Burrow 1.2.1 (Debian's package, a lag monitor in wide use) against a live `kgroups serve`.
 
-Burrow reads every commit from `__consumer_offsets`, learns each partition's log end offset
-with ListOffsets v0 (which Kafka 4 no longer serves, and kgroups does for it) and keeps its
+Burrow reads every commit from `__consumer_offsets` (with Fetch v2 under the Kafka 0.10.0
+client profile of Debian's sample configuration), learns each partition's log end offset
+with ListOffsets v0 (Kafka 4 serves neither; kgroups does, as Kafka 3.9 did) and keeps its
 state in a ZooKeeper of its own (Debian's package, started here on loopback). It must report
 the lag `kgroups groups describe` reports, partition by partition, and a status that agrees:
 a member that caught up and now lags a little is OK; a group with no members whose only
@@ -108,8 +109,9 @@ def burrow(tmp_path: Path, zookeeper: int, kgroups_server: ServerProcess,
     if BURROW is None:
         pytest.fail("Debian's burrow package is missing: run `make system-deps`")
     http_port = _free_port()
-    # Fetch v4+ (message format v2) needs a client profile of Kafka 0.11 or later; Burrow's
-    # cluster module asks ListOffsets v0 whatever the profile says. Statuses are evaluated
+    # The client profile of Debian's sample configuration (Kafka 0.10.0): Burrow fetches
+    # with Fetch v2 (message format v1, converted down) and its cluster module asks
+    # ListOffsets v0 whatever the profile says. Statuses are evaluated
     # afresh each second (not cached 10 s), and "recently caught up" means within the last
     # 60 broker offsets Burrow read, one a second.
     (tmp_path / "burrow.toml").write_text(f"""
@@ -123,7 +125,7 @@ timeout=6
 root-path="/burrow"
 [client-profile.kg]
 client-id="burrow-interop"
-kafka-version="2.0.0"
+kafka-version="0.10.0"
 [cluster.{CLUSTER}]
 class-name="kafka"
 servers=["{kgroups_server.bootstrap}"]

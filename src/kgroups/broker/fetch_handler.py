@@ -4,6 +4,10 @@ Waiting is event driven (the broker's AppendNotifier fires on every append), so 
 costs nothing between appends and a new record reaches a waiting consumer at once. Fetch
 sessions (KIP-227) are not kept: every response is a full one with session id 0, which clients
 accept as "no session".
+
+v0-v3, removed in Kafka 4 (KIP-896), are served for tools older than Kafka 0.11 (Burrow 1.2 with
+its sample configuration): the same reads, with the batches converted down to the message
+format those versions carry (down_convert.py), as Kafka 3.9 did.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.down_convert import down_convert, fetch_magic
 from kgroups.broker.events import log_event
+from kgroups.broker.legacy_schemas import nested
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import OffsetOutOfRangeError
@@ -30,6 +36,8 @@ class PartitionRead:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    fetch_offset: int = -1
+    max_bytes: int = 0
 
 
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
@@ -55,7 +63,7 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
     except OSError as exc:
         log_event(logger, logging.ERROR, "read_failed", topic=topic, partition=index, error=exc)
         return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR, end, start)
-    return PartitionRead(index, ErrorCode.NONE, end, start, records)
+    return PartitionRead(index, ErrorCode.NONE, end, start, records, offset, limit)
 
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
@@ -76,7 +84,26 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[P
     return results, total, failed
 
 
-@handles(api_key=1, min_version=4, max_version=12)
+def _legacy_response(version: int, results: list[tuple[str, list[PartitionRead]]]) -> Any:
+    """Fetch v0-v3: the records as old-format messages, no log start offset or session."""
+    response_cls = response_type(1, version)
+    topic_cls = nested(response_cls, "responses")
+    partition_cls = nested(topic_cls, "partitions")
+    magic = fetch_magic(version)
+    responses = tuple(
+        topic_cls(topic=name, partitions=tuple(
+            partition_cls(partition_index=read.partition, error_code=kio_error(read.error),
+                          high_watermark=read.high_watermark,
+                          records=down_convert(read.records, magic, read.fetch_offset,
+                                               read.max_bytes) if read.records else b"")
+            for read in reads))
+        for name, reads in results)
+    if version == 0:
+        return response_cls(responses=responses)
+    return response_cls(throttle_time=NO_THROTTLE, responses=responses)
+
+
+@handles(api_key=1, min_version=0, max_version=12)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
@@ -90,6 +117,8 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
         # has room, so a crowd of unread long polls cannot all answer past it.
         await ctx.broker.memory.wait_for(lambda: ctx.broker.memory.allows(0, light=False))
 
+    if ctx.api_version <= 3:
+        return _legacy_response(ctx.api_version, results)
     response_cls = response_type(1, ctx.api_version)
     topic_cls = sibling(response_cls, "FetchableTopicResponse")
     partition_cls = sibling(response_cls, "PartitionData")
