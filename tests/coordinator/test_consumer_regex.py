@@ -11,7 +11,7 @@ import uuid
 import pytest
 from tests.coordinator.harness import Harness
 
-from kgroups.coordinator import ListGroupsRequest
+from kgroups.coordinator import GroupCoordinatorConfig, ListGroupsRequest
 from kgroups.coordinator.consumer_api import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
@@ -175,3 +175,20 @@ def test_replay_rebuilds_resolved_regexes_byte_for_byte(s: Session) -> None:
     record = next(r for r in s.log[s.partition_of(G)]
                   if isinstance(r.value, ConsumerGroupRegularExpressionValue))
     assert record.value.timestamp == s.now and record.value.version > 0
+
+
+def test_regexes_are_resolved_again_after_the_refresh_interval() -> None:
+    config = GroupCoordinatorConfig(group_consumer_regex_refresh_interval_ms=20_000)
+    s = Session(config=config)
+    s.coordinator.set_topics(catalogue(orders_a=1))
+    s.hb("m", 0, regex="orders-.*")
+    epoch = s.hb("m", 1, owned=()).member_epoch
+    s.advance(15_000)
+    s.hb("m", epoch, owned=((IDS["orders-a"], (0,)),))
+    assert len(s.regex_records()) == 1  # nothing new, interval not over
+    s.advance(5_001)
+    s.hb("m", epoch, owned=((IDS["orders-a"], (0,)),))
+    assert len(s.regex_records()) == 2  # resolved again: same topics, no new epoch
+    assert s.group().group_epoch == epoch
+    with pytest.raises(ValueError, match=r"group\.consumer\.regex\.refresh\.interval\.ms"):
+        GroupCoordinatorConfig(group_consumer_regex_refresh_interval_ms=9_999)
