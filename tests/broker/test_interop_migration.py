@@ -1,0 +1,140 @@
+"""A rolling switch of a live group's members from the classic protocol to the consumer protocol
+(KIP-848) and back, with librdkafka (confluent-kafka) against `kgroups serve`: the group
+converts when the first consumer-protocol member joins, its classic members keep working in it,
+and it turns classic again when the last consumer-protocol member leaves. At every step every
+partition has exactly one owner again, and every record produced is consumed, none twice
+beyond a batch whose commit was refused (uncommitted work)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from group_interop_helpers import FAST_GROUP_OVERRIDES, create_topic, produce, wait_until
+
+from conftest import ServerProcess
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 6
+TOPIC = "rolling"
+GROUP = "rolling-switch"
+OVERRIDES = (
+    *FAST_GROUP_OVERRIDES,
+    "group.consumer.min.heartbeat.interval.ms=500",
+    "group.consumer.heartbeat.interval.ms=500",
+    "group.consumer.min.session.timeout.ms=6000",
+    "group.consumer.session.timeout.ms=6000",
+)
+
+
+class Member:
+    """One consumer of either protocol, committing synchronously after every batch. Classic
+    members use the range assignor: librdkafka's cooperative-sticky puts user data in its
+    assignments, and Kafka (so kgroups) refuses to carry such a group over."""
+
+    def __init__(self, bootstrap: str, name: str, protocol: str) -> None:
+        self.name = name
+        self.protocol = protocol
+        self.owned: set[int] = set()
+        self.received: list[bytes] = []
+        self.uncommitted: list[bytes] = []
+        self.errors: list[str] = []
+        settings: dict[str, object] = {
+            "bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": name,
+            "group.protocol": protocol, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "error_cb": lambda error: self.errors.append(str(error)),
+        }
+        if protocol == "classic":
+            settings.update({"partition.assignment.strategy": "range",
+                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        self.consumer = Consumer(settings)
+        self.consumer.subscribe([TOPIC], on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Eager (classic range) callbacks name the whole assignment, incremental ones a
+        change; confluent-kafka applies either after the callback."""
+        assigned = {p.partition for p in partitions}
+        self.owned = assigned if self.protocol == "classic" else self.owned | assigned
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.owned -= {p.partition for p in partitions}
+
+    def pump(self) -> None:
+        messages = self.consumer.consume(num_messages=100, timeout=0.05)
+        batch = [m.value() for m in messages if m.error() is None]
+        if not batch:
+            return
+        self.received.extend(batch)
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException:  # e.g. a generation that just moved on: may be consumed again
+            self.uncommitted.extend(batch)
+
+
+def test_rolling_switch_to_the_consumer_protocol_and_back(
+    start_kgroups_server,  # type: ignore[no-untyped-def]
+) -> None:
+    server: ServerProcess = start_kgroups_server(*OVERRIDES)
+    bootstrap = server.bootstrap
+    create_topic(bootstrap, TOPIC, PARTITIONS)
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    names = ("m0", "m1", "m2")
+    live = {name: Member(bootstrap, name, "classic") for name in names}
+    retired: list[Member] = []
+    produced: list[bytes] = []
+
+    def pump() -> None:
+        for member in live.values():
+            member.pump()
+
+    def settled() -> bool:
+        owned = [p for member in live.values() for p in member.owned]
+        return sorted(owned) == list(range(PARTITIONS)) and all(
+            len(member.owned) == PARTITIONS // len(live) for member in live.values())
+
+    def consumed() -> int:
+        return len({v for m in [*live.values(), *retired] for v in m.received})
+
+    def step(label: str) -> None:
+        wait_until(settled, f"{label}: every partition owned once, in equal shares", pump=pump)
+        batch = [f"{label}-{i}".encode() for i in range(60)]
+        produced.extend(batch)
+        produce(bootstrap, TOPIC, batch, PARTITIONS)
+        wait_until(lambda: consumed() == len(produced), f"{label}: every record", pump=pump)
+
+    def group_type() -> str:
+        (future,) = admin_client.describe_consumer_groups([GROUP]).values()
+        return str(future.result(timeout=30).type).rsplit(".", 1)[-1]
+
+    try:
+        step("classic")
+        assert group_type() == "CLASSIC"
+        for target in ("consumer", "classic"):
+            for name in names:
+                old = live.pop(name)
+                old.consumer.close()
+                retired.append(old)
+                wait_until(settled, f"{name} gone: the others owning every partition",
+                           pump=pump)
+                live[name] = Member(bootstrap, name, target)
+                step(f"{name}-{target}")
+                expected = "CLASSIC" if target == "classic" and name == names[-1] else "CONSUMER"
+                assert group_type() == expected, (name, target)
+        for _ in range(5):
+            pump()
+    finally:
+        for member in live.values():
+            member.consumer.close()
+    everyone = [*retired, *live.values()]
+    counts = Counter(v for member in everyone for v in member.received)
+    assert set(counts) == set(produced)  # no partition was lost along the way
+    twice = {v for v, n in counts.items() if n > 1}
+    uncommitted = {v for member in everyone for v in member.uncommitted}
+    assert twice <= uncommitted, sorted(twice - uncommitted)[:10]
+    assert not [e for m in everyone for e in m.errors if "FATAL" in e.upper()]
+    log = server.log_text()
+    assert "Traceback" not in log
