@@ -90,6 +90,12 @@ def zookeeper(tmp_path: Path) -> Iterator[int]:
 
 
 @pytest.fixture
+def kgroups_server(start_kgroups_server: Callable[..., ServerProcess]) -> ServerProcess:
+    """No initial rebalance delay: the live member joins at once."""
+    return start_kgroups_server("group.initial.rebalance.delay.ms=0")
+
+
+@pytest.fixture
 def topic(kgroups_server: ServerProcess) -> str:
     """The topic with its first records, there before Burrow starts: Burrow counts a consumer
     as recently caught up when any log end offset it read lately is at or below its commit, so
