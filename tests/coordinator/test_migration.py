@@ -69,12 +69,14 @@ def partitions_of(raw: bytes) -> tuple[int, ...]:
 class Session(Harness):
     """The harness, with a consumer-protocol member `hb` and a classic member `rejoin`."""
 
-    def hb(self, member: str, epoch: int, *, owned: object = ()) -> ConsumerGroupHeartbeatResponse:
+    def hb(self, member: str, epoch: int, *, owned: object = (),
+           regex: str | None = None) -> ConsumerGroupHeartbeatResponse:
         joining = epoch == 0
         request_id = self.rid()
         self.absorb(self.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
             request_id, G, member, epoch, rebalance_timeout_ms=30_000 if joining else -1,
-            subscribed_topic_names=("t1",) if joining else None,
+            subscribed_topic_names=("t1",) if joining and regex is None else None,
+            subscribed_topic_regex=regex,
             topic_partitions=() if joining else owned,  # type: ignore[arg-type]
             client_id="client", client_host="/127.0.0.1"), self.now))
         response = self.reply(request_id)
@@ -199,6 +201,17 @@ def test_the_last_consumer_member_leaving_turns_the_group_classic() -> None:
     replayed = s.replayed()._groups[G]
     assert replayed.consumer is None and list(replayed.members) == [c]
     assert a.member_id == "a"
+
+
+def test_a_downgrade_ends_every_consumer_group_record_regexes_included() -> None:
+    s, c = classic_group()
+    s.hb("a", 0, regex="t.*")
+    s.advance(1)  # the regex is resolved after the heartbeat that asked for it
+    assert "t.*" in s.consumer().resolved_regexes
+    s.hb("a", -1)
+    assert s.coordinator._groups[G].consumer is None
+    replayed = s.replayed()._groups[G]
+    assert replayed.consumer is None and list(replayed.members) == [c]
 
 
 def test_policy_disabled_keeps_each_group_in_its_protocol() -> None:

@@ -85,6 +85,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
+    ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -263,6 +264,8 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         self._record(group, records, ConsumerGroupTargetAssignmentMetadataKey(gid), None)
         for member_id in ids:
             self._record(group, records, ConsumerGroupMemberMetadataKey(gid, member_id), None)
+        for regex in sorted(consumer.resolved_regexes):
+            self._record(group, records, ConsumerGroupRegularExpressionKey(gid, regex), None)
         self._record(group, records, ConsumerGroupMetadataKey(gid), None)
         for member in leaving:
             self._member_removed(group, member.member_id, member.instance_id, reason)
@@ -568,7 +571,14 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             return
         consumer = group.consumer
         assert consumer is not None
+        counts = consumer.subscribed_regexes()
         for member in members:
+            regex = member.subscribed_topic_regex
+            if regex:
+                counts[regex] -= 1
+                if not counts[regex] and regex in consumer.resolved_regexes:
+                    self._record(group, records,
+                                 ConsumerGroupRegularExpressionKey(group.group_id, regex), None)
             self._remove_member_records(group, member.member_id, records)
             self._cancel_consumer_timers(group, member.member_id)
             self._cancel_classic_member_timers(group.group_id, member.member_id)
