@@ -128,7 +128,7 @@ def test_confluent_kafka_wrong_password_is_an_authentication_error(
     assert errors and errors[0].code() == KafkaError._AUTHENTICATION
 
 
-def test_kcat_over_sasl_ssl_plain(broker: InProcessBroker, certs: Certificates) -> None:
+def test_kcat_over_sasl_ssl_plain_and_scram(broker: InProcessBroker, certs: Certificates) -> None:
     topic, group = fresh_topic_with_one_record(broker), f"g-{uuid.uuid4().hex[:8]}"
     options = [arg for key, value in librdkafka_settings(certs, "SASL_SSL", "PLAIN").items()
                for arg in ("-X", f"{key}={value}")]
@@ -143,6 +143,12 @@ def test_kcat_over_sasl_ssl_plain(broker: InProcessBroker, certs: Certificates) 
                               "-L"],
                              capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode != 0 and "Authentication failed" in refused.stderr
+    # kcat's librdkafka repeats its own nonce in SCRAM's final message; Kafka accepts that.
+    scram = [arg for key, value in librdkafka_settings(
+        certs, "SASL_PLAINTEXT", "SCRAM-SHA-256").items() for arg in ("-X", f"{key}={value}")]
+    listed = subprocess.run(["kcat", "-b", bootstrap(broker, "SASL_PLAINTEXT"), *scram, "-m", "5",
+                             "-L"], capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0 and topic in listed.stdout, listed.stderr
 
 
 def kafka_python_settings(certs: Certificates, protocol: str, mechanism: str,

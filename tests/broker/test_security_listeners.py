@@ -8,7 +8,7 @@ import logging
 import socket
 import ssl
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from kio.schema.describe_user_scram_credentials.v0 import request as describe_sc
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from tests.broker.broker_wire_helpers import metadata_request
-from tests.broker.conftest import InProcessBroker
+from tests.broker.conftest import InProcessBroker, ServerProcess
 from tests.broker.security_helpers import (
     CLIENT_PRINCIPAL,
     Certificates,
@@ -250,3 +250,34 @@ def test_client_properties_read_as_kafka_tools_read_them() -> None:
     assert (security.username, security.password, security.mechanism) == (
         "bob", 'b"s', "SCRAM-SHA-512")
     assert not security.check_hostname
+
+
+def test_tls_garbage_is_refused_once_each_and_others_are_served(
+        secure_broker: InProcessBroker, certs: Certificates,
+        caplog: pytest.LogCaptureFixture) -> None:
+    port = port_of(secure_broker, "SASL_SSL")
+    attempts = 200
+    with caplog.at_level(logging.WARNING, logger="kgroups"):
+        for index in range(attempts):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                # Not TLS at all, or a TLS record whose handshake message is garbage.
+                sock.sendall(b"GET / HTTP/1.1\r\n\r\n" if index % 2 else
+                             struct.pack(">BHH", 22, 0x0301, 64) + bytes([index % 256]) * 64)
+                while sock.recv(65536):  # the broker answers with an alert, then closes
+                    pass
+    assert logged(caplog, "reason=tls_handshake_failed", attempts) == attempts
+    with client_security(certs, "SASL_SSL").connect("127.0.0.1", port) as client:
+        assert advertised_broker(client)[1] == port
+
+
+def test_serve_over_sasl_ssl_accepts_every_handshake(
+        start_kgroups_server: Callable[..., ServerProcess], certs: Certificates) -> None:
+    """`kgroups serve` (uvloop) reads nothing before the TLS handshake, so a ClientHello sent
+    at once, as every client sends it, is never lost to a plain buffer."""
+    settings = secure_settings(certs, **{"listeners": "SASL_SSL://127.0.0.1:0",
+                                         "advertised.listeners": ""})
+    server = start_kgroups_server(*(f"{key}={value}" for key, value in settings.items()))
+    security = client_security(certs, "SASL_SSL", "PLAIN", "admin", "admin-secret")
+    for _ in range(30):
+        with security.connect("127.0.0.1", server.port, timeout=5) as client:
+            assert advertised_broker(client) == ("127.0.0.1", server.port)

@@ -141,6 +141,10 @@ def run_serve(args: argparse.Namespace) -> int:
         runner = asyncio.run
     else:
         runner = uvloop.run
+    if any(listener.uses_tls for listener in parse_listeners(config)):
+        # TLS listeners take each socket over before reading it (security.TlsAcceptor);
+        # uvloop reads a new connection before the broker can pause it, asyncio does not.
+        runner = asyncio.run
     try:
         with contextlib.suppress(KeyboardInterrupt):
             runner(_serve(config))

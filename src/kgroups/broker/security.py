@@ -12,8 +12,9 @@ import asyncio
 import logging
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kgroups.broker.authorizer import Authorizer
 from kgroups.broker.events import log_event
@@ -114,27 +115,64 @@ class Session:
         return self.security.mechanisms.get(self.listener.name, ())
 
 
-async def open_session(security: Security, listener: Listener, bound_port: int,
-                       writer: asyncio.StreamWriter) -> Session | None:
-    """A new connection's Session: on a TLS listener, after the handshake (whose failure, an
-    untrusted certificate or bytes that are not TLS, is logged once and closes the
-    connection, returning None). A client certificate names the principal on SSL; SASL
+def open_session(security: Security, listener: Listener, bound_port: int,
+                 writer: asyncio.StreamWriter) -> Session:
+    """A new connection's Session. A client certificate names the principal on SSL; SASL
     listeners start unauthenticated."""
     principal = ANONYMOUS
-    if listener.uses_tls:
-        try:
-            await writer.start_tls(security.ssl_contexts[listener.name],
-                                   ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
-        except (OSError, TimeoutError, EOFError) as exc:
-            peer = writer.get_extra_info("peername")
-            log_event(logger, logging.WARNING, "connection_closed",
-                      peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer,
-                      reason="tls_handshake_failed", listener=listener.name,
-                      error=str(exc)[:200] or type(exc).__name__)
-            writer.close()
-            return None
-        ssl_object = writer.get_extra_info("ssl_object")
-        if listener.protocol == "SSL" and ssl_object is not None:
-            principal = certificate_principal(ssl_object.getpeercert())
+    ssl_object = writer.get_extra_info("ssl_object")
+    if listener.protocol == "SSL" and ssl_object is not None:
+        principal = certificate_principal(ssl_object.getpeercert())
     return Session(security, listener, advertised_address(listener, bound_port),
                    principal=principal, authenticated=not listener.uses_sasl)
+
+
+StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class TlsAcceptor(asyncio.Protocol):
+    """One accepted connection of a TLS listener: reads nothing until the TLS handshake
+    (loop.start_tls) takes the socket over, then hands the decrypted streams to `serve`.
+
+    Reading nothing first matters: a ClientHello read into a plain stream's buffer would be
+    lost to TLS and the handshake would stall. A failed handshake (an untrusted or missing
+    certificate, bytes that are not TLS, a client too slow) is logged once and closes the
+    connection; asyncio itself would drop it silently."""
+
+    def __init__(self, context: ssl.SSLContext, listener: Listener, serve: StreamHandler,
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self._context = context
+        self._listener = listener
+        self._serve = serve
+        self._tasks = tasks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # asyncio's transports start reading only after this returns, so pausing here keeps
+        # every byte in the socket (uvloop's read at once: `kgroups serve` runs TLS
+        # listeners on asyncio's loop).
+        stream = cast(asyncio.Transport, transport)
+        stream.pause_reading()
+        task = asyncio.get_running_loop().create_task(self._handshake(stream))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            tls = await loop.start_tls(transport, protocol, self._context, server_side=True,
+                                       ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
+        except (OSError, TimeoutError, EOFError) as exc:
+            peer = transport.get_extra_info("peername")
+            log_event(logger, logging.WARNING, "connection_closed",
+                      peer=f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else peer,
+                      reason="tls_handshake_failed", listener=self._listener.name,
+                      error=str(exc)[:200] or type(exc).__name__)
+            transport.abort()
+            return
+        if tls is None:  # the client left during the handshake
+            transport.abort()
+            return
+        protocol.connection_made(tls)
+        await self._serve(reader, asyncio.StreamWriter(tls, protocol, reader, loop))

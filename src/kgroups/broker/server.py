@@ -32,7 +32,13 @@ from kgroups.broker import sasl
 from kgroups.broker.api import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.memory_budget import MemoryBudget
-from kgroups.broker.security import PRE_AUTH_API_KEYS, Security, Session, open_session
+from kgroups.broker.security import (
+    PRE_AUTH_API_KEYS,
+    Security,
+    Session,
+    TlsAcceptor,
+    open_session,
+)
 from kgroups.broker.wire import (
     FrameDecodeError,
     decode_request,
@@ -426,6 +432,7 @@ class BrokerServer:
         self._security = security
         self._servers: list[asyncio.Server] = []
         self._bound: dict[str, tuple[str, int]] = {}
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections not yet served
         self._connections: set[asyncio.Task[None]] = set()
         self._per_host: Counter[str] = Counter()
 
@@ -433,9 +440,15 @@ class BrokerServer:
         """Listen on every listener; returns each one's bound address by listener name."""
         bound: dict[str, tuple[str, int]] = {}
         for listener in self._security.listeners:
-            server = await asyncio.start_server(
-                functools.partial(self._accept, listener), listener.host, listener.port,
-                reuse_address=True)
+            serve = functools.partial(self._accept, listener)
+            if listener.uses_tls:
+                context = self._security.ssl_contexts[listener.name]
+                server = await asyncio.get_running_loop().create_server(
+                    functools.partial(TlsAcceptor, context, listener, serve, self._handshakes),
+                    listener.host, listener.port, reuse_address=True)
+            else:
+                server = await asyncio.start_server(serve, listener.host, listener.port,
+                                                    reuse_address=True)
             self._servers.append(server)
             # Set on the listening socket, as Kafka does, so accepted connections start with it
             # (the TCP window is agreed at the handshake).
@@ -471,10 +484,8 @@ class BrokerServer:
         self._connections.add(task)
         self._per_host[host] += 1
         try:
-            session = await open_session(self._security, listener,
-                                         self._bound[listener.name][1], writer)
-            if session is None:  # the TLS handshake failed; open_session logged why
-                return
+            session = open_session(self._security, listener, self._bound[listener.name][1],
+                                   writer)
             await Connection(self._broker, reader, writer, session).serve()
         except asyncio.CancelledError:
             # The broker is stopping. Ending normally matters: asyncio's stream callback asks a
@@ -490,8 +501,9 @@ class BrokerServer:
         servers, self._servers = self._servers, []
         for server in servers:
             server.close()
-        for task in list(self._connections):
+        for task in [*self._handshakes, *self._connections]:
             task.cancel()
+        await asyncio.gather(*self._handshakes, return_exceptions=True)
         await asyncio.gather(*self._connections, return_exceptions=True)
         for server in servers:
             await server.wait_closed()
