@@ -187,7 +187,7 @@ class KafkaBroker:
         result = subprocess.run(
             [java_command(), "-Xmx256m", *QUICK_JVM, *_log_options(self.log_path),
              "-cp", kafka_classpath(),
-             "kafka.tools.StorageTool", "format", "--cluster-id", _cluster_id(),
+             "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
              "--config", str(self.properties_path), "--standalone"],
             capture_output=True, text=True, timeout=120, check=False)
         if result.returncode != 0:
@@ -255,7 +255,9 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A fresh Kafka cluster id: 16 random bytes, URL-safe base64 without padding."""
+    """A fresh Kafka cluster id: 16 random bytes, URL-safe base64 without padding (it may
+    start with '-', so it is passed as --cluster-id=ID, which argparse cannot take for an
+    option)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
