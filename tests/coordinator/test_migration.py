@@ -214,6 +214,25 @@ def test_a_downgrade_ends_every_consumer_group_record_regexes_included() -> None
     assert replayed.consumer is None and list(replayed.members) == [c]
 
 
+def test_a_classic_static_member_replacing_the_last_consumer_one_turns_the_group_classic() -> None:
+    s, c = classic_group()
+    request_id = s.rid()
+    s.absorb(s.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+        request_id, G, "a", 0, instance_id="ia", rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("t1",), topic_partitions=()), s.now))
+    epoch = s.consumer().group_epoch
+    target = s.consumer().targets["a"]
+    joined = s.reply(s.join(G, instance="ia", protocols=(("cooperative-sticky", subscription()),)))
+    assert (joined.error, joined.generation_id) == (ErrorCode.NONE, epoch)
+    group = s.coordinator._groups[G]
+    assert group.consumer is None and group.state is GroupState.STABLE  # same subscription
+    assert group.generation_id == epoch and set(group.members) == {c, joined.member_id}
+    assert set(partitions_of(group.members[joined.member_id].assignment)) == set(target[T1])
+    synced = s.reply(s.sync(G, joined.member_id, epoch, instance="ia"))
+    assert synced.error == ErrorCode.NONE
+    assert s.replayed()._groups[G].static_members == {"ia": joined.member_id}
+
+
 def test_policy_disabled_keeps_each_group_in_its_protocol() -> None:
     s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="downgrade"))
     refused = s.hb("a", 0)

@@ -81,10 +81,11 @@ class Classic:
         self.generation = -1
         self.owned: tuple[int, ...] = ()
 
-    def join(self, protocols: tuple[str, ...] = ("cooperative-sticky", "range")) -> Any:
+    def join(self, protocols: tuple[str, ...] = ("cooperative-sticky", "range"),
+             instance: str | None = None) -> Any:
         response = self.conn.call(join(self.d.group, self.member_id, protocols=tuple(
             (name, subscription(self.owned)) for name in protocols), session_ms=30_000,
-            rebalance_ms=30_000), record=False)
+            rebalance_ms=30_000, instance=instance), record=False)
         if response.member_id:
             self.member_id = response.member_id
         if int(response.error_code) == 0:
@@ -99,10 +100,11 @@ class Classic:
         return response
 
     def sync(self, assignments: dict[str, bytes] | None = None,
-             protocol: str = "cooperative-sticky", generation: int | None = None) -> Any:
+             protocol: str = "cooperative-sticky", generation: int | None = None,
+             instance: str | None = None) -> Any:
         response = self.conn.call(sync(
             self.d.group, self.generation if generation is None else generation, self.member_id,
-            assignments, protocol_name=protocol), record=False)
+            assignments, protocol_name=protocol, instance=instance), record=False)
         partitions = None
         if int(response.error_code) == 0:
             decoded = decode_assignment(bytes(response.assignment))
@@ -141,14 +143,15 @@ class Consumer:
         self.epoch = 0
         self.owned: list[tuple[str, list[int]]] = []
 
-    def send(self, epoch: int | None = None, *, with_assignment: bool = True) -> Any:
+    def send(self, epoch: int | None = None, *, with_assignment: bool = True,
+             instance: str | None = None) -> Any:
         epoch = self.epoch if epoch is None else epoch
         cls = request_type(68, 1)
         joining = epoch == 0
         owned = [] if joining else self.owned
         request = build(
             cls, group_id=self.d.group, member_id=self.member_id, member_epoch=epoch,
-            instance_id=None, rack_id=None,
+            instance_id=instance, rack_id=None,
             rebalance_timeout=datetime.timedelta(milliseconds=30_000 if joining else -1),
             subscribed_topic_names=(TOPIC,) if joining else None, subscribed_topic_regex=None,
             server_assignor=None, topic_partitions=tuple(
@@ -292,5 +295,25 @@ def test_upgrade_with_user_data_in_assignments_or_no_assignment_yet(converse, po
         Consumer(d, "b").send(0, with_assignment=False)  # c2 has not synced yet
         c2.sync(protocol="range")
         c2.heartbeat()
+
+    converse(script, ports=ports)
+
+
+def test_a_classic_static_member_replaces_the_last_consumer_one(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = stable_classic_group(d, names)
+        a = Consumer(d, "a")
+        a.send(0, instance="ia")
+        c.heartbeat()
+        c.join()
+        c.sync()
+        a.send(instance="ia")
+        static = Classic(d, names, "s")
+        static.join(instance="ia")  # takes the place of "a": the group turns classic
+        static.sync(instance="ia")
+        describe_classic(d, c.conn, names)
+        c.heartbeat()
+        a.send(instance="ia")
 
     converse(script, ports=ports)

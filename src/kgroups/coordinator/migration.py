@@ -243,9 +243,10 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
 
     def _downgrade(
         self, group: ClassicGroup, leaving: list[ConsumerMember], records: list[OffsetsRecord],
-        reason: RemovalReason,
+        reason: RemovalReason, *, rebalance: bool = True,
     ) -> None:
-        """Kafka's convertToClassicGroup for members leaving (module docstring)."""
+        """Kafka's convertToClassicGroup (module docstring); after a static replacement that
+        keeps the subscription the classic group stays Stable (`rebalance` False)."""
         consumer = group.consumer
         assert consumer is not None
         gid = group.group_id
@@ -283,9 +284,10 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         self._event(group, old_state)
         for classic_member in group.members.values():
             self._refresh_session(group, classic_member)
-        self._prepare_rebalance(
-            group, RebalanceCause.MEMBER_LEFT,
-            f"Downgrade group {gid} from consumer to classic for member leaving.")
+        if rebalance:
+            self._prepare_rebalance(
+                group, RebalanceCause.MEMBER_LEFT,
+                f"Downgrade group {gid} from consumer to classic for member leaving.")
 
     def _classic_record(
         self, group: ClassicGroup, staying: list[ConsumerMember],
@@ -368,7 +370,11 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             raise HeartbeatError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if req.group_instance_id is None and unknown and req.version >= 4:
             return JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+        holder_id = consumer.static_members.get(req.group_instance_id or "", "")
+        replaced = consumer.members.get(holder_id)
         member = self._joining_classic_member(group, consumer, member_id, req, unknown, records)
+        if replaced is not None and replaced.member_id == member.member_id:
+            replaced = None  # the static member rejoining, not a replacement
         try:
             subscription = decode_subscription(req.protocols[0][1])
         except RecordDecodeError as exc:
@@ -404,10 +410,18 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         joined = consumer.members[member.member_id]
         classic = joined.classic
         assert classic is not None
-        return JoinGroupResponse(
+        response = JoinGroupResponse(
             ErrorCode.NONE, member_id=joined.member_id, generation_id=joined.member_epoch,
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocol_name=classic.supported_protocols[0][0])
+        if replaced is not None and replaced.classic is None and \
+                self._downgrade_allowed(group, []):
+            # Kafka's validateOnlineDowngradeWithReplacedMember: a classic static member took
+            # the place of the last consumer-protocol one.
+            self._downgrade(group, [], records, RemovalReason.FENCED_BY_STATIC_REPLACEMENT,
+                            rebalance=set(replaced.subscribed_topic_names)
+                            != set(joined.subscribed_topic_names))
+        return response
 
     def _joining_classic_member(
         self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
@@ -435,8 +449,8 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
     ) -> None:
         """Once the join is durable: its join timeout ends, its session and the deadline of its
         SyncGroup (its rebalance timeout) start."""
-        if response.error is not ErrorCode.NONE:
-            return
+        if response.error is not ErrorCode.NONE or group.consumer is None:
+            return  # refused, or the join turned the group classic (its sessions restarted)
         gid, member_id = group.group_id, response.member_id
         self._timers.cancel(consumer_join_timer(gid, member_id))
         self._timers.schedule(consumer_session_timer(gid, member_id),
