@@ -281,3 +281,16 @@ def test_serve_over_sasl_ssl_accepts_every_handshake(
     for _ in range(30):
         with security.connect("127.0.0.1", server.port, timeout=5) as client:
             assert advertised_broker(client) == ("127.0.0.1", server.port)
+
+
+def test_damaged_security_files_stop_the_start_with_their_path(tmp_path: Path) -> None:
+    config = BrokerConfig.build(port=0, data_dir=tmp_path, overrides=[
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer"])
+    (tmp_path / "security").mkdir()
+    (tmp_path / "security" / "scram-credentials.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"scram-credentials\.json"):
+        Security(config)
+    (tmp_path / "security" / "scram-credentials.json").unlink()
+    (tmp_path / "security" / "acls.json").write_text('[{"resource": 1}]')
+    with pytest.raises(ConfigError, match=r"acls\.json"):
+        Security(config)

@@ -186,8 +186,11 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: list[AclBinding] = []
         if path.exists():
-            self._acls = [AclBinding(**entry)
-                          for entry in json.loads(path.read_text(encoding="utf-8"))]
+            try:
+                self._acls = [AclBinding(**entry)
+                              for entry in json.loads(path.read_text(encoding="utf-8"))]
+            except (OSError, ValueError, TypeError) as exc:
+                raise ConfigError(f"cannot read the ACLs in {path}: {exc}") from None
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> Authorizer | None:

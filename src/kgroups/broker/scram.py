@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgroups.broker.config import ConfigError
+
 # Kafka's ScramMechanism: type ids on the wire and the iteration bounds it accepts.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
 MECHANISM_NAMES = {number: name for name, number in MECHANISM_IDS.items()}
@@ -75,13 +77,17 @@ class CredentialStore:
         self._lock = threading.Lock()
         self._users: dict[str, dict[str, ScramCredential]] = {}
         if path.exists():
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            for user, mechanisms in raw.items():
-                self._users[user] = {
-                    mechanism: ScramCredential(
-                        base64.b64decode(entry["salt"]), base64.b64decode(entry["stored_key"]),
-                        base64.b64decode(entry["server_key"]), int(entry["iterations"]))
-                    for mechanism, entry in mechanisms.items()}
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+                for user, mechanisms in raw.items():
+                    self._users[user] = {
+                        mechanism: ScramCredential(
+                            base64.b64decode(entry["salt"]),
+                            base64.b64decode(entry["stored_key"]),
+                            base64.b64decode(entry["server_key"]), int(entry["iterations"]))
+                        for mechanism, entry in mechanisms.items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ConfigError(f"cannot read the SCRAM credentials in {path}: {exc}") from None
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self._users.get(user, {}).get(mechanism)
