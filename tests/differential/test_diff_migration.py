@@ -317,3 +317,24 @@ def test_a_classic_static_member_replaces_the_last_consumer_one(converse, ports)
         a.send(instance="ia")
 
     converse(script, ports=ports)
+
+
+def test_commits_with_an_older_generation(converse, ports) -> None:
+    """KIP-1251 for a classic member: an older generation is taken for partitions it held
+    since then, and refused (ILLEGAL_GENERATION) for one it did not."""
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = stable_classic_group(d, names)
+        Consumer(d, "a").send(0)
+        c.join()
+        c.sync()
+        c.join()
+        c.sync()
+        c.commit(c.generation - 1, 5)
+        response = c.conn.call(commit(d.group, {(TOPIC, 0): 6, (TOPIC, 2): 6},
+                                      generation=c.generation - 1, member_id=c.member_id, v=8),
+                               record=False)
+        d.record("commit", sorted((p.partition_index, int(p.error_code))
+                                  for t in response.topics for p in t.partitions))
+
+    converse(script, ports=ports)
