@@ -117,6 +117,9 @@ class ConsumerGroup:
     targets: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     resolved_regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
+    # The topic catalogue version `metadata_hash` was last computed against (memory only, as
+    # Kafka's metadata refresh deadline: a loaded group computes it at its first heartbeat).
+    metadata_checked: int = field(default=-1, compare=False)
     partition_owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
 
     def state(self) -> str:

@@ -257,14 +257,17 @@ class ConsumerGroupHandlers(CoordinatorCore):
         old_regex = member.subscribed_topic_regex
         regex_changed = updated.subscribed_topic_regex != old_regex
         counts = consumer.subscribed_regexes()
+        # Kafka decides on a refresh from the group as the heartbeat found it.
+        resolved_before = dict(consumer.resolved_regexes)
         new_regex = updated.subscribed_topic_regex
         if regex_changed and new_regex and not counts.get(new_regex):
             _check_new_regex(consumer, new_regex)
-        bump = False
+        # Compared before the record is applied (applying it updates `member` in place).
+        bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
             self._record(group, records, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
-            bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
+        subscription_changed = bump or regex_changed
         member = consumer.members[member.member_id]
         regex_requested = False
         if regex_changed:
@@ -278,7 +281,12 @@ class ConsumerGroupHandlers(CoordinatorCore):
                 bump = bump or resolved
             elif old_regex:
                 bump = True
-        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+        # Kafka recomputes the hash when the subscription moved the epoch or when topics
+        # changed since it last did (a regex dropped or not yet resolved moves neither).
+        new_hash = consumer.metadata_hash
+        if bump or consumer.metadata_checked != self._topics_version:
+            new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+            consumer.metadata_checked = self._topics_version
         # As Kafka 4.3.1 answers: a subscription change or a change of the subscribed topics'
         # metadata moves the epoch by one, and by two when a group that never had an epoch
         # gets a member subscribing to topic names (seen on the wire, existing topics or not;
@@ -290,12 +298,13 @@ class ConsumerGroupHandlers(CoordinatorCore):
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
         if consumer.group_epoch > consumer.assignment_epoch:
             self._update_target(group, consumer, records)
-        if refresh_due(consumer.subscribed_regexes(), consumer.resolved_regexes, self._now,
+        if refresh_due(consumer.subscribed_regexes(), resolved_before, self._now,
                        self._topics_created_version,
                        self.config.group_consumer_regex_refresh_interval_ms, regex_requested):
             after.append(lambda: self._resolve_regexes(group, consumer))
         assigned_before = member.assigned
-        self._maybe_reconcile(group, consumer, member, owned, records)
+        self._maybe_reconcile(group, consumer, member, owned, records,
+                              subscription_changed=subscription_changed)
         member = consumer.members[member.member_id]
         self._timers.schedule(consumer_session_timer(group.group_id, member.member_id),
                               self._now + self.config.group_consumer_session_timeout_ms)
@@ -432,15 +441,23 @@ class ConsumerGroupHandlers(CoordinatorCore):
     def _maybe_reconcile(
         self, group: ClassicGroup, consumer: ConsumerGroup, member: ConsumerMember,
         owned: Assignment | None, records: list[OffsetsRecord],
+        subscription_changed: bool = False,
     ) -> None:
         epoch = consumer.assignment_epoch
-        if member.is_reconciled_to(epoch):
+        if member.is_reconciled_to(epoch) and not subscription_changed:
             return
         owners = consumer.partition_owners
+        pending = member.pending_revocation
+        topics = self._topics
+        subscribed = frozenset(topics[t].topic_id for t in consumer.member_topics(member)
+                               if t in topics)
         try:
-            # Any holder blocks a partition, the member itself too while it revokes it.
-            updated = reconcile(member, epoch, consumer.targets.get(member.member_id, {}),
-                                lambda t, p: (t, p) in owners, owned)
+            # Any holder blocks a partition, except the member itself for what it was giving
+            # up (as Kafka: only one member can hold a partition).
+            updated = reconcile(
+                member, epoch, consumer.targets.get(member.member_id, {}),
+                lambda t, p: (t, p) in owners and p not in pending.get(t, ()), owned,
+                subscribed, subscription_changed)
         except MemberFencedError as exc:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(exc)) from exc
         if updated is member:

@@ -6,6 +6,11 @@ give up become `pending_revocation` and it stays at its epoch (UNREVOKED_PARTITI
 heartbeat's owned partitions no longer list them. Only then does it move to the target epoch
 and receive new partitions, and only those no other member holds (the rest wait:
 UNRELEASED_PARTITIONS). So no partition is ever assigned to two members at once.
+
+As in Kafka 4.3, the member's subscription bounds the step: a topic it no longer subscribes to
+counts as not in its target, and when its subscription has just changed (a new regex not
+resolved yet, say) partitions of such topics are taken back at once, without waiting for a new
+target.
 """
 
 from __future__ import annotations
@@ -29,14 +34,22 @@ def reconcile(
     target: Assignment,
     held_by_other: Callable[[uuid.UUID, int], bool],
     owned: Owned,
+    subscribed: frozenset[uuid.UUID] | None = None,
+    subscription_changed: bool = False,
 ) -> ConsumerMember:
-    """The member after one step (the same object when nothing changes)."""
+    """The member after one step (the same object when nothing changes). `subscribed`: the
+    ids of the topics the member subscribes to (None: not checked)."""
+    if subscribed is not None:
+        target = {t: parts for t, parts in target.items() if t in subscribed}
+    recheck = subscription_changed and subscribed is not None
     if member.state is MemberState.STABLE:
         if member.member_epoch != target_epoch:
             return _next(member, member.member_epoch, target_epoch, target, held_by_other, owned)
-        return member
+        return _drop_unsubscribed(member, subscribed or frozenset(), owned) if recheck else member
     if member.state is MemberState.UNREVOKED_PARTITIONS:
         if _owns_any(owned, member.pending_revocation):
+            if recheck:
+                return _drop_unsubscribed(member, subscribed or frozenset(), owned)
             return member
         return _next(member, member.member_epoch + 1, target_epoch, target, held_by_other, owned)
     if member.state is MemberState.UNRELEASED_PARTITIONS:
@@ -45,6 +58,26 @@ def reconcile(
         raise MemberFencedError("The consumer group member is in a unknown state. "
                                 "The member must abandon all its partitions and rejoin.")
     return _next(member, target_epoch, target_epoch, target, held_by_other, owned)
+
+
+def _drop_unsubscribed(
+    member: ConsumerMember, subscribed: frozenset[uuid.UUID], owned: Owned
+) -> ConsumerMember:
+    """Kafka's updateCurrentAssignment: assigned partitions of topics no longer subscribed to
+    are to be revoked (UNREVOKED_PARTITIONS while the member still reports them), at the
+    member's epoch."""
+    dropped = {t: parts for t, parts in member.assigned.items() if t not in subscribed}
+    if not dropped:
+        return member
+    assigned = {t: parts for t, parts in member.assigned.items() if t in subscribed}
+    pending = dict(member.pending_revocation)
+    for topic_id, parts in dropped.items():
+        pending[topic_id] = pending.get(topic_id, frozenset()) | parts
+    if _owns_any(owned, pending):
+        return _updated(member, MemberState.UNREVOKED_PARTITIONS, member.member_epoch, assigned,
+                        pending, {})
+    return _updated(member, member.state, member.member_epoch, assigned,
+                    member.pending_revocation, {})
 
 
 def _owns_any(owned: Owned, partitions: Assignment) -> bool:
