@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 import pytest
-from kafka_tools import Side, assert_same_output, on_both, stdout_of
+from kafka_tools import KAFKA_ONLY_CONFIGS, Side, assert_same_output, on_both, stdout_of
 from tests.broker.broker_wire_helpers import create_topic, fetch_request, produce_request
 from tests.broker.config_wire_helpers import alter, describe
 
@@ -65,6 +65,19 @@ def test_alter_and_describe_print_the_same(sides: list[Side], topic: str) -> Non
     _configs(sides, topic, "--alter", "--delete-config", "retention.ms,message.timestamp.type")
     assert [line[0] for line in _configs(sides, topic, "--describe")[1:]] == [
         "cleanup.policy=compact,delete"]
+
+
+def test_offsets_topic_settings_print_the_same(sides: list[Side]) -> None:
+    """The settings Kafka creates `__consumer_offsets` with (compacted, 100 MiB segments), with
+    their synonyms; Kafka's compression.type=producer has no kgroups counterpart."""
+    outputs = stdout_of(on_both(sides, CONFIGS, [
+        "--describe", "--entity-type", "topics", "--entity-name", "__consumer_offsets"]), sides)
+    kept = {name: [line for line in lines
+                   if line[0].split("=", 1)[0] not in KAFKA_ONLY_CONFIGS]
+            for name, lines in outputs.items()}
+    assert kept["kgroups"] == kept["kafka"]
+    assert [line[0] for line in kept["kafka"][1:]] == [
+        "cleanup.policy=compact", "segment.bytes=104857600"]
 
 
 @pytest.mark.parametrize("config", ["no.such.key=1", "retention.ms=abc",

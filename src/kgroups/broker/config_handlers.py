@@ -75,14 +75,13 @@ def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
     if ctx.broker.topics.partition_count(name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.", ()
     synonym_cls = sibling(entry_cls, "DescribeConfigsSynonym")
-    own = ctx.broker.topics.overrides(name)
     entries = []
     for key, value, source in topic_config_entries(ctx.broker.topics, name):
         if keys is not None and key not in keys:
             continue
         synonyms: list[Synonym] = []
         if with_synonyms:
-            synonyms = [(key, value, TOPIC_CONFIG_SOURCE)] if key in own else []
+            synonyms = [(key, value, source)] if source == TOPIC_CONFIG_SOURCE else []
             synonyms += _broker_synonyms(ctx, key)
         entries.append(build(
             entry_cls, name=key, value=value, read_only=False, config_source=source,
