@@ -153,7 +153,11 @@ def test_kgroups_groups_prints_what_kafkas_tool_prints(sides: list[Side], names:
         assert main(["groups", "--bootstrap-server", side.bootstrap, "--describe", "--group",
                      names.group, *options]) == 0
         ours = capsys.readouterr()
-        assert sorted(normalise(ours.out, side)) == sorted(normalise(kafka.stdout, side)), (
+        # kgroups' own columns come last: LAST-REBALANCE, REBALANCE-CAUSE with --state,
+        # LAG-SECONDS with --offsets.
+        extra = 2 if "--state" in options else 1 if "--offsets" in options else 0
+        ours_rows = [row[:len(row) - extra] for row in normalise(ours.out, side)]
+        assert sorted(ours_rows) == sorted(normalise(kafka.stdout, side)), (
             side.name, kafka.stdout, ours.out)
         assert "reconciling" not in ours.err
 

@@ -98,11 +98,11 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
     partitions: tuple[PartitionLag, ...]
     coordinator: tuple[str, int, int]  # host, port, node id
-    # Why the last rebalance began: only a kgroups broker says (kgroups.broker.rebalance_field).
-    last_rebalance: RebalanceNote | None = None
     # Consumer groups (KIP-848) only: the group epoch and the target assignment's epoch.
     group_epoch: int | None = None
     assignment_epoch: int | None = None
+    # Why the last rebalance began: only a kgroups broker says (kgroups.broker.rebalance_field).
+    last_rebalance: RebalanceNote | None = None
 
     @property
     def reconciling(self) -> tuple[MemberDescription, ...]:
