@@ -78,6 +78,8 @@ def names(s: Session, response: ConsumerGroupHeartbeatResponse) -> dict[str, tup
     (r"x\Z", "invalid escape sequence"),
     ("(?=x)", "invalid or unsupported Perl syntax"),
     (r"\1", "invalid escape sequence"),
+    (")", "regexp/syntax: internal error"),
+    (r"a\C", "invalid escape sequence"),  # RE2 takes \C (any byte); RE2/J does not
 ])
 def test_invalid_regex_is_refused_with_re2j_wording_and_creates_no_group(
     s: Session, regex: str, description: str

@@ -311,7 +311,8 @@ def _await_partitions(admin: KafkaWireClient, topic: str, count: int | None) -> 
 def test_regex_subscriptions_errors_resolution_and_sharing(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a, b = RegexMember(d, "a"), RegexMember(d, "b")
-        for regex in ("(", "[a-", "a**", "a{1001}", r"x\Z", "(?=x)", r"\1", "a{2,1}", ")"):
+        for regex in ("(", "[a-", "a**", "a{1001}", r"x\Z", "(?=x)", r"\1", "a{2,1}", ")",
+                      r"a\C", "*", "(?P<>a)", "a\\"):
             a.send(0, topics=None, regex=regex)
         # One topic: Kafka's uniform assignor orders several by their (random) topic ids.
         a.send(0, topics=None, regex="diff-[t]")  # answered before the regex is resolved
@@ -397,24 +398,27 @@ def test_created_grown_and_deleted_topics_move_the_group(
 # -- offsets with member epochs ------------------------------------------------------------------
 
 
+def offset_fetch_v9(group: str, member: str | None, epoch: int) -> Any:
+    cls = request_type(9, 9)
+    return build(cls, require_stable=False, groups=(build(
+        sibling(cls, "OffsetFetchRequestGroup"), group_id=group, member_id=member,
+        member_epoch=epoch, topics=(build(sibling(cls, "OffsetFetchRequestTopics"), name=TOPIC,
+                                          partition_indexes=(0, 1, 2)),)),))
+
+
 def test_offset_commit_and_fetch_check_member_epochs(converse, ports) -> None:
     """OffsetCommit v9 / OffsetFetch v9 of a consumer group: the member epoch, KIP-1251's older
     epoch for partitions held since then, unknown members, admin requests, old versions."""
     def script(d: Dialog) -> None:
         a, b = Member(d, "a"), Member(d, "b")
         conn = a.conn
-        topic_type = sibling(request_type(9, 9), "OffsetFetchRequestTopics")
 
         def commit(member: str, epoch: int, partitions: Any, v: int = 9) -> None:
             conn.call(diff_requests.commit(d.group, {(TOPIC, p): 5 for p in partitions},
                                            generation=epoch, member_id=member, v=v))
 
         def fetch(member: str | None, epoch: int) -> None:
-            cls = request_type(9, 9)
-            conn.call(build(cls, require_stable=False, groups=(build(
-                sibling(cls, "OffsetFetchRequestGroup"), group_id=d.group, member_id=member,
-                member_epoch=epoch, topics=(build(topic_type, name=TOPIC,
-                                                  partition_indexes=(0, 1, 2)),)),)))
+            conn.call(offset_fetch_v9(d.group, member, epoch))
 
         a.send(0)
         member = a.member_id
@@ -458,3 +462,25 @@ def test_switching_to_a_regex_not_resolved_yet_revokes_at_once(converse, ports) 
         a.describe()
 
     converse(script, ports=ports)
+
+
+def test_known_differences_of_regexes_and_offset_fetch(converse, ports) -> None:
+    """Known differences (docs/compatibility.md): a regex naming one capture group twice, which
+    RE2 takes and RE2/J refuses; an OffsetFetch with a member epoch but no member id, which
+    Kafka 4.3.1 fails with UNKNOWN_SERVER_ERROR (a NullPointerException) and kgroups answers
+    UNKNOWN_MEMBER_ID."""
+    def script(d: Dialog) -> None:
+        a = Member(d, "a")
+        a.send(0)
+        (fetched,) = a.conn.call(offset_fetch_v9(d.group, None, 2), record=False).groups
+        d.record("fetch", fetched.error_code.name)
+        refused = a.conn.call(heartbeat(d.group, "b", 0, topics=None, rebalance_ms=30_000,
+                                        regex="(?P<n>x)|(?P<n>y)"), record=False)
+        d.record("regex", (int(refused.error_code), refused.error_message))
+
+    regex = "(?P<n>x)|(?P<n>y)"
+    converse(script, ports=ports, known={
+        "1 fetch": ("unknown_server_error", "unknown_member_id"),
+        "2 regex[0]": (128, 0),
+        "2 regex[1]": (f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
+                       "duplicate capture group name.", None)})

@@ -55,12 +55,34 @@ class InvalidRegexError(ValueError):
 
 def compile_regex(regex: str) -> re2._Regexp:
     try:
-        return re2.compile(regex, _OPTIONS)
+        pattern = re2.compile(regex, _OPTIONS)
     except re2.error as exc:
         raw = exc.args[0] if exc.args else b""
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         code = text.split(": ", 1)[0]
         raise InvalidRegexError(regex, _RE2J_DESCRIPTIONS.get(code, code)) from None
+    if _has_any_byte_escape(regex):
+        # RE2's \C (any byte) has no RE2/J counterpart: Kafka refuses it.
+        raise InvalidRegexError(regex, "invalid escape sequence")
+    return pattern
+
+
+def _has_any_byte_escape(regex: str) -> bool:
+    """Whether `regex` uses \\C outside a \\Q...\\E literal."""
+    index = 0
+    while index < len(regex):
+        if regex.startswith("\\Q", index):
+            end = regex.find("\\E", index + 2)
+            if end < 0:
+                return False
+            index = end + 2
+        elif regex[index] == "\\":
+            if regex[index + 1 : index + 2] == "C":
+                return True
+            index += 2
+        else:
+            index += 1
+    return False
 
 
 def resolve(regexes: Iterable[str], topic_names: Iterable[str]) -> dict[str, frozenset[str]]:
