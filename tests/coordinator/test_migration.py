@@ -20,6 +20,7 @@ from kgroups.coordinator import (
     SyncGroupResponse,
 )
 from kgroups.coordinator.consumer_api import (
+    ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -282,3 +283,105 @@ def test_an_empty_consumer_group_becomes_classic_for_a_classic_member() -> None:
     assert first.error == ErrorCode.MEMBER_ID_REQUIRED
     assert s.coordinator._groups[G].consumer is None
     assert G not in s.replayed()._groups  # nothing of the consumer group survives
+
+
+def refused_upgrade(s: Session) -> str:
+    response = s.hb("a", 0)
+    assert response.error == ErrorCode.GROUP_ID_NOT_FOUND
+    assert s.coordinator._groups[G].consumer is None
+    return response.error_message or ""
+
+
+def test_upgrade_refusals_say_why_as_kafka_does() -> None:
+    s = Session()
+    s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
+    first = s.reply(s.join(G, protocol_type="connect", protocols=(("v1", b"x"),)))
+    s.join(G, first.member_id, protocol_type="connect", protocols=(("v1", b"x"),))
+    assert refused_upgrade(s).endswith("does not use the consumer embedded protocol.")
+    s, c = classic_group()
+    s.coordinator._groups[G].members[c].assignment = encode_assignment(ConsumerAssignment(
+        (TopicPartitions("t1", (0,)),), b"\x00\x00\x00\x01", 1))
+    assert "an unsupported custom assignor is in use" in refused_upgrade(s)
+    s.coordinator._groups[G].members[c].assignment = b"\x00"
+    assert refused_upgrade(s).endswith("the embedded consumer protocol is malformed.")
+    s, c = classic_group(GroupCoordinatorConfig(group_consumer_max_size=1))
+    s.join(G, "", version=3, protocols=(("cooperative-sticky", subscription()),))  # parked
+    assert refused_upgrade(s).endswith("exceeds the consumer group maximum size.")
+
+
+def test_an_upgrade_mid_rebalance_tells_parked_requests_to_rejoin() -> None:
+    s, c = classic_group()
+    pending = s.reply(s.join(G, "", protocols=(("cooperative-sticky", subscription()),)))
+    parked = s.join(G, pending.member_id, protocols=(("cooperative-sticky", subscription()),))
+    assert s.reply(parked) is None  # waits for c to rejoin
+    assert s.hb("a", 0).error == ErrorCode.NONE
+    assert s.reply(parked).error == ErrorCode.REBALANCE_IN_PROGRESS
+    assert set(s.consumer().members) == {c, pending.member_id, "a"}
+
+
+def test_classic_static_members_inside_a_consumer_group() -> None:
+    s, c = classic_group()
+    s.hb("a", 0)
+    protocols = (("cooperative-sticky", subscription()),)
+    first = s.reply(s.join(G, instance="s1", protocols=protocols))
+    assert first.error == ErrorCode.NONE
+    again = s.reply(s.join(G, first.member_id, instance="s1", protocols=protocols))
+    assert (again.error, again.member_id) == (ErrorCode.NONE, first.member_id)
+    assert s.reply(s.join(G, "other", instance="s1", protocols=protocols)).error \
+        == ErrorCode.FENCED_INSTANCE_ID
+    assert s.reply(s.join(G, "other", instance="s2", protocols=protocols)).error \
+        == ErrorCode.UNKNOWN_MEMBER_ID
+    assert s.reply(s.heartbeat(G, "other", again.generation_id, "s1")).error \
+        == ErrorCode.FENCED_INSTANCE_ID
+    # A replacement takes the place; the replaced one's sync deadline does not fence it.
+    successor = s.reply(s.join(G, instance="s1", protocols=protocols))
+    assert successor.member_id != first.member_id
+    assert s.reply(s.sync(G, successor.member_id, successor.generation_id, instance="s1",
+                          protocol_type="connect")).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    s.sync(G, successor.member_id, successor.generation_id, instance="s1")
+    for _ in range(6):  # past the replaced member's sync deadline, everyone heartbeating
+        s.advance(5_000)
+        s.beat(c, s.consumer().members[c].member_epoch)
+        s.heartbeat(G, successor.member_id, successor.generation_id, "s1")
+        s.hb("a", s.consumer().members["a"].member_epoch)
+    assert successor.member_id in s.consumer().members
+    left = s.reply(s.leave(G, MemberIdentity("", "s1"), MemberIdentity("wrong", "s1")))
+    assert [m.error for m in left.members] == [ErrorCode.NONE, ErrorCode.FENCED_INSTANCE_ID]
+    assert successor.member_id not in s.consumer().members
+    assert s.reply(s.join(G, "", protocol_type="connect", protocols=protocols)).error \
+        == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_classic_member_leaving_a_group_that_stays_a_consumer_group() -> None:
+    s, c = classic_group()
+    s.hb("a", 0)
+    epoch = s.consumer().group_epoch
+    left = s.reply(s.leave(G, MemberIdentity(c)))
+    assert [m.error for m in left.members] == [ErrorCode.NONE]
+    assert list(s.consumer().members) == ["a"] and s.consumer().group_epoch == epoch + 1
+    assert s.sync_classic(c, 1).error == ErrorCode.UNKNOWN_MEMBER_ID
+    s.hb("a", -1)
+    empty = s.reply(s.sync(G, c, 1, protocol_type="consumer"))
+    assert empty.error == ErrorCode.UNKNOWN_MEMBER_ID  # an empty consumer group
+
+
+def test_a_classic_member_waiting_for_released_partitions_is_told_when_they_are_free() -> None:
+    s = Session()
+    s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
+    a = s.hb("a", 0)
+    a = s.hb("a", a.member_epoch, owned=a.assignment)
+    joined = s.reply(s.join(G, "", version=3, protocols=(("range", subscription()),)))
+    assert s.consumer().members[joined.member_id].state is MemberState.UNRELEASED_PARTITIONS
+    synced = s.reply(s.sync(G, joined.member_id, joined.generation_id, protocol_type="consumer",
+                            protocol_name="range"))
+    assert partitions_of(synced.assignment) == ()
+    assert s.beat(joined.member_id, joined.generation_id) == ErrorCode.NONE  # still held
+    kept = s.hb("a", a.member_epoch, owned=a.assignment).assignment
+    s.hb("a", s.consumer().members["a"].member_epoch, owned=kept)
+    assert s.beat(joined.member_id, joined.generation_id) == ErrorCode.REBALANCE_IN_PROGRESS
+    described = s.coordinator.consumer_group_describe(
+        ConsumerGroupDescribeRequest("d", (G, "nothing")), s.now).replies[0].response
+    ours, missing = described.groups
+    assert {m.member_id: m.classic for m in ours.members} == {"a": False,
+                                                               joined.member_id: True}
+    assert (missing.error, missing.state) == (ErrorCode.GROUP_ID_NOT_FOUND, "")
