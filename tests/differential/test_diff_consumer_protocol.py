@@ -150,6 +150,8 @@ def test_request_errors(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a = Member(d, "a")
         a.send(0, member="")  # v1: the client must name itself
+        a.conn.call(heartbeat("", "", 0, topics=["diff-t"], rebalance_ms=1000))  # checked first
+        a.send(0, topics=None)  # neither names nor a regex
         a.send(0, rebalance_ms=-1)
         a.send(0, topics=[])
         a.send(0, assignor="nope")

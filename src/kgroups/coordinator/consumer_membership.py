@@ -152,19 +152,16 @@ class ConsumerGroupHandlers(CoordinatorCore):
             # As Kafka answers without 'consumer' in group.coordinator.rebalance.protocols
             # (it still lists the API in ApiVersions): the error alone, no message.
             raise HeartbeatError(ErrorCode.UNSUPPORTED_VERSION)
+        epoch = req.member_epoch
+        if (req.version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and not req.member_id:
+            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
         if not req.group_id:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
         if req.instance_id == "":
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be empty.")
         if req.rack_id == "":
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
-        if req.version >= 1 and not req.member_id:
-            raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-        epoch = req.member_epoch
-        if epoch > 0 or epoch == LEAVE_EPOCH:
-            if not req.member_id:
-                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
-        elif epoch == 0:
+        if epoch == 0:
             if req.rebalance_timeout_ms == -1:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST,
                                      "RebalanceTimeoutMs must be provided in first request.")
@@ -173,14 +170,12 @@ class ConsumerGroupHandlers(CoordinatorCore):
                                      "TopicPartitions must be empty when (re-)joining.")
             if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
                 raise HeartbeatError(
-                    ErrorCode.INVALID_REQUEST,
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+                    ErrorCode.INVALID_REQUEST, "Either SubscribedTopicNames or SubscribedTopicRegex"
+                    " must be non-null when (re-)joining.")
         elif epoch == STATIC_LEAVE_EPOCH:
-            if not req.member_id:
-                raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
             if req.instance_id is None:
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
-        else:
+        elif epoch < STATIC_LEAVE_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid.")
         assignors = self.config.group_consumer_assignors
         if req.server_assignor is not None and req.server_assignor not in assignors:
