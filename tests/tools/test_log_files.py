@@ -39,6 +39,14 @@ from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides, r
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.log.batch import build_batch
 from kgroups.pipeline.job import run_analysis
+from kgroups.records.codec import encode_key, encode_value
+from kgroups.records.consumer_group import (
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupPartitionMetadataValue,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupRegularExpressionValue,
+    SubscribedTopicMetadata,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -274,3 +282,33 @@ def test_kgroups_serves_a_copy_of_kafkas_log_directory(kafka_log: tuple[Path, Ac
     finally:
         server.stop()
         server.close()
+
+
+def test_kafka_decodes_the_records_kgroups_encodes_but_kafka_43_no_longer_writes(
+        tmp_path: Path) -> None:
+    """Type 4 (subscription metadata: written by Kafka 3.7-4.0, only tombstoned since 4.1) and
+    type 16 (regular expressions, which a console consumer never makes) as kgroups encodes
+    them, read by DumpLogSegments and by `kgroups offsets dump` alike."""
+    topic = SubscribedTopicMetadata(uuid.UUID(int=0x5F4D3C2B1A0948778665544332211000), "orders",
+                                    3, ((0, ("rack-a", "rack-b")), (1, ()), (2, ("rack-c",))))
+    plain = SubscribedTopicMetadata(uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF),
+                                    "payments", 2)
+    records = [
+        (ConsumerGroupPartitionMetadataKey("g"),
+         ConsumerGroupPartitionMetadataValue((topic, plain))),
+        (ConsumerGroupPartitionMetadataKey("g"), ConsumerGroupPartitionMetadataValue(())),
+        (ConsumerGroupPartitionMetadataKey("g"), None),
+        (ConsumerGroupRegularExpressionKey("g", "ord.*"),
+         ConsumerGroupRegularExpressionValue(("orders", "orders-eu"), 7, 1_700_000_000_000)),
+        (ConsumerGroupRegularExpressionKey("g", "ord.*"), None),
+    ]
+    directory = tmp_path / "__consumer_offsets-0"
+    directory.mkdir()
+    (directory / "00000000000000000000.log").write_bytes(build_batch(
+        [(encode_key(key), None if value is None else encode_value(value), 1_700_000_000_000)
+         for key, value in records]))
+    decoded = assert_same_records(directory)
+    assert [(r["key"]["type"], r["value"] is None) for r in decoded] == [
+        (4, False), (4, False), (4, True), (16, False), (16, True)]
+    assert decoded[0]["value"]["data"]["topics"][0]["partitionMetadata"][0] == {
+        "partition": 0, "racks": ["rack-a", "rack-b"]}

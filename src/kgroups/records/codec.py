@@ -18,9 +18,11 @@ from typing import Any
 from kgroups.records import consumer_protocol
 from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
+    PARTITION_METADATA_KEY_TYPE,
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
+    ConsumerGroupPartitionMetadataKey,
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
@@ -97,6 +99,7 @@ _CONSUMER_GROUP_KEYS = (
     ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
     ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey,
+    ConsumerGroupPartitionMetadataKey,
 )
 _UUID_SIZE = 16
 
@@ -133,7 +136,8 @@ def encode_key(key: RecordKey) -> bytes:
         return INT16.pack(key.version) + write_string(key.group)
     if isinstance(key, _CONSUMER_GROUP_KEYS):
         return encode_consumer_group_key(key)
-    if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in CONSUMER_GROUP_KEY_TYPES:
+    if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in (
+            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE):
         raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
     return INT16.pack(key.version) + key.data
 
@@ -193,7 +197,7 @@ def _decode_key_checked(data: bytes) -> RecordKey:
         return GroupMetadataKey(group)
     if key_type < 0:
         raise RecordDecodeError(f"cannot read key type at byte 0: {key_type} is negative", 0)
-    if key_type in CONSUMER_GROUP_KEY_TYPES:
+    if key_type in CONSUMER_GROUP_KEY_TYPES or key_type == PARTITION_METADATA_KEY_TYPE:
         return decode_consumer_group_key(key_type, data)
     return UnknownKey(key_type, bytes(data[2:]))
 

@@ -9,7 +9,8 @@ and not flexible; values are version 0, flexible, with the tagged fields Kafka 4
 AssignmentTimestamp, both tag 0, int64, written only when non-zero;
 ConsumerGroupMemberMetadataValue.ClassicMemberMetadata, tag 0, kept as raw bytes so a record
 Kafka wrote for a migrated member re-encodes byte for byte). Type 4 (subscription metadata,
-deprecated in Kafka 4.1) stays an opaque `UnknownKey`.
+deprecated in Kafka 4.1, which only tombstones it) is decoded and re-encoded for the dump tools,
+but is not among CONSUMER_GROUP_KEY_TYPES: no group state is rebuilt from it.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ class ConsumerGroupRegularExpressionKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataKey:
+    group: str
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataValue:
     epoch: int
     metadata_hash: int = 0
@@ -140,6 +147,24 @@ class ConsumerGroupRegularExpressionValue:
     timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class SubscribedTopicMetadata:
+    """One topic of ConsumerGroupPartitionMetadataValue; `partition_racks` is Kafka 3.7-4.0's
+    PartitionMetadata: (partition, its replicas' racks) for each partition with racks."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+    partition_racks: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataValue:
+    """Type 4: the metadata of the group's subscribed topics when its epoch last moved."""
+
+    topics: tuple[SubscribedTopicMetadata, ...]
+
+
 ConsumerGroupKey = (
     ConsumerGroupMetadataKey
     | ConsumerGroupMemberMetadataKey
@@ -147,6 +172,7 @@ ConsumerGroupKey = (
     | ConsumerGroupTargetAssignmentMemberKey
     | ConsumerGroupCurrentMemberAssignmentKey
     | ConsumerGroupRegularExpressionKey
+    | ConsumerGroupPartitionMetadataKey
 )
 ConsumerGroupValue = (
     ConsumerGroupMetadataValue
@@ -155,8 +181,10 @@ ConsumerGroupValue = (
     | ConsumerGroupTargetAssignmentMemberValue
     | ConsumerGroupCurrentMemberAssignmentValue
     | ConsumerGroupRegularExpressionValue
+    | ConsumerGroupPartitionMetadataValue
 )
 CONSUMER_GROUP_KEY_TYPES = (3, 5, 6, 7, 8, 16)
+PARTITION_METADATA_KEY_TYPE = 4  # decoded, never replayed (see the module doc)
 _MEMBER_KEYS: dict[int, type[Any]] = {
     5: ConsumerGroupMemberMetadataKey,
     7: ConsumerGroupTargetAssignmentMemberKey,
@@ -164,6 +192,7 @@ _MEMBER_KEYS: dict[int, type[Any]] = {
 }
 _GROUP_KEYS: dict[int, type[Any]] = {
     3: ConsumerGroupMetadataKey,
+    4: ConsumerGroupPartitionMetadataKey,
     6: ConsumerGroupTargetAssignmentMetadataKey,
 }
 _REGEX_KEY_TYPE = 16
@@ -211,6 +240,17 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         parts += [INT32.pack(value.assignment_epoch), _int64_tag(value.assignment_timestamp)]
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         parts += [_partitions(value.topic_partitions), b"\x00"]
+    elif isinstance(value, ConsumerGroupPartitionMetadataValue):
+        parts.append(write_uvarint(len(value.topics) + 1))
+        for topic in value.topics:
+            parts += [topic.topic_id.bytes, write_compact_nullable_string(topic.topic_name),
+                      INT32.pack(topic.num_partitions),
+                      write_uvarint(len(topic.partition_racks) + 1)]
+            for partition, racks in topic.partition_racks:
+                parts += [INT32.pack(partition), write_uvarint(len(racks) + 1),
+                          *(write_compact_nullable_string(r) for r in racks), b"\x00"]
+            parts.append(b"\x00")
+        parts.append(b"\x00")
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         parts += [
             write_uvarint(len(value.topics) + 1),
@@ -303,6 +343,8 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
             epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs)
     elif isinstance(key, ConsumerGroupRegularExpressionKey):
         value, pos = _read_regular_expression(data, pos, what)
+    elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+        value, pos = _read_partition_metadata(data, pos, what)
     else:
         value, pos = _read_member_metadata(data, pos, what)
     if pos != len(data):
@@ -344,6 +386,35 @@ def _read_regular_expression(
     timestamp, pos = read_int64(data, pos, f"{what} timestamp")
     _tags, pos = _read_tags(data, pos, what)
     return ConsumerGroupRegularExpressionValue(tuple(topics), version, timestamp), pos
+
+
+def _read_partition_metadata(
+    data: bytes, pos: int, what: str
+) -> tuple[ConsumerGroupPartitionMetadataValue, int]:
+    count, pos = read_compact_array_length(data, pos, f"{what} topics")
+    topics = []
+    for index in range(count):
+        at = f"{what} topics[{index}]"
+        if pos + 16 > len(data):
+            raise short(f"{at}.topicId", pos, 16, data)
+        topic_id = uuid.UUID(bytes=_UUID.unpack_from(data, pos)[0])
+        name, pos = read_compact_string(data, pos + 16, f"{at}.topicName")
+        partitions, pos = read_int32(data, pos, f"{at}.numPartitions")
+        entries, pos = read_compact_array_length(data, pos, f"{at}.partitionMetadata")
+        racks_of = []
+        for entry in range(entries):
+            partition, pos = read_int32(data, pos, f"{at}.partitionMetadata[{entry}]")
+            size, pos = read_compact_array_length(data, pos, f"{at}.partitionMetadata racks")
+            racks = []
+            for _ in range(size):
+                rack, pos = read_compact_string(data, pos, f"{at}.partitionMetadata racks")
+                racks.append(rack)
+            _tags, pos = _read_tags(data, pos, f"{at}.partitionMetadata[{entry}]")
+            racks_of.append((partition, tuple(racks)))
+        _tags, pos = _read_tags(data, pos, at)
+        topics.append(SubscribedTopicMetadata(topic_id, name, partitions, tuple(racks_of)))
+    _tags, pos = _read_tags(data, pos, what)
+    return ConsumerGroupPartitionMetadataValue(tuple(topics)), pos
 
 
 def _read_partitions(data: bytes, pos: int, what: str) -> tuple[TopicPartitionList, int]:
@@ -445,6 +516,13 @@ def consumer_group_value_json(
                              "assignmentTimestamp", value.assignment_timestamp)
     if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         return {"topicPartitions": _partitions_json(value.topic_partitions, to_text)}
+    if isinstance(value, ConsumerGroupPartitionMetadataValue):
+        return {"topics": [
+            {"topicId": to_text(t.topic_id), "topicName": t.topic_name,
+             "numPartitions": t.num_partitions,
+             "partitionMetadata": [{"partition": p, "racks": list(racks)}
+                                   for p, racks in t.partition_racks]}
+            for t in value.topics]}
     if isinstance(value, ConsumerGroupRegularExpressionValue):
         return {"topics": list(value.topics), "version": value.version,
                 "timestamp": value.timestamp}
