@@ -34,8 +34,8 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class UnknownKey:
-    """A key of a type kgroups does not interpret (4, 9 and up: KIP-848's deprecated subscription
-    metadata and regular expressions, share and streams groups): kept opaque so logs read."""
+    """A key of a type kgroups does not interpret (9 to 15 and 17 up: share and streams
+    groups): kept opaque so logs read."""
 
     version: int
     data: bytes
