@@ -64,15 +64,19 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
             client,
             (TOPIC, "missing", [("retention.ms", SET, "5")]),
             (TOPIC, "settings", [("no.such", SET, "5")]),
-            (BROKER, "0", [("log.retention.ms", SET, "5")]),
+            (BROKER, "0", [("group.initial.rebalance.delay.ms", SET, "5")]),
             (BROKER, "7", [("log.retention.ms", SET, "5")]),
         )
         assert answers == [
             (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'missing' does not exist."),
             (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such"),
-            (ErrorCode.INVALID_REQUEST, "kgroups has no dynamic broker configs; set "
-                                        "[log.retention.ms] at start-up (kgroups serve "
-                                        "--override NAME=VALUE)"),
+            (ErrorCode.INVALID_REQUEST, "kgroups applies only these broker settings "
+             "dynamically: log.cleaner.delete.retention.ms, log.cleanup.policy, "
+             "log.flush.interval.messages, log.flush.interval.ms, log.index.interval.bytes, "
+             "log.message.timestamp.type, log.retention.bytes, log.retention.hours, "
+             "log.retention.minutes, log.retention.ms, log.segment.bytes; set "
+             "[group.initial.rebalance.delay.ms] at start-up (kgroups serve --override "
+             "NAME=VALUE)"),
             (ErrorCode.INVALID_REQUEST,
              "Unexpected broker id, expected 0 or empty string, but received 7"),
         ]
@@ -109,17 +113,47 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
         assert describe(client, TOPIC, "settings")["retention.ms"][1] == 5
 
 
+def test_dynamic_broker_settings_change_every_topic_default(broker: InProcessBroker) -> None:
+    """The cluster default, then this broker's own value over it, as Kafka layers them; a
+    topic's own setting still wins; the open log takes the new value at once."""
+    with connect(broker.port) as client:
+        create_topic(client, "own", 1, configs={"retention.ms": "5000"})
+        _produce_one(client, "settings", 1000)  # opens partition 0
+        assert alter(client, (BROKER, "", [("log.retention.ms", SET, "3000")]),
+                     (BROKER, "0", [("log.retention.ms", SET, "2000")])) == [(0, None)] * 2
+        shown = describe(client, TOPIC, "settings")["retention.ms"]
+        assert shown == ("2000", 5, [
+            "2:log.retention.ms=2000", "3:log.retention.ms=3000",
+            "4:log.retention.ms=86400000", "5:log.retention.hours=168"])
+        assert describe(client, TOPIC, "own")["retention.ms"][:2] == ("5000", 1)
+        assert describe(client, BROKER, "0")["log.retention.ms"][:2] == ("2000", 2)
+        assert describe(client, BROKER, "") == {
+            "log.retention.ms": ("3000", 3, ["3:log.retention.ms=3000"])}
+        assert broker.broker.topics.log("settings", 0).config.retention_ms == 2000  # type: ignore[union-attr]
+        assert alter(client, (BROKER, "0", [("log.retention.ms", DELETE, None)])) == [(0, None)]
+        assert describe(client, TOPIC, "settings")["retention.ms"][0] == "3000"
+        assert alter(client, (BROKER, "0", [("log.retention.ms", SET, "abc")]),
+                     (BROKER, "", [("log.retention.ms", APPEND, "5")])) == [
+            (ErrorCode.INVALID_REQUEST,
+             "Invalid value abc for configuration log.retention.ms: Not a number of type LONG"),
+            (ErrorCode.INVALID_CONFIG,
+             "Config value append is not allowed for config key: log.retention.ms")]
+
+
 def test_validate_only_changes_nothing(broker: InProcessBroker) -> None:
     with connect(broker.port) as client:
         assert alter(client, (TOPIC, "settings", [("retention.ms", SET, "1000")]),
-                     validate_only=True) == [(0, None)]
-        assert describe(client, TOPIC, "settings")["retention.ms"][1] == 5
+                     (BROKER, "", [("log.retention.ms", SET, "1000")]),
+                     validate_only=True) == [(0, None)] * 2
+        assert describe(client, TOPIC, "settings")["retention.ms"][:2] == ("86400000", 5)
+        assert describe(client, BROKER, "") == {}
 
 
 def test_broker_resource_lists_start_up_settings(broker: InProcessBroker) -> None:
     with connect(broker.port) as client:
         shown = describe(client, BROKER, "0")
-        assert shown["log.retention.ms"] == ("86400000", 4, ["4:log.retention.ms=86400000"])
+        assert shown["log.retention.ms"] == ("86400000", 4, [
+            "4:log.retention.ms=86400000", "5:log.retention.hours=168"])
         assert describe(client, BROKER, "") == {}
 
 
@@ -176,14 +210,16 @@ def test_altered_settings_survive_a_restart(kgroups_server: ServerProcess) -> No
     with connect(kgroups_server.port) as client:
         create_topic(client, "kept", 1)
         assert alter(client, (TOPIC, "kept", [("retention.ms", SET, "1234"),
-                                              ("cleanup.policy", SET, "compact")])) \
-            == [(0, None)]
+                                              ("cleanup.policy", SET, "compact")]),
+                     (BROKER, "", [("log.segment.bytes", SET, "2097152")])) == [(0, None)] * 2
     kgroups_server.stop()
     kgroups_server.start()
     with connect(kgroups_server.port) as client:
         shown = describe(client, TOPIC, "kept")
         assert shown["retention.ms"][:2] == ("1234", 1)
         assert shown["cleanup.policy"][:2] == ("compact", 1)
+        assert shown["segment.bytes"] == ("2097152", 5, [
+            "3:log.segment.bytes=2097152", "5:log.segment.bytes=1073741824"])
         assert _produce_one(client, "kept", 1000, key=None).error_code == \
             ErrorCode.INVALID_RECORD
 

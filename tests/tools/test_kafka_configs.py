@@ -102,14 +102,55 @@ def test_unknown_topic_is_refused_the_same(sides: list[Side]) -> None:
         "The topic 'no-such-topic' does not exist."]
 
 
-def test_broker_describe_prints_the_same(sides: list[Side]) -> None:
-    """No dynamic broker settings on either: the same (empty) list under each node's id."""
+def _without_node_id(line: list[str], node_id: str) -> list[str]:
+    """"... config for broker N." and "... configs for broker N are:" with N as ID."""
+    if "broker" not in line[:5]:
+        return line
+    at = line.index("broker") + 1
+    if line[at].rstrip(".") != node_id:
+        return line
+    return [*line[:at], "ID" + line[at][len(node_id):], *line[at + 1:]]
+
+
+def test_dynamic_broker_settings_print_the_same(sides: list[Side]) -> None:
+    """A dynamic broker setting per broker and as the cluster default, described with its
+    synonyms, then deleted. The value set is Kafka's default, so the brokers the other tests
+    share behave as before."""
     node_ids = {"kafka": "1", "kgroups": "0"}
-    results = on_both(sides, CONFIGS, lambda side: [
-        "--describe", "--entity-type", "brokers", "--entity-name", node_ids[side.name]])
-    outputs = stdout_of(results, sides)
-    assert outputs["kafka"] == [["Dynamic", "configs", "for", "broker", "1", "are:"]]
-    assert outputs["kgroups"] == [["Dynamic", "configs", "for", "broker", "0", "are:"]]
+
+    def broker(*args: str) -> Any:
+        return lambda side: [*args, "--entity-type", "brokers", "--entity-name",
+                             node_ids[side.name]]
+
+    def default(*args: str) -> list[str]:
+        return [*args, "--entity-type", "brokers", "--entity-default"]
+
+    def same(results: Any) -> list[list[str]]:
+        """Both outputs, the node id in "... for broker N" and Kafka-only settings (KRaft's
+        cluster-default min.insync.replicas) left out, are equal; returns Kafka's."""
+        kept = {}
+        for name, lines in stdout_of(results, sides).items():
+            kept[name] = [_without_node_id(line, node_ids[name]) for line in lines
+                          if line[0].split("=", 1)[0] not in KAFKA_ONLY_CONFIGS]
+        assert kept["kgroups"] == kept["kafka"]
+        return kept["kafka"]
+
+    setting = "log.index.interval.bytes=4096"
+    same(on_both(sides, CONFIGS, broker("--alter", "--add-config", setting)))
+    same(on_both(sides, CONFIGS, default("--alter", "--add-config", setting)))
+    try:
+        assert same(on_both(sides, CONFIGS, broker("--describe"))) == [
+            ["Dynamic", "configs", "for", "broker", "ID", "are:"],
+            [setting, "sensitive=false", f"synonyms={{DYNAMIC_BROKER_CONFIG:{setting},",
+             f"DYNAMIC_DEFAULT_BROKER_CONFIG:{setting},", f"DEFAULT_CONFIG:{setting}}}"]]
+        assert same(on_both(sides, CONFIGS, default("--describe"))) == [
+            ["Default", "configs", "for", "brokers", "in", "the", "cluster", "are:"],
+            [setting, "sensitive=false", f"synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{setting}}}"]]
+    finally:
+        same(on_both(sides, CONFIGS, broker("--alter", "--delete-config",
+                                            "log.index.interval.bytes")))
+        same(on_both(sides, CONFIGS, default("--alter", "--delete-config",
+                                             "log.index.interval.bytes")))
 
 
 def _on_each(sides: list[Side], action: Any) -> dict[str, Any]:

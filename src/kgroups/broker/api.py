@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
     from kgroups.broker.config import BrokerConfig
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
+    from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
     from kgroups.broker.memory_budget import MemoryBudget
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security import Session
@@ -33,6 +34,7 @@ class HandlerServices(Protocol):
 
     config: BrokerConfig
     log_config: LogConfig
+    dynamic_configs: DynamicBrokerConfigs
     registry: HandlerRegistry
     topics: TopicCatalog
     logs: LogManager

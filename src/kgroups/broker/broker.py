@@ -28,6 +28,7 @@ from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
+from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.memory_budget import MemoryBudget
@@ -35,7 +36,6 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import Security
 from kgroups.broker.server import BrokerServer
 from kgroups.broker.topics import TopicCatalog
-from kgroups.log.config import LogConfig
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
 
@@ -73,7 +73,9 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.log_config = LogConfig.from_properties(config.properties)
+        # The static settings with the dynamic broker configs saved by IncrementalAlterConfigs.
+        self.dynamic_configs = DynamicBrokerConfigs(config.data_dir, config.properties)
+        self.log_config = self.dynamic_configs.log_config()
         self.logs = LogManager(config.data_dir, self.log_config)
         self.group_commit = GroupCommit()
         self.topics = TopicCatalog(self.logs)

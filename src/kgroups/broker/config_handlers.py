@@ -5,10 +5,11 @@ fails when the broker cannot answer; `kafka-configs --describe` prints each sett
 the broker settings it falls back to), so a topic's `retention.ms` set at CreateTopics or with
 `kafka-configs --alter` shows up as it does on Kafka, and survives a restart as there.
 
-Broker resources are described (the settings given at start-up, as Kafka's static broker
-configs) but not altered: kgroups has no dynamic broker configs, and says so per resource
-rather than storing a setting it would not apply. Logger, client-metrics and group configs are
-refused the same way.
+Broker resources (this node, or the cluster default) are described layer by layer as Kafka
+does, and the broker-wide defaults of the topic settings are altered dynamically
+(dynamic_configs.py); a broker setting kgroups reads only at start-up is refused, naming where
+to set it, rather than stored and not applied. Logger, client-metrics and group configs are
+refused per resource.
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
+from kgroups.broker.dynamic_configs import (
+    CLUSTER_DEFAULT,
+    DYNAMIC_SETTINGS,
+    PER_BROKER,
+    DynamicConfigError,
+)
 from kgroups.broker.events import log_event
 from kgroups.broker.kafka_settings import kafka_settings
 from kgroups.broker.topic_configs import (
@@ -41,6 +48,8 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 # Kafka's DescribeConfigsResponse.ConfigSource values.
 TOPIC_CONFIG_SOURCE = 1
+DYNAMIC_BROKER_CONFIG_SOURCE = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE = 3
 STATIC_BROKER_CONFIG_SOURCE = 4
 DEFAULT_CONFIG_SOURCE = 5
 # Kafka's ConfigDef types, as DescribeConfigs v3+ reports them.
@@ -57,16 +66,24 @@ def topic_config_entries(topics: TopicCatalog, topic: str) -> list[tuple[str, st
             for name, value, own in topics.config_entries(topic)]
 
 
-def _broker_synonyms(ctx: RequestContext, topic_setting: str) -> list[Synonym]:
-    """Kafka's order: every synonym given at start-up, then every one with a default, from
-    the first that is the setting's own broker name (Kafka drops those before it)."""
-    names = TOPIC_SETTINGS[topic_setting].broker_synonyms
-    supplied = ctx.broker.config.supplied()
-    found = [(n, supplied[n], STATIC_BROKER_CONFIG_SOURCE) for n in names if n in supplied]
-    found += [(n, KAFKA_BROKER_DEFAULTS[n], DEFAULT_CONFIG_SOURCE)
-              for n in names if n in KAFKA_BROKER_DEFAULTS]
+def _synonyms(ctx: RequestContext, names: Sequence[str]) -> list[Synonym]:
+    """Kafka's order: each of `names` set dynamically for this broker, then as the cluster
+    default, then given at start-up, then Kafka's default; from the first of them that is
+    `names[0]` on (Kafka drops those before it)."""
+    layers = ctx.broker.dynamic_configs.layers
+    sources = ((layers[PER_BROKER], DYNAMIC_BROKER_CONFIG_SOURCE),
+               (layers[CLUSTER_DEFAULT], DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE),
+               (ctx.broker.config.supplied(), STATIC_BROKER_CONFIG_SOURCE),
+               (KAFKA_BROKER_DEFAULTS, DEFAULT_CONFIG_SOURCE))
+    found = [(n, values[n], source) for values, source in sources for n in names if n in values]
     first = next((i for i, synonym in enumerate(found) if synonym[0] == names[0]), len(found))
     return found[first:]
+
+
+def _broker_names(name: str) -> tuple[str, ...]:
+    """A broker setting and those it stands for (log.retention.ms: also .minutes, .hours)."""
+    return next((s.broker_synonyms for s in TOPIC_SETTINGS.values()
+                 if s.broker_synonyms[0] == name), (name,))
 
 
 def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
@@ -82,7 +99,7 @@ def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
         synonyms: list[Synonym] = []
         if with_synonyms:
             synonyms = [(key, value, source)] if source == TOPIC_CONFIG_SOURCE else []
-            synonyms += _broker_synonyms(ctx, key)
+            synonyms += _synonyms(ctx, TOPIC_SETTINGS[key].broker_synonyms)
         entries.append(build(
             entry_cls, name=key, value=value, read_only=False, config_source=source,
             is_sensitive=False, config_type=_TYPE_IDS[TOPIC_SETTINGS[key].type],
@@ -103,23 +120,38 @@ def _broker_name_error(ctx: RequestContext, name: str) -> str | None:
 def _describe_broker(ctx: RequestContext, entry_cls: type[Any], name: str,
                      keys: Sequence[str] | None, with_synonyms: bool,
                      ) -> tuple[ErrorCode, str | None, tuple[Any, ...]]:
-    """The settings given at start-up, as Kafka's static broker configs; the cluster default
-    (empty name) has none, as kgroups has no dynamic defaults."""
+    """This broker: the dynamic settings and those given at start-up, each from the layer it
+    comes from. The cluster default (empty name): its dynamic settings, with only their
+    dynamic-default synonyms, as Kafka describes it."""
     problem = _broker_name_error(ctx, name)
     if problem is not None:
         return ErrorCode.INVALID_REQUEST, problem, ()
     synonym_cls = sibling(entry_cls, "DescribeConfigsSynonym")
-    supplied = ctx.broker.config.supplied() if name else {}
+    layers = ctx.broker.dynamic_configs.layers
+    if name:
+        shown = {**{k: (v, STATIC_BROKER_CONFIG_SOURCE)
+                    for k, v in ctx.broker.config.supplied().items()},
+                 **{k: (v, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
+                    for k, v in layers[CLUSTER_DEFAULT].items()},
+                 **{k: (v, DYNAMIC_BROKER_CONFIG_SOURCE) for k, v in layers[PER_BROKER].items()}}
+    else:
+        shown = {k: (v, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
+                 for k, v in layers[CLUSTER_DEFAULT].items()}
     known = kafka_settings()
-    entries = tuple(
-        build(entry_cls, name=key, value=value, read_only=True,
-              config_source=STATIC_BROKER_CONFIG_SOURCE, is_sensitive=False,
-              config_type=_TYPE_IDS.get(known[key].type, _UNKNOWN_TYPE) if key in known
-              else _UNKNOWN_TYPE, documentation=None,
-              synonyms=(synonym_cls(name=key, value=value, source=STATIC_BROKER_CONFIG_SOURCE),)
-              if with_synonyms else ())
-        for key, value in sorted(supplied.items()) if keys is None or key in keys)
-    return ErrorCode.NONE, None, entries
+    entries = []
+    for key, (value, source) in sorted(shown.items()):
+        if keys is not None and key not in keys:
+            continue
+        synonyms = _synonyms(ctx, _broker_names(key)) if with_synonyms else []
+        if not name:
+            synonyms = [s for s in synonyms if s[2] == DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE]
+        entries.append(build(
+            entry_cls, name=key, value=value, read_only=key not in DYNAMIC_SETTINGS,
+            config_source=source, is_sensitive=False, documentation=None,
+            config_type=_TYPE_IDS.get(known[key].type, _UNKNOWN_TYPE) if key in known
+            else _UNKNOWN_TYPE,
+            synonyms=tuple(synonym_cls(name=n, value=v, source=src) for n, v, src in synonyms)))
+    return ErrorCode.NONE, None, tuple(entries)
 
 
 @handles(api_key=32, min_version=1, max_version=4)
@@ -170,8 +202,10 @@ def _alter_topic(ctx: RequestContext, name: str, changes: list[ConfigChange],
     return ErrorCode.NONE, None
 
 
-def _alter_broker(ctx: RequestContext, name: str,
-                  changes: list[ConfigChange]) -> tuple[ErrorCode, str]:
+def _alter_broker(ctx: RequestContext, name: str, changes: list[ConfigChange],
+                  validate_only: bool) -> tuple[ErrorCode, str | None]:
+    """This broker's own layer or the cluster default (empty name): saved, then every
+    topic's log settings rebuilt on the new broker-wide ones."""
     try:
         check_shape(changes)
     except InvalidRequestError as exc:
@@ -179,10 +213,23 @@ def _alter_broker(ctx: RequestContext, name: str,
     problem = _broker_name_error(ctx, name)
     if problem is not None:
         return ErrorCode.INVALID_REQUEST, problem
-    names = ", ".join(change.name for change in changes)
-    return (ErrorCode.INVALID_REQUEST,
-            f"kgroups has no dynamic broker configs; set [{names}] at start-up "
-            "(kgroups serve --override NAME=VALUE)")
+    scope = PER_BROKER if name else CLUSTER_DEFAULT
+    dynamic = ctx.broker.dynamic_configs
+    try:
+        layer = dynamic.changed(scope, changes)
+    except DynamicConfigError as exc:
+        return ErrorCode(exc.error_code), str(exc)
+    if validate_only:
+        return ErrorCode.NONE, None
+    try:
+        dynamic.replace(scope, layer)
+    except OSError as exc:
+        return ErrorCode.KAFKA_STORAGE_ERROR, f"broker settings could not be written: {exc}"
+    ctx.broker.log_config = dynamic.log_config()
+    ctx.broker.topics.rebase(ctx.broker.log_config)
+    log_event(logger, logging.INFO, "broker_configs_altered", scope=scope,
+              client=ctx.client_id, **layer)
+    return ErrorCode.NONE, None
 
 
 @handles(api_key=44, min_version=0, max_version=1)
@@ -205,7 +252,7 @@ async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
         elif kind == TOPIC_RESOURCE:
             error, message = _alter_topic(ctx, name, changes, bool(request.validate_only))
         elif kind == BROKER_RESOURCE:
-            error, message = _alter_broker(ctx, name, changes)
+            error, message = _alter_broker(ctx, name, changes, bool(request.validate_only))
         else:
             error, message = (ErrorCode.INVALID_REQUEST,
                               f"kgroups alters topic configs only, not resource type {kind}")

@@ -207,10 +207,11 @@ def topic_log_config(base: LogConfig, overrides: Mapping[str, str]) -> LogConfig
 
 
 class TopicConfigStore:
-    """Reads and writes the per-topic settings files."""
+    """Reads and writes the per-topic settings files (and, in a directory of their own, the
+    dynamic broker settings, dynamic_configs.py)."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self._directory = data_dir / CONFIG_DIRECTORY
+    def __init__(self, data_dir: Path, directory: str = CONFIG_DIRECTORY) -> None:
+        self._directory = data_dir / directory
 
     def _path(self, topic: str) -> Path:
         return self._directory / f"{topic}.properties"

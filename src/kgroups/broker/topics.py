@@ -18,6 +18,7 @@ from kgroups.broker.topic_configs import (
     topic_log_config,
 )
 from kgroups.errors import ErrorCode
+from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
 from kgroups.log.partition_log import PartitionLog
 
@@ -133,6 +134,18 @@ class TopicCatalog:
             self._logs.set_topic_config(topic, log_config)
         else:
             self._forget_config(topic)
+        self._apply_to_open(topic, log_config)
+
+    def rebase(self, base: LogConfig) -> None:
+        """New broker-wide log settings (a dynamic broker config changed): every topic's
+        settings are rebuilt on them, its own overrides on top, open partitions included."""
+        self._logs.config = base
+        for topic in self._counts:
+            log_config = topic_log_config(base.for_topic(topic), self._overrides.get(topic, {}))
+            self._logs.set_topic_config(topic, log_config)
+            self._apply_to_open(topic, log_config)
+
+    def _apply_to_open(self, topic: str, log_config: LogConfig) -> None:
         for partition in range(self._counts.get(topic, 0)):
             try:
                 log = self._logs.get(topic, partition)

@@ -1,0 +1,137 @@
+"""Dynamic broker settings: the topic defaults (`log.retention.ms`, `log.cleanup.policy`, ...)
+changed at run time with IncrementalAlterConfigs, as `kafka-configs --alter --entity-type
+brokers` does on Kafka, per broker or as the cluster default.
+
+Kafka keeps them in its metadata log and layers them over the static settings: this broker's
+own, then the cluster default, then `server.properties`, then Kafka's defaults. kgroups keeps
+the two dynamic layers in `<data dir>/__broker_configs/` (written durably before they apply),
+so they survive a restart as on Kafka, and rebuilds every topic's log settings from the
+layers when they change. Only the settings kgroups can apply while running are dynamic here:
+the broker-wide defaults of the topic settings it honours (log.flush.scheduler.interval.ms,
+read once by the flusher, is not); any other name is refused, naming where to set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kgroups.broker.kafka_settings import kafka_settings
+from kgroups.broker.topic_configs import (
+    APPEND,
+    DELETE,
+    SUBTRACT,
+    ConfigChange,
+    TopicConfigStore,
+)
+from kgroups.log.config import LogConfig
+
+DIRECTORY = "__broker_configs"
+# Scopes: this broker's own layer and the cluster-wide default one (the empty resource name).
+PER_BROKER, CLUSTER_DEFAULT = "broker", "default"
+DYNAMIC_SETTINGS = frozenset({
+    "log.cleanup.policy", "log.retention.ms", "log.retention.minutes", "log.retention.hours",
+    "log.retention.bytes", "log.segment.bytes", "log.index.interval.bytes",
+    "log.cleaner.delete.retention.ms", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.message.timestamp.type",
+})
+
+
+class DynamicConfigError(ValueError):
+    """A change Kafka or kgroups refuses, with the error code Kafka answers it with (42
+    INVALID_REQUEST, or 40 INVALID_CONFIG for an APPEND/SUBTRACT to a setting not a list)."""
+
+    def __init__(self, message: str, error_code: int = 42) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+def _kafka_value_problem(name: str, raw: str) -> str | None:
+    """Kafka's message for a value its broker ConfigDef refuses (ConfigException's wording)."""
+    setting = kafka_settings()[name]
+    text = raw.strip()
+    prefix = f"Invalid value {raw} for configuration {name}: "
+    if setting.type in ("INT", "LONG"):
+        bound = 2**31 if setting.type == "INT" else 2**63
+        try:
+            number = int(text)
+        except ValueError:
+            return prefix + f"Not a number of type {setting.type}"
+        if not -bound <= number < bound:
+            return prefix + f"Not a number of type {setting.type}"
+    elif setting.type == "LIST":
+        choices = setting.validator.strip("[]").split(", ") if setting.validator else []
+        wrong = [v.strip() for v in text.split(",") if choices and v.strip() not in choices]
+        if wrong:
+            return prefix.replace(raw, wrong[0]) + f"String must be one of: {', '.join(choices)}"
+        return None
+    problem = setting.check(raw)
+    if problem is None:
+        return None
+    if setting.type == "STRING":
+        return prefix + f"String must be one of: {setting.validator.strip('[]')}"
+    return prefix + f"Value must be at least {setting.validator.strip('[').split(',')[0]}"
+
+
+class DynamicBrokerConfigs:
+    """The two dynamic layers over the static settings, loaded from and saved to disk."""
+
+    def __init__(self, data_dir: Path, static: Mapping[str, str]) -> None:
+        self._store = TopicConfigStore(data_dir, DIRECTORY)
+        self._static = dict(static)
+        loaded = self._store.load_all()
+        self.layers: dict[str, dict[str, str]] = {
+            scope: loaded.get(scope, {}) for scope in (PER_BROKER, CLUSTER_DEFAULT)}
+
+    def properties(self, layers: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
+        """Every setting with the dynamic layers on top, this broker's own last."""
+        chosen = self.layers if layers is None else layers
+        return {**self._static, **chosen[CLUSTER_DEFAULT], **chosen[PER_BROKER]}
+
+    def log_config(self) -> LogConfig:
+        return LogConfig.from_properties(self.properties())
+
+    def changed(self, scope: str, changes: Sequence[ConfigChange]) -> dict[str, str]:
+        """The scope's layer after `changes`, checked as Kafka checks a dynamic change (and
+        refused for settings kgroups does not apply while running); nothing is saved."""
+        fixed = sorted({c.name for c in changes} - DYNAMIC_SETTINGS)
+        if fixed:
+            raise DynamicConfigError(
+                f"kgroups applies only these broker settings dynamically: "
+                f"{', '.join(sorted(DYNAMIC_SETTINGS))}; set [{', '.join(fixed)}] at start-up "
+                "(kgroups serve --override NAME=VALUE)")
+        layer = dict(self.layers[scope])
+        for change in changes:
+            if change.operation == DELETE:
+                layer.pop(change.name, None)
+                continue
+            value = str(change.value)
+            if change.operation in (APPEND, SUBTRACT):
+                if kafka_settings()[change.name].type != "LIST":
+                    verb = "append" if change.operation == APPEND else "subtract"
+                    raise DynamicConfigError(
+                        f"Config value {verb} is not allowed for config key: {change.name}", 40)
+                parts = [p for p in layer.get(change.name, "").split(",") if p]
+                for item in value.split(","):
+                    if change.operation == APPEND and item not in parts:
+                        parts.append(item)
+                    elif change.operation == SUBTRACT and item in parts:
+                        parts.remove(item)
+                value = ",".join(parts)
+            problem = _kafka_value_problem(change.name, value)
+            if problem is not None:
+                raise DynamicConfigError(problem)
+            layer[change.name] = value
+        try:
+            LogConfig.from_properties(self.properties({**self.layers, scope: layer}))
+        except ValueError as exc:
+            raise DynamicConfigError(str(exc)) from exc
+        return layer
+
+    def replace(self, scope: str, layer: Mapping[str, str]) -> None:
+        """Save the scope's layer durably, then use it."""
+        if layer:
+            self._store.save(scope, layer)
+        else:
+            self._store.remove(scope)
+        self.layers[scope] = dict(layer)
