@@ -46,6 +46,7 @@ from kgroups.log.batch import BatchCorruptError, build_batch
 from kgroups.log.compaction import compact
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.segment import Segment, SegmentCorruptError
+from kgroups.log.topic_ids import PartitionMetadataError
 from kgroups.records.codec import encode_record
 
 if TYPE_CHECKING:
@@ -259,7 +260,13 @@ class CoordinatorRuntime:
         see the change at their next heartbeat, as Kafka's coordinator sees a metadata image."""
         topics = {}
         for name, count in self._topics.partition_counts().items():
-            topic_id = self._logs.topic_id(name)
+            try:
+                topic_id = self._logs.topic_id(name)
+            except (OSError, PartitionMetadataError) as exc:
+                # Unreadable or unwritable partition.metadata: the topic stays out of consumer
+                # groups' view (it cannot be named by id) rather than stopping the broker.
+                log_event(logger, logging.WARNING, "topic_id_unavailable", topic=name, error=exc)
+                continue
             if topic_id is not None:
                 topics[name] = TopicInfo(topic_id, count)
         self.core.set_topics(topics, wall_clock_ms())
