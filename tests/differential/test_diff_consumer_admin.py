@@ -121,5 +121,7 @@ def test_a_consumer_group_whose_member_left_is_listed_empty(converse) -> None:
         answer = conn.call(list_groups(), record=False)
         d.record("own groups", _own(d, answer))
         conn.call(describe(d.group))
+        conn.call(build(request_type(69, 1), group_ids=(d.group,),
+                        include_authorized_operations=False))
 
     converse(script)
