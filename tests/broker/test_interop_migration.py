@@ -1,13 +1,15 @@
 """A rolling switch of a live group's members from the classic protocol to the consumer protocol
-(KIP-848) and back, with librdkafka (confluent-kafka) against `kgroups serve`: the group
-converts when the first consumer-protocol member joins, its classic members keep working in it,
-and it turns classic again when the last consumer-protocol member leaves. At every step every
-partition has exactly one owner again, and every record produced is consumed, none twice
-beyond a batch whose commit was refused (uncommitted work)."""
+(KIP-848) and back, with two librdkafka (confluent-kafka) members and one Java (kafka-clients
+4.3.1) member against `kgroups serve`: the group converts when the first consumer-protocol
+member joins, its classic members keep working in it, it survives a restart of the server
+half-way, and it turns classic again when the last consumer-protocol member leaves. At every
+step every partition has exactly one owner again, and every record produced is consumed, none
+twice beyond a batch whose commit was refused (uncommitted work)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -15,8 +17,9 @@ from confluent_kafka.admin import AdminClient
 from group_interop_helpers import FAST_GROUP_OVERRIDES, create_topic, produce, wait_until
 
 from conftest import ServerProcess
+from java_harness import JavaConsumer
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.kafka]  # kafka: the Java client's jars
 
 PARTITIONS = 6
 TOPIC = "rolling"
@@ -63,6 +66,9 @@ class Member:
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.owned -= {p.partition for p in partitions}
 
+    def close(self) -> None:
+        self.consumer.close()
+
     def pump(self) -> None:
         messages = self.consumer.consume(num_messages=100, timeout=0.05)
         batch = [m.value() for m in messages if m.error() is None]
@@ -75,26 +81,71 @@ class Member:
             self.uncommitted.extend(batch)
 
 
+class JavaMember:
+    """The same for a Java consumer in its own JVM (classic: its default assignors, range
+    first, so the group agrees on range with the librdkafka members)."""
+
+    def __init__(self, logs: Path, bootstrap: str, name: str, protocol: str) -> None:
+        self.name = name
+        self.protocol = protocol
+        self.owned: set[int] = set()
+        self.received: list[bytes] = []
+        self.uncommitted: list[bytes] = []
+        self.errors: list[str] = []
+        settings: dict[str, object] = {
+            "bootstrap.servers": bootstrap, "group.id": GROUP, "client.id": name,
+            "group.protocol": protocol, "enable.auto.commit": "false",
+            "auto.offset.reset": "earliest",
+        }
+        if protocol == "classic":
+            settings.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        self.consumer = JavaConsumer(settings, logs / f"java-{name}-{protocol}.log")
+        self.consumer.subscribe(TOPIC)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def pump(self) -> None:
+        answer = self.consumer.poll(50)
+        for kind, partitions in answer["events"]:
+            changed = {partition for _, partition in partitions}
+            self.owned = self.owned | changed if kind == "assigned" else self.owned - changed
+        if "error" in answer:
+            self.errors.append(answer["error"])
+        batch = [value.encode() for _, _, _, value in answer["records"]]
+        if not batch:
+            return
+        self.received.extend(batch)
+        if not self.consumer.commit().get("ok"):
+            self.uncommitted.extend(batch)
+
+
 def test_rolling_switch_to_the_consumer_protocol_and_back(
-    start_kgroups_server,  # type: ignore[no-untyped-def]
+    start_kgroups_server, tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     server: ServerProcess = start_kgroups_server(*OVERRIDES)
     bootstrap = server.bootstrap
     create_topic(bootstrap, TOPIC, PARTITIONS)
     admin_client = AdminClient({"bootstrap.servers": bootstrap})
-    names = ("m0", "m1", "m2")
-    live = {name: Member(bootstrap, name, "classic") for name in names}
-    retired: list[Member] = []
+    names = ("m0", "m1", "java")
+
+    def member(name: str, protocol: str) -> Member | JavaMember:
+        if name == "java":
+            return JavaMember(tmp_path, bootstrap, name, protocol)
+        return Member(bootstrap, name, protocol)
+
+    live = {name: member(name, "classic") for name in names}
+    retired: list[Member | JavaMember] = []
     produced: list[bytes] = []
 
     def pump() -> None:
-        for member in live.values():
-            member.pump()
+        for m in live.values():
+            m.pump()
 
     def settled() -> bool:
-        owned = [p for member in live.values() for p in member.owned]
+        owned = [p for m in live.values() for p in m.owned]
         return sorted(owned) == list(range(PARTITIONS)) and all(
-            len(member.owned) == PARTITIONS // len(live) for member in live.values())
+            len(m.owned) == PARTITIONS // len(live) for m in live.values())
 
     def consumed() -> int:
         return len({v for m in [*live.values(), *retired] for v in m.received})
@@ -116,24 +167,28 @@ def test_rolling_switch_to_the_consumer_protocol_and_back(
         for target in ("consumer", "classic"):
             for name in names:
                 old = live.pop(name)
-                old.consumer.close()
+                old.close()
                 retired.append(old)
                 wait_until(settled, f"{name} gone: the others owning every partition",
                            pump=pump)
-                live[name] = Member(bootstrap, name, target)
+                live[name] = member(name, target)
                 step(f"{name}-{target}")
+                if (name, target) == ("m1", "consumer"):  # two consumer, one classic member
+                    assert server.stop() == 0
+                    server.start()
+                    step("restarted")
                 expected = "CLASSIC" if target == "classic" and name == names[-1] else "CONSUMER"
                 assert group_type() == expected, (name, target)
         for _ in range(5):
             pump()
     finally:
-        for member in live.values():
-            member.consumer.close()
+        for remaining in live.values():
+            remaining.close()
     everyone = [*retired, *live.values()]
-    counts = Counter(v for member in everyone for v in member.received)
+    counts = Counter(v for m in everyone for v in m.received)
     assert set(counts) == set(produced)  # no partition was lost along the way
     twice = {v for v, n in counts.items() if n > 1}
-    uncommitted = {v for member in everyone for v in member.uncommitted}
+    uncommitted = {v for m in everyone for v in m.uncommitted}
     assert twice <= uncommitted, sorted(twice - uncommitted)[:10]
     assert not [e for m in everyone for e in m.errors if "FATAL" in e.upper()]
     log = server.log_text()
