@@ -96,10 +96,14 @@ def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
     for key, value, source in topic_config_entries(ctx.broker.topics, name):
         if keys is not None and key not in keys:
             continue
+        # A value the topic does not set itself comes from its first broker synonym.
+        broker_side = _synonyms(ctx, TOPIC_SETTINGS[key].broker_synonyms)
+        if source != TOPIC_CONFIG_SOURCE and broker_side:
+            source = broker_side[0][2]
         synonyms: list[Synonym] = []
         if with_synonyms:
             synonyms = [(key, value, source)] if source == TOPIC_CONFIG_SOURCE else []
-            synonyms += _synonyms(ctx, TOPIC_SETTINGS[key].broker_synonyms)
+            synonyms += broker_side
         entries.append(build(
             entry_cls, name=key, value=value, read_only=False, config_source=source,
             is_sensitive=False, config_type=_TYPE_IDS[TOPIC_SETTINGS[key].type],
