@@ -130,7 +130,12 @@ def test_dynamic_broker_settings_change_every_topic_default(broker: InProcessBro
         assert describe(client, BROKER, "") == {
             "log.retention.ms": ("3000", 3, ["3:log.retention.ms=3000"])}
         assert broker.broker.topics.log("settings", 0).config.retention_ms == 2000  # type: ignore[union-attr]
-        assert alter(client, (BROKER, "0", [("log.retention.ms", DELETE, None)])) == [(0, None)]
+        assert alter(client, (BROKER, "0", [("log.retention.ms", DELETE, None),
+                                            ("log.cleanup.policy", APPEND, "compact")])) \
+            == [(0, None)]
+        # APPEND starts from Kafka's default (delete) where no dynamic value is set.
+        assert describe(client, TOPIC, "settings")["cleanup.policy"][:2] == (
+            "delete,compact", 2)
         assert describe(client, TOPIC, "settings")["retention.ms"][0] == "3000"
         assert alter(client, (BROKER, "0", [("log.retention.ms", SET, "abc")]),
                      (BROKER, "", [("log.retention.ms", APPEND, "5")])) == [

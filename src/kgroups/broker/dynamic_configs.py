@@ -20,6 +20,7 @@ from kgroups.broker.kafka_settings import kafka_settings
 from kgroups.broker.topic_configs import (
     APPEND,
     DELETE,
+    KAFKA_BROKER_DEFAULTS,
     SUBTRACT,
     ConfigChange,
     TopicConfigStore,
@@ -111,7 +112,8 @@ class DynamicBrokerConfigs:
                     verb = "append" if change.operation == APPEND else "subtract"
                     raise DynamicConfigError(
                         f"Config value {verb} is not allowed for config key: {change.name}", 40)
-                parts = [p for p in layer.get(change.name, "").split(",") if p]
+                start = layer.get(change.name, KAFKA_BROKER_DEFAULTS.get(change.name, ""))
+                parts = [p for p in start.split(",") if p]
                 for item in value.split(","):
                     if change.operation == APPEND and item not in parts:
                         parts.append(item)
