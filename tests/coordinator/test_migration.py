@@ -247,6 +247,12 @@ def test_policy_disabled_keeps_each_group_in_its_protocol() -> None:
     s.hb("a", -1)
     consumer = s.consumer()
     assert consumer is not None and list(consumer.members) == [c]
+    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="disabled"))
+    assert refused_upgrade(s).endswith("because online upgrade is disabled.")
+    s.leave(G, MemberIdentity(c))
+    s.hb("a", 0)  # an empty classic group becomes a consumer group whatever the policy
+    refused = s.reply(s.join(G, "", protocols=(("range", subscription()),)))
+    assert (refused.error, refused.member_id) == (ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
     with pytest.raises(ValueError, match=r"migration\.policy"):
         GroupCoordinatorConfig(group_consumer_migration_policy="sideways")
     parsed = GroupCoordinatorConfig.from_properties({"group.consumer.migration.policy": "UPGRADE"})

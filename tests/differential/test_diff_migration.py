@@ -18,7 +18,8 @@ from diff_dialog import Connection, Dialog
 from diff_requests import commit, describe, heartbeat, join, leave, sync
 from diff_setup import create_topics
 from tests.broker.broker_wire_helpers import metadata_request
-from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
+from tests.broker.conftest import ServerProcess
+from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.records.consumer_protocol import (
@@ -48,6 +49,25 @@ def ports(tmp_path_factory: pytest.TempPathFactory,
     create_topics(broker.bootstrap)
     yield {"kafka": broker.port, "kgroups": differential_ports["kgroups"]}
     broker.stop()
+
+
+@pytest.fixture(scope="module")
+def disabled_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """Both brokers with group.consumer.migration.policy=disabled."""
+    settings = {**SYNCHRONOUS_ASSIGNMENT, "group.consumer.migration.policy": "disabled"}
+    workdir = tmp_path_factory.mktemp("migration-disabled")
+    kafka = KafkaBroker(workdir / "kafka", settings)
+    kafka.start()
+    kgroups = ServerProcess(workdir / "kgroups", workdir / "kgroups.log",
+                            kgroups_overrides(settings))
+    kgroups.start()
+    try:
+        for broker in (kafka, kgroups):
+            create_topics(broker.bootstrap)
+        yield {"kafka": kafka.port, "kgroups": kgroups.port}
+    finally:
+        kgroups.close()
+        kafka.stop()
 
 
 def subscription(owned: tuple[int, ...] = ()) -> bytes:
@@ -338,3 +358,25 @@ def test_commits_with_an_older_generation(converse, ports) -> None:
                                   for t in response.topics for p in t.partitions))
 
     converse(script, ports=ports)
+
+
+def test_migration_policy_disabled(converse, disabled_ports) -> None:
+    """Neither way: a consumer-protocol member cannot join a live classic group
+    (GROUP_ID_NOT_FOUND, "online upgrade is disabled"), nor a classic member a live consumer
+    group (INCONSISTENT_GROUP_PROTOCOL); empty groups still change type."""
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = stable_classic_group(d, names)
+        Consumer(d, "a").send(0)
+        c.heartbeat()
+        d.group = f"{d.group}-consumer"
+        b = Consumer(d, "b")
+        b.send(0)
+        x = Classic(d, names, "x")
+        x.join()
+        x.sync()
+        b.send(-1)
+        x.join()  # the group is empty now: it becomes a classic group
+        x.join()
+
+    converse(script, ports=disabled_ports)

@@ -337,6 +337,11 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
                                 ignore_failure)
             super()._join(req)
             return
+        if self.config.group_consumer_migration_policy == "disabled":
+            # Kafka 4.3.1 keeps classic members out of a live consumer group then.
+            self._reply(req.request_id, JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                                                          member_id=UNKNOWN_MEMBER_ID))
+            return
         records: list[OffsetsRecord] = []
         try:
             response = self._classic_join_to_consumer(group, group.consumer, req, records)
