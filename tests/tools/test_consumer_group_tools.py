@@ -32,6 +32,7 @@ from kafka_tools import (
 )
 from tests.broker.broker_wire_helpers import metadata_request, produce_request
 
+from kgroups.broker import admin
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
@@ -103,18 +104,23 @@ def sides(kafka_broker: object, kgroups_broker: object, names: Names) -> Iterato
 
 
 def _wait_settled(sides: list[Side], group: str) -> None:
-    """Until both groups are Stable with both members and every offset committed (lag 0)."""
+    """Until both groups are Stable with both members at the target and every offset
+    committed (lag 0), asked over the wire (kgroups.broker.admin: no tool JVM per poll)."""
     deadline = time.monotonic() + 90
-    while True:
-        states = stdout_of(on_both(sides, GROUPS, ["--describe", "--group", group, "--state"]),
-                           sides)
-        offsets = stdout_of(on_both(sides, GROUPS, ["--describe", "--group", group]), sides)
-        if all(states[s.name][-1][-2:] == ["Stable", str(MEMBERS)]
-               and [row[5] for row in _rows(offsets[s.name], group)] == ["0"] * PARTITIONS
-               for s in sides):
-            return
-        assert time.monotonic() < deadline, (states, offsets)
-        time.sleep(0.5)
+    for side in sides:
+        with _client(side) as client:
+            while True:
+                try:
+                    described = admin.describe_group(client, group)
+                except admin.GroupNotFoundError:
+                    described = None
+                if (described is not None and described.state == "Stable"
+                        and len(described.members) == MEMBERS and not described.reconciling
+                        and len(described.partitions) == PARTITIONS
+                        and all(lag.lag == 0 for lag in described.partitions)):
+                    break
+                assert time.monotonic() < deadline, (side.name, described)
+                time.sleep(0.2)
 
 
 def _rows(printed: list[list[str]], group: str) -> list[list[str]]:
