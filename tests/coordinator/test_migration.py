@@ -315,6 +315,39 @@ def test_upgrade_refusals_say_why_as_kafka_does() -> None:
     assert refused_upgrade(s).endswith("exceeds the consumer group maximum size.")
 
 
+def test_a_refused_joining_member_leaves_the_group_classic() -> None:
+    s, c = classic_group(GroupCoordinatorConfig(group_consumer_max_size=1))
+    written = len(s.log[s.coordinator.partition_of(G)])
+    refused = s.hb("a", 0)
+    assert (refused.error, refused.error_message) == (
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        "The consumer group has reached its maximum capacity of 1 members.")
+    group = s.coordinator._groups[G]
+    assert (group.consumer, group.state, list(group.members)) == (None, GroupState.STABLE, [c])
+    assert len(s.log[s.coordinator.partition_of(G)]) == written  # nothing written
+    assert s.beat(c, 1) == ErrorCode.NONE
+    s.advance(9_000)
+    assert s.beat(c, 1) == ErrorCode.NONE  # its classic session goes on
+
+
+def test_a_consumer_member_takes_a_classic_static_members_place_at_once() -> None:
+    s = Session()
+    s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
+    parked = s.join(G, instance="ia", protocols=(("range", subscription()),))
+    s.advance(3_000)  # the initial rebalance delay
+    c = s.reply(parked).member_id
+    s.sync(G, c, 1, {c: assignment(0, 1, 2, 3, 4, 5)}, instance="ia")
+    request_id = s.rid()
+    s.absorb(s.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+        request_id, G, "a", 0, instance_id="ia", rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("t1",), topic_partitions=()), s.now))
+    joined = s.reply(request_id)
+    assert (joined.error, joined.member_epoch) == (ErrorCode.NONE, 1)
+    assert joined.assignment == ((T1, (0, 1, 2, 3, 4, 5)),)
+    assert list(s.consumer().members) == ["a"]
+    assert s.beat(c, 1) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
 def test_an_upgrade_mid_rebalance_tells_parked_requests_to_rejoin() -> None:
     s, c = classic_group()
     pending = s.reply(s.join(G, "", protocols=(("cooperative-sticky", subscription()),)))

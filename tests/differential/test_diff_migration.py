@@ -380,3 +380,18 @@ def test_migration_policy_disabled(converse, disabled_ports) -> None:
         x.join()
 
     converse(script, ports=disabled_ports)
+
+
+def test_a_consumer_member_takes_a_classic_static_members_instance_id(converse, ports) -> None:
+    """No UNRELEASED_INSTANCE_ID: the classic static member is replaced at once, its
+    partitions and epoch going to the consumer-protocol member."""
+    def script(d: Dialog) -> None:
+        names = Names()
+        c = Classic(d, names)
+        c.join(instance="ia")
+        c.sync({c.member_id: assignment(0, 1, 2)}, instance="ia")
+        Consumer(d, "a").send(0, instance="ia")
+        c.heartbeat()
+        describe_classic(d, c.conn, names)
+
+    converse(script, ports=ports)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kgroups.coordinator.api import (
@@ -109,10 +109,55 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord], *rest: Any
     ) -> ConsumerGroupHeartbeatResponse:
         group = self._groups.get(req.group_id)
-        if (req.member_epoch == 0 and group is not None and group.consumer is None
+        if not (req.member_epoch == 0 and group is not None and group.consumer is None
                 and group.state not in (GroupState.EMPTY, GroupState.DEAD)):
-            self._upgrade(group, records)
-        return super()._consumer_join_or_heartbeat(req, records, *rest)
+            return super()._consumer_join_or_heartbeat(req, records, *rest)
+        before = _ClassicState.of(group)
+        self._upgrade(group, records)
+        try:
+            return super()._consumer_join_or_heartbeat(req, records, *rest)
+        except HeartbeatError:
+            # The joining member is refused (group full, instance id held...): as in Kafka,
+            # whose conversion records go only with a heartbeat that succeeds, the group
+            # stays classic (parked requests were told to rejoin all the same).
+            self._revert_upgrade(group, before, records)
+            raise
+
+    def _static_member(
+        self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
+        req: ConsumerGroupHeartbeatRequest, owned: Assignment | None,
+        records: list[OffsetsRecord],
+    ) -> ConsumerMember:
+        """As Kafka 4.3.1 does, a consumer-protocol member joining with the instance id of a
+        classic static member takes its place at once (a classic member never says it left
+        for a while with epoch -2), its partitions and epoch included."""
+        holder_id = consumer.static_members.get(req.instance_id or "")
+        holder = consumer.members.get(holder_id) if holder_id is not None else None
+        if (req.member_epoch == 0 and holder is not None and holder.classic is not None
+                and holder.member_id != member_id):
+            return self._replace_static(group, consumer, holder, member_id, records)
+        return super()._static_member(group, consumer, member_id, req, owned, records)
+
+    def _revert_upgrade(
+        self, group: ClassicGroup, before: _ClassicState, records: list[OffsetsRecord]
+    ) -> None:
+        consumer = group.consumer
+        assert consumer is not None
+        for member_id in consumer.members:
+            self._cancel_consumer_timers(group, member_id)
+        records.clear()
+        group.consumer = None
+        old_state = group.state
+        before.restore(group)
+        self._event(group, old_state)
+        for member in group.members.values():
+            self._refresh_session(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._timers.schedule(join_timer(group.group_id),
+                                  self._now + group.max_rebalance_timeout_ms())
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self._timers.schedule(sync_timer(group.group_id),
+                                  self._now + group.max_rebalance_timeout_ms())
 
     def _upgrade(self, group: ClassicGroup, records: list[OffsetsRecord]) -> None:
         """Kafka's validateOnlineUpgrade and convertToConsumerGroup (module docstring)."""
@@ -688,6 +733,33 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             TopicPartitions(names[topic_id], tuple(sorted(parts)))
             for topic_id, parts in assigned.items() if topic_id in names and parts
         ), None, max(version, 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class _ClassicState:
+    """What an upgrade clears of a classic group, to put back if the joining member is refused
+    (pending member ids are not kept: their clients rejoin without them)."""
+
+    members: dict[str, Member]
+    static_members: dict[str, str]
+    pending_sync_members: set[str]
+    fields: tuple[object, ...]
+
+    _FIELDS = ("leader_id", "protocol_type", "protocol_name", "generation_id", "state",
+               "previous_state", "state_timestamp", "subscribed_topics")
+
+    @classmethod
+    def of(cls, group: ClassicGroup) -> _ClassicState:
+        return cls(dict(group.members), dict(group.static_members),
+                   set(group.pending_sync_members),
+                   tuple(getattr(group, name) for name in cls._FIELDS))
+
+    def restore(self, group: ClassicGroup) -> None:
+        group.members.update(self.members)
+        group.static_members.update(self.static_members)
+        group.pending_sync_members.update(self.pending_sync_members)
+        for name, value in zip(self._FIELDS, self.fields, strict=True):
+            setattr(group, name, value)
 
 
 class _CustomAssignorError(Exception):
