@@ -333,8 +333,9 @@ def kafka_serve(workdir: Path) -> Iterator[int]:
 
 
 def kgroups_uniform(members: int, topics: int, per_topic: int, repeat: int) -> dict[str, Any]:
-    """kgroups' uniform assignor on the shape ServerAssignorBench gives Kafka's."""
-    cluster = ClusterMetadata({f"t{t}": per_topic for t in range(topics)})
+    """kgroups' uniform assignor on the shape ServerAssignorBench gives Kafka's (topic i named
+    t<i, zero-padded>, ordered as Kafka orders the ids it gives them)."""
+    cluster = ClusterMetadata({f"t{t:06d}": per_topic for t in range(topics)})
     names = frozenset(cluster.partition_counts)
     ids = [f"member-{m:06d}" for m in range(members)]
     fresh = [MemberSubscription(member_id=i, topics=names) for i in ids]
@@ -345,7 +346,28 @@ def kgroups_uniform(members: int, topics: int, per_topic: int, repeat: int) -> d
     joined.append(MemberSubscription(member_id="member-joining", topics=names))
     best_join, join = _best(lambda: UniformAssignor().assign(cluster, joined), repeat)
     return {"full_ms": best_full * 1000, "join_ms": best_join * 1000,
-            "full": _summary(held, {}), "join": _summary(join.as_dict(), held)}
+            "full": _summary(held, {}), "join": _summary(join.as_dict(), held),
+            "full_assignment": _by_index(held), "join_assignment": _by_index(join.as_dict())}
+
+
+def _by_index(assignment: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
+    """{member: {topic index: sorted partitions}}, ServerAssignorBench's "print" shape."""
+    return {member: {str(int(topic[1:])): sorted(ps) for topic, ps in by_topic.items() if ps}
+            for member, by_topic in assignment.items()}
+
+
+def same_as_kafka(members: int, topics: int, per_topic: int) -> str:
+    """Whether kgroups' uniform gives every member the partitions Kafka's gives it, for a
+    small group (full assignment, then one member joining)."""
+    ours = kgroups_uniform(members, topics, per_topic, 1)
+    theirs = kafka_uniform(members, topics, per_topic, 1, show=True)
+    verdicts = []
+    for case in ("full", "join"):
+        differing = sum(1 for m, a in theirs[f"{case}_assignment"].items()
+                        if ours[f"{case}_assignment"].get(m, {}) != a)
+        verdicts.append(f"{case}: {differing} of {len(theirs[f'{case}_assignment'])} members "
+                        "differ")
+    return "; ".join(verdicts)
 
 
 def _best(run: Any, repeat: int) -> tuple[float, Any]:
@@ -371,13 +393,14 @@ def _summary(assignment: dict[str, dict[str, list[int]]],
     return {"fewest": min(counts), "most": max(counts), "assigned": sum(counts), "moved": moved}
 
 
-def kafka_uniform(members: int, topics: int, per_topic: int, repeat: int) -> dict[str, Any]:
+def kafka_uniform(members: int, topics: int, per_topic: int, repeat: int,
+                  show: bool = False) -> dict[str, Any]:
     jar = JAVA_HARNESS_HOME / "kgroups-java-harness.jar"
     if not jar.exists():
         raise SystemExit(f"{jar} is missing: run `make java-harness`")
     command = ["java", "-Xmx4g", "-cp", f"{jar}{os.pathsep}{JAVA_HARNESS_HOME / 'lib' / '*'}",
                "kgroups.harness.ServerAssignorBench", "uniform", str(members), str(topics),
-               str(per_topic), str(repeat)]
+               str(per_topic), str(repeat), *(["print"] if show else [])]
     done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=1800)
     return dict(json.loads(done.stdout.splitlines()[-1]))
 
@@ -417,6 +440,9 @@ def main() -> int:
               f"one joins {figures['join_ms']:9.1f} ms {figures['join']}")
     print(f"  ratio kgroups/Kafka: full {ours['full_ms'] / theirs['full_ms']:.1f}x, "
           f"one joins {ours['join_ms'] / theirs['join_ms']:.1f}x")
+    for shape in ((3, 1, 6), (10, 1, 25), (10, 4, 10)):
+        print(f"  same partitions as Kafka's uniform, {shape[0]} members / {shape[1]} topics x "
+              f"{shape[2]}: {same_as_kafka(*shape)}")
     return 0
 
 

@@ -24,10 +24,12 @@ import org.apache.kafka.coordinator.group.modern.MemberSubscriptionAndAssignment
  * Times Kafka's own server-side assignors (KIP-848: the group coordinator's `uniform` and
  * `range`) on a group where every member subscribes to every topic, as bench/consumer_protocol.py
  * times kgroups' on the same shape. Arguments: assignor, members, topics, partitions per topic,
- * repeat. Two cases: a full assignment of a group with no current assignment, and one member
- * joining the group holding that assignment (the incremental case a join triggers). Prints one
- * JSON line: the best wall time of each case in milliseconds and, per case, the fewest and most
- * partitions a member got and how many partitions changed owner.
+ * repeat, and optionally "print". Two cases: a full assignment of a group with no current
+ * assignment, and one member joining the group holding that assignment (the incremental case a
+ * join triggers). Prints one JSON line: the best wall time of each case in milliseconds and, per
+ * case, the fewest and most partitions a member got and how many partitions changed owner; with
+ * "print", also both assignments as {member: {topic index: [partitions]}} (topic i has id
+ * Uuid(1, i + 1)), to compare with another implementation's.
  */
 public final class ServerAssignorBench {
     private ServerAssignorBench() { }
@@ -73,9 +75,33 @@ public final class ServerAssignorBench {
         long[] joinBest = {Long.MAX_VALUE};
         GroupAssignment join = timed(assignor, joined, held, allTopics, describer, repeat, joinBest);
 
+        boolean print = args.length > 5 && args[5].equals("print");
         System.out.printf(
-            "{\"assignor\": \"%s\", \"full_ms\": %.3f, \"join_ms\": %.3f, \"full\": %s, \"join\": %s}%n",
-            name, fullBest[0] / 1e6, joinBest[0] / 1e6, summary(full, none), summary(join, held));
+            "{\"assignor\": \"%s\", \"full_ms\": %.3f, \"join_ms\": %.3f, \"full\": %s, \"join\": %s%s}%n",
+            name, fullBest[0] / 1e6, joinBest[0] / 1e6, summary(full, none), summary(join, held),
+            print ? ", \"full_assignment\": " + listing(full) + ", \"join_assignment\": "
+                + listing(join) : "");
+    }
+
+    private static String listing(GroupAssignment assignment) {
+        StringBuilder out = new StringBuilder("{");
+        assignment.members().entrySet().stream().sorted(Map.Entry.comparingByKey()).forEach(e -> {
+            if (out.length() > 1) {
+                out.append(", ");
+            }
+            out.append('"').append(e.getKey()).append("\": {");
+            StringBuilder topics = new StringBuilder();
+            e.getValue().partitions().entrySet().stream()
+                .sorted(Map.Entry.comparingByKey()).forEach(t -> {
+                    if (topics.length() > 0) {
+                        topics.append(", ");
+                    }
+                    topics.append('"').append(t.getKey().getLeastSignificantBits() - 1)
+                        .append("\": ").append(t.getValue().stream().sorted().toList());
+                });
+            out.append(topics).append('}');
+        });
+        return out.append('}').toString();
     }
 
     private static GroupAssignment timed(ConsumerGroupPartitionAssignor assignor, List<String> ids,
