@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 
+from kgroups.records.classic_member import ClassicMemberMetadata, encode_classic_member_metadata
 from kgroups.records.consumer_group import (
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataValue,
@@ -43,3 +44,15 @@ def test_a_member_without_classic_metadata_prints_null() -> None:
     assert "classicMemberMetadata" not in consumer_group_value_json(member(None), str)
     assert consumer_group_value_json(member(b"\x00"), str)["classicMemberMetadata"] is None
     assert consumer_group_value_json(member(b"\x01\x02"), str)["classicMemberMetadata"] == "0102"
+
+
+def test_a_migrated_members_classic_metadata_prints_as_dump_log_segments_does() -> None:
+    """The shape DumpLogSegments printed for a member Kafka 4.3.1 converted from a classic
+    group (tests/differential/test_diff_migration.py's broker log)."""
+    raw = encode_classic_member_metadata(ClassicMemberMetadata(
+        30000, (("cooperative-sticky", b"\x00\x01"), ("range", b"\x00\x01"))))
+    value = ConsumerGroupMemberMetadataValue(None, None, "c", "/h", ("t",), "", 1, None, raw)
+    assert consumer_group_value_json(value, str)["classicMemberMetadata"] == {
+        "sessionTimeoutMs": 30000,
+        "supportedProtocols": [{"name": "cooperative-sticky", "metadata": "AAE="},
+                               {"name": "range", "metadata": "AAE="}]}

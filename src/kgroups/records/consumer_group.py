@@ -15,12 +15,14 @@ but is not among CONSUMER_GROUP_KEY_TYPES: no group state is rebuilt from it.
 
 from __future__ import annotations
 
+import base64
 import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.records.classic_member import decode_classic_member_metadata
 from kgroups.records.wire import (
     INT16,
     INT32,
@@ -558,12 +560,21 @@ def consumer_group_value_json(
 _NO_CLASSIC_METADATA = b"\x00"
 
 
-def _classic_member_metadata_json(raw: bytes) -> str | None:
-    """null as DumpLogSegments prints it for a member without classic metadata; otherwise the
-    raw bytes kgroups keeps, as hex (kgroups does not interpret a migrated member's)."""
+def _classic_member_metadata_json(raw: bytes) -> dict[str, Any] | str | None:
+    """null as DumpLogSegments prints it for a member without classic metadata; a migrated
+    member's as it prints it (session timeout, protocols with base64 metadata); bytes that do
+    not parse, as hex."""
     if raw == _NO_CLASSIC_METADATA:
         return None
-    return raw.hex()
+    try:
+        classic = decode_classic_member_metadata(raw)
+    except RecordDecodeError:
+        return raw.hex()
+    if classic is None:
+        return None
+    return {"sessionTimeoutMs": classic.session_timeout_ms, "supportedProtocols": [
+        {"name": name, "metadata": base64.b64encode(metadata).decode()}
+        for name, metadata in classic.supported_protocols]}
 
 
 def consumer_group_key_json(key: ConsumerGroupKey) -> dict[str, Any]:
