@@ -190,7 +190,9 @@ def test_group_summary_one_row_per_group(full_run):
 def test_report_is_self_contained(full_run):
     out, _ = full_run
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4
+    # commits, lag, rebalance timeline, partitions moved, rebalance causes
+    assert page.count("data:image/png;base64,") == 5
+    assert "Why groups rebalance" in page
     assert "src=\"http" not in page and "<link" not in page
     for group in ("orders", "billing", "old", "simple", "txn"):
         assert f'<td class="name">{group}</td>' in page

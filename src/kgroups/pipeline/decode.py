@@ -109,6 +109,8 @@ TOPIC_ROW_SCHEMA = pa.schema(
         ("base_offset", pa.int64()),
         ("last_offset", pa.int64()),
         ("max_timestamp", pa.int64()),
+        # Where the batch starts in its segment: lag_seconds reads that one batch again.
+        ("position", pa.int64()),
         ("error_position", pa.int64()),
         ("error", pa.string()),
     ]
@@ -354,9 +356,9 @@ def decode_topic_segment(uri: str, topic: str, partition: int) -> pa.Table:
                            f"corrupt batch, rest of file skipped: {exc}"))
             break
         max_timestamp = read_header(data, pos).max_timestamp
-        rows.append((topic, partition, base_offset, last_offset, max_timestamp))
+        rows.append((topic, partition, base_offset, last_offset, max_timestamp, pos))
         pos += size
-    names = ("topic", "partition", "base_offset", "last_offset", "max_timestamp")
+    names = ("topic", "partition", "base_offset", "last_offset", "max_timestamp", "position")
     error_names = ("file", "topic", "partition", "error_position", "error")
     return pa.concat_tables(
         [rows_table(TOPIC_ROW_SCHEMA, names, rows),

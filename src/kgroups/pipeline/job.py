@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kgroups.pipeline import decode, tables, tasks
+from kgroups.pipeline import decode, lag_seconds, tables, tasks
 from kgroups.pipeline.discovery import LogInputs, SegmentFile, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
@@ -109,6 +109,9 @@ def run_analysis(
         for name in ("committed_offsets", "group_generations", "rebalances"):
             tables.write_table(tables.sorted_by(parts[name], "group"), out, name)
             written.append(name)
+        causes = tables.sorted_by(parts["rebalance_causes"], "group", "ts", "cause", "member_id")
+        tables.write_table(causes, out, "rebalance_causes")
+        written.append("rebalance_causes")
         lag = None
         notes: list[str] = []
         if topic_logs is not None:
@@ -117,6 +120,8 @@ def run_analysis(
                 pc.max(stats).as_py() or 0)
             lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms,
                                    topic_logs)
+            lag = lag_seconds.add_lag_seconds(lag, parts["lag_windows"], batches,
+                                              inputs.topic_segments, now_ms)
             tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
             written.append("lag")
         else:
@@ -142,6 +147,7 @@ def run_analysis(
             lag_over_time=None if topic_logs is None else tables.sorted_by(
                 parts["lag_minutes"], "group", "minute").to_pandas(),
             rebalances=tables.sorted_by(parts["rebalances"], "ts").to_pandas(),
+            rebalance_causes=causes.to_pandas(),
             summary=summary.to_pandas(),
             errors=error_rows,
             notes=notes,

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kgroups.log.transactions import TransactionMarker, committed_items
-from kgroups.pipeline import consumer_history, history, tables
+from kgroups.pipeline import consumer_history, history, rebalance_causes, tables
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
     GROUP_ROW_SCHEMA,
@@ -47,6 +47,7 @@ class PartitionResult:
     current_lag: pa.Table | None  # None when no topic log was found
     lag_windows: pa.Table | None
     lag_minutes: pa.Table | None
+    rebalance_causes: pa.Table  # rebalance_causes.REBALANCE_CAUSES
 
     def tables(self) -> dict[str, pa.Table]:
         """The small tables by name (what travels back to the driver)."""
@@ -60,6 +61,7 @@ class PartitionResult:
             "current_lag": self.current_lag,
             "lag_windows": self.lag_windows,
             "lag_minutes": self.lag_minutes,
+            "rebalance_causes": self.rebalance_causes,
         }
         return {name: table for name, table in named.items() if table is not None}
 
@@ -124,6 +126,9 @@ def analyze_partition(
         current_lag=None if lag_parts is None else lag_parts[0],
         lag_windows=None if lag_parts is None else lag_parts[1],
         lag_minutes=None if lag_parts is None else lag_parts[2],
+        rebalance_causes=rebalance_causes.infer(
+            events_by_group, rebalance_causes.commit_times(
+                window.up_to_until(live, "record_ts"), events_by_group), window),
     )
 
 

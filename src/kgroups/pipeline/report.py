@@ -19,6 +19,8 @@ matplotlib.use("Agg")  # no display on servers or Spark drivers
 import matplotlib.pyplot as plt  # the backend must be chosen before pyplot loads
 import pandas as pd
 
+from kgroups.pipeline.rebalance_report import causes_section
+
 # More lines than this on one lag chart are unreadable; the groups with the most lag are kept.
 MAX_LAG_LINES = 12
 # A timeline row per group and a bar per rebalance stop being readable (and take matplotlib
@@ -44,6 +46,7 @@ class ReportData:
     errors: pd.DataFrame  # file, error_position, error
     notes: list[str] = field(default_factory=list)
     partition_lag: pd.DataFrame | None = None  # the lag table (None: no topic logs found)
+    rebalance_causes: pd.DataFrame | None = None  # the rebalance_causes table
 
 
 def _png(figure: plt.Figure) -> str:
@@ -288,6 +291,9 @@ def render(data: ReportData) -> str:
         "<h2>Lag over time per group</h2>", lag_chart(data.lag_over_time),
         "<h2>Rebalance timeline</h2>", rebalance_timeline(data.rebalances),
         "<h2>Partitions moved per rebalance</h2>", moved_chart(data.rebalances),
+        "<h2>Why groups rebalance</h2>",
+        causes_section(data.rebalance_causes, _table) if data.rebalance_causes is not None
+        else _empty("No rebalance causes were inferred."),
         "<h2>Groups</h2>",
         "<p>status: Burrow's verdict over each partition's last 10 commits (OK, WARN, ERR; "
         "a group is ERR when a partition is STOP, STALL or REWIND); total_lag links to the "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from kgroups.pipeline import tables
+from kgroups.pipeline import rebalance_causes, tables
 from kgroups.pipeline.decode import decode_topic_segment
 from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.partition import analyze_partition
@@ -37,6 +37,7 @@ PARTS = {
     "current_lag": tables.CURRENT_LAG,
     "lag_windows": tables.LAG_WINDOWS,
     "lag_minutes": tables.LAG_MINUTES,
+    "rebalance_causes": rebalance_causes.REBALANCE_CAUSES,
     "stats": STATS,
 }
 
