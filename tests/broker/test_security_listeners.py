@@ -217,11 +217,12 @@ def test_scram_credentials_are_described_altered_and_checked(
 
 def test_credentials_survive_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "scram.json"
+    password = "correct-horse-battery-staple"
     CredentialStore(path).apply(
-        [("erin", "SCRAM-SHA-512", credential_from_password("SCRAM-SHA-512", "pw"))], [])
+        [("erin", "SCRAM-SHA-512", credential_from_password("SCRAM-SHA-512", password))], [])
     reloaded = CredentialStore(path).get("erin", "SCRAM-SHA-512")
     assert reloaded is not None and reloaded.iterations == 4096
-    assert b"pw" not in path.read_bytes()
+    assert password.encode() not in path.read_bytes()  # salted and hashed, never kept
 
 
 @pytest.mark.parametrize(("settings", "message"), [
