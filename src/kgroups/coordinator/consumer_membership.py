@@ -416,8 +416,6 @@ class ConsumerGroupHandlers(CoordinatorCore):
         """Resolve every subscribed regex against the topics (Kafka's
         handleRegularExpressionsResult): a record per regex, and the group epoch bumped when
         a regex's topics or the subscribed topics' metadata changed."""
-        if group.consumer is not consumer:
-            return
         records: list[OffsetsRecord] = []
         bump = False
         for regex, topics in sorted(resolve(consumer.subscribed_regexes(), self._topics).items()):

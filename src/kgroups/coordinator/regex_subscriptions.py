@@ -119,5 +119,4 @@ def refresh_due(
     last_version = last.version if last is not None else 0
     return (requested or len(subscribed) != len(resolved)
             or last_version < topics_created_version
-            or (last_time is not None and now > last_time + refresh_interval_ms)
-            or last_time is None)
+            or (last_time is not None and now > last_time + refresh_interval_ms))
