@@ -22,12 +22,22 @@ from tests.broker.conftest import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 from kgroups.broker.wire import build, request_type, sibling
+from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
+from kgroups.log.batch import iter_batches
+from kgroups.records.classic_member import ClassicMemberMetadata, decode_classic_member_metadata
+from kgroups.records.codec import decode_record, encode_record
+from kgroups.records.consumer_group import ConsumerGroupMemberMetadataValue
 from kgroups.records.consumer_protocol import (
     decode_assignment,
     encode_assignment,
     encode_subscription,
 )
-from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
+from kgroups.records.schema import (
+    ConsumerAssignment,
+    ConsumerSubscription,
+    OffsetCommitKey,
+    TopicPartitions,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -42,13 +52,17 @@ SYNCHRONOUS_ASSIGNMENT = {
 
 
 @pytest.fixture(scope="module")
-def ports(tmp_path_factory: pytest.TempPathFactory,
-          differential_ports: dict[str, int]) -> Iterator[dict[str, int]]:
+def migration_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-migration"), SYNCHRONOUS_ASSIGNMENT)
     broker.start()
     create_topics(broker.bootstrap)
-    yield {"kafka": broker.port, "kgroups": differential_ports["kgroups"]}
+    yield broker
     broker.stop()
+
+
+@pytest.fixture
+def ports(migration_kafka: KafkaBroker, differential_ports: dict[str, int]) -> dict[str, int]:
+    return {"kafka": migration_kafka.port, "kgroups": differential_ports["kgroups"]}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +82,15 @@ def disabled_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     finally:
         kgroups.close()
         kafka.stop()
+
+
+def _offsets_records(broker: KafkaBroker) -> list[tuple[bytes, bytes | None]]:
+    records = []
+    for segment in sorted((broker.data_dir / "__consumer_offsets-0").glob("*.log")):
+        for batch in iter_batches(segment.read_bytes()):
+            records += [(bytes(r.key), None if r.value is None else bytes(r.value))
+                        for r in batch.records if r.key is not None and not batch.is_control]
+    return records
 
 
 def subscription(owned: tuple[int, ...] = ()) -> bytes:
@@ -225,8 +248,12 @@ def stable_classic_group(d: Dialog, names: Names) -> Classic:
     return c
 
 
-def test_upgrade_rejoin_commit_and_downgrade(converse, ports) -> None:
+def test_upgrade_rejoin_commit_and_downgrade(converse, ports,
+                                            migration_kafka: KafkaBroker) -> None:
+    groups: list[str] = []
+
     def script(d: Dialog) -> None:
+        groups.append(d.group)
         names = Names()
         c = stable_classic_group(d, names)
         a = Consumer(d, "a")
@@ -252,6 +279,23 @@ def test_upgrade_rejoin_commit_and_downgrade(converse, ports) -> None:
         describe_classic(d, c.conn, names)
 
     converse(script, ports=ports)
+    # The group records Kafka wrote for both conversions: kgroups decodes them, re-encodes them
+    # byte for byte, reads the classic member's metadata, and replays them into the classic
+    # group (offset commits aside: Kafka writes v4, which kgroups reads but writes as v3).
+    written = [(k, v) for k, v in _offsets_records(migration_kafka)
+               if getattr(decode_record(k, v).key, "group", None) == groups[0]
+               and not isinstance(decode_record(k, v).key, OffsetCommitKey)]
+    decoded = [decode_record(k, v) for k, v in written]
+    assert all(encode_record(record) == raw for record, raw in zip(decoded, written, strict=True))
+    classic = [decode_classic_member_metadata(r.value.classic_member_metadata)
+               for r in decoded if isinstance(r.value, ConsumerGroupMemberMetadataValue)
+               and r.value.classic_member_metadata is not None]
+    assert classic[0] == ClassicMemberMetadata(  # as converted: its last JoinGroup's
+        30_000, (("cooperative-sticky", subscription()), ("range", subscription())))
+    image = PartitionImage()
+    image.apply(decoded)
+    rebuilt = rebuild_groups(image, 0)[groups[0]]
+    assert rebuilt.consumer is None and len(rebuilt.members) == 1
 
 
 def test_classic_requests_inside_a_consumer_group(converse, ports) -> None:
