@@ -15,13 +15,15 @@ member must rejoin to move on (the group epoch passed it, it must revoke, or par
 for were released). A classic member told to rejoin must do so, and sync after its JoinGroup,
 within its rebalance timeout, else it is fenced.
 
-Downgrade: when the last consumer-protocol member leaves (heartbeat leave, session or rebalance
-timeout) and classic members remain, the group becomes classic again: tombstones for every
-consumer-group record, then one GroupMetadata record at the group epoch whose members carry
-their target assignment; the classic group then rebalances.
+Downgrade: when the last consumer-protocol member leaves (heartbeat leave, LeaveGroup, session
+or rebalance timeout, or a classic static member taking its instance id) and classic members
+remain, the group becomes classic again: tombstones for every consumer-group record, then one
+GroupMetadata record at the group epoch whose members carry their target assignment; the
+classic group then rebalances (after a static replacement, only if the subscription changed).
 
 group.consumer.migration.policy gates both directions (bidirectional, upgrade, downgrade,
-disabled). Empty groups change type freely whatever the policy.
+disabled; with disabled, classic members cannot join a live consumer group either). Empty
+groups change type freely whatever the policy.
 """
 
 from __future__ import annotations
