@@ -8,6 +8,7 @@ import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -295,3 +296,16 @@ def test_damaged_security_files_stop_the_start_with_their_path(tmp_path: Path) -
     (tmp_path / "security" / "acls.json").write_text('[{"resource": 1}]')
     with pytest.raises(ConfigError, match=r"acls\.json"):
         Security(config)
+
+
+def test_connection_creation_rate_delays_new_connections(tmp_path: Path) -> None:
+    """max.connection.creation.rate=20: 40 connections at once take about a second beyond the
+    first second's worth, and none is refused."""
+    with running_broker(tmp_path, {"listeners": "PLAINTEXT://127.0.0.1:0",
+                                   "max.connection.creation.rate": "20"}) as handle:
+        began = time.monotonic()
+        for _ in range(40):
+            with KafkaWireClient("127.0.0.1", handle.port, timeout=10):
+                pass
+        elapsed = time.monotonic() - began
+    assert 0.8 < elapsed < 5

@@ -56,6 +56,7 @@ SECURITY_SETTINGS = frozenset({
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
     "ssl.client.auth", "ssl.principal.mapping.rules", "connection.failed.authentication.delay.ms",
     "authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found",
+    "max.connection.creation.rate",
 })
 PER_LISTENER_PREFIX = "listener.name."
 

@@ -140,11 +140,12 @@ class TlsAcceptor(asyncio.Protocol):
     connection; asyncio itself would drop it silently."""
 
     def __init__(self, context: ssl.SSLContext, listener: Listener, serve: StreamHandler,
-                 tasks: set[asyncio.Task[None]]) -> None:
+                 tasks: set[asyncio.Task[None]], admit: Callable[[], Awaitable[None]]) -> None:
         self._context = context
         self._listener = listener
         self._serve = serve
         self._tasks = tasks
+        self._admit = admit  # max.connection.creation.rate, waited before the handshake
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # asyncio's transports start reading only after this returns, so pausing here keeps
@@ -157,6 +158,7 @@ class TlsAcceptor(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
+        await self._admit()
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)

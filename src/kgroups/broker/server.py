@@ -30,6 +30,7 @@ from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 
 from kgroups.broker import sasl
 from kgroups.broker.api import CloseConnection, RequestContext
+from kgroups.broker.connection_rate import limiter
 from kgroups.broker.events import log_event
 from kgroups.broker.memory_budget import MemoryBudget
 from kgroups.broker.security import (
@@ -432,7 +433,13 @@ class BrokerServer:
         self._security = security
         self._servers: list[asyncio.Server] = []
         self._bound: dict[str, tuple[str, int]] = {}
-        self._handshakes: set[asyncio.Task[None]] = set()  # TLS connections not yet served
+        # Connections not yet served: waiting for max.connection.creation.rate, or in TLS.
+        self._handshakes: set[asyncio.Task[None]] = set()
+        properties = broker.config.properties
+        self._rates = {listener.name: [rate for rate in (
+            limiter(properties.get(listener.prefix() + "max.connection.creation.rate")),
+            limiter(properties.get("max.connection.creation.rate"))) if rate is not None]
+            for listener in security.listeners}
         self._connections: set[asyncio.Task[None]] = set()
         self._per_host: Counter[str] = Counter()
 
@@ -444,7 +451,8 @@ class BrokerServer:
             if listener.uses_tls:
                 context = self._security.ssl_contexts[listener.name]
                 server = await asyncio.get_running_loop().create_server(
-                    functools.partial(TlsAcceptor, context, listener, serve, self._handshakes),
+                    functools.partial(TlsAcceptor, context, listener, serve, self._handshakes,
+                                      functools.partial(self._admit, listener)),
                     listener.host, listener.port, reuse_address=True)
             else:
                 server = await asyncio.start_server(serve, listener.host, listener.port,
@@ -468,10 +476,24 @@ class BrokerServer:
             return "max_connections_per_ip"
         return None
 
+    async def _admit(self, listener: Listener) -> None:
+        """Wait for max.connection.creation.rate (the listener's, then the broker's)."""
+        for rate in self._rates[listener.name]:
+            await rate.admit()
+
     async def _accept(self, listener: Listener, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if not listener.uses_tls and self._rates[listener.name]:  # TLS waited before its handshake
+            self._handshakes.add(task)
+            try:
+                await self._admit(listener)
+            except asyncio.CancelledError:  # stopping; see below for why this ends normally
+                writer.close()
+                return
+            finally:
+                self._handshakes.discard(task)
         peer = writer.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else str(peer)
         limit = self._over_limit(host)
