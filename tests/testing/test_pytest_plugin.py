@@ -50,10 +50,25 @@ def test_fixture_applies_marker_settings_and_keeps_data_in_tmp_path(
     assert (kafka_broker.data_dir / "auto-created-2").is_dir()
 
 
-def test_each_test_gets_a_fresh_broker(kafka_broker: BackgroundBroker) -> None:
-    """The previous test's topic does not exist here."""
-    topics = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=10)
-    assert "auto-created" not in topics.topics
+@pytest.fixture
+def kafka_broker_settings() -> dict[str, str]:
+    """A directory's conftest.py would override this to change every test's broker."""
+    return {"num.partitions": "4", "offsets.retention.minutes": "60"}
+
+
+@pytest.mark.kafka_broker({"num.partitions": "2"})
+def test_each_test_gets_a_fresh_broker_the_marker_over_the_settings_fixture(
+    kafka_broker: BackgroundBroker
+) -> None:
+    """The previous test's topic does not exist here; the marker's dict wins over the
+    kafka_broker_settings fixture, whose other settings stay."""
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    assert "auto-created" not in admin.list_topics(timeout=10).topics
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    producer.produce("second", b"x")
+    assert producer.flush(10) == 0
+    assert len(admin.list_topics(timeout=10).topics["second"].partitions) == 2
+    assert kafka_broker.settings["offsets.retention.minutes"] == "60"
 
 
 def test_serve_in_background_keeps_offsets_in_its_data_dir(tmp_path: Path) -> None:

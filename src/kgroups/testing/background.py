@@ -32,7 +32,9 @@ STOP_TIMEOUT_S = 30.0
 @dataclass
 class BackgroundBroker:
     """A running broker: where to reach it (`bootstrap`, `host`, `port`), where its logs are
-    (`data_dir`), the settings it runs with, and how long it took to become ready."""
+    (`data_dir`), the settings it runs with, and how long it took to become ready. `broker` is
+    the Broker itself, for looking at its state; its event loop runs on another thread, so
+    calling into it from the test is not safe."""
 
     host: str
     port: int
