@@ -191,6 +191,18 @@ class Authorizer:
                               for entry in json.loads(path.read_text(encoding="utf-8"))]
             except (OSError, ValueError, TypeError) as exc:
                 raise ConfigError(f"cannot read the ACLs in {path}: {exc}") from None
+        self._index()
+
+    def _index(self) -> None:
+        """Literal bindings by (type, name), prefixed ones by type: a check then reads the few
+        bindings that can apply instead of every binding, however many there are."""
+        self._literal: dict[tuple[int, str], list[AclBinding]] = {}
+        self._prefixed: dict[int, list[AclBinding]] = {}
+        for acl in self._acls:
+            if acl.pattern_type == PatternType.LITERAL:
+                self._literal.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+            else:
+                self._prefixed.setdefault(acl.resource_type, []).append(acl)
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> Authorizer | None:
@@ -215,7 +227,11 @@ class Authorizer:
                   resource_type: ResourceType, name: str) -> bool:
         if principal in self.super_users:
             return True
-        matching = [acl for acl in self._acls if acl.matches_resource(resource_type, name)]
+        matching = [*self._literal.get((resource_type, name), ()),
+                    *(self._literal.get((resource_type, WILDCARD), ()) if name != WILDCARD
+                      else ()),
+                    *(acl for acl in self._prefixed.get(resource_type, ())
+                      if name.startswith(acl.resource_name))]
         if not matching:
             return self.allow_if_no_acl
         mine = [acl for acl in matching
@@ -251,6 +267,7 @@ class Authorizer:
             for binding in bindings:
                 if binding not in self._acls:
                     self._acls.append(binding)
+            self._index()
             self._write()
 
     def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
@@ -261,6 +278,7 @@ class Authorizer:
             gone = {acl for group in removed for acl in group}
             if gone:
                 self._acls = [acl for acl in self._acls if acl not in gone]
+                self._index()
                 self._write()
             return removed
 
