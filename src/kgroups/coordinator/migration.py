@@ -444,13 +444,14 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             classic=ClassicMemberMetadata(req.session_timeout_ms, req.protocols),
         )
         is_new = member.member_id not in consumer.members
-        bump = False
+        # Compared before the record is applied (applying it updates `member` in place).
+        bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
             self._record(group, records, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
-            bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-        steps = int(bump) + int(new_hash != consumer.metadata_hash)
+        # One step for a subscription or metadata change, as Kafka's updateSubscriptionMetadata.
+        steps = int(bump or new_hash != consumer.metadata_hash)
         if steps:
             self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
@@ -651,9 +652,8 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             self._member_removed(group, member.member_id, member.instance_id,
                                  RemovalReason.LEFT_GROUP)
         new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-        steps = 1 + int(new_hash != consumer.metadata_hash)
         self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
-                     ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+                     ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
 
     # -- ConsumerGroupDescribe ----------------------------------------------------------------
 
