@@ -169,6 +169,12 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
         for kind, name in ((2, "orders"), (2, "secret"), (4, "1")))))
     seen["describe_configs"] = sorted((r.resource_name, int(r.error_code))
                                       for r in configs.results)
+    altered = client.call(request_of(44, 1, validate_only=True, resources=tuple(nested_of(
+        44, 1, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=(nested_of(
+            44, 1, "AlterableConfig", name="retention.ms", config_operation=0,
+            value="86400000"),)) for topic in TOPICS)))
+    seen["incremental_alter_configs"] = sorted((r.resource_name, int(r.error_code))
+                                               for r in altered.responses)
     acls = client.call(describe_acls.DescribeAclsRequest(
         resource_type_filter=ResourceType.ANY, resource_name_filter=None,
         pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,

@@ -462,20 +462,49 @@ async def _create_partitions(ctx: RequestContext, request: Any, inner: Inner,
         error_message="The topic authorization is failed.") for t in denied))
 
 
-_CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER = 2, 4, 8
+# ConfigResource types: topic, broker, broker logger, client metrics, group.
+_CONFIG_TOPIC, _CONFIG_GROUP = 2, 32
+_CONFIG_CLUSTER_WIDE = frozenset({4, 8, 16})
+
+
+def _config_denial(check: Check, operation: Operation, resource: Any) -> ErrorCode | None:
+    """Kafka's check of one config resource: the topic, the group, or the cluster."""
+    kind, name = int(resource.resource_type), resource.resource_name
+    if kind == _CONFIG_TOPIC:
+        return None if check.topic(operation, name) else TOPIC_DENIED
+    if kind == _CONFIG_GROUP:
+        return None if check.group(operation, name) else GROUP_DENIED
+    if kind in _CONFIG_CLUSTER_WIDE:
+        return None if check.cluster(operation) else CLUSTER_DENIED
+    return None  # the handler refuses a type it does not know
+
+
+@rule(44)
+async def _incremental_alter_configs(ctx: RequestContext, request: Any, inner: Inner,
+                                     check: Check) -> Any:
+    resources = tuple(request.resources)
+    allowed = tuple(r for r in resources
+                    if _config_denial(check, Operation.ALTER_CONFIGS, r) is None)
+    answered: dict[tuple[int, str], Any] = {}
+    if allowed:
+        answered = {(int(r.resource_type), r.resource_name): r for r in (await inner(
+            ctx, dataclasses.replace(request, resources=allowed))).responses}
+    responses = []
+    for resource in resources:
+        error = _config_denial(check, Operation.ALTER_CONFIGS, resource)
+        key = (int(resource.resource_type), resource.resource_name)
+        responses.append(answered[key] if error is None and key in answered else _nested(
+            ctx, "AlterConfigsResourceResponse", error_code=kio_error(error or ErrorCode.NONE),
+            error_message=None, resource_type=resource.resource_type,
+            resource_name=resource.resource_name))
+    return _response(ctx, responses=tuple(responses))
 
 
 @rule(32)
 async def _describe_configs(ctx: RequestContext, request: Any, inner: Inner,
                             check: Check) -> Any:
     def denial(resource: Any) -> ErrorCode | None:
-        kind = int(resource.resource_type)
-        if kind == _CONFIG_TOPIC:
-            ok = check.topic(Operation.DESCRIBE_CONFIGS, resource.resource_name)
-            return None if ok else TOPIC_DENIED
-        if kind in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
-            return None if check.cluster(Operation.DESCRIBE_CONFIGS) else CLUSTER_DENIED
-        return None
+        return _config_denial(check, Operation.DESCRIBE_CONFIGS, resource)
 
     resources = tuple(request.resources)
     allowed = tuple(r for r in resources if denial(r) is None)
