@@ -28,8 +28,8 @@ from tests.broker.security_helpers import (
 )
 from tests.kafka_harness import run_kafka_tool
 
-from kgroups.broker.acl_enforcement import AuthorizedHandler
-from kgroups.broker.api import CloseConnection, RequestContext
+from kgroups.broker.acl_enforcement import RULES, UNCHECKED, AuthorizedHandler
+from kgroups.broker.api import CloseConnection, HandlerRegistry, RequestContext
 from kgroups.broker.authorizer import (
     AclBinding,
     AclFilter,
@@ -39,6 +39,7 @@ from kgroups.broker.authorizer import (
     Permission,
     ResourceType,
 )
+from kgroups.broker.broker import install_handlers
 from kgroups.broker.wire_client import KafkaWireClient
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
@@ -216,3 +217,10 @@ def test_kafka_tools_manage_acls_and_scram_users_on_kgroups(acl_broker: InProces
     scram = client_security(certs, "SASL_PLAINTEXT", "SCRAM-SHA-256", "tool", "tool-secret")
     with scram.connect("127.0.0.1", port_of(acl_broker, "SASL_PLAINTEXT")):
         pass  # authenticated with the credential kafka-configs stored
+
+
+def test_every_served_api_has_its_kafka_authorization_rule() -> None:
+    """An API added without a rule is served to super users only; this names it."""
+    registry = HandlerRegistry()
+    install_handlers(registry)
+    assert [h.api_key for h in registry if h.api_key not in RULES | dict.fromkeys(UNCHECKED)] == []
