@@ -3,7 +3,9 @@ its own JVM (started with the `spark-class` launcher pyspark ships) and its own 
 as `start-master.sh` / `start-worker.sh` would run them on separate machines.
 
 `SparkStandalone(workdir, workers=2).start()` returns once every worker has registered with the
-master; `master_url` is the `--master` for a driver; `stop()` ends the JVMs it started. Each
+master (`start_in_background()` does the same on a thread, so a test can prepare its data
+meanwhile, and `wait_started()` joins it); `master_url` is the `--master` for a driver; `stop()`
+ends the JVMs it started. Each
 worker offers one core and `worker_memory`; a driver must ask for executors that fit
 (SPARK_EXECUTOR_MEMORY / spark.executor.memory). The environment given to `start()` is the
 workers' and so their executors': executors do not inherit the driver's environment."""
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +42,8 @@ class SparkStandalone:
     worker_memory: str = "768m"
     port: int = 0
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+    _starter: threading.Thread | None = field(default=None, repr=False)
+    _start_error: BaseException | None = field(default=None, repr=False)
 
     @property
     def master_url(self) -> str:
@@ -94,7 +99,25 @@ class SparkStandalone:
             self.stop()
             raise
 
+    def start_in_background(self, env: Mapping[str, str] | None = None) -> None:
+        def start() -> None:
+            try:
+                self.start(env)
+            except BaseException as exc:  # re-raised by wait_started, in the test's thread
+                self._start_error = exc
+
+        self._starter = threading.Thread(target=start, name="spark-standalone", daemon=True)
+        self._starter.start()
+
+    def wait_started(self) -> None:
+        assert self._starter is not None
+        self._starter.join()
+        if self._start_error is not None:
+            raise self._start_error
+
     def stop(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.terminate()

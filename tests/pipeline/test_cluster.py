@@ -49,8 +49,9 @@ def _boto_credentials() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
+    """Started in the background: the test prepares its data and the local run meanwhile."""
     standalone = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"), workers=2)
-    standalone.start(env=AWS_ENV)
+    standalone.start_in_background(env=AWS_ENV)
     yield standalone
     standalone.stop()
 
@@ -81,6 +82,7 @@ def test_standalone_cluster_reading_s3_gives_the_local_tables(
         shutil.copytree(partition_dir, target / partition_dir.name)
     _upload(object_store, offsets, "prod/logs")
 
+    cluster.wait_started()
     cluster_out = tmp_path / "cluster-out"
     result = subprocess.run(
         [sys.executable, "-m", "kgroups.cli", "analyze", f"s3://{BUCKET}/prod/logs",
