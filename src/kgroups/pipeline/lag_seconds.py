@@ -112,6 +112,10 @@ def _commit_rate_seconds(points: list[dict[str, Any]], lag: int) -> float | None
     return lag / (consumed / (elapsed_ms / 1000.0))
 
 
+def _key(row: dict[str, Any]) -> tuple[str, str, int]:
+    return row["group"], row["topic"], row["partition"]
+
+
 def add_lag_seconds(lag: pa.Table, windows: pa.Table, batches: pa.Table,
                     segments: Sequence[SegmentFile], now_ms: int) -> pa.Table:
     """`lag` (tables.LAG rows) with lag_seconds and lag_seconds_source appended; `windows` are
@@ -132,16 +136,19 @@ def add_lag_seconds(lag: pa.Table, windows: pa.Table, batches: pa.Table,
                                                                        strict=True)]))
     points: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for point in windows.sort_by("ts_ms").to_pylist():
-        points.setdefault((point["group"], point["topic"], point["partition"]), []).append(point)
-    seconds: dict[int, tuple[float | None, str | None]] = {}
-    for row, stamp in zip(lagging, stamps, strict=True):
-        if stamp is not None and stamp >= 0:
-            seconds[id(row)] = (max(0, now_ms - stamp) / 1000.0, RECORD)
+        points.setdefault(_key(point), []).append(point)
+    by_record = dict(zip(map(_key, lagging), stamps, strict=True))
+    values: list[tuple[float | None, str | None]] = []
+    for row in rows:
+        if row["lag"] <= 0:
+            values.append((0.0, None))
             continue
-        estimate = _commit_rate_seconds(
-            points.get((row["group"], row["topic"], row["partition"]), []), row["lag"])
-        seconds[id(row)] = (estimate, None if estimate is None else COMMIT_RATE)
-    values = [seconds.get(id(row), (0.0, None)) for row in rows]
+        stamp = by_record[_key(row)]
+        if stamp is not None and stamp >= 0:
+            values.append((max(0, now_ms - stamp) / 1000.0, RECORD))
+            continue
+        estimate = _commit_rate_seconds(points.get(_key(row), []), row["lag"])
+        values.append((estimate, None if estimate is None else COMMIT_RATE))
     return pa.Table.from_arrays(
         [*lag.columns, pa.array([v[0] for v in values], pa.float64()),
          pa.array([v[1] for v in values], pa.string())],
