@@ -26,7 +26,7 @@ from kio.serial import entity_writer
 from kgroups.broker import wire
 from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig
-from kgroups.broker.fast_writer import fast_entity_writer
+from kgroups.broker.fast_writer import Encoder, entity_encoder
 
 STARTUP_TIMEOUT_S = 60.0
 T = TypeVar("T")
@@ -135,19 +135,19 @@ class InProcessBroker:
         return future.result(timeout=30)
 
 
-def _cross_checked_writer(entity: type[Any]) -> Callable[[io.BytesIO, Any], None]:
-    """The broker's fast writer, verified against kio's reference writer on every call."""
-    fast, reference = fast_entity_writer(entity), entity_writer(entity)
+def _cross_checked_encoder(entity: type[Any]) -> Encoder:
+    """The broker's generated encoder, verified against kio's reference writer on every call."""
+    fast, reference = entity_encoder(entity), entity_writer(entity)
 
-    def write(buffer: io.BytesIO, value: Any) -> None:
+    def encode(value: Any, out: list[Any]) -> None:
         expected = io.BytesIO()
         reference(expected, value)
-        start = buffer.tell()
-        fast(buffer, value)
-        written = buffer.getvalue()[start:]
+        start = len(out)
+        fast(value, out)
+        written = b"".join(out[start:])
         assert written == expected.getvalue(), f"fast writer differs from kio for {entity}"
 
-    return write
+    return encode
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def make_inprocess_broker(
 ) -> Iterator[Callable[..., InProcessBroker]]:
     """In-process brokers whose every response (and every test request) is encoded twice, by
     the fast writer and by kio's, and must come out byte-identical."""
-    monkeypatch.setattr(wire, "_writer", _cross_checked_writer)
+    monkeypatch.setattr(wire, "_encoder", _cross_checked_encoder)
     started: list[tuple[InProcessBroker, threading.Thread]] = []
 
     def make(*overrides: str) -> InProcessBroker:

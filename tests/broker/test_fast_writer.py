@@ -17,8 +17,8 @@ from kio.schema.consumer_group_heartbeat.v0.response import (
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from kgroups.broker.fast_writer import fast_entity_writer, uvarint
-from kgroups.broker.wire import build, response_type, sibling
+from kgroups.broker.fast_writer import entity_encoder, uvarint
+from kgroups.broker.wire import build, encode_response, response_type, sibling
 
 NO_THROTTLE = datetime.timedelta(0)
 names = st.text(max_size=12)
@@ -26,10 +26,11 @@ int32s = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 
 
 def _same_bytes(entity: Any) -> None:
-    reference, fast = io.BytesIO(), io.BytesIO()
+    reference = io.BytesIO()
     entity_writer(type(entity))(reference, entity)
-    fast_entity_writer(type(entity))(fast, entity)
-    assert fast.getvalue() == reference.getvalue()
+    fast: list[bytes] = []
+    entity_encoder(type(entity))(entity, fast)
+    assert b"".join(fast) == reference.getvalue()
 
 
 @pytest.mark.parametrize("version", range(13))
@@ -91,3 +92,20 @@ def test_uvarint_matches_kafka(value: int) -> None:
     decoded = sum((byte & 0x7F) << (7 * i) for i, byte in enumerate(encoded))
     assert decoded == value
     assert all(byte & 0x80 for byte in encoded[:-1]) and not encoded[-1] & 0x80
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(12, 3), (12, 4), (18, 3)])
+@given(correlation_id=int32s)
+def test_response_frame_as_kio_writes_it(api_key: int, version: int, correlation_id: int) -> None:
+    """Size prefix and response header (v0 for Heartbeat v3 and for every ApiVersions, v1 with
+    its tagged-field section for Heartbeat v4) around the body, as kio's writers frame them."""
+    cls = response_type(api_key, version)
+    extra = {"api_keys": ()} if api_key == 18 else {}
+    response = build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, **extra)
+    header_cls = cls.__header_schema__
+    expected = io.BytesIO()
+    entity_writer(header_cls)(expected, header_cls(correlation_id=correlation_id))
+    entity_writer(cls)(expected, response)
+    framed = encode_response(correlation_id, response)
+    assert framed[4:] == expected.getvalue()
+    assert int.from_bytes(framed[:4], "big") == len(expected.getvalue())

@@ -61,17 +61,24 @@ class MemoryBudget:
         return self._held.get(holder, 0)
 
     def set_held(self, holder: Holder, amount: int) -> None:
-        """What `holder` holds now (it tracks its own bytes; the budget keeps the sum)."""
-        previous = self._held.get(holder, 0)
+        """What `holder` holds now (it tracks its own bytes; the budget keeps the sum).
+
+        Called for every request, so the common case (under the limit, no waiter, no eviction
+        timer armed) only updates the sum: neither waking nor watching would change anything."""
+        held = self._held
+        previous = held.get(holder, 0)
         if amount == previous:
             return
         if amount:
-            self._held[holder] = amount
+            held[holder] = amount
         else:
-            self._held.pop(holder, None)
+            del held[holder]
         self.total += amount - previous
-        if amount < previous:
-            self._wake()
+        if self._waiters:
+            if amount < previous:
+                self._wake()
+        elif self._eviction is None and (self.limit < 0 or self.total < self.limit):
+            return
         self._watch()
 
     def forget(self, holder: Holder) -> None:

@@ -9,9 +9,15 @@ while the client leaves its responses unread; TCP then pushes back on the client
 
 Memory across connections is bounded by one MemoryBudget (queued.max.request.bytes): a frame's
 size is reserved before its body is read, and responses count until the kernel has taken them.
-Responses wait in a per-connection queue of separate bytes objects and go to the transport one
-at a time, when its buffer is empty: asyncio's transport would otherwise copy every unread
-response into one ever-growing bytearray, whose size the budget could not follow.
+Responses wait in a per-connection queue of separate bytes objects and go to the transport only
+when its buffer is empty: asyncio's transport would otherwise copy every unread response into
+one ever-growing bytearray, whose size the budget could not follow.
+
+The path is kept cheap because it runs for every request: answers that become ready in the same
+event-loop iteration leave in one write (one system call, not one per answer), a finished
+request updates the budget once for its frame and its answer together, and the common case
+(room in the budget, nothing unread by the client) costs no waiter, closure or extra
+event-loop turn.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ _SIZE = struct.Struct(">i")
 # Frames up to this size are read in one go; larger ones grow a buffer chunk by chunk as their
 # bytes arrive, so an announced size is never allocated before the client has sent it.
 _CHUNK = 256 * 1024
+# Answers ready together are joined into one write up to this size; a larger answer (a Fetch)
+# goes alone, so joining never copies much.
+_COALESCE = 64 * 1024
 _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
 
 
@@ -76,8 +85,9 @@ class ConnectionClosed(Exception):
 
 class Connection:
     """One client socket. The reader loop starts a task per request; each task's completion
-    flushes, in request order, every response that is ready. No responder task or queue sits
-    between them: on a busy connection that saves several event-loop turns per request."""
+    moves, in request order, every response that is ready to the send queue, which is written
+    once per event-loop iteration. No responder task sits between them: on a busy connection
+    that saves several event-loop turns per request."""
 
     def __init__(
         self, broker: HandlerServices, reader: asyncio.StreamReader,
@@ -97,6 +107,8 @@ class Connection:
         self._max_in_flight = max(1, config.queued_max_requests)
         # Requests in arrival order; the head is the next response owed to the client.
         self._in_flight: deque[asyncio.Task[bytes | None]] = deque()
+        # Each open request's frame reservation, until its handler finishes.
+        self._reserved: dict[asyncio.Task[Any], int] = {}
         self._room = asyncio.Event()  # set while fewer than _max_in_flight requests are open
         self._room.set()
         self._all_answered = asyncio.Event()  # set while nothing is in flight
@@ -116,6 +128,7 @@ class Connection:
         self._unsent = 0
         self._in_transport = 0
         self._ready: deque[bytes] = deque()  # answers in order, waiting for the transport
+        self._pump_due = False  # a _pump is scheduled for this loop iteration
         self._drainer: asyncio.Task[None] | None = None
         _set_buffer(writer.get_extra_info("socket"), socket.SO_SNDBUF,
                     config.socket_send_buffer_bytes)
@@ -226,8 +239,9 @@ class Connection:
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
-        await self._budget.wait_for(
-            lambda: self._closed or self._budget.allows(size, self._light))
+        if not self._budget.allows(size, self._light):
+            await self._budget.wait_for(
+                lambda: self._closed or self._budget.allows(size, self._light))
         if self._closed:  # closed (idle, a failed handler) while waiting for room
             return None
         self._frames_held += size
@@ -308,16 +322,20 @@ class Connection:
             with contextlib.suppress(BufferError):  # a slice still alive frees it later
                 view.release()
                 body.clear()
-        reserved, self._frame_reserved = self._frame_reserved, 0
         task = self._loop.create_task(work)
-        task.add_done_callback(lambda _task: self._release_frame(reserved))
+        self._reserved[task] = self._frame_reserved
+        self._frame_reserved = 0
         self._in_flight.append(task)
         self._all_answered.clear()
         if len(self._in_flight) >= self._max_in_flight:
             self._room.clear()
-        task.add_done_callback(self._flush)
-        await self._room.wait()
-        await self._writer.drain()
+        task.add_done_callback(self._finished)
+        if not self._room.is_set():
+            await self._room.wait()
+        # The transport holds something only while the client has not read it (it is paused
+        # then), and a closing one tells drain() that the connection is lost.
+        if self._in_transport or self._writer.transport.is_closing():
+            await self._writer.drain()
 
     async def _raw_sasl_token(self, token: bytes) -> bytes | None:
         reply = await sasl.raw_token(self.session, token)
@@ -337,12 +355,15 @@ class Connection:
         """Run the handler once the budget has room for its answer (or this connection's
         client reads its answers and the headroom has some); the answer counts from here."""
         budget = self._budget
-        await budget.wait_for(lambda: budget.allows(0, self._light))
+        if not budget.allows(0, self._light):
+            await budget.wait_for(lambda: budget.allows(0, self._light))
         response = await handler(ctx, body)
-        if response is None:
-            return None
-        data = encode_response(ctx.correlation_id, response)
-        self._unsent += len(data)
+        data = None if response is None else encode_response(ctx.correlation_id, response)
+        # At once, before another handler checks the budget: the frame stops counting and the
+        # answer starts to, in one update.
+        self._frames_held -= self._reserved.pop(asyncio.current_task(), 0)  # type: ignore[arg-type]
+        if data is not None:
+            self._unsent += len(data)
         self._account()
         return data
 
@@ -355,21 +376,29 @@ class Connection:
         if not self._gone:
             self._budget.set_held(self, self._frames_held + self._unsent + self._in_transport)
 
-    def _release_frame(self, size: int) -> None:
-        self._frames_held -= size
-        self._account()
-
     def _send(self, data: bytes) -> None:
         self._writer.write(data)
         self._unsent -= len(data)
         self._in_transport = self._writer.transport.get_write_buffer_size()
 
     def _pump(self) -> None:
-        """Send queued answers while the transport's buffer is empty; when it is not, a drainer
-        task waits for it to empty (the client read) and pumps again."""
+        """Send queued answers while the transport's buffer is empty, those ready together in
+        one write; when it is not, a drainer task waits for it to empty (the client read) and
+        pumps again."""
+        self._pump_due = False
+        ready = self._ready
         if not self._writer.is_closing():
-            while self._ready and not self._in_transport:
-                self._send(self._ready.popleft())
+            while ready and not self._in_transport:
+                data = ready.popleft()
+                if ready and len(data) < _COALESCE:
+                    batch = [data]
+                    size = len(data)
+                    while ready and size + len(ready[0]) <= _COALESCE:
+                        data = ready.popleft()
+                        batch.append(data)
+                        size += len(data)
+                    data = b"".join(batch)
+                self._send(data)
                 self._last_activity = self._loop.time()
         self._account()
         if self._in_transport and self._drainer is None and not self._writer.is_closing():
@@ -385,10 +414,21 @@ class Connection:
         self._in_transport = self._writer.transport.get_write_buffer_size()
         self._pump()
 
-    def _flush(self, _finished: asyncio.Task[bytes | None]) -> None:
-        """Write every response that is ready at the head, in request order. A failing handler
-        closes the connection (Kafka's behaviour for an exception it cannot map to an error
-        code) after logging it; the requests behind it are cancelled."""
+    def _finished(self, task: asyncio.Task[bytes | None]) -> None:
+        """A request is done: its frame stops counting if its handler did not release it (the
+        request failed, was cancelled, or was not a handler's); then the answers ready at the
+        head move to the send queue."""
+        reserved = self._reserved.pop(task, 0)
+        if reserved:
+            self._frames_held -= reserved
+            self._account()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Queue every response that is ready at the head, in request order, and have them
+        written once this loop iteration's other finished requests have queued theirs. A
+        failing handler closes the connection (Kafka's behaviour for an exception it cannot map
+        to an error code) after logging it; the requests behind it are cancelled."""
         in_flight = self._in_flight
         while in_flight and in_flight[0].done():
             task = in_flight.popleft()
@@ -416,7 +456,12 @@ class Connection:
                             listener=self.session.listener.name, **fields)
                 self._cancel_in_flight()
                 break
-        self._pump()
+        if self._ready and not self._closed:
+            if not self._pump_due:
+                self._pump_due = True
+                self._loop.call_soon(self._pump)
+        else:
+            self._pump()
         if len(in_flight) < self._max_in_flight:
             self._room.set()
         if not in_flight:
