@@ -181,6 +181,25 @@ def test_unreachable_broker_and_bad_arguments_give_clear_errors(capsys) -> None:
         parse_datetime_ms("yesterday")
 
 
+def test_timeout_bounds_the_wait_for_a_silent_broker(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A listener that accepts and never answers: --timeout (kafka-consumer-groups' option,
+    in ms) ends the wait with one line, not the 30 s socket default or a hang."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        code = main(["groups", "--bootstrap-server", f"127.0.0.1:{port}", "--list",
+                     "--timeout", "300"])
+        waited = time.monotonic() - started
+    assert code == 1
+    assert capsys.readouterr().err == f"Error: 127.0.0.1:{port} did not answer within 0.3 s\n"
+    assert waited < 5
+    with pytest.raises(SystemExit):
+        main(["groups", "--list", "--timeout", "0"])
+    assert "not a positive number of ms" in capsys.readouterr().err
+
+
 def test_replay_skips_undecodable_records_and_keeps_the_rest(tmp_path) -> None:  # type: ignore[no-untyped-def]
     log = PartitionLog.open(tmp_path / "__consumer_offsets-0", LogConfig())
     good = OffsetsRecord(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", BASE_TS))

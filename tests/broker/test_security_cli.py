@@ -132,3 +132,21 @@ def blocks(listing: str) -> dict[str, set[str]]:
         header, *acls = block.split("\n")
         result[header] = set(acls)
     return result
+
+
+def test_coordinator_reached_with_the_same_security(broker: InProcessBroker,
+                                                    certs: Certificates, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Bootstrapped as `localhost`, the tool finds the group's coordinator advertised as
+    127.0.0.1 and opens a second connection: it must log in there too (SASL_SSL)."""
+    admin = client_properties(tmp_path / "admin.properties", certs, "PLAIN", "admin",
+                              "admin-secret")
+    port = address(broker, "SASL_SSL")[1]
+    common = ("--bootstrap-server", f"localhost:{port}", "--command-config", str(admin))
+    code, out, err = kgroups(capsys, "groups", *common, "--reset-offsets", "--group", "fresh",
+                             "--topic", "visible", "--to-earliest", "--execute")
+    assert code == 0, err
+    code, out, err = kgroups(capsys, "groups", *common, "--describe", "--group", "fresh")
+    assert code == 0, err
+    assert [line.split()[:3] for line in out.splitlines() if "visible" in line] == [
+        ["fresh", "visible", "0"]]

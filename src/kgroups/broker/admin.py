@@ -129,7 +129,7 @@ def connect_to_coordinator(bootstrap: KafkaWireClient, group_id: str) -> KafkaWi
     host, port, _ = find_coordinator(bootstrap, group_id)
     if (host, port) == (bootstrap.host, bootstrap.port):
         return bootstrap
-    return KafkaWireClient(host, port, client_id=bootstrap.client_id)
+    return bootstrap.open_another(host, port)
 
 
 def find_coordinator(client: KafkaWireClient, group_id: str) -> tuple[str, int, int]:

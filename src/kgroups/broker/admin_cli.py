@@ -403,11 +403,22 @@ def _check_options(action: str, args: argparse.Namespace) -> None:
         raise UsageError("--topic goes with --reset-offsets or --delete-offsets only")
 
 
+def _positive_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ms") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of ms")
+    return value
+
+
 def _handle(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
         _check_options(action, args)
-        with connect_tool(args.bootstrap_server, args.command_config) as client:
+        with connect_tool(args.bootstrap_server, args.command_config,
+                          timeout=args.timeout / 1000) as client:
             return run_to_pipe(lambda: RUNNERS[action](client, args))
     except UsageError as exc:
         print(f"kgroups groups: error: {exc}", file=sys.stderr)
@@ -432,6 +443,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT", help="broker to connect to")
     add_command_config_option(parser)
+    add("--timeout", type=_positive_ms, default=5000, metavar="MS",
+        help="how long to wait for each answer of the broker, in milliseconds "
+             "(kafka-consumer-groups' option and default)")
     add("--list", action="store_true", help="list the groups")
     add("--describe", action="store_true",
         help="describe groups: offsets and lag (default), --members or --state")

@@ -90,6 +90,8 @@ class ClientSecurity:
             except WireError:
                 client.close()
                 raise
+        client.open_another = lambda other_host, other_port: self.connect(
+            other_host, other_port, client_id=client_id, timeout=timeout)
         return client
 
     def _authenticate(self, client: KafkaWireClient) -> None:
@@ -139,13 +141,14 @@ class ClientSecurity:
 
 
 def connect_tool(bootstrap: tuple[str, int], command_config: Path | None,
-                 client_id: str = "kgroups-admin") -> KafkaWireClient:
+                 client_id: str = "kgroups-admin", timeout: float = 30.0) -> KafkaWireClient:
     """What each kgroups admin command opens: `--bootstrap-server` reached as
-    `--command-config` says (PLAINTEXT without one). A bad file is a WireError, so the
-    commands report it as they report an unreachable broker."""
+    `--command-config` says (PLAINTEXT without one), each answer awaited at most `timeout`
+    seconds. A bad file is a WireError, so the commands report it as they report an
+    unreachable broker."""
     try:
         security = ClientSecurity.from_file(command_config)
-        return security.connect(*bootstrap, client_id=client_id)
+        return security.connect(*bootstrap, client_id=client_id, timeout=timeout)
     except ConfigError as exc:
         raise WireError(f"--command-config {command_config}: {exc}") from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,13 @@ class KafkaWireClient:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.timeout = timeout
+        # How to reach another broker of the cluster (a group's coordinator) the way this
+        # connection was reached; client_security.py replaces it to add TLS and SASL.
+        self.open_another: Callable[[str, int], KafkaWireClient] = (
+            lambda other_host, other_port: KafkaWireClient(
+                other_host, other_port, client_id=client_id, timeout=timeout,
+                ssl_context=ssl_context))
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -83,6 +91,9 @@ class KafkaWireClient:
             self._sock.sendall(encode_request(correlation_id, self.client_id, request))
             frame = self._read_frame()
         except OSError as exc:
+            if isinstance(exc, TimeoutError):
+                raise WireError(f"{self.host}:{self.port} did not answer within "
+                                f"{self.timeout:g} s") from exc
             raise WireError(f"connection to {self.host}:{self.port} failed: {exc}") from exc
         schema = response_schema or response_type(int(request.__api_key__),
                                                    int(request.__version__))
