@@ -19,9 +19,8 @@ import base64
 import uuid
 from collections.abc import Callable, Mapping
 
-from kgroups.assignors.model import ClusterMetadata, MemberSubscription
-from kgroups.assignors.range import RangeAssignor
-from kgroups.assignors.uniform import UniformAssignor
+from kgroups.assignors.server import ServerMember
+from kgroups.assignors.server import assign as assign_server
 from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -69,8 +68,6 @@ from kgroups.records.consumer_group import (
     ConsumerGroupTargetAssignmentMetadataValue,
 )
 from kgroups.records.schema import OffsetsRecord
-
-_ASSIGNORS = {"uniform": UniformAssignor, "range": RangeAssignor}
 
 
 class HeartbeatError(Exception):
@@ -386,25 +383,28 @@ class ConsumerGroupHandlers(CoordinatorCore):
         self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord]
     ) -> None:
         """Run the group's assignor over every member (current targets make it sticky) and
-        write the targets that changed, then the new assignment epoch."""
-        assignor = _ASSIGNORS[consumer.preferred_assignor(self.config.group_consumer_assignors[0])]
+        write the targets that changed, then the new assignment epoch. Members go to the
+        assignor in the order Kafka's coordinator puts them into its member map (the ones
+        already in the group, then the one heartbeating if it is new), which with their ids'
+        hash codes fixes the order Kafka's assignors walk them in."""
+        assignor = consumer.preferred_assignor(self.config.group_consumer_assignors[0])
         names = self._topic_names
         topics = self._topics
-        subscriptions = [
-            MemberSubscription.of(
-                m.member_id, sorted(t for t in consumer.member_topics(m) if t in topics),
-                {names[t]: sorted(p) for t, p in consumer.targets.get(m.member_id, {}).items()
+        members = [
+            ServerMember(
+                m.member_id,
+                [topics[t].topic_id for t in sorted(consumer.member_topics(m)) if t in topics],
+                {t: sorted(p) for t, p in consumer.targets.get(m.member_id, {}).items()
                  if t in names},
-                rack=m.rack_id, instance_id=m.instance_id,
+                instance_id=m.instance_id, rack=m.rack_id,
             )
             for m in consumer.members.values()
         ]
-        cluster = ClusterMetadata({name: info.partitions for name, info in topics.items()
-                                   if name in consumer.subscribed_topics()})
-        result = assignor().assign(cluster, subscriptions).as_dict() if subscriptions else {}
+        partitions = {info.topic_id: info.partitions for name, info in topics.items()
+                      if name in consumer.subscribed_topics()}
+        result = assign_server(assignor, members, partitions)
         for member_id in consumer.members:
-            target = {topics[t].topic_id: frozenset(p)
-                      for t, p in result.get(member_id, {}).items() if p}
+            target = result.get(member_id, {})
             if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
                 self._record(group, records,
                              ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),

@@ -1,0 +1,92 @@
+"""Java's HashMap and HashSet iteration orders, which Kafka's server-side assignors inherit.
+
+Kafka's group coordinator hands its assignors members, subscribed topics and owned partitions
+in plain Java hash maps and sets, and the assignors walk them in iteration order: who gets the
+extra partition, which partitions a member keeps and which it gives up all follow from it. To
+give the same answer kgroups must walk them in the same order, and that order is a fact of
+java.util.HashMap: a table of power-of-two capacity, a key in bucket
+`(h ^ (h >>> 16)) & (capacity - 1)`, buckets in index order and, inside a bucket, keys in the
+order they were put (a resize splits a bucket but keeps that relative order). The capacity is
+the only history that matters: it starts at 16 (or the table size for an initial capacity) and
+doubles whenever the size passes three quarters of it; removals never shrink it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+K = TypeVar("K")
+
+_MASK = 0xFFFFFFFF
+DEFAULT_CAPACITY = 16
+
+
+def string_hash(text: str) -> int:
+    """java.lang.String.hashCode over UTF-16 code units, as an unsigned 32-bit value."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & _MASK
+    return h
+
+
+def uuid_hash(value: uuid.UUID) -> int:
+    """org.apache.kafka.common.Uuid.hashCode: the halves of (most ^ least) xor-ed together."""
+    raw = value.int
+    xor = (raw >> 64) ^ (raw & 0xFFFFFFFFFFFFFFFF)
+    return ((xor >> 32) ^ xor) & _MASK
+
+
+def int_hash(value: int) -> int:
+    """java.lang.Integer.hashCode (the value itself)."""
+    return value & _MASK
+
+
+def table_size_for(capacity: int) -> int:
+    """The power of two HashMap allocates for an initial capacity."""
+    size = 1
+    while size < capacity:
+        size <<= 1
+    return size
+
+
+def grown_capacity(size: int, initial: int = DEFAULT_CAPACITY) -> int:
+    """The table capacity after `size` keys were put one by one into new HashMap(initial)."""
+    capacity = table_size_for(max(initial, 1))
+    while size > capacity * 0.75:
+        capacity <<= 1
+    return capacity
+
+
+def copy_capacity(size: int) -> int:
+    """The table capacity of new HashSet(collection) over `size` elements on Java 17, the JVM
+    kgroups' Kafka peers run on (Java 19 and later size it from max(size, 12) / 0.75
+    instead, which differs for some sizes of 24 and more)."""
+    return table_size_for(max(int(size / 0.75) + 1, DEFAULT_CAPACITY))
+
+
+def bucket(hash_code: int, capacity: int) -> int:
+    """HashMap's bucket for a hash code: the high half folded into the low one, masked."""
+    return (hash_code ^ (hash_code >> 16)) & (capacity - 1)
+
+
+def iteration_order(
+    keys: Iterable[K], hash_of: Callable[[K], int], capacity: int
+) -> list[K]:
+    """The keys (given in the order they were put) in a HashMap's iteration order."""
+    listed = list(keys)
+    buckets = [bucket(hash_of(key), capacity) for key in listed]
+    order = sorted(range(len(listed)), key=buckets.__getitem__)  # stable: puts order in a bucket
+    return [listed[i] for i in order]
+
+
+def hash_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K]:
+    """The iteration order of a HashSet built by adding `values` one by one."""
+    return iteration_order(values, hash_of, grown_capacity(len(values)))
+
+
+def copied_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K]:
+    """The iteration order of new HashSet(c) for a collection c iterating as `values`."""
+    return iteration_order(values, hash_of, copy_capacity(len(values)))

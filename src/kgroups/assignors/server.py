@@ -1,0 +1,179 @@
+"""The group coordinator's own assignors (KIP-848 `uniform` and `range`), as Kafka runs them.
+
+Unlike the classic protocol's client-side assignors, these see the group as Kafka's coordinator
+builds it: members in a Java HashMap keyed by member id, subscriptions as hash sets of topic
+ids, each member's current target as a map of topic id to a hash set of partitions. Their
+output depends on those maps' iteration orders, so this module walks the group in exactly
+those orders (`java_hash`) and follows Kafka 4.3's algorithms step by step:
+
+- `uniform`, every member subscribed to the same topics: each member, in map order, keeps its
+  current partitions up to its quota (the minimum share, plus one while members owed an extra
+  partition remain; a member gives its extra up when enough members follow it to take them
+  all), in the order its own maps iterate; partitions nobody holds (topics in the
+  subscription set's order, partitions ascending) and then the ones given up are dealt out
+  in contiguous runs to the members still short, in map order.
+- `range`: members sorted by instance id (static members first) then member id; every topic
+  is cut into consecutive ranges over its subscribers, the first `count % subscribers` one
+  partition longer. It ignores racks and current assignments.
+- `uniform` with unequal subscriptions runs kgroups' sticky placement (`UniformAssignor`):
+  as balanced and sticky, but not Kafka's exact choice of partitions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kgroups.assignors.java_hash import (
+    copied_set_order,
+    grown_capacity,
+    hash_set_order,
+    int_hash,
+    iteration_order,
+    string_hash,
+    uuid_hash,
+)
+from kgroups.assignors.model import AssignmentInputError, ClusterMetadata, MemberSubscription
+from kgroups.assignors.uniform import UniformAssignor
+
+Target = dict[str, dict[uuid.UUID, frozenset[int]]]
+
+
+@dataclass(frozen=True)
+class ServerMember:
+    """One member as the coordinator hands it to an assignor: its subscribed topic ids and
+    current target (topic id -> partitions), both in the order the coordinator built them."""
+
+    member_id: str
+    topics: Sequence[uuid.UUID]
+    assigned: Mapping[uuid.UUID, Sequence[int]] = field(default_factory=dict)
+    instance_id: str | None = None
+    rack: str | None = None
+
+
+def assign(
+    assignor: str, members: Sequence[ServerMember], partitions: Mapping[uuid.UUID, int],
+    peak_members: int | None = None,
+) -> Target:
+    """The target assignment of every member (members with nothing get an empty mapping).
+
+    `members` are in the order the coordinator put them into its member map and
+    `peak_members` is the most that map held (a departing member is removed after the
+    others were put, so the table may be one size larger than the survivors need)."""
+    if not members:
+        return {}
+    if len({m.member_id for m in members}) < len(members):
+        raise AssignmentInputError("a member id appears twice")
+    capacity = grown_capacity(max(peak_members or 0, len(members)))
+    ordered = iteration_order(members, lambda m: string_hash(m.member_id), capacity)
+    for member in ordered:
+        missing = [t for t in member.topics if t not in partitions]
+        if missing:
+            raise AssignmentInputError(f"member {member.member_id!r} subscribes to "
+                                       f"topic {missing[0]} which does not exist")
+    if assignor == "range":
+        return _range(ordered, partitions)
+    first = set(ordered[0].topics)
+    if all(set(m.topics) == first for m in ordered):
+        return _uniform_homogeneous(ordered, partitions)
+    return _uniform_sticky(ordered, partitions)
+
+
+def _topic_order(topics: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+    """A subscription set copied into a new HashSet, as the homogeneous builder copies it."""
+    return copied_set_order(hash_set_order(list(dict.fromkeys(topics)), uuid_hash), uuid_hash)
+
+
+def _held(member: ServerMember) -> list[tuple[uuid.UUID, list[int]]]:
+    """The member's current target in its maps' order (a replayed record's shape)."""
+    topics = hash_set_order(list(member.assigned), uuid_hash)
+    return [(t, copied_set_order(list(member.assigned[t]), int_hash)) for t in topics]
+
+
+def _uniform_homogeneous(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
+    topics = _topic_order(members[0].topics)
+    if not topics:
+        return {m.member_id: {} for m in members}
+    subscribed = set(topics)
+    held = {(t, p) for m in members for t, ps in m.assigned.items() for p in ps}
+    free = [(t, p) for t in topics for p in range(counts[t]) if (t, p) not in held]
+    total = sum(counts[t] for t in topics)
+    minimum, extra_left = divmod(total, len(members))
+
+    kept: dict[str, dict[uuid.UUID, list[int]]] = {}
+    short: list[tuple[str, int]] = []
+    for index, member in enumerate(members):
+        quota = minimum
+        has_extra = extra_left > 0
+        if has_extra:
+            quota += 1
+        mine: dict[uuid.UUID, list[int]] = {}
+        for topic, ps in _held(member):
+            if topic not in subscribed:
+                continue
+            keep = ps[:quota]
+            free.extend((topic, p) for p in ps[quota:])
+            quota -= len(keep)
+            if keep:
+                mine[topic] = keep
+        if quota > 0 and has_extra and len(members) - index > extra_left:
+            quota -= 1  # leave the extra partition to a later member
+            has_extra = False
+        if quota > 0:
+            short.append((member.member_id, quota))
+        if has_extra:
+            extra_left -= 1
+        kept[member.member_id] = mine
+
+    position = 0
+    for member_id, quota in short:
+        mine = kept[member_id]
+        for topic, p in free[position:position + quota]:
+            mine.setdefault(topic, []).append(p)
+        position += quota
+    if position < len(free):
+        raise AssignmentInputError("partitions were left unassigned")
+    return {m: {t: frozenset(ps) for t, ps in got.items()} for m, got in kept.items()}
+
+
+def _range(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
+    ordered = sorted(members, key=lambda m: (0, m.instance_id, "") if m.instance_id is not None
+                     else (1, "", m.member_id))
+    subscribers: dict[uuid.UUID, int] = {}
+    for member in ordered:
+        for topic in set(member.topics):
+            subscribers[topic] = subscribers.get(topic, 0) + 1
+    next_start = dict.fromkeys(subscribers, 0)
+    extra_left = {t: counts[t] % n for t, n in subscribers.items()}
+    result: Target = {}
+    for member in ordered:
+        mine: dict[uuid.UUID, frozenset[int]] = {}
+        for topic in set(member.topics):
+            quota = counts[topic] // subscribers[topic]
+            if extra_left[topic] > 0:
+                quota += 1
+                extra_left[topic] -= 1
+            start = next_start[topic]
+            end = min(start + quota, counts[topic])
+            next_start[topic] = end
+            if start < end:
+                mine[topic] = frozenset(range(start, end))
+        result[member.member_id] = mine
+    return result
+
+
+def _uniform_sticky(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
+    names = {t: str(t) for t in counts}
+    ids = {name: t for t, name in names.items()}
+    subscriptions = [
+        MemberSubscription.of(
+            m.member_id, sorted(names[t] for t in set(m.topics)),
+            {names[t]: sorted(ps) for t, ps in m.assigned.items() if t in names},
+            rack=m.rack, instance_id=m.instance_id)
+        for m in members
+    ]
+    cluster = ClusterMetadata({names[t]: n for t, n in counts.items()})
+    result = UniformAssignor().assign(cluster, subscriptions).as_dict()
+    return {m: {ids[name]: frozenset(ps) for name, ps in got.items() if ps}
+            for m, got in result.items()}

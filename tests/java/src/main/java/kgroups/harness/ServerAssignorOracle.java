@@ -1,0 +1,132 @@
+package kgroups.harness;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.BufferedReader;
+import java.io.BufferedWriter;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.PrintWriter;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.TreeMap;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.coordinator.group.api.assignor.ConsumerGroupPartitionAssignor;
+import org.apache.kafka.coordinator.group.api.assignor.GroupAssignment;
+import org.apache.kafka.coordinator.group.api.assignor.SubscribedTopicDescriber;
+import org.apache.kafka.coordinator.group.api.assignor.SubscriptionType;
+import org.apache.kafka.coordinator.group.assignor.RangeAssignor;
+import org.apache.kafka.coordinator.group.assignor.UniformAssignor;
+import org.apache.kafka.coordinator.group.modern.Assignment;
+import org.apache.kafka.coordinator.group.modern.GroupSpecImpl;
+import org.apache.kafka.coordinator.group.modern.MemberSubscriptionAndAssignmentImpl;
+
+/**
+ * Runs Kafka's own server-side assignors (KIP-848 `uniform` and `range`) over group specs, one
+ * JSON object per stdin line, one answer per stdout line: {"assignment": {member: {topic id:
+ * [partitions]}}} or {"error": "..."}. A spec is {"assignor", "topics": {topic id: partition
+ * count}, "members": [{"id", "instance", "rack", "topics": [topic ids], "owned": {topic id:
+ * [partitions]}}]} with Kafka's base64 topic ids.
+ *
+ * The group spec is built the way the group coordinator builds it: members put into a plain
+ * HashMap in the listed order (so the assignors see Java's HashMap order over member ids),
+ * subscriptions as hash sets of topic ids, current assignments as a record replay gives them
+ * (a HashMap of topic id to a HashSet of the record's partitions), and the subscription type
+ * HOMOGENEOUS exactly when every member subscribes to the same topics.
+ */
+public final class ServerAssignorOracle {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private ServerAssignorOracle() { }
+
+    public static void main(String[] args) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        PrintWriter out = new PrintWriter(new BufferedWriter(
+            new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
+        String line;
+        while ((line = in.readLine()) != null) {
+            ObjectNode answer;
+            try {
+                answer = answer(JSON.readTree(line));
+            } catch (RuntimeException e) {
+                answer = JSON.createObjectNode().put("error", e.toString());
+            }
+            out.println(JSON.writeValueAsString(answer));
+        }
+        out.flush();
+    }
+
+    private static ObjectNode answer(JsonNode spec) {
+        ConsumerGroupPartitionAssignor assignor =
+            spec.get("assignor").asText().equals("range") ? new RangeAssignor() : new UniformAssignor();
+        Map<Uuid, Integer> counts = new HashMap<>();
+        spec.get("topics").fields().forEachRemaining(
+            e -> counts.put(Uuid.fromString(e.getKey()), e.getValue().asInt()));
+        SubscribedTopicDescriber describer = new SubscribedTopicDescriber() {
+            @Override
+            public int numPartitions(Uuid topicId) {
+                return counts.getOrDefault(topicId, -1);
+            }
+
+            @Override
+            public Set<String> racksForPartition(Uuid topicId, int partition) {
+                return Set.of();
+            }
+        };
+
+        Map<String, MemberSubscriptionAndAssignmentImpl> members = new HashMap<>();
+        Map<Uuid, Map<Integer, String>> owners = new HashMap<>();
+        List<Set<Uuid>> subscriptions = new ArrayList<>();
+        for (JsonNode member : spec.get("members")) {
+            String id = member.get("id").asText();
+            Set<Uuid> topics = new HashSet<>();
+            member.get("topics").forEach(t -> topics.add(Uuid.fromString(t.asText())));
+            subscriptions.add(topics);
+            Map<Uuid, Set<Integer>> owned = new HashMap<>();
+            Iterator<Map.Entry<String, JsonNode>> held = member.get("owned").fields();
+            while (held.hasNext()) {
+                Map.Entry<String, JsonNode> entry = held.next();
+                Uuid topic = Uuid.fromString(entry.getKey());
+                List<Integer> partitions = new ArrayList<>();
+                entry.getValue().forEach(p -> partitions.add(p.asInt()));
+                owned.put(topic, new HashSet<>(partitions));
+                partitions.forEach(p -> owners.computeIfAbsent(topic, t -> new HashMap<>()).put(p, id));
+            }
+            members.put(id, new MemberSubscriptionAndAssignmentImpl(
+                optional(member, "rack"), optional(member, "instance"), topics, new Assignment(owned)));
+        }
+        boolean homogeneous = subscriptions.stream().allMatch(s -> s.equals(subscriptions.get(0)));
+        GroupSpecImpl groupSpec = new GroupSpecImpl(Collections.unmodifiableMap(members),
+            homogeneous ? SubscriptionType.HOMOGENEOUS : SubscriptionType.HETEROGENEOUS, owners);
+        GroupAssignment result = assignor.assign(groupSpec, describer);
+
+        Map<String, Map<String, List<Integer>>> listing = new TreeMap<>();
+        result.members().forEach((member, assignment) -> {
+            Map<String, List<Integer>> topics = new TreeMap<>();
+            assignment.partitions().forEach((topic, partitions) -> {
+                if (!partitions.isEmpty()) {
+                    topics.put(topic.toString(), partitions.stream().sorted().toList());
+                }
+            });
+            listing.put(member, topics);
+        });
+        ObjectNode answer = JSON.createObjectNode();
+        answer.set("assignment", JSON.valueToTree(listing));
+        return answer;
+    }
+
+    private static Optional<String> optional(JsonNode member, String field) {
+        JsonNode value = member.get(field);
+        return value == null || value.isNull() ? Optional.empty() : Optional.of(value.asText());
+    }
+}
