@@ -18,7 +18,7 @@ bounds how fast a member learns of a new target). Kafka keeps its other defaults
 4.3's target-assignment batching (group.consumer.assignment.interval.ms).
 
 Then the `uniform` server-side assignor at 10,000 members / 100,000 partitions (100 topics x
-1000 partitions, every member subscribed to all): kgroups' (kgroups.assignors.uniform, Python)
+1000 partitions, every member subscribed to all): kgroups' (kgroups.assignors.server, Python)
 beside Kafka's own (org.apache.kafka.coordinator.group.assignor.UniformAssignor, through
 tests/java ServerAssignorBench, `make java-harness`), a full assignment and one member joining;
 best of --repeat runs each, with balance and partitions moved.
@@ -54,8 +54,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent))
 from broker import PipelinedConnection, wait_coordinator_ready
 from broker_data import free_port, wait_for_port
 from kafka_harness import KafkaBroker
-from kgroups.assignors import ClusterMetadata, MemberSubscription
-from kgroups.assignors.uniform import UniformAssignor
+from kgroups.assignors.server import ServerMember
+from kgroups.assignors.server import assign as assign_server
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import (
     decode_assignment,
@@ -333,26 +333,29 @@ def kafka_serve(workdir: Path) -> Iterator[int]:
 
 
 def kgroups_uniform(members: int, topics: int, per_topic: int, repeat: int) -> dict[str, Any]:
-    """kgroups' uniform assignor on the shape ServerAssignorBench gives Kafka's (topic i named
-    t<i, zero-padded>, ordered as Kafka orders the ids it gives them)."""
-    cluster = ClusterMetadata({f"t{t:06d}": per_topic for t in range(topics)})
-    names = frozenset(cluster.partition_counts)
+    """kgroups' uniform assignor on the shape ServerAssignorBench gives Kafka's: topic i has
+    id Uuid(1, i + 1), members are put into the member map in id order, the joining one
+    last."""
+    ids_of = [uuid.UUID(int=(1 << 64) | (t + 1)) for t in range(topics)]
+    counts = dict.fromkeys(ids_of, per_topic)
     ids = [f"member-{m:06d}" for m in range(members)]
-    fresh = [MemberSubscription(member_id=i, topics=names) for i in ids]
-    best_full, full = _best(lambda: UniformAssignor().assign(cluster, fresh), repeat)
-    held = full.as_dict()
-    joined = [MemberSubscription(member_id=i, topics=names,
-                                 owned={t: tuple(ps) for t, ps in held[i].items()}) for i in ids]
-    joined.append(MemberSubscription(member_id="member-joining", topics=names))
-    best_join, join = _best(lambda: UniformAssignor().assign(cluster, joined), repeat)
+    fresh = [ServerMember(i, ids_of) for i in ids]
+    best_full, full = _best(lambda: assign_server("uniform", fresh, counts), repeat)
+    joined = [ServerMember(i, ids_of, {t: sorted(ps) for t, ps in full[i].items()}) for i in ids]
+    joined.append(ServerMember("member-joining", ids_of))
+    best_join, join = _best(lambda: assign_server("uniform", joined, counts), repeat)
+    held, after = _by_index(full), _by_index(join)
     return {"full_ms": best_full * 1000, "join_ms": best_join * 1000,
-            "full": _summary(held, {}), "join": _summary(join.as_dict(), held),
-            "full_assignment": _by_index(held), "join_assignment": _by_index(join.as_dict())}
+            "full": _summary(held, {}), "join": _summary(after, held),
+            "full_assignment": held, "join_assignment": after}
 
 
-def _by_index(assignment: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
+def _by_index(
+    assignment: dict[str, dict[uuid.UUID, frozenset[int]]],
+) -> dict[str, dict[str, list[int]]]:
     """{member: {topic index: sorted partitions}}, ServerAssignorBench's "print" shape."""
-    return {member: {str(int(topic[1:])): sorted(ps) for topic, ps in by_topic.items() if ps}
+    return {member: {str((topic.int & 0xFFFFFFFFFFFFFFFF) - 1): sorted(ps)
+                     for topic, ps in by_topic.items() if ps}
             for member, by_topic in assignment.items()}
 
 

@@ -39,11 +39,6 @@ def uuid_hash(value: uuid.UUID) -> int:
     return ((xor >> 32) ^ xor) & _MASK
 
 
-def int_hash(value: int) -> int:
-    """java.lang.Integer.hashCode (the value itself)."""
-    return value & _MASK
-
-
 def table_size_for(capacity: int) -> int:
     """The power of two HashMap allocates for an initial capacity."""
     size = 1
@@ -67,19 +62,17 @@ def copy_capacity(size: int) -> int:
     return table_size_for(max(int(size / 0.75) + 1, DEFAULT_CAPACITY))
 
 
-def bucket(hash_code: int, capacity: int) -> int:
-    """HashMap's bucket for a hash code: the high half folded into the low one, masked."""
-    return (hash_code ^ (hash_code >> 16)) & (capacity - 1)
-
-
 def iteration_order(
     keys: Iterable[K], hash_of: Callable[[K], int], capacity: int
 ) -> list[K]:
     """The keys (given in the order they were put) in a HashMap's iteration order."""
-    listed = list(keys)
-    buckets = [bucket(hash_of(key), capacity) for key in listed]
-    order = sorted(range(len(listed)), key=buckets.__getitem__)  # stable: puts order in a bucket
-    return [listed[i] for i in order]
+    mask = capacity - 1
+
+    def slot(key: K) -> int:
+        h = hash_of(key)
+        return (h ^ (h >> 16)) & mask
+
+    return sorted(keys, key=slot)  # a stable sort: keys of one bucket stay in put order
 
 
 def hash_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K]:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from kgroups.assignors.java_hash import (
     copied_set_order,
+    copy_capacity,
     grown_capacity,
     hash_set_order,
-    int_hash,
     iteration_order,
     string_hash,
     uuid_hash,
@@ -67,15 +67,17 @@ def assign(
         raise AssignmentInputError("a member id appears twice")
     capacity = grown_capacity(max(peak_members or 0, len(members)))
     ordered = iteration_order(members, lambda m: string_hash(m.member_id), capacity)
-    for member in ordered:
-        missing = [t for t in member.topics if t not in partitions]
+    # Members usually share one subscription object: compare and check each only once.
+    subscriptions = {id(m.topics): m.topics for m in ordered}
+    distinct = {frozenset(topics) for topics in subscriptions.values()}
+    for topics in distinct:
+        missing = sorted(str(t) for t in topics if t not in partitions)
         if missing:
-            raise AssignmentInputError(f"member {member.member_id!r} subscribes to "
-                                       f"topic {missing[0]} which does not exist")
+            raise AssignmentInputError(f"a member subscribes to topic {missing[0]} "
+                                       "which does not exist")
     if assignor == "range":
         return _range(ordered, partitions)
-    first = set(ordered[0].topics)
-    if all(set(m.topics) == first for m in ordered):
+    if len(distinct) == 1:
         return _uniform_homogeneous(ordered, partitions)
     return _uniform_sticky(ordered, partitions)
 
@@ -87,54 +89,77 @@ def _topic_order(topics: Sequence[uuid.UUID]) -> list[uuid.UUID]:
 
 def _held(member: ServerMember) -> list[tuple[uuid.UUID, list[int]]]:
     """The member's current target in its maps' order (a replayed record's shape)."""
-    topics = hash_set_order(list(member.assigned), uuid_hash)
-    return [(t, copied_set_order(list(member.assigned[t]), int_hash)) for t in topics]
+    held = member.assigned
+    topics = list(held) if len(held) < 2 else hash_set_order(list(held), uuid_hash)
+    return [(t, _partition_order(held[t])) for t in topics]
+
+
+def _partition_order(partitions: Sequence[int]) -> list[int]:
+    """A HashSet copied from the list: below its capacity, an integer's bucket is itself."""
+    listed = list(partitions)
+    mask = copy_capacity(len(listed)) - 1
+    if max(listed, default=0) <= mask:
+        return sorted(listed)
+    return sorted(listed, key=lambda p: (p ^ (p >> 16)) & mask)  # stable: put order kept
 
 
 def _uniform_homogeneous(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
     topics = _topic_order(members[0].topics)
     if not topics:
         return {m.member_id: {} for m in members}
-    subscribed = set(topics)
-    held = {(t, p) for m in members for t, ps in m.assigned.items() for p in ps}
-    free = [(t, p) for t in topics for p in range(counts[t]) if (t, p) not in held]
+    index_of = {t: i for i, t in enumerate(topics)}
+    taken = [bytearray(counts[t]) for t in topics]  # 1 where some member holds the partition
+    for member in members:
+        for topic, ps in member.assigned.items():
+            position = index_of.get(topic)
+            if position is not None:
+                flags = taken[position]
+                for p in ps:
+                    flags[p] = 1
+    free = [(i, p) for i, flags in enumerate(taken) for p in range(len(flags)) if not flags[p]]
     total = sum(counts[t] for t in topics)
     minimum, extra_left = divmod(total, len(members))
 
-    kept: dict[str, dict[uuid.UUID, list[int]]] = {}
-    short: list[tuple[str, int]] = []
+    kept: list[dict[int, list[int]]] = []
+    short: list[tuple[int, int]] = []
     for index, member in enumerate(members):
         quota = minimum
         has_extra = extra_left > 0
         if has_extra:
             quota += 1
-        mine: dict[uuid.UUID, list[int]] = {}
+        mine: dict[int, list[int]] = {}
         for topic, ps in _held(member):
-            if topic not in subscribed:
+            position = index_of.get(topic)
+            if position is None:
                 continue
             keep = ps[:quota]
-            free.extend((topic, p) for p in ps[quota:])
+            free.extend((position, p) for p in ps[quota:])
             quota -= len(keep)
             if keep:
-                mine[topic] = keep
+                mine[position] = keep
         if quota > 0 and has_extra and len(members) - index > extra_left:
             quota -= 1  # leave the extra partition to a later member
             has_extra = False
         if quota > 0:
-            short.append((member.member_id, quota))
+            short.append((index, quota))
         if has_extra:
             extra_left -= 1
-        kept[member.member_id] = mine
+        kept.append(mine)
 
-    position = 0
-    for member_id, quota in short:
-        mine = kept[member_id]
-        for topic, p in free[position:position + quota]:
-            mine.setdefault(topic, []).append(p)
-        position += quota
-    if position < len(free):
+    start = 0
+    for index, quota in short:
+        mine = kept[index]
+        for position, p in free[start:start + quota]:
+            got = mine.get(position)
+            if got is None:
+                mine[position] = [p]
+            else:
+                got.append(p)
+        start += quota
+    if start < len(free):
         raise AssignmentInputError("partitions were left unassigned")
-    return {m: {t: frozenset(ps) for t, ps in got.items()} for m, got in kept.items()}
+    return {m.member_id: {topics[i]: frozenset(ps) for i, ps in got.items()}
+            for m, got in zip(members, kept, strict=True)}
 
 
 def _range(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:

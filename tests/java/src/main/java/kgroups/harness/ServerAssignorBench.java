@@ -26,7 +26,8 @@ import org.apache.kafka.coordinator.group.modern.MemberSubscriptionAndAssignment
  * times kgroups' on the same shape. Arguments: assignor, members, topics, partitions per topic,
  * repeat, and optionally "print". Two cases: a full assignment of a group with no current
  * assignment, and one member joining the group holding that assignment (the incremental case a
- * join triggers). Prints one JSON line: the best wall time of each case in milliseconds and, per
+ * join triggers, the group holding its targets as the coordinator does after writing them).
+ * Prints one JSON line: the best wall time of each case in milliseconds and, per
  * case, the fewest and most partitions a member got and how many partitions changed owner; with
  * "print", also both assignments as {member: {topic index: [partitions]}} (topic i has id
  * Uuid(1, i + 1)), to compare with another implementation's.
@@ -69,7 +70,14 @@ public final class ServerAssignorBench {
         GroupAssignment full = timed(assignor, ids, none, allTopics, describer, repeat, fullBest);
 
         Map<String, Map<Uuid, Set<Integer>>> held = new HashMap<>();
-        full.members().forEach((id, assignment) -> held.put(id, assignment.partitions()));
+        // As the coordinator holds a target: rebuilt from the record it wrote (a HashMap of
+        // HashSets over the record's lists), not the assignor's own maps.
+        full.members().forEach((id, assignment) -> {
+            Map<Uuid, Set<Integer>> replayed = new HashMap<>();
+            assignment.partitions().forEach((topic, partitions) ->
+                replayed.put(topic, new HashSet<>(new ArrayList<>(partitions))));
+            held.put(id, replayed);
+        });
         List<String> joined = new ArrayList<>(ids);
         joined.add("member-joining");
         long[] joinBest = {Long.MAX_VALUE};
