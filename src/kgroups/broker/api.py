@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kgroups.broker.wire import request_type, response_type
+from kgroups.broker.wire import has_message_schema
 
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
@@ -105,12 +105,9 @@ class HandlerRegistry:
         if handler.api_key in self._handlers:
             raise DuplicateHandlerError(f"API key {handler.api_key} is already registered")
         for version in range(handler.min_version, handler.max_version + 1):
-            try:
-                request_type(handler.api_key, version)
-                response_type(handler.api_key, version)
-            except Exception as exc:  # kio raises several types for keys and versions it lacks
+            if not has_message_schema(handler.api_key, version):
                 raise UnknownApiError(
-                    f"API key {handler.api_key} v{version} has no message schema") from exc
+                    f"API key {handler.api_key} v{version} has no message schema")
         self._handlers[handler.api_key] = handler
 
     def get(self, api_key: int) -> ApiHandler | None:

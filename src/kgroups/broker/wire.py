@@ -17,7 +17,9 @@ from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader
+from kio.static.constants import EntityType
 
 from kgroups.broker.fast_writer import Encoder, entity_encoder
 from kgroups.broker.frame_check import FrameCheckError, check_request
@@ -50,6 +52,17 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
         raise FrameDecodeError(f"frame of {len(frame)} bytes is shorter than a request header")
     api_key, api_version, correlation_id = _API_KEY_VERSION_CORRELATION.unpack_from(frame)
     return api_key, api_version, correlation_id
+
+
+def has_message_schema(api_key: int, api_version: int) -> bool:
+    """Whether this API version has a request and a response class (kio's, or ours for a
+    version Kafka 4 removed), known from kio's index without importing them: importing every
+    version's module to check a broker's handlers took most of its start-up (0.6 s), and a
+    class is imported on its first request anyway."""
+    if (api_key, api_version) in LEGACY_SCHEMAS:
+        return True
+    entities = schema_name_map.get(api_key_map.get(api_key, ""), {}).get(api_version, {})
+    return EntityType.request in entities and EntityType.response in entities
 
 
 @cache
