@@ -83,3 +83,27 @@ def hash_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K]:
 def copied_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K]:
     """The iteration order of new HashSet(c) for a collection c iterating as `values`."""
     return iteration_order(values, hash_of, copy_capacity(len(values)))
+
+
+def timeline_capacity(size: int) -> int:
+    """The slot count of Kafka's TimelineHashMap (created empty: two slots) after `size`
+    entries: it doubles before an entry that would take it past three quarters full."""
+    capacity = 2
+    while size * 0.75 > capacity:
+        capacity <<= 1
+    return capacity
+
+
+def timeline_order(keys: Iterable[K], hash_of: Callable[[K], int], capacity: int) -> list[K]:
+    """The keys (given in the order they were put) in Kafka's TimelineHashMap iteration order:
+    its slot is the top bits of the hash code times a 64-bit Fibonacci constant, slots in
+    index order, and a slot's keys from the last put to the first."""
+    shift = 65 - capacity.bit_length()
+    listed = list(keys)
+
+    def slot(index: int) -> tuple[int, int]:
+        h = hash_of(listed[index])
+        signed = h - (1 << 32) if h & 0x80000000 else h
+        return ((signed * -7046029254386353131) & 0xFFFFFFFFFFFFFFFF) >> shift, -index
+
+    return [listed[i] for i in sorted(range(len(listed)), key=slot)]

@@ -32,6 +32,8 @@ from kgroups.assignors.java_hash import (
     hash_set_order,
     iteration_order,
     string_hash,
+    timeline_capacity,
+    timeline_order,
     uuid_hash,
 )
 from kgroups.assignors.model import AssignmentInputError, ClusterMetadata, MemberSubscription
@@ -80,6 +82,19 @@ def assign(
     if len(distinct) == 1:
         return _uniform_homogeneous(ordered, partitions)
     return _uniform_sticky(ordered, partitions)
+
+
+def coordinator_order(
+    members: Sequence[ServerMember], newcomer: str | None = None,
+) -> list[ServerMember]:
+    """The order Kafka's coordinator puts members into the member map it gives an assignor:
+    the group's members as its TimelineHashMap iterates them (`members` in the order they
+    joined), then `newcomer`, the member whose first heartbeat this is. Only the order of
+    member ids that share a bucket of that map depends on it."""
+    present = [m for m in members if m.member_id != newcomer]
+    capacity = timeline_capacity(len(present))
+    ordered = timeline_order(present, lambda m: string_hash(m.member_id), capacity)
+    return ordered + [m for m in members if m.member_id == newcomer]
 
 
 def _topic_order(topics: Sequence[uuid.UUID]) -> list[uuid.UUID]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from kgroups.assignors.server import ServerMember
+from kgroups.assignors.server import ServerMember, coordinator_order
 from kgroups.assignors.server import assign as assign_server
 from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
@@ -289,7 +290,8 @@ class ConsumerGroupHandlers(CoordinatorCore):
             self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
         if consumer.group_epoch > consumer.assignment_epoch:
-            self._update_target(group, consumer, records)
+            self._update_target(group, consumer, records,
+                                newcomer=member.member_id if is_new else None)
         if refresh_due(consumer.subscribed_regexes(), resolved_before, self._now,
                        self._topics_created_version,
                        self.config.group_consumer_regex_refresh_interval_ms, regex_requested):
@@ -380,29 +382,21 @@ class ConsumerGroupHandlers(CoordinatorCore):
         return consumer.members[new_id]
 
     def _update_target(
-        self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord]
+        self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord],
+        newcomer: str | None = None,
     ) -> None:
         """Run the group's assignor over every member (current targets make it sticky) and
         write the targets that changed, then the new assignment epoch. Members go to the
         assignor in the order Kafka's coordinator puts them into its member map (the ones
-        already in the group, then the one heartbeating if it is new), which with their ids'
-        hash codes fixes the order Kafka's assignors walk them in."""
+        already in the group, then `newcomer`, the one whose first heartbeat this is), which
+        with their ids' hash codes fixes the order Kafka's assignors walk them in."""
         assignor = consumer.preferred_assignor(self.config.group_consumer_assignors[0])
-        names = self._topic_names
         topics = self._topics
-        members = [
-            ServerMember(
-                m.member_id,
-                [topics[t].topic_id for t in sorted(consumer.member_topics(m)) if t in topics],
-                {t: sorted(p) for t, p in consumer.targets.get(m.member_id, {}).items()
-                 if t in names},
-                instance_id=m.instance_id, rack=m.rack_id,
-            )
-            for m in consumer.members.values()
-        ]
+        members = self._assignor_inputs(consumer)
+        subscribed = consumer.subscribed_topics()
         partitions = {info.topic_id: info.partitions for name, info in topics.items()
-                      if name in consumer.subscribed_topics()}
-        result = assign_server(assignor, members, partitions)
+                      if name in subscribed}
+        result = assign_server(assignor, coordinator_order(members, newcomer), partitions)
         for member_id in consumer.members:
             target = result.get(member_id, {})
             if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
@@ -411,6 +405,37 @@ class ConsumerGroupHandlers(CoordinatorCore):
                              ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
         self._record(group, records, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
                      ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._now))
+
+    def _assignor_inputs(self, consumer: ConsumerGroup) -> list[ServerMember]:
+        """Each member as the assignor reads it, in member order. The parts of a member's last
+        input whose sources are the very same objects (its target; its subscribed names,
+        resolved regex and the topics) are kept (inputs are read only), so a new group epoch
+        costs the assignor's run and the targets that moved, not every member's conversion."""
+        names = self._topic_names
+        topics = self._topics
+        previous = consumer.assignor_inputs
+        inputs: dict[str, tuple[Any, ...]] = {}
+        for m in consumer.members.values():
+            target = consumer.targets.get(m.member_id)
+            subscribed = m.subscribed_topic_names
+            resolved = consumer.resolved_regexes.get(m.subscribed_topic_regex or "")
+            entry = previous.get(m.member_id)
+            if entry is not None and entry[1] is subscribed and entry[2] is resolved \
+                    and entry[3] is topics and entry[4] is names:
+                if entry[0] is target and entry[5] == m.instance_id and entry[6] == m.rack_id:
+                    inputs[m.member_id] = entry
+                    continue
+                topic_ids = entry[7].topics
+            else:
+                topic_ids = [topics[t].topic_id for t in sorted(consumer.member_topics(m))
+                             if t in topics]
+            inputs[m.member_id] = (target, subscribed, resolved, topics, names, m.instance_id,
+                                   m.rack_id, ServerMember(
+                m.member_id, topic_ids,
+                {t: sorted(p) for t, p in (target or {}).items() if t in names},
+                instance_id=m.instance_id, rack=m.rack_id))
+        consumer.assignor_inputs = inputs
+        return [entry[7] for entry in inputs.values()]
 
     def _resolve_regexes(self, group: ClassicGroup, consumer: ConsumerGroup) -> None:
         """Resolve every subscribed regex against the topics (Kafka's
