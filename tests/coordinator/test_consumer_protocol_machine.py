@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections import Counter
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -141,6 +142,14 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
                     for t, parts in owned or () for p in parts]
         assert len(believed) == len(set(believed))
         assert self.s.replayed()._groups[G].consumer == group.consumer
+        # The counts heartbeats read instead of walking every member agree with the members.
+        consumer = group.consumer
+        members = consumer.members.values()
+        assert consumer.topic_refs == Counter(t for m in members for t in m.subscribed_topic_names)
+        assert consumer.regex_refs == Counter(
+            m.subscribed_topic_regex for m in members if m.subscribed_topic_regex)
+        matched = (t for r in consumer.resolved_regexes.values() for t in r.topics)
+        assert consumer.subscribed_topics() == {*consumer.topic_refs, *matched}
 
     def teardown(self) -> None:
         """Members that keep heartbeating reach the target: Stable, every partition of the

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 from kgroups.records.classic_member import (
     ClassicMemberMetadata,
@@ -121,6 +122,17 @@ class ConsumerGroup:
     # Kafka's metadata refresh deadline: a loaded group computes it at its first heartbeat).
     metadata_checked: int = field(default=-1, compare=False)
     partition_owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
+    # Kept as member records apply (`count_subscription`), so a heartbeat reads the group's
+    # subscriptions without walking every member: how many members name each topic, use
+    # each non-empty regex and ask for each assignor, and the subscribed topics once derived.
+    topic_refs: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    regex_refs: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    assignor_refs: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    subscribed_cache: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    # Each member's last assignor input and the objects it was built from (the handlers'
+    # `_assignor_inputs`), memory only.
+    assignor_inputs: dict[str, tuple[Any, ...]] = field(
+        default_factory=dict, compare=False, repr=False)
 
     def state(self) -> str:
         if not self.members:
@@ -134,9 +146,10 @@ class ConsumerGroup:
     def subscribed_topics(self) -> frozenset[str]:
         """Topics named by members plus those every resolved regex matched (Kafka counts a
         resolved regex's topics until its tombstone, even when no member still uses it)."""
-        named = (t for m in self.members.values() for t in m.subscribed_topic_names)
-        matched = (t for r in self.resolved_regexes.values() for t in r.topics)
-        return frozenset((*named, *matched))
+        if self.subscribed_cache is None:
+            matched = (t for r in self.resolved_regexes.values() for t in r.topics)
+            self.subscribed_cache = frozenset((*self.topic_refs, *matched))
+        return self.subscribed_cache
 
     def member_topics(self, member: ConsumerMember) -> frozenset[str]:
         """What the member subscribes to: its names and what its regex resolved to (nothing
@@ -146,21 +159,46 @@ class ConsumerGroup:
         return topics | resolved.topics if resolved is not None else topics
 
     def subscribed_regexes(self) -> dict[str, int]:
-        """Each non-empty regex the members subscribe with, and how many do."""
-        counts: dict[str, int] = {}
-        for member in self.members.values():
-            if member.subscribed_topic_regex:
-                counts[member.subscribed_topic_regex] = \
-                    counts.get(member.subscribed_topic_regex, 0) + 1
-        return counts
+        """Each non-empty regex the members subscribe with, and how many do (a copy: callers
+        compare it with the group after their records applied)."""
+        return dict(self.regex_refs)
 
     def preferred_assignor(self, default: str) -> str:
-        """The assignor most members ask for (ties: the first asked for), else the default."""
-        counts: dict[str, int] = {}
-        for member in self.members.values():
-            if member.server_assignor is not None:
-                counts[member.server_assignor] = counts.get(member.server_assignor, 0) + 1
-        return max(counts, key=counts.__getitem__) if counts else default
+        """The assignor most members ask for (ties: the first asked for, in member order),
+        else the default."""
+        refs = self.assignor_refs
+        if not refs:
+            return default
+        most = max(refs.values())
+        tied = [name for name, count in refs.items() if count == most]
+        if len(tied) == 1:
+            return tied[0]
+        for member in self.members.values():  # a tie: the first member asking for one wins
+            if member.server_assignor in tied:
+                return member.server_assignor
+        raise AssertionError("assignor counts out of step with the members")
+
+    def count_subscription(self, member: ConsumerMember, sign: int) -> None:
+        """Add (sign 1) or take away (-1) what `member` subscribes with from the counts."""
+        topics_moved = False
+        for topic in member.subscribed_topic_names:
+            topics_moved |= _count(self.topic_refs, topic, sign)
+        if topics_moved:
+            self.subscribed_cache = None
+        if member.subscribed_topic_regex:
+            _count(self.regex_refs, member.subscribed_topic_regex, sign)
+        if member.server_assignor is not None:
+            _count(self.assignor_refs, member.server_assignor, sign)
+
+
+def _count(refs: dict[str, int], name: str, sign: int) -> bool:
+    """Move `name`'s count; whether it appeared or went away."""
+    count = refs.get(name, 0) + sign
+    if count:
+        refs[name] = count
+    else:
+        del refs[name]
+    return count == 0 or (sign > 0 and count == 1)
 
 
 def metadata_hash(topics: Iterable[str], image: Mapping[str, TopicInfo]) -> int:
@@ -243,6 +281,7 @@ def apply_consumer_record(
                 frozenset(value.topics), value.version, value.timestamp)
         else:
             consumer.resolved_regexes.pop(key.regular_expression, None)
+        consumer.subscribed_cache = None
         return
     if isinstance(key, ConsumerGroupMetadataKey):
         if isinstance(value, ConsumerGroupMetadataValue):
@@ -264,6 +303,7 @@ def apply_consumer_record(
     if isinstance(key, ConsumerGroupMemberMetadataKey):
         if isinstance(value, ConsumerGroupMemberMetadataValue):
             member = _member(consumer, key.member_id)
+            consumer.count_subscription(member, -1)
             if member.instance_id is not None and member.instance_id != value.instance_id:
                 consumer.static_members.pop(member.instance_id, None)
             member.instance_id = value.instance_id
@@ -275,11 +315,13 @@ def apply_consumer_record(
             member.rebalance_timeout_ms = value.rebalance_timeout_ms
             member.server_assignor = value.server_assignor
             member.classic = decode_classic_member_metadata(value.classic_member_metadata)
+            consumer.count_subscription(member, 1)
             if value.instance_id is not None:
                 consumer.static_members[value.instance_id] = key.member_id
         else:
             member = consumer.members.pop(key.member_id, None)
             if member is not None:
+                consumer.count_subscription(member, -1)
                 _release(consumer, member)
                 if member.instance_id is not None and \
                         consumer.static_members.get(member.instance_id) == key.member_id:
