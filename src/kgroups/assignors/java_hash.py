@@ -86,10 +86,13 @@ def copied_set_order(values: Sequence[K], hash_of: Callable[[K], int]) -> list[K
 
 
 def timeline_capacity(size: int) -> int:
-    """The slot count of Kafka's TimelineHashMap (created empty: two slots) after `size`
-    entries: it doubles before an entry that would take it past three quarters full."""
+    """The slot count of Kafka's TimelineHashMap (created empty: two slots) holding `size`
+    entries once one of them was put again: every put, a replacing one too, first doubles
+    the table while one more entry would take it past three quarters full. The coordinator
+    puts a member again at each of its heartbeats that changes it, so a group's member map
+    has seen such a put at its current size."""
     capacity = 2
-    while size * 0.75 > capacity:
+    while (size + 1) * 0.75 > capacity:
         capacity <<= 1
     return capacity
 

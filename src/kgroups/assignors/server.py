@@ -85,14 +85,15 @@ def assign(
 
 
 def coordinator_order(
-    members: Sequence[ServerMember], newcomer: str | None = None,
+    members: Sequence[ServerMember], newcomer: str | None = None, most: int = 0,
 ) -> list[ServerMember]:
     """The order Kafka's coordinator puts members into the member map it gives an assignor:
     the group's members as its TimelineHashMap iterates them (`members` in the order they
-    joined), then `newcomer`, the member whose first heartbeat this is. Only the order of
-    member ids that share a bucket of that map depends on it."""
+    joined; `most`: the most members that map ever held, as its table never shrinks), then
+    `newcomer`, the member whose first heartbeat this is. Only the order of member ids that
+    share a bucket of the member map depends on it."""
     present = [m for m in members if m.member_id != newcomer]
-    capacity = timeline_capacity(len(present))
+    capacity = timeline_capacity(max(most, len(present)))
     ordered = timeline_order(present, lambda m: string_hash(m.member_id), capacity)
     return ordered + [m for m in members if m.member_id == newcomer]
 

@@ -396,7 +396,9 @@ class ConsumerGroupHandlers(CoordinatorCore):
         subscribed = consumer.subscribed_topics()
         partitions = {info.topic_id: info.partitions for name, info in topics.items()
                       if name in subscribed}
-        result = assign_server(assignor, coordinator_order(members, newcomer), partitions)
+        order = coordinator_order(members, newcomer,
+                                  self._most_members(group.group_id, consumer))
+        result = assign_server(assignor, order, partitions)
         for member_id in consumer.members:
             target = result.get(member_id, {})
             if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
@@ -436,6 +438,16 @@ class ConsumerGroupHandlers(CoordinatorCore):
                 instance_id=m.instance_id, rack=m.rack_id))
         consumer.assignor_inputs = inputs
         return [entry[7] for entry in inputs.values()]
+
+    def _most_members(self, group_id: str, consumer: ConsumerGroup) -> int:
+        """The most members the group held before now, counting the present ones (memory
+        only, as Kafka's member map: its table never shrinks, and its iteration order
+        follows the table's size; a re-created group starts again)."""
+        sizes: dict[str, tuple[int, int]] = vars(self).setdefault("_member_map_sizes", {})
+        seen, most = sizes.get(group_id, (id(consumer), 0))
+        before = most if seen == id(consumer) else 0
+        sizes[group_id] = (id(consumer), max(before, len(consumer.members)))
+        return before
 
     def _resolve_regexes(self, group: ClassicGroup, consumer: ConsumerGroup) -> None:
         """Resolve every subscribed regex against the topics (Kafka's
