@@ -1,0 +1,47 @@
+"""Java's and Kafka's hash orders as the JVM showed them (Java 17, kafka-server-common 4.3.1's
+TimelineHashMap): the server-side assignors give Kafka's answers only while these hold, and
+these run without a JVM."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from kgroups.assignors.java_hash import (
+    copied_set_order,
+    hash_set_order,
+    string_hash,
+    timeline_capacity,
+    timeline_order,
+    uuid_hash,
+)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def test_hash_codes_are_javas() -> None:
+    assert _signed(string_hash("héllo✓")) == -1099020539
+    assert uuid_hash(uuid.UUID(int=(1 << 64) | 5)) == 4  # new Uuid(1, 5)
+    kafka_id = uuid.UUID(bytes=base64.urlsafe_b64decode("C2ZAKADgPSzzyVeJrOGpVA=="))
+    assert uuid_hash(kafka_id) == 1420723161
+
+
+def test_hash_set_and_map_orders_are_javas() -> None:
+    # new HashSet<>(List.of(40, 8, 3, 24, 17)): one bucket holds 40, 8 and 24, in put order.
+    assert copied_set_order([40, 8, 3, 24, 17], lambda p: p) == [17, 3, 40, 8, 24]
+    puts = ["member-000003", "zeta", "m-1", "Alpha", "member-000010"]
+    assert hash_set_order(puts, string_hash) == [
+        "zeta", "m-1", "Alpha", "member-000003", "member-000010"]
+
+
+def test_timeline_order_is_kafkas_after_joins_updates_and_a_leave() -> None:
+    """Five ids in one slot: put a..e, put a again (the table grows on that put), remove c."""
+    ids = [f"{n}-test_several_members_get_the_parti" for n in "abde"]
+    order = timeline_order(ids, string_hash, timeline_capacity(5))
+    assert [i[0] for i in order] == ["e", "b", "a", "d"]
+    # Before the fifth member, four in a table of four slots: last put first in the slot.
+    four = [f"{n}-test_several_members_get_the_parti" for n in "abcd"]
+    assert [i[0] for i in timeline_order(four, string_hash, timeline_capacity(4))] == [
+        "c", "b", "d", "a"]
