@@ -5,9 +5,7 @@ equal or unequal subscriptions, some static members, and current targets that ar
 empty, random (partitions of any topic, subscribed or not, held by anyone), or the previous
 round's own answer with members joined and left.
 
-- range, any subscriptions, and uniform with equal subscriptions: identical output.
-- Open difference, an xfail(strict) test so a fix shows up: uniform with unequal
-  subscriptions runs kgroups' sticky placement, not Kafka's heterogeneous builder.
+- range and uniform, equal or unequal subscriptions: identical output.
 
 All groups go through one JVM.
 """
@@ -151,8 +149,6 @@ def test_uniform_with_equal_subscriptions_matches_kafka(
     assert _mismatches(judged, "uniform", True)[:1] == []
 
 
-@pytest.mark.xfail(strict=True, reason="uniform with unequal subscriptions is kgroups' sticky "
-                   "placement, not Kafka's heterogeneous builder")
 def test_uniform_with_unequal_subscriptions_matches_kafka(
     judged: list[tuple[str, bool, str, Answer, Answer]],
 ) -> None:

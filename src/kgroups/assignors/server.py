@@ -15,8 +15,7 @@ those orders (`java_hash`) and follows Kafka 4.3's algorithms step by step:
 - `range`: members sorted by instance id (static members first) then member id; every topic
   is cut into consecutive ranges over its subscribers, the first `count % subscribers` one
   partition longer. It ignores racks and current assignments.
-- `uniform` with unequal subscriptions runs kgroups' sticky placement (`UniformAssignor`):
-  as balanced and sticky, but not Kafka's exact choice of partitions.
+- `uniform` with unequal subscriptions: `server_heterogeneous`.
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ from kgroups.assignors.java_hash import (
     timeline_order,
     uuid_hash,
 )
-from kgroups.assignors.model import AssignmentInputError, ClusterMetadata, MemberSubscription
-from kgroups.assignors.uniform import UniformAssignor
+from kgroups.assignors.model import AssignmentInputError
+from kgroups.assignors.server_heterogeneous import assign_heterogeneous
 
 Target = dict[str, dict[uuid.UUID, frozenset[int]]]
 
@@ -81,7 +80,7 @@ def assign(
         return _range(ordered, partitions)
     if len(distinct) == 1:
         return _uniform_homogeneous(ordered, partitions)
-    return _uniform_sticky(ordered, partitions)
+    return assign_heterogeneous(ordered, partitions)
 
 
 def coordinator_order(
@@ -202,19 +201,3 @@ def _range(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Targ
                 mine[topic] = frozenset(range(start, end))
         result[member.member_id] = mine
     return result
-
-
-def _uniform_sticky(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
-    names = {t: str(t) for t in counts}
-    ids = {name: t for t, name in names.items()}
-    subscriptions = [
-        MemberSubscription.of(
-            m.member_id, sorted(names[t] for t in set(m.topics)),
-            {names[t]: sorted(ps) for t, ps in m.assigned.items() if t in names},
-            rack=m.rack, instance_id=m.instance_id)
-        for m in members
-    ]
-    cluster = ClusterMetadata({names[t]: n for t, n in counts.items()})
-    result = UniformAssignor().assign(cluster, subscriptions).as_dict()
-    return {m: {ids[name]: frozenset(ps) for name, ps in got.items() if ps}
-            for m, got in result.items()}
