@@ -1,6 +1,7 @@
 """Kafka's own server-side assignors (kafka-group-coordinator 4.3.1's `uniform` and `range`,
 run by tests/java's ServerAssignorOracle) judge kgroups' on seeded random groups: 1-4 topics,
-1-12 members with Kafka-style and short member ids put into the member map in random orders,
+1-12 members (one group in ten: up to 6 topics of up to 300 partitions, 13-60 members) with
+Kafka-style and short member ids put into the member map in random orders,
 equal or unequal subscriptions, some static members, and current targets that are either
 empty, random (partitions of any topic, subscribed or not, held by anyone), or the previous
 round's own answer with members joined and left.
@@ -55,11 +56,14 @@ def _random_targets(rng: random.Random, members: list[ServerMember],
 def random_group(rng: random.Random) -> tuple[str, list[ServerMember], dict[uuid.UUID, int]]:
     """One group; with a previous round, that round's answer (kgroups', which the test checks
     against Kafka's too) is the current target after a few members joined and left."""
-    topics = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(rng.randint(1, 4))]
-    counts = {t: rng.choice([rng.randint(1, 12), rng.randint(13, 70)]) for t in topics}
+    big = rng.random() < 0.1  # larger maps and sets: other table sizes, wrapped buckets
+    topics = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(rng.randint(1, 6 if big else 4))]
+    counts = {t: rng.choice([rng.randint(1, 12), rng.randint(13, 300 if big else 70)])
+              for t in topics}
     equal = rng.random() < 0.5
     ids: list[str] = []
-    while len(ids) < rng.randint(1, 12):
+    size = rng.randint(13, 60) if big else rng.randint(1, 12)
+    while len(ids) < size:
         candidate = _member_id(rng)
         if candidate not in ids:
             ids.append(candidate)
