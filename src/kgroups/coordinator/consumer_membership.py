@@ -440,9 +440,10 @@ class ConsumerGroupHandlers(CoordinatorCore):
         return [entry[7] for entry in inputs.values()]
 
     def _most_members(self, group_id: str, consumer: ConsumerGroup) -> int:
-        """The most members the group held before now, counting the present ones (memory
-        only, as Kafka's member map: its table never shrinks, and its iteration order
-        follows the table's size; a re-created group starts again)."""
+        """The most members the group held at its earlier target computations (0 at the
+        first), and the present count noted for the next. Kafka's member map never shrinks
+        and its iteration order follows its table's size; this is memory only, as Kafka's
+        map is, and a re-created group starts again."""
         sizes: dict[str, tuple[int, int]] = vars(self).setdefault("_member_map_sizes", {})
         seen, most = sizes.get(group_id, (id(consumer), 0))
         before = most if seen == id(consumer) else 0
