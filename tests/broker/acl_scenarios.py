@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from typing import Any
 
 from kio.schema.create_acls.v3 import request as create_acls
@@ -84,6 +85,28 @@ def codes(response: Any, *path: str) -> Any:
     return [int(item.error_code) for item in items]
 
 
+def regex_assignment(client: KafkaWireClient) -> list[str]:
+    """The topics a lone member subscribed by regex is assigned, once the broker has resolved
+    the regex (Kafka does so in the background after the first heartbeat): only those its
+    principal may Describe. A fresh group per call, so each user's member is alone."""
+    group, member_id = f"team-rx-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    epoch, assigned = 0, ()
+    for _ in range(100):
+        beat = client.call(request_of(
+            68, 1, group_id=group, member_id=member_id, member_epoch=epoch, instance_id=None,
+            rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=None, subscribed_topic_regex="[a-z].*", server_assignor=None,
+            topic_partitions=None if epoch else ()))
+        assert int(beat.error_code) == 0, beat
+        epoch = int(beat.member_epoch)
+        if beat.assignment is not None and beat.assignment.topic_partitions:
+            assigned = beat.assignment.topic_partitions
+            break
+        time.sleep(0.1)
+    names = {t.topic_id: t.name for t in client.call(metadata_request(all_topics=True)).topics}
+    return sorted(names.get(t.topic_id, "?") for t in assigned)
+
+
 def observe(client: KafkaWireClient) -> dict[str, Any]:
     """alice's view: each API's error codes for the scenario's groups and topics."""
     seen: dict[str, Any] = {}
@@ -158,6 +181,7 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
             rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
             subscribed_topic_names=subscribed, server_assignor=None, topic_partitions=()))
         seen[f"consumer_heartbeat {group}"] = int(beat.error_code)
+    seen["regex subscription"] = regex_assignment(client)
     cg_described = client.call(request_of(69, 0, group_ids=("team-cg", "g-none"),
                                           include_authorized_operations=False))
     seen["consumer_group_describe"] = sorted((g.group_id, int(g.error_code))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,7 +316,11 @@ async def _consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: In
                           if not check.topic(Operation.DESCRIBE, name))
     if unauthorized:
         return error(TOPIC_DENIED, f"Not authorized to access topics: [{', '.join(unauthorized)}]")
-    return await inner(ctx, request)
+    # A regex resolved on this heartbeat keeps only the topics its principal may Describe.
+    def describable(names: Iterable[str]) -> frozenset[str]:
+        return frozenset(name for name in names if check.topic(Operation.DESCRIBE, name))
+
+    return await inner(dataclasses.replace(ctx, describable_topics=describable), request)
 
 
 # --- data APIs -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ and lets ApiVersions advertise exactly what is registered, never more.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -65,6 +65,9 @@ class RequestContext:
     broker: HandlerServices
     # The connection's listener and authenticated principal (None only in handler unit tests).
     session: Session | None = None
+    # Which of the given topics the principal may Describe, set by the ACL check of APIs whose
+    # broker-side work depends on it (a regex subscription's matches); None: no authorizer.
+    describable_topics: Callable[[Iterable[str]], frozenset[str]] | None = None
 
 
 class ApiHandler(Protocol):

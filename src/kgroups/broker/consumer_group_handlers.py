@@ -59,6 +59,7 @@ class ConsumerGroupHeartbeatHandler:
                 client_id=ctx.client_id or "",
                 client_host="/" + ctx.client_host,
                 version=ctx.api_version,
+                describable_topics=ctx.describable_topics,
             ))
         response = response_type(68, ctx.api_version)
         assignment = None

@@ -3,7 +3,8 @@ ConsumerGroupDescribe, API 69), decoded: topics are named by id as on the wire."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from kgroups.coordinator.api import RequestId
 from kgroups.errors import ErrorCode
@@ -28,6 +29,11 @@ class ConsumerGroupHeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    # Which of the given topics the member's principal may Describe (the broker's authorizer);
+    # a regex resolved on this heartbeat keeps only those, as Kafka filters its matches by the
+    # rights of the heartbeat that resolves it. None: no authorizer, every topic.
+    describable_topics: Callable[[Iterable[str]], frozenset[str]] | None = field(
+        default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kgroups.assignors.server import ServerMember, coordinator_order
@@ -295,7 +295,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
         if refresh_due(consumer.subscribed_regexes(), resolved_before, self._now,
                        self._topics_created_version,
                        self.config.group_consumer_regex_refresh_interval_ms, regex_requested):
-            after.append(lambda: self._resolve_regexes(group, consumer))
+            after.append(lambda: self._resolve_regexes(group, consumer, req.describable_topics))
         assigned_before = member.assigned
         self._maybe_reconcile(group, consumer, member, owned, records,
                               subscription_changed=subscription_changed)
@@ -450,13 +450,20 @@ class ConsumerGroupHandlers(CoordinatorCore):
         sizes[group_id] = (id(consumer), max(before, len(consumer.members)))
         return before
 
-    def _resolve_regexes(self, group: ClassicGroup, consumer: ConsumerGroup) -> None:
+    def _resolve_regexes(
+        self, group: ClassicGroup, consumer: ConsumerGroup,
+        describable: Callable[[Iterable[str]], frozenset[str]] | None,
+    ) -> None:
         """Resolve every subscribed regex against the topics (Kafka's
         handleRegularExpressionsResult): a record per regex, and the group epoch bumped when
-        a regex's topics or the subscribed topics' metadata changed."""
+        a regex's topics or the subscribed topics' metadata changed. With an authorizer only
+        the topics the resolving heartbeat's principal may Describe count (`describable`)."""
         records: list[OffsetsRecord] = []
         bump = False
-        for regex, topics in sorted(resolve(consumer.subscribed_regexes(), self._topics).items()):
+        matches = resolve(consumer.subscribed_regexes(), self._topics)
+        if describable is not None:
+            matches = {regex: describable(topics) for regex, topics in matches.items()}
+        for regex, topics in sorted(matches.items()):
             old = consumer.resolved_regexes.get(regex)
             bump = bump or (old.topics if old is not None else frozenset()) != topics
             self._record(group, records,
