@@ -59,9 +59,25 @@ BINDINGS = (
 )
 
 
+# A consumer group (Read for alice by the team- prefix) whose member holds `secret`, a topic
+# alice may not Describe: set up by the super user before alice's requests.
+MIXED_GROUP = "team-mixed"
+
+
 def set_up(admin: KafkaWireClient) -> None:
     for topic in TOPICS:
         create_topic(admin, topic, partitions=2)
+    member_id, epoch = uuid.uuid4().hex, 0
+    for _ in range(100):
+        beat = admin.call(request_of(
+            68, 1, group_id=MIXED_GROUP, member_id=member_id, member_epoch=epoch,
+            instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=60),
+            subscribed_topic_names=("orders", "secret"), subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=None if epoch else ()))
+        epoch = int(beat.member_epoch)
+        if beat.assignment is not None and beat.assignment.topic_partitions:
+            break
+        time.sleep(0.1)
     results = admin.call(create_acls.CreateAclsRequest(creations=BINDINGS)).results
     assert [int(r.error_code) for r in results] == [0] * len(BINDINGS)
     # Kafka applies ACLs through its metadata log: wait until they are all visible.
@@ -182,6 +198,11 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
             subscribed_topic_names=subscribed, server_assignor=None, topic_partitions=()))
         seen[f"consumer_heartbeat {group}"] = int(beat.error_code)
     seen["regex subscription"] = regex_assignment(client)
+    mixed = client.call(request_of(69, 0, group_ids=(MIXED_GROUP,),
+                                   include_authorized_operations=False)).groups[0]
+    seen["consumer_group_describe of a group holding an undescribable topic"] = (
+        int(mixed.error_code), mixed.error_message, len(mixed.members), mixed.group_state,
+        int(mixed.group_epoch), int(mixed.assignment_epoch), mixed.assignor_name)
     cg_described = client.call(request_of(69, 0, group_ids=("team-cg", "g-none"),
                                           include_authorized_operations=False))
     seen["consumer_group_describe"] = sorted((g.group_id, int(g.error_code))

@@ -262,6 +262,10 @@ async def _describe_groups(ctx: RequestContext, request: Any, inner: Inner,
         else _nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
 
 
+HIDDEN_TOPICS_MESSAGE = ("The group has described topic(s) that the client is not authorized "
+                         "to describe.")
+
+
 @rule(69)
 async def _consumer_group_describe(ctx: RequestContext, request: Any, inner: Inner,
                                    check: Check) -> Any:
@@ -274,8 +278,22 @@ async def _consumer_group_describe(ctx: RequestContext, request: Any, inner: Inn
     denied = {"error_code": kio_error(GROUP_DENIED), "error_message": MESSAGES[GROUP_DENIED],
               "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
               "assignor_name": "", "members": (), "authorized_operations": -(2**31)}
+    # A group whose members hold or are to get a topic the principal may not Describe is not
+    # shown at all, as Kafka answers it (the topic's name would tell what it may not know).
+    hidden = {"error_code": kio_error(TOPIC_DENIED), "error_message": HIDDEN_TOPICS_MESSAGE,
+              "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+              "members": (), "authorized_operations": -(2**31)}
+
+    def shown(group: Any) -> Any:
+        topics = {topic.topic_name for member in group.members
+                  for assignment in (member.assignment, member.target_assignment)
+                  for topic in assignment.topic_partitions}
+        if all(check.topic(Operation.DESCRIBE, topic) for topic in topics):
+            return group
+        return _nested(ctx, "DescribedGroup", group_id=group.group_id, **hidden)
+
     return _response(ctx, groups=tuple(
-        answered[name] if name in answered
+        shown(answered[name]) if name in answered
         else _nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
 
 
