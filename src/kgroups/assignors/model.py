@@ -7,6 +7,7 @@ only translates its own shapes into these.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -72,6 +73,8 @@ class ClusterMetadata:
 
     partition_counts: Mapping[str, int]
     partition_racks: Mapping[str, Sequence[frozenset[str]]] = field(default_factory=dict)
+    # Topic ids, where known: the server-side `uniform` walks topics in their hash order.
+    topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
 
     def racks_of(self, topic: str, partition: int) -> frozenset[str]:
         racks = self.partition_racks.get(topic)

@@ -3,7 +3,8 @@
 This is what `kgroups assign` runs, and a convenient way to try strategies from a notebook.
 Scenario shape (only a member's "topics" is required):
 
-    {"topics": {"t1": 3, "t2": {"partitions": 2, "racks": [["a", "b"], ["c"]]}},
+    {"topics": {"t1": 3, "t2": {"partitions": 2, "racks": [["a", "b"], ["c"]],
+                                 "id": "Xr4Vm1dxQpKKg3sQ0pq6bw"}},
      "members": {"c1": {"topics": ["t1", "t2"], "owned": {"t1": [0]}, "generation": 4,
                         "rack": "a", "instance_id": "i-1"}}}
 
@@ -14,7 +15,9 @@ the resulting user data and owned partitions.
 
 from __future__ import annotations
 
+import base64
 import gc
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
@@ -55,10 +58,13 @@ def parse_cluster(topics: Any) -> ClusterMetadata:
     _need(isinstance(topics, dict) and bool(topics), '"topics" must be a non-empty object')
     counts: dict[str, int] = {}
     racks: dict[str, tuple[frozenset[str], ...]] = {}
+    ids: dict[str, uuid.UUID] = {}
     for topic, spec in topics.items():
         if isinstance(spec, dict):
             count = spec.get("partitions")
             replica_racks = spec.get("racks")
+            if spec.get("id") is not None:
+                ids[topic] = _topic_id(topic, spec["id"])
         else:
             count, replica_racks = spec, None
         _need(
@@ -77,7 +83,21 @@ def parse_cluster(topics: Any) -> ClusterMetadata:
                 f"topic {topic!r}: racks must list one list of rack names per partition",
             )
             racks[topic] = tuple(frozenset(r) for r in replica_racks)
-    return ClusterMetadata(counts, racks)
+    return ClusterMetadata(counts, racks, ids)
+
+
+def _topic_id(topic: str, text: Any) -> uuid.UUID:
+    """A topic id as Kafka prints it (base64url of 16 bytes, e.g. kafka-topics --describe)
+    or as a UUID string."""
+    if isinstance(text, str):
+        try:
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+            if len(raw) == 16:
+                return uuid.UUID(bytes=raw)
+            return uuid.UUID(text)
+        except ValueError:
+            pass
+    raise AssignmentInputError(f"topic {topic!r}: id must be a topic id as Kafka prints it")
 
 
 def parse_member(member_id: str, spec: Any, cluster: ClusterMetadata) -> MemberSubscription:
