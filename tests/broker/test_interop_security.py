@@ -23,6 +23,7 @@ from tests.broker.conftest import InProcessBroker
 from tests.broker.security_helpers import (
     Certificates,
     add_scram_user,
+    logged,
     make_certificates,
     running_broker,
     secure_settings,
@@ -175,14 +176,19 @@ def test_kafka_python_group_commits_over_sasl_ssl_scram_512(
     consumer.commit()
     consumer.close()
     assert committed(broker, group, topic) == 1
-    # kafka-python logs the broker's answer and gives up bootstrapping, as against Kafka.
-    with caplog.at_level(logging.ERROR, logger="kafka"), \
+    # A wrong password: kafka-python gives up bootstrapping, as against Kafka, and the broker
+    # refused each attempt. kafka-python usually logs the broker's SASL_AUTHENTICATION_FAILED;
+    # sometimes it sees only the close that follows the answer at once (Kafka delays that
+    # close by connection.failed.authentication.delay.ms, which these tests set to 0), so the
+    # client's words are not asserted here (the librdkafka and Java tests assert them).
+    with caplog.at_level(logging.WARNING), \
             pytest.raises(kafka.errors.KafkaTimeoutError):
         kafka.KafkaConsumer(bootstrap_servers=bootstrap(broker, "SASL_SSL"),
                             bootstrap_timeout_ms=3000,
                             **kafka_python_settings(certs, "SASL_SSL", "SCRAM-SHA-512",
                                                     "wrong"))
-    assert "SaslAuthenticationFailedError" in caplog.text
+    assert "SaslAuthenticationFailedError" in caplog.text or "socket disconnected" in caplog.text
+    assert logged(caplog, "sasl_authentication_failed", 1) >= 1
 
 
 def test_aiokafka_group_commits_over_sasl_plaintext_scram_256(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from kgroups.assignors.java_hash import (
     copied_set_order,
@@ -37,20 +36,7 @@ from kgroups.assignors.java_hash import (
 )
 from kgroups.assignors.model import AssignmentInputError
 from kgroups.assignors.server_heterogeneous import assign_heterogeneous
-
-Target = dict[str, dict[uuid.UUID, frozenset[int]]]
-
-
-@dataclass(frozen=True)
-class ServerMember:
-    """One member as the coordinator hands it to an assignor: its subscribed topic ids and
-    current target (topic id -> partitions), both in the order the coordinator built them."""
-
-    member_id: str
-    topics: Sequence[uuid.UUID]
-    assigned: Mapping[uuid.UUID, Sequence[int]] = field(default_factory=dict)
-    instance_id: str | None = None
-    rack: str | None = None
+from kgroups.assignors.server_member import ServerMember, Target
 
 
 def assign(

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kgroups.assignors.server import ServerMember, Target
+from kgroups.assignors.server_member import ServerMember, Target
 
 _MAX_ROUNDS = 16  # Kafka's bound on passes over the topics while balancing
 
