@@ -273,6 +273,38 @@ def check_answer(answer: Any) -> None:
         raise RuntimeError(f"request failed: {[ErrorCode(e).name for e in errors if e]}")
 
 
+def heartbeats_of(joins: list[Any]) -> Any:
+    """Heartbeat of the member each connection joined as (group bench-heartbeat)."""
+    def heartbeat(index: int, connection: PipelinedConnection) -> Any:
+        return connection.request(HEARTBEAT, group_id="bench-heartbeat",
+                                  generation_id=joins[index].generation_id,
+                                  member_id=joins[index].member_id, group_instance_id=None)
+    return heartbeat
+
+
+def commit(index: int, connection: PipelinedConnection) -> Any:
+    """A standalone group per connection (generation -1, no member), as admin tools and
+    assign()-mode consumers commit; each commit is one write to the log."""
+    return connection.request(
+        COMMIT, group_id=f"bench-commit-{index}", generation_id_or_member_epoch=-1,
+        member_id="", group_instance_id=None, retention_time=datetime.timedelta(0),
+        topics=(connection.nested(COMMIT, "OffsetCommitRequestTopic", name="bench",
+                                  partitions=(connection.nested(
+                                      COMMIT, "OffsetCommitRequestPartition",
+                                      partition_index=0, committed_offset=index,
+                                      committed_leader_epoch=-1,
+                                      committed_metadata=""),)),))
+
+
+def metadata(index: int, connection: PipelinedConnection) -> Any:
+    """Metadata for the one topic, as clients refresh it."""
+    return connection.request(
+        METADATA, topics=(connection.nested(METADATA, "MetadataRequestTopic", name="bench",
+                                            topic_id=None),),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False)
+
+
 async def measure(port: int, seconds: float, connection_count: int, depth: int,
                   member_counts: list[int], settle_timeout_s: float) -> dict[str, float]:
     versions = await negotiate(port)
@@ -282,39 +314,13 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
     members = [await PipelinedConnection.open(port, versions) for _ in range(connection_count)]
     _, joins = await form_group(members, "bench-heartbeat")
 
-    def heartbeat(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(HEARTBEAT, group_id="bench-heartbeat",
-                                  generation_id=joins[index].generation_id,
-                                  member_id=joins[index].member_id, group_instance_id=None)
-
-    beats = await hammer(members, heartbeat, depth, seconds)
+    beats = await hammer(members, heartbeats_of(joins), depth, seconds)
     figures.update({"heartbeat/s": beats.per_second, "heartbeat p50 ms": beats.p50_ms,
                     "heartbeat p99 ms": beats.p99_ms})
-
-    # Offset commits: a standalone group per connection (generation -1, no member), as admin
-    # tools and assign()-mode consumers commit; each commit is one durable write.
-    def commit(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(
-            COMMIT, group_id=f"bench-commit-{index}", generation_id_or_member_epoch=-1,
-            member_id="", group_instance_id=None, retention_time=datetime.timedelta(0),
-            topics=(connection.nested(COMMIT, "OffsetCommitRequestTopic", name="bench",
-                                      partitions=(connection.nested(
-                                          COMMIT, "OffsetCommitRequestPartition",
-                                          partition_index=0, committed_offset=index,
-                                          committed_leader_epoch=-1,
-                                          committed_metadata=""),)),))
 
     commits = await hammer(members, commit, depth, seconds)
     figures.update({"commit/s": commits.per_second, "commit p50 ms": commits.p50_ms,
                     "commit p99 ms": commits.p99_ms})
-
-    # Metadata for one topic, pipelined as clients refresh it.
-    def metadata(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(
-            METADATA, topics=(connection.nested(METADATA, "MetadataRequestTopic", name="bench",
-                                                topic_id=None),),
-            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False)
 
     lookups = await hammer(members, metadata, depth, seconds)
     figures.update({"metadata/s": lookups.per_second, "metadata p50 ms": lookups.p50_ms,

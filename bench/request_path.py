@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import pstats
 import subprocess
 import sys
@@ -31,14 +30,14 @@ import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker import (
-    COMMIT,
-    HEARTBEAT,
-    METADATA,
     SYNC,
     PipelinedConnection,
     check_answer,
+    commit,
     form_group,
+    heartbeats_of,
     join_group,
+    metadata,
     negotiate,
 )
 from broker_data import free_port, wait_for_port
@@ -123,30 +122,7 @@ async def cost(port: int, kind: str, requests: int, process: psutil.Process) -> 
     connections = [await PipelinedConnection.open(port, versions) for _ in range(CONNECTIONS)]
     _, joins = await form_group(connections, "bench-heartbeat")
 
-    def heartbeat(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(HEARTBEAT, group_id="bench-heartbeat",
-                                  generation_id=joins[index].generation_id,
-                                  member_id=joins[index].member_id, group_instance_id=None)
-
-    def commit(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(
-            COMMIT, group_id=f"bench-commit-{index}", generation_id_or_member_epoch=-1,
-            member_id="", group_instance_id=None, retention_time=datetime.timedelta(0),
-            topics=(connection.nested(COMMIT, "OffsetCommitRequestTopic", name="bench",
-                                      partitions=(connection.nested(
-                                          COMMIT, "OffsetCommitRequestPartition",
-                                          partition_index=0, committed_offset=index,
-                                          committed_leader_epoch=-1,
-                                          committed_metadata=""),)),))
-
-    def metadata(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(
-            METADATA, topics=(connection.nested(METADATA, "MetadataRequestTopic", name="bench",
-                                                topic_id=None),),
-            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-            include_topic_authorized_operations=False)
-
-    makers: dict[str, RequestMaker] = {"heartbeat": heartbeat, "commit": commit,
+    makers: dict[str, RequestMaker] = {"heartbeat": heartbeats_of(joins), "commit": commit,
                                        "metadata": metadata}
 
     async def run(count: int) -> int:
