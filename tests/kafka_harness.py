@@ -69,8 +69,10 @@ KAFKA_TEST_SETTINGS: Mapping[str, str] = {
 }
 
 # A test's JVMs live seconds: C1 alone starts Kafka and its tools about twice as fast under load
-# (format 5.8 s -> 1.9 s with both cores busy); a benchmark passes its own options.
-QUICK_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# (format 5.8 s -> 1.9 s with both cores busy); a benchmark passes its own options. No
+# hsperfdata file: when a new JVM's pid matches a stale file's, the JVM prints a warning into
+# the tool's output that the tests compare.
+QUICK_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData")
 
 # Settings only Kafka needs to run as a single node; kgroups has no replication to configure.
 _SINGLE_NODE: Mapping[str, str] = {
