@@ -37,6 +37,21 @@ def subscription(*topics: str) -> bytes:
     return encode_subscription(ConsumerSubscription(topics=tuple(topics)))
 
 
+def tallies_agree(coordinator: GroupCoordinator) -> None:
+    """Every classic group's tallies (members awaiting a JoinGroup answer, protocols every
+    member speaks) agree with its members: a tally off by one would leave a join phase waiting
+    for a member that already rejoined, or turn away a member whose protocol everyone speaks."""
+    for group in coordinator._groups.values():
+        members = list(group.members.values())
+        assert group.awaiting_join_count == sum(m.awaiting_join for m in members), group
+        if not members or group.protocol_type is None:
+            continue
+        offered = {name for m in members for name, _ in m.protocols} | {"unspoken"}
+        for name in offered:
+            everyone = all(name in dict(m.protocols) for m in members)
+            assert group.supports_protocols(group.protocol_type, (name,)) == everyone, group
+
+
 @dataclass
 class Harness:
     config: GroupCoordinatorConfig = field(default_factory=GroupCoordinatorConfig)
@@ -59,6 +74,7 @@ class Harness:
     # -- plumbing -----------------------------------------------------------------------------
 
     def absorb(self, fx: Effects) -> Effects:
+        tallies_agree(self.coordinator)
         for reply in fx.replies:
             assert reply.request_id not in self.replies, f"two replies for {reply.request_id}"
             self.replies[reply.request_id] = reply.response

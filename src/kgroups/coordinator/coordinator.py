@@ -226,7 +226,7 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
                         member.join_request,
                         JoinGroupResponse(ErrorCode.NOT_COORDINATOR, member_id=member.member_id),
                     )
-                    member.join_request = None
+                    group.set_join_request(member, None)
                 if member.sync_request is not None:
                     self._reply(member.sync_request, SyncGroupResponse(ErrorCode.NOT_COORDINATOR))
                     member.sync_request = None

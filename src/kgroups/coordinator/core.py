@@ -368,13 +368,13 @@ class CoordinatorCore(ABC):
                 # Whole: the new id's parked JoinGroup goes with it (its requester is answered by
                 # the write's failure continuation), the old member's own state comes back.
                 for name in _ALL_MEMBER_FIELDS:
-                    setattr(member, name, getattr(before, name))
+                    group.set_member_field(member, name, getattr(before, name))
                 self._refresh_session(group, member)
                 continue
             member = group.members[current]
             for name in _MEMBER_FIELDS:
                 if getattr(member, name) == getattr(after, name):
-                    setattr(member, name, getattr(before, name))
+                    group.set_member_field(member, name, getattr(before, name))
         old_state = group.state
         for name, before_value, after_value in zip(
             _GROUP_FIELDS, snapshot.fields_before, snapshot.fields_after, strict=True

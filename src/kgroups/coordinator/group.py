@@ -43,7 +43,10 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 
 @dataclass(slots=True)
 class Member:
-    """A joined member. `join_request`/`sync_request` hold the parked request ids, if any."""
+    """A joined member. `join_request`/`sync_request` hold the parked request ids, if any.
+
+    While the member is in a group, its `join_request` and `protocols` change only through
+    `ClassicGroup.set_join_request` / `set_protocols`, which keep the group's tallies."""
 
     member_id: str
     group_instance_id: str | None
@@ -97,6 +100,12 @@ class ClassicGroup:
     # The consumer-protocol (KIP-848) part, when the group is a consumer group.
     consumer: ConsumerGroup | None = None
     last_rebalance: RebalanceNote | None = None
+    # Tallies over `members` (Kafka's numMembersAwaitingJoinResponse and supportedProtocols),
+    # kept by the methods that change them, so that each JoinGroup of a big group is not a scan
+    # of every member (a 1000-member group forming did a million member visits).
+    _awaiting_join: int = field(default=0, init=False, repr=False, compare=False)
+    _protocol_support: Counter[str] = field(
+        default_factory=Counter, init=False, repr=False, compare=False)
 
     def can_transition_to(self, new_state: GroupState) -> bool:
         return self.state in VALID_PREVIOUS_STATES[new_state]
@@ -115,15 +124,47 @@ class ClassicGroup:
 
     @property
     def awaiting_join_count(self) -> int:
-        return sum(1 for member in self.members.values() if member.awaiting_join)
+        return self._awaiting_join
 
     def has_all_members_joined(self) -> bool:
-        return len(self.members) == self.awaiting_join_count and not self.pending_members
+        return len(self.members) == self._awaiting_join and not self.pending_members
+
+    def set_join_request(self, member: Member, request: RequestId | None) -> None:
+        """Park (or clear, with None) the JoinGroup `member` of this group waits on."""
+        self._awaiting_join += (request is not None) - (member.join_request is not None)
+        member.join_request = request
+
+    def set_protocols(self, member: Member, protocols: tuple[tuple[str, bytes], ...]) -> None:
+        """Change the protocols `member` of this group offers."""
+        self._tally_protocols(member, -1)
+        member.protocols = protocols
+        self._tally_protocols(member, 1)
+
+    def set_member_field(self, member: Member, name: str, value: object) -> None:
+        """Set any field of `member` of this group (a write's revert puts fields back)."""
+        if name == "join_request":
+            self.set_join_request(member, value)  # type: ignore[arg-type]
+        elif name == "protocols":
+            self.set_protocols(member, value)  # type: ignore[arg-type]
+        else:
+            setattr(member, name, value)
+
+    def _tally_protocols(self, member: Member, delta: int) -> None:
+        support = self._protocol_support
+        for name in {name for name, _ in member.protocols}:
+            support[name] += delta
+            if not support[name]:
+                del support[name]
+
+    def _enter(self, member: Member) -> None:
+        self.members[member.member_id] = member
+        self._awaiting_join += member.join_request is not None
+        self._tally_protocols(member, 1)
 
     def add(self, member: Member) -> None:
         if not self.members:
             self.protocol_type = member.protocol_type
-        self.members[member.member_id] = member
+        self._enter(member)
         if self.leader_id is None:
             self.leader_id = member.member_id
         if member.group_instance_id is not None:
@@ -132,6 +173,9 @@ class ClassicGroup:
 
     def remove(self, member_id: str) -> Member | None:
         member = self.members.pop(member_id, None)
+        if member is not None:
+            self._awaiting_join -= member.join_request is not None
+            self._tally_protocols(member, -1)
         instance_id = member.group_instance_id if member is not None else None
         if instance_id is not None and self.static_members.get(instance_id) == member_id:
             del self.static_members[instance_id]
@@ -154,16 +198,32 @@ class ClassicGroup:
         self.static_members[instance_id] = new_id
         return member
 
+    def clear_members(self) -> None:
+        """Drop every member, pending member and the roles they held (no rebalance)."""
+        self.members.clear()
+        self.static_members.clear()
+        self.pending_members.clear()
+        self.pending_sync_members.clear()
+        self.leader_id = None
+        self._awaiting_join = 0
+        self._protocol_support.clear()
+
+    def readmit(self, members: Iterable[Member]) -> None:
+        """Put back members taken out by `clear_members` (their roles are the caller's)."""
+        self.members.update((member.member_id, member) for member in members)
+        self._awaiting_join = sum(member.awaiting_join for member in self.members.values())
+        self._protocol_support.clear()
+        for member in self.members.values():
+            self._tally_protocols(member, 1)
+
     def supports_protocols(self, protocol_type: str, names: tuple[str, ...]) -> bool:
         """Kafka's check before admitting a join: same type, and a protocol everyone speaks."""
         if not self.members:
             return bool(protocol_type) and bool(names)
         if self.protocol_type != protocol_type:
             return False
-        return bool(self._common_protocols() & set(names))
-
-    def _common_protocols(self) -> set[str]:
-        return _common(member.protocols for member in self.members.values())
+        everyone = len(self.members)
+        return any(self._protocol_support[name] == everyone for name in names)
 
     def select_protocol(
         self, overrides: dict[str, tuple[tuple[str, bytes], ...]] | None = None

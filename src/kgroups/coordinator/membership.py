@@ -217,14 +217,14 @@ class MembershipHandlers(CoordinatorCore):
             members=members,
         )
 
-    def _park_join(self, member: Member, req: JoinGroupRequest) -> None:
+    def _park_join(self, group: ClassicGroup, member: Member, req: JoinGroupRequest) -> None:
         if member.join_request is not None and member.join_request != req.request_id:
             # A second JoinGroup supersedes the first; answer the first so it is not orphaned.
             self._reply(
                 member.join_request,
                 JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id),
             )
-        member.join_request = req.request_id
+        group.set_join_request(member, req.request_id)
         member.join_version = req.version
 
     def _add_member_and_rebalance(
@@ -247,7 +247,7 @@ class MembershipHandlers(CoordinatorCore):
         ):
             group.new_member_added = True
         group.add(member)
-        self._park_join(member, req)
+        self._park_join(group, member, req)
         # A new member cannot heartbeat before its JoinGroup returns, so it is timed out by the
         # new-member join timeout instead of its session timeout.
         self._schedule_session(group, member, self.config.group_new_member_join_timeout_ms)
@@ -268,10 +268,10 @@ class MembershipHandlers(CoordinatorCore):
         else:
             cause = RebalanceCause.METADATA_CHANGE
             detail = f"Leader {member.member_id} re-joining group during {group.state.value}"
-        member.protocols = req.protocols
+        group.set_protocols(member, req.protocols)
         member.rebalance_timeout_ms = self._rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
-        self._park_join(member, req)
+        self._park_join(group, member, req)
         self._maybe_prepare_rebalance(group, cause, _with_client_reason(detail, req.reason))
 
     def _replace_static_member(
@@ -289,7 +289,7 @@ class MembershipHandlers(CoordinatorCore):
                 old_member.join_request,
                 JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id),
             )
-            old_member.join_request = None
+            group.set_join_request(old_member, None)
         if old_member.sync_request is not None:
             self._reply(old_member.sync_request, SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
             old_member.sync_request = None
@@ -303,7 +303,7 @@ class MembershipHandlers(CoordinatorCore):
             return
         member = group.replace_static_member(instance_id, old_id, new_id)
         self._refresh_session(group, member)
-        self._update_joined_member(member, req)
+        self._update_joined_member(group, member, req)
         detail = _with_client_reason(
             f"Static member {old_id} with instance id {instance_id} replaced by {new_id} "
             f"during {group.state.value}", req.reason)
@@ -312,11 +312,13 @@ class MembershipHandlers(CoordinatorCore):
             # fixes that. Stable: the selected protocol would change.
             self._prepare_rebalance(group, RebalanceCause.STATIC_MEMBER_REPLACED, detail)
 
-    def _update_joined_member(self, member: Member, req: JoinGroupRequest) -> None:
-        member.protocols = req.protocols
+    def _update_joined_member(
+        self, group: ClassicGroup, member: Member, req: JoinGroupRequest
+    ) -> None:
+        group.set_protocols(member, req.protocols)
         member.rebalance_timeout_ms = self._rebalance_timeout(req)
         member.session_timeout_ms = req.session_timeout_ms
-        self._park_join(member, req)
+        self._park_join(group, member, req)
 
     def _persist_static_replacement(
         self, group: ClassicGroup, req: JoinGroupRequest, old_member: Member, new_id: str
@@ -343,7 +345,7 @@ class MembershipHandlers(CoordinatorCore):
             if not still_pending():
                 return
             current = group.members[new_id]
-            current.join_request = None
+            group.set_join_request(current, None)
             if req.version >= 9:
                 is_leader = group.is_leader(new_id)
                 response = self._join_response(group, new_id, skip_assignment=is_leader)
@@ -377,9 +379,10 @@ class MembershipHandlers(CoordinatorCore):
             still_pending=still_pending,
         )
         member = group.members[new_id]
-        member.protocols = req.protocols  # the record stores only the selected protocol's
+        # The record stores only the selected protocol's metadata; the member keeps them all.
+        group.set_protocols(member, req.protocols)
         self._refresh_session(group, member)
-        self._park_join(member, req)
+        self._park_join(group, member, req)
 
     # -- the join phase -----------------------------------------------------------------------
 
@@ -469,7 +472,7 @@ class MembershipHandlers(CoordinatorCore):
         for member in group.members.values():
             if member.join_request is not None:
                 self._reply(member.join_request, self._join_response(group, member.member_id))
-                member.join_request = None
+                group.set_join_request(member, None)
             self._refresh_session(group, member)
             member.is_new = False
             group.pending_sync_members.add(member.member_id)

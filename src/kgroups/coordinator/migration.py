@@ -242,7 +242,7 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             if member.join_request is not None:
                 self._reply(member.join_request, JoinGroupResponse(
                     ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-                member.join_request = None
+                group.set_join_request(member, None)
             if member.sync_request is not None:
                 self._reply(member.sync_request,
                             SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
@@ -252,11 +252,7 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
             self._timers.cancel(pending_member_timer(gid, pending))
         self._timers.cancel(join_timer(gid))
         self._timers.cancel(sync_timer(gid))
-        group.members.clear()
-        group.static_members.clear()
-        group.pending_members.clear()
-        group.pending_sync_members.clear()
-        group.leader_id = None
+        group.clear_members()
         group.protocol_type = None
         group.protocol_name = None
         group.generation_id = 0
@@ -323,7 +319,7 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         for member in staying:  # the record keeps only the selected protocol's metadata
             classic = member.classic
             assert classic is not None
-            group.members[member.member_id].protocols = classic.supported_protocols
+            group.set_protocols(group.members[member.member_id], classic.supported_protocols)
         group.subscribed_topics = subscribed_topics(group)
         old_state = group.state
         group.previous_state = old_state
@@ -757,7 +753,7 @@ class _ClassicState:
                    tuple(getattr(group, name) for name in cls._FIELDS))
 
     def restore(self, group: ClassicGroup) -> None:
-        group.members.update(self.members)
+        group.readmit(self.members.values())
         group.static_members.update(self.static_members)
         group.pending_sync_members.update(self.pending_sync_members)
         for name, value in zip(self._FIELDS, self.fields, strict=True):

@@ -283,10 +283,10 @@ def _apply_metadata(group: ClassicGroup, value: GroupMetadataValue) -> None:
         member.session_timeout_ms = stored.session_timeout
         member.assignment = stored.assignment
         # Only the selected protocol's metadata is stored; the member's other protocols stay.
-        member.protocols = tuple(
+        group.set_protocols(member, tuple(
             (name, stored.subscription if name == protocol else metadata)
             for name, metadata in member.protocols
-        )
+        ))
     if value.members and value.leader in group.members:
         group.leader_id = value.leader
 
