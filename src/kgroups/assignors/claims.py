@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
+from operator import methodcaller
 
 import numpy as np
 
@@ -37,27 +38,21 @@ def claims_from_mappings(
     owned: Sequence[Mapping[str, Sequence[int]]],
     generations: Sequence[int],
 ) -> Claims:
-    """Claims from per-member topic -> partitions mappings (owned-partitions fields)."""
-    index_get = space.index.get
-    topic_positions: list[int] = []
-    lengths: list[int] = []
-    partitions: list[int] = []
-    entries_per_member: list[int] = []
-    for member_owned in owned:
-        entries_per_member.append(len(member_owned))
-        if member_owned:
-            topic_positions.extend(index_get(t, -1) for t in member_owned)
-            values = member_owned.values()
-            lengths.extend(map(len, values))
-            partitions.extend(chain.from_iterable(values))
-    generation = np.asarray(generations, dtype=np.int64)
-    if not partitions:
+    """Claims from per-member topic -> partitions mappings (owned-partitions fields), read as
+    whole-group columns (names, lists, numbers) rather than per member and entry."""
+    names = list(chain.from_iterable(owned))
+    lists = list(chain.from_iterable(map(methodcaller("values"), owned)))
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    total = int(lengths.sum())
+    if total == 0:
         return Claims.none(len(owned))
-    lengths_array = np.asarray(lengths, dtype=np.int64)
-    entry_member = np.repeat(np.arange(len(owned)), entries_per_member)
+    entries_per_member = np.fromiter(map(len, owned), dtype=np.int64, count=len(owned))
+    topic = np.fromiter(
+        map(space.index.get, names, repeat(-1)), dtype=np.int64, count=len(names)
+    )
     return Claims(
-        np.repeat(entry_member, lengths_array),
-        np.repeat(np.asarray(topic_positions, dtype=np.int64), lengths_array),
-        np.asarray(partitions, dtype=np.int64),
-        generation,
+        np.repeat(np.repeat(np.arange(len(owned)), entries_per_member), lengths),
+        np.repeat(topic, lengths),
+        np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total),
+        np.asarray(generations, dtype=np.int64),
     )

@@ -38,7 +38,7 @@ class MemberSubscription:
 
     member_id: str
     topics: frozenset[str]
-    owned: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    owned: Mapping[str, Sequence[int]] = field(default_factory=dict)
     generation: int = NO_GENERATION
     rack: str | None = None
     instance_id: str | None = None

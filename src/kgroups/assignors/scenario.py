@@ -30,10 +30,13 @@ from kgroups.assignors.model import (
     ClusterMetadata,
     MemberSubscription,
 )
-from kgroups.assignors.space import GroupAssignment
+from kgroups.assignors.space import PartitionSpace
+from kgroups.assignors.sticky import StickyAssignor
+from kgroups.assignors.user_data import encode_sticky_user_data_of_group
 
-# Partition ids are int32 on the wire, so no topic can have more.
-MAX_PARTITIONS = 2**31 - 1
+# Partition ids and generations are int32 on the wire, so no topic can have more partitions.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_PARTITIONS = INT32_MAX
 
 
 def _need(condition: bool, message: str) -> None:
@@ -100,7 +103,65 @@ def _topic_id(topic: str, text: Any) -> uuid.UUID:
     raise AssignmentInputError(f"topic {topic!r}: id must be a topic id as Kafka prints it")
 
 
-def parse_member(member_id: str, spec: Any, cluster: ClusterMetadata) -> MemberSubscription:
+def parse_members(member_specs: Any, cluster: ClusterMetadata) -> dict[str, MemberSubscription]:
+    """Every member's subscription. The whole group is checked in a few passes over all its
+    values at once (a scenario at Kafka's reference scale lists a million owned partitions);
+    only when that finds a problem are members checked one by one, so the error names the
+    first bad member and what is wrong with it."""
+    _need(
+        isinstance(member_specs, dict) and bool(member_specs),
+        '"members" must be a non-empty object',
+    )
+    if not _all_well_formed(list(member_specs.values()), cluster):
+        for member_id, spec in member_specs.items():
+            _check_member(member_id, spec, cluster)
+    return {
+        member_id: MemberSubscription(
+            member_id,
+            frozenset(spec["topics"]),
+            dict(spec.get("owned", {})),
+            spec.get("generation", NO_GENERATION),
+            spec.get("rack"),
+            spec.get("instance_id"),
+        )
+        for member_id, spec in member_specs.items()
+    }
+
+
+def _all_well_formed(specs: list[Any], cluster: ClusterMetadata) -> bool:
+    """True only if `_check_member` accepts every spec (by exact types, so it may refuse a
+    spec that `_check_member` accepts, such as a dict subclass: that only costs the slow path)."""
+    if not set(map(type, specs)) <= {dict}:
+        return False
+    topic_lists = [spec.get("topics") for spec in specs]
+    owned = [spec.get("owned", {}) for spec in specs]
+    generations = [spec.get("generation", NO_GENERATION) for spec in specs]
+    names = [spec.get(key) for spec in specs for key in ("rack", "instance_id")]
+    if not (
+        set(map(type, topic_lists)) <= {list}
+        and set(map(type, chain.from_iterable(topic_lists))) <= {str}
+        and set(map(type, owned)) <= {dict}
+        and set(map(type, generations)) <= {int}
+        and set(map(type, names)) <= {str, type(None)}
+        and _int32s(generations)
+    ):
+        return False
+    known = {topic for topic, count in cluster.partition_counts.items() if count > 0}
+    if any(known.isdisjoint(topics) for topics in topic_lists):
+        return False
+    partition_lists = list(chain.from_iterable(map(dict.values, owned)))
+    if not set(map(type, partition_lists)) <= {list}:
+        return False
+    partitions = list(chain.from_iterable(partition_lists))
+    return set(map(type, partitions)) <= {int} and _int32s(partitions)
+
+
+def _int32s(values: list[int]) -> bool:
+    return not values or (min(values) >= INT32_MIN and max(values) <= INT32_MAX)
+
+
+def _check_member(member_id: str, spec: Any, cluster: ClusterMetadata) -> None:
+    """Raises AssignmentInputError naming what is wrong with this member's spec, if anything."""
     _need(isinstance(spec, dict), f"member {member_id!r} must be an object")
     topics = spec.get("topics")
     _need(
@@ -116,41 +177,74 @@ def parse_member(member_id: str, spec: Any, cluster: ClusterMetadata) -> MemberS
         isinstance(owned, dict) and _lists_of_ints(owned.values()),
         f"member {member_id!r}: owned must map topic names to lists of partition numbers",
     )
+    _need(
+        _int32s(list(chain.from_iterable(owned.values()))),
+        f"member {member_id!r}: owned partition numbers must be 32-bit integers",
+    )
     generation = spec.get("generation", NO_GENERATION)
     _need(_is_int(generation), f"member {member_id!r}: generation must be an integer")
+    _need(
+        _int32s([generation]), f"member {member_id!r}: generation must be a 32-bit integer"
+    )
     rack, instance_id = spec.get("rack"), spec.get("instance_id")
     _need(rack is None or isinstance(rack, str), f"member {member_id!r}: rack must be a string")
     _need(
         instance_id is None or isinstance(instance_id, str),
         f"member {member_id!r}: instance_id must be a string",
     )
-    return MemberSubscription.of(member_id, topics, owned, generation, rack, instance_id)
 
 
-def _as_member_would_send(strategy: str, member: MemberSubscription) -> MemberSubscription:
-    """Adds the user data this member's own assignor would put in its subscription."""
+def _as_members_would_send(
+    strategy: str, members: list[MemberSubscription]
+) -> list[MemberSubscription]:
+    """Adds the user data each member's own assignor would put in its subscription, once told
+    about the member's owned partitions (if any). The built-in `sticky` writes every member's
+    at once (the bytes its instances write, a million topic entries at Kafka's reference
+    scale); any other strategy, a replacement registered as "sticky" included, gets one
+    instance per member as in a real group."""
+    if type(create_assignor(strategy)) is StickyAssignor:
+        histories = [member for member in members if member.owned]
+        blobs = iter(
+            encode_sticky_user_data_of_group(
+                [member.owned for member in histories], [member.generation for member in histories]
+            )
+        )
+        user_data = [next(blobs) if member.owned else None for member in members]
+    else:
+        user_data = [_user_data(strategy, member) for member in members]
+    return [
+        MemberSubscription(
+            member.member_id,
+            member.topics,
+            member.owned,
+            member.generation,
+            member.rack,
+            member.instance_id,
+            data,
+        )
+        for member, data in zip(members, user_data, strict=True)
+    ]
+
+
+def _user_data(strategy: str, member: MemberSubscription) -> bytes | None:
     own_assignor = create_assignor(strategy)
     if member.owned:
         own_assignor.on_assignment(member.owned, member.generation)
-    return MemberSubscription(
-        member.member_id,
-        member.topics,
-        member.owned,
-        member.generation,
-        member.rack,
-        member.instance_id,
-        own_assignor.subscription_user_data(member.topics),
-    )
+    return own_assignor.subscription_user_data(member.topics)
 
 
-def _moved(members: Mapping[str, MemberSubscription], result: GroupAssignment) -> int:
+def _moved(
+    members: Mapping[str, MemberSubscription],
+    space: PartitionSpace,
+    assignment: Mapping[str, Mapping[str, list[int]]],
+) -> int:
     """Previously owned partitions (that still exist) not kept by the member that owned them."""
     moved = 0
     for member_id, member in members.items():
-        kept = result.partitions(member_id)
+        kept = assignment[member_id]
         for topic, partitions in member.owned.items():
-            position = result.space.index.get(topic)
-            count = 0 if position is None else int(result.space.counts[position])
+            position = space.index.get(topic)
+            count = 0 if position is None else int(space.counts[position])
             still_there = {p for p in partitions if 0 <= p < count}
             moved += len(still_there - set(kept.get(topic, ())))
     return moved
@@ -182,13 +276,8 @@ def _assign_scenario(strategy: str, scenario: dict, compare: bool) -> dict:
     create_assignor(strategy)
     _need(isinstance(scenario, dict), "the scenario must be a JSON object")
     cluster = parse_cluster(scenario.get("topics"))
-    member_specs = scenario.get("members")
-    _need(
-        isinstance(member_specs, dict) and bool(member_specs),
-        '"members" must be a non-empty object',
-    )
-    members = {mid: parse_member(mid, spec, cluster) for mid, spec in member_specs.items()}
-    subscriptions = [_as_member_would_send(strategy, m) for m in members.values()]
+    members = parse_members(scenario.get("members"), cluster)
+    subscriptions = _as_members_would_send(strategy, list(members.values()))
     result = create_assignor(strategy).assign(cluster, subscriptions)
 
     output: dict[str, Any] = {"assignment": result.as_dict()}
@@ -197,5 +286,5 @@ def _assign_scenario(strategy: str, scenario: dict, compare: bool) -> dict:
     if compare:
         counts = result.counts().values()
         output["balance"] = {"min": min(counts), "max": max(counts)}
-        output["moved"] = _moved(members, result)
+        output["moved"] = _moved(members, result.space, output["assignment"])
     return output

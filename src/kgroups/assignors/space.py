@@ -105,8 +105,8 @@ class GroupAssignment:
 
     def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
         """One pass over all partitions ordered by (member, flat number): each run of equal
-        (member, topic) becomes one list sliced in C (`map`), and each member's dict is built
-        in one call, so the Python-level work is one step per member."""
+        (member, topic) becomes one list, and each member's dict is built in one call, so the
+        Python-level work is one step per member."""
         result: dict[str, dict[str, list[int]]] = {m: {} for m in self.member_ids}
         flat = np.flatnonzero(owners >= 0)
         if flat.size == 0:
@@ -117,10 +117,8 @@ class GroupAssignment:
         starts = np.flatnonzero(
             np.concatenate(([True], (members[1:] != members[:-1]) | (topics[1:] != topics[:-1])))
         )
-        ends = [*starts[1:].tolist(), by_member.size]
-        local = (by_member - self.space.offsets[topics]).tolist()
-        runs = list(map(local.__getitem__, map(slice, starts.tolist(), ends)))
-        run_names = list(map(self.space.topics.__getitem__, topics[starts].tolist()))
+        runs = _lists(by_member - self.space.offsets[topics], starts)
+        run_names = np.array(self.space.topics, dtype=object)[topics[starts]].tolist()
         run_members = members[starts]
         cuts = (np.flatnonzero(np.diff(run_members)) + 1).tolist()
         ids = self.member_ids
@@ -143,3 +141,21 @@ class GroupAssignment:
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             grouped[self.space.topics[topic_positions[start]]] = local[start:end]
         return grouped
+
+
+def _lists(values: np.ndarray, starts: np.ndarray) -> list[list[int]]:
+    """`values` cut at `starts` (ascending, starting at 0) into Python lists. Runs of one
+    length are gathered as the rows of one 2-D array, whose `tolist()` builds all their lists
+    in C: a million one-partition runs is the usual shape at Kafka's reference scale."""
+    lengths = np.diff(starts, append=values.size)
+    by_length = np.argsort(lengths, kind="stable")
+    cuts = np.flatnonzero(np.diff(lengths[by_length])) + 1
+    lists: list[list[int]] = []
+    for group in np.split(by_length, cuts):
+        length = int(lengths[group[0]])
+        lists += values[starts[group, None] + np.arange(length)].tolist()
+    if cuts.size == 0:
+        return lists
+    position = np.empty_like(by_length)
+    position[by_length] = np.arange(by_length.size)
+    return list(map(lists.__getitem__, position.tolist()))

@@ -86,6 +86,11 @@ class CooperativeStickyAssignor(StickyAssignor):
     def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
         return encode_generation(self._last_generation)
 
+    def on_assignment(self, assignment: Mapping[str, Sequence[int]], generation: int) -> None:
+        """Only the generation goes into this strategy's user data; the partitions travel in
+        the subscription's owned-partitions field, so there is nothing else to keep."""
+        self._last_generation = generation
+
     def claims(self, space: PartitionSpace, members: Sequence[MemberSubscription]) -> Claims:
         """Cooperative members report what they hold in the owned-partitions field; the
         generation comes from the subscription (v2+) or else from this strategy's user data."""

@@ -19,11 +19,13 @@ matches topic names as fixed-width byte arrays, never building a Python object p
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import repeat
+from itertools import chain
+from operator import methodcaller
 
 import numpy as np
 
@@ -51,17 +53,98 @@ class StickyUserData:
 def encode_sticky_user_data(
     previous_assignment: Mapping[str, Sequence[int]], generation: int
 ) -> bytes:
-    """StickyAssignorUserData v1, topics in name order, partitions ascending. A member encodes
-    this on every rejoin, and `assign_scenario` once per member (a million entries at Kafka's
-    reference scale), so topic headers and array layouts are built once and reused."""
-    parts = [_INT32.pack(len(previous_assignment))]
-    append = parts.append
-    for topic in sorted(previous_assignment):
-        append(_topic_header(topic))
-        partitions = sorted(previous_assignment[topic])
-        append(_counted_int32s(len(partitions)).pack(len(partitions), *partitions))
-    append(_INT32.pack(generation))
-    return b"".join(parts)
+    """StickyAssignorUserData v1, topics in name order, partitions ascending."""
+    return encode_sticky_user_data_of_group([previous_assignment], [generation])[0]
+
+
+def encode_sticky_user_data_of_group(
+    previous_assignments: Sequence[Mapping[str, Sequence[int]]], generations: Sequence[int]
+) -> list[bytes]:
+    """`encode_sticky_user_data` of each (assignment, generation) pair. `assign_scenario`
+    writes every member's history at once (a million topic entries at Kafka's reference scale),
+    so the blobs are laid out together: every int32 field in one big-endian array, each distinct
+    topic header once, and the output gathered from the two as alternating runs of bytes."""
+    blob_count = len(previous_assignments)
+    entry_counts = np.fromiter(map(len, previous_assignments), dtype=np.int64, count=blob_count)
+    names = list(chain.from_iterable(previous_assignments))
+    values = list(chain.from_iterable(map(methodcaller("values"), previous_assignments)))
+    lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+    partitions = np.fromiter(chain.from_iterable(values), dtype=np.int64, count=int(lengths.sum()))
+    generation = np.asarray(generations, dtype=np.int64).reshape(blob_count)
+    for field in (partitions, generation):
+        if field.size and not (field.min() >= -(2**31) and field.max() < 2**31):
+            raise OverflowError("sticky user data holds int32 partitions and generations")
+    order = sorted(set(names))
+    rank = dict(zip(order, range(len(order)), strict=True))
+    entry_rank = np.fromiter(map(rank.__getitem__, names), dtype=np.int64, count=len(names))
+
+    # Entries in (blob, topic name) order, each entry's partitions ascending.
+    entry_blob = np.repeat(np.arange(blob_count), entry_counts)
+    entry_order = _sorting(entry_blob * len(order) + entry_rank)
+    sorted_position = np.empty_like(entry_order)
+    sorted_position[entry_order] = np.arange(entry_order.size)
+    partition_entry = np.repeat(sorted_position, lengths)
+    partitions = partitions[_sorting((partition_entry << 32) + partitions + 2**31)]
+    entry_rank, lengths = entry_rank[entry_order], lengths[entry_order]
+
+    # Every int32 field in output order: per blob [topic count], per entry [partition count]
+    # and its partitions, then [generation]; `*_slot` is a field's index in that array.
+    partitions_before_entry = np.cumsum(lengths) - lengths
+    entries_before = np.concatenate(([0], np.cumsum(entry_counts)))
+    partitions_before = np.concatenate(([0], np.cumsum(lengths)))[entries_before]
+    blob_slot = 2 * np.arange(blob_count + 1) + entries_before + partitions_before
+    entry_slot = 2 * entry_blob + 1 + np.arange(entry_blob.size) + partitions_before_entry
+    ints = np.empty(int(blob_slot[-1]), dtype=">i4")
+    ints[blob_slot[:-1]] = entry_counts
+    ints[blob_slot[1:] - 1] = generation
+    ints[entry_slot] = lengths
+    partition_slot = np.repeat(entry_slot + 1 - partitions_before_entry, lengths)
+    ints[partition_slot + np.arange(partitions.size)] = partitions
+    headers = [_topic_header(name) for name in order]
+    header_length = np.fromiter(map(len, headers), dtype=np.int64, count=len(headers))
+    header_start = 4 * ints.size + np.cumsum(header_length) - header_length
+    source = np.concatenate((ints.view(np.uint8), np.frombuffer(b"".join(headers), np.uint8)))
+
+    # Runs per blob: [topic count], then per entry its header and its int32s, then
+    # [generation]; entry k (of all) in blob b is run 2b + 1 + 2k, its int32s the next run.
+    run_start = np.empty(2 * (blob_count + entry_blob.size), dtype=np.int64)
+    run_length = np.empty_like(run_start)
+    first_runs = 2 * np.arange(blob_count) + 2 * entries_before[:-1]
+    last_runs = first_runs + 2 * entry_counts + 1
+    header_runs = 2 * entry_blob + 1 + 2 * np.arange(entry_blob.size)
+    run_start[first_runs], run_length[first_runs] = 4 * blob_slot[:-1], 4
+    run_start[last_runs], run_length[last_runs] = 4 * (blob_slot[1:] - 1), 4
+    run_start[header_runs] = header_start[entry_rank]
+    run_length[header_runs] = header_length[entry_rank]
+    run_start[header_runs + 1], run_length[header_runs + 1] = 4 * entry_slot, 4 + 4 * lengths
+    # Every run starts and ends on a multiple of `unit` bytes: gather whole units.
+    unit = math.gcd(4, *header_length.tolist())
+    words = source.view(f"u{unit}")
+    data = words[_run_positions(run_start // unit, run_length // unit)].tobytes()
+    ends = np.cumsum(run_length)[last_runs].tolist()
+    return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def _sorting(keys: np.ndarray) -> np.ndarray:
+    """The permutation that sorts `keys`, without sorting when they already are (a member
+    reports what the leader gave it, which is sorted)."""
+    if keys.size < 2 or bool((keys[1:] >= keys[:-1]).all()):
+        return np.arange(keys.size)
+    return np.argsort(keys, kind="stable")
+
+
+def _run_positions(start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Source positions of the runs [start[i], start[i] + length[i]) back to back (lengths
+    >= 1): a cumulative sum of ones with each run's jump at its first byte, so one index array
+    and no Python step per run."""
+    total = int(length.sum())
+    small = total < 2**31 and int(start.max(initial=0)) < 2**31
+    step = np.ones(total, dtype=np.int32 if small else np.int64)
+    if start.size:
+        firsts = np.cumsum(length) - length
+        step[firsts[1:]] = start[1:] - (start[:-1] + length[:-1] - 1)
+        step[0] = start[0]
+    return np.cumsum(step, dtype=step.dtype)
 
 
 @lru_cache(maxsize=65536)
@@ -69,12 +152,6 @@ def _topic_header(topic: str) -> bytes:
     """[int16 name length][utf-8 name] of one topic entry."""
     name = topic.encode("utf-8")
     return _INT16.pack(len(name)) + name
-
-
-@lru_cache(maxsize=4096)
-def _counted_int32s(count: int) -> struct.Struct:
-    """[int32 count] followed by `count` int32s."""
-    return struct.Struct(f">{count + 1}i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,25 +262,27 @@ def _parse_all(blobs: Sequence[bytes | None]) -> _Parsed:
 
 def _topic_positions(parsed: _Parsed, topics: Sequence[str]) -> np.ndarray:
     """Position in `topics` of each entry's name, -1 for names not among them. Names of one
-    length are gathered as one fixed-width byte array and looked up among the topics of that
-    length only. numpy drops trailing NUL bytes of fixed-width strings, so the lookup keys drop
-    them too; within one length that loses nothing (two names of equal length that agree once
-    their trailing NULs are gone are the same name)."""
+    length are gathered as one fixed-width byte array and looked up (a binary search in C)
+    among the topics of that length only. numpy drops trailing NUL bytes of fixed-width strings,
+    so the lookup keys drop them too; within one length that loses nothing (two names of equal
+    length that agree once their trailing NULs are gone are the same name)."""
     result = np.full(parsed.entry_blob.size, -1, dtype=np.int64)
     by_length: dict[int, dict[bytes, int]] = {}
     for position, topic in enumerate(topics):
         name = topic.encode("utf-8")
         by_length.setdefault(len(name), {})[name.rstrip(b"\0")] = position
-    for length in np.unique(parsed.entry_name_length).tolist():
+    for length in np.flatnonzero(np.bincount(parsed.entry_name_length)).tolist():
         known = by_length.get(length)
         if length == 0 or not known:
             continue
         rows = np.flatnonzero(parsed.entry_name_length == length)
         columns = parsed.entry_name_start[rows, None] + np.arange(length)
         names = np.ascontiguousarray(parsed.buffer[columns]).view(f"S{length}").ravel()
-        result[rows] = np.fromiter(
-            map(known.get, names.tolist(), repeat(-1)), dtype=np.int64, count=rows.size
-        )
+        keys = np.array(list(known), dtype=f"S{length}")
+        order = np.argsort(keys)
+        keys, positions = keys[order], np.array(list(known.values()), dtype=np.int64)[order]
+        at = np.minimum(np.searchsorted(keys, names), keys.size - 1)
+        result[rows] = np.where(keys[at] == names, positions[at], -1)
     return result
 
 
