@@ -1,0 +1,100 @@
+"""Time to a Stable group (bench/broker.py's figure) alone, repeated, with the broker's CPU time.
+
+bench/broker.py measures each group size once, after minutes of other load; this measures only
+the formation of classic groups of N members (one connection each, `form_group` of
+bench/broker.py: JoinGroup with MEMBER_ID_REQUIRED, the leader's SyncGroup with the assignment,
+everyone's SyncGroup, heartbeats while waiting), several rounds per size, so a change to the
+join path can be compared run against run on a shared machine. Per formation it prints the
+seconds to Stable (the same clock as bench/broker.py, so it includes the ~0.1 s until every
+member's next heartbeat returns) and the broker's CPU seconds meanwhile (kgroups only: the
+broker process's user + system time, which other jobs on the machine inflate far less than
+the wall time).
+Each size gets a fresh group; connections are opened before the clock starts. Both brokers run
+with group.initial.rebalance.delay.ms=0 (bench/broker.py --initial-delay-ms 0).
+
+With --kafka the same rounds run against Apache Kafka 4.3.1 (bench/broker.py's settings, a
+fresh JVM: its first rounds include JIT warm-up, read the later ones). With --profile kgroups
+runs under cProfile timed by CPU time and the functions with the most own time are printed.
+
+Run: .venv/bin/python bench/stable.py [--members 10,100,1000] [--rounds 5] [--kafka]
+     [--profile] [--top K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pstats
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+
+from broker import (
+    PipelinedConnection,
+    form_group,
+    kafka_broker,
+    negotiate,
+    wait_coordinator_ready,
+)
+from request_path import broker as kgroups_broker
+from request_path import create_bench_topic
+
+
+async def rounds(port: int, member_counts: list[int], count: int,
+                 process: psutil.Process | None) -> dict[int, list[tuple[float, float | None]]]:
+    """(seconds to Stable, broker CPU seconds or None) per formation, by group size."""
+    await wait_coordinator_ready(port)
+    versions = await negotiate(port)
+    figures: dict[int, list[tuple[float, float | None]]] = {n: [] for n in member_counts}
+    for round_index in range(count):
+        for members in member_counts:
+            connections = [await PipelinedConnection.open(port, versions) for _ in range(members)]
+            before = sum(process.cpu_times()[:2]) if process is not None else 0.0
+            elapsed, _ = await form_group(connections, f"stable-{members}-{round_index}")
+            cpu = sum(process.cpu_times()[:2]) - before if process is not None else None
+            figures[members].append((elapsed, cpu))
+            for connection in connections:
+                await connection.close()
+    return figures
+
+
+def report(name: str, figures: dict[int, list[tuple[float, float | None]]]) -> None:
+    for members, runs in figures.items():
+        seconds = [elapsed for elapsed, _ in runs]
+        line = (f"{name:8} {members:5} members: median {statistics.median(seconds):.3f} s "
+                f"({', '.join(f'{s:.3f}' for s in seconds)})")
+        cpus = [cpu for _, cpu in runs if cpu is not None]
+        if cpus:
+            line += (f"; broker CPU median {statistics.median(cpus):.3f} s "
+                     f"({', '.join(f'{c:.2f}' for c in cpus)})")
+        print(line, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[10, 100, 1000])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kafka", action="store_true", help="also measure Apache Kafka")
+    parser.add_argument("--profile", action="store_true",
+                        help="run kgroups under cProfile and print where its time goes")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        profile_to = Path(scratch) / "stable.prof" if args.profile else None
+        with kgroups_broker(Path(scratch) / "kgroups", profile_to) as (port, process):
+            report("kgroups", asyncio.run(rounds(port, args.members, args.rounds, process)))
+        if profile_to is not None:
+            pstats.Stats(str(profile_to)).sort_stats("tottime").print_stats(args.top)
+        if args.kafka:
+            with kafka_broker(Path(scratch) / "kafka", 0, fsync_each=False) as port:
+                create_bench_topic(port)
+                report("kafka", asyncio.run(rounds(port, args.members, args.rounds, None)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
