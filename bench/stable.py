@@ -1,14 +1,14 @@
 """Time to a Stable group (bench/broker.py's figure) alone, repeated, with the broker's CPU time.
 
-bench/broker.py measures each group size once, after minutes of other load; this measures only
+bench/broker.py measures each group size once, after its throughput figures; this measures only
 the formation of classic groups of N members (one connection each, `form_group` of
 bench/broker.py: JoinGroup with MEMBER_ID_REQUIRED, the leader's SyncGroup with the assignment,
 everyone's SyncGroup, heartbeats while waiting), several rounds per size, so a change to the
 join path can be compared run against run on a shared machine. Per formation it prints the
 seconds to Stable (the same clock as bench/broker.py, so it includes the ~0.1 s until every
 member's next heartbeat returns) and the broker's CPU seconds meanwhile (kgroups only: the
-broker process's user + system time, which other jobs on the machine inflate far less than
-the wall time).
+user + system time of the broker's processes, which other jobs on the machine inflate far
+less than the wall time).
 Each size gets a fresh group; connections are opened before the clock starts. Both brokers run
 with group.initial.rebalance.delay.ms=0 (bench/broker.py --initial-delay-ms 0).
 
@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -39,8 +42,37 @@ from broker import (
     negotiate,
     wait_coordinator_ready,
 )
-from request_path import broker as kgroups_broker
-from request_path import create_bench_topic
+from broker_data import free_port, wait_for_port
+from request_path import PROFILED, create_bench_topic
+
+
+@contextlib.contextmanager
+def kgroups_broker(data_dir: Path, profile_to: Path | None,
+                   ) -> Iterator[tuple[int, psutil.Process]]:
+    """`kgroups serve` with its defaults but no initial rebalance delay (under cProfile when
+    `profile_to` names the output), with the bench topic created."""
+    port = free_port()
+    command = [sys.executable]
+    command += ["-m", "kgroups.cli"] if profile_to is None else ["-c", PROFILED, str(profile_to)]
+    command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
+                "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        create_bench_topic(port)
+        yield port, psutil.Process(process.pid)
+    finally:
+        process.terminate()  # a clean stop, so cProfile writes its file
+        process.wait(timeout=60)
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system time of the broker and any processes it started (network processes)."""
+    total = 0.0
+    for each in (process, *process.children(recursive=True)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += sum(each.cpu_times()[:2])
+    return total
 
 
 async def rounds(port: int, member_counts: list[int], count: int,
@@ -52,9 +84,9 @@ async def rounds(port: int, member_counts: list[int], count: int,
     for round_index in range(count):
         for members in member_counts:
             connections = [await PipelinedConnection.open(port, versions) for _ in range(members)]
-            before = sum(process.cpu_times()[:2]) if process is not None else 0.0
+            before = cpu_seconds(process) if process is not None else 0.0
             elapsed, _ = await form_group(connections, f"stable-{members}-{round_index}")
-            cpu = sum(process.cpu_times()[:2]) - before if process is not None else None
+            cpu = cpu_seconds(process) - before if process is not None else None
             figures[members].append((elapsed, cpu))
             for connection in connections:
                 await connection.close()
