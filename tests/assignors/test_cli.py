@@ -79,6 +79,28 @@ def test_compare_adds_balance_and_moves(tmp_path, capsys) -> None:
             "owned must map",
         ),
         ({"topics": {"t1": {"partitions": 2, "racks": [["a"]]}}, "members": {}}, "range", "racks"),
+        (
+            {"topics": {"t1": 1}, "members": {"c": {"topics": ["t1"], "owned": {"t1": [2**31]}}}},
+            "sticky",
+            "owned partition numbers must be 32-bit integers",
+        ),
+        (
+            {"topics": {"t1": 1}, "members": {"c": {"topics": ["t1"], "generation": 2**31}}},
+            "cooperative-sticky",
+            "generation must be a 32-bit integer",
+        ),
+        (
+            {
+                "topics": {"t1": 1},
+                "members": {
+                    "a": {"topics": ["t1"]},
+                    "b": {"topics": ["t1"], "generation": "4"},
+                    "c": {"topics": "t1"},
+                },
+            },
+            "range",
+            "member 'b': generation must be an integer",
+        ),
         ([1, 2], "range", "must be a JSON object"),
     ],
 )

@@ -15,6 +15,7 @@ from kgroups.assignors import (
     PartitionAssignor,
     RangeAssignor,
     RebalanceProtocol,
+    StickyAssignor,
     assign_scenario,
     choose_strategy,
     create_assignor,
@@ -167,6 +168,30 @@ def test_custom_assignors_are_found_by_name(monkeypatch: pytest.MonkeyPatch) -> 
     members = {"b": {"topics": ["t"]}, "a": {"topics": ["t"]}}
     assert _assignment("everything-to-first", {"t": 2}, members) == {"a": {"t": [0, 1]}, "b": {}}
     assert "everything-to-first" in registered_names()
+
+
+class _Forgetful(StickyAssignor):
+    """A custom sticky variant whose members send no history."""
+
+    name = "forgetful-sticky"
+
+    def subscription_user_data(self, topics: frozenset[str]) -> bytes | None:
+        return None
+
+
+def test_scenario_members_send_a_custom_strategys_own_user_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """assign_scenario writes the built-in sticky's user data for the whole group at once; a
+    strategy of its own (here a sticky subclass) still gets what its instances write."""
+    monkeypatch.setattr(interface, "_REGISTRY", dict(interface._REGISTRY))
+    register_assignor(_Forgetful.name, _Forgetful)
+    members = {
+        "m1": {"topics": ["t"], "owned": {"t": [1]}, "generation": 3},
+        "m2": {"topics": ["t"], "owned": {"t": [0]}, "generation": 3},
+    }
+    assert _assignment("sticky", {"t": 2}, members) == {"m1": {"t": [1]}, "m2": {"t": [0]}}
+    assert _assignment(_Forgetful.name, {"t": 2}, members) == {"m1": {"t": [0]}, "m2": {"t": [1]}}
 
 
 def test_unknown_strategy_is_a_clear_error() -> None:

@@ -4,13 +4,14 @@ schema-driven encoder of the same schema), and bad bytes never break a rebalance
 from __future__ import annotations
 
 import struct
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 
-from kgroups.assignors import MemberSubscription, StickyAssignor
+from kgroups.assignors import MemberSubscription, StickyAssignor, user_data
 from kgroups.assignors.model import ClusterMetadata
 from kgroups.assignors.space import PartitionSpace
 from kgroups.assignors.user_data import (
@@ -19,6 +20,7 @@ from kgroups.assignors.user_data import (
     decode_sticky_user_data,
     encode_generation,
     encode_sticky_user_data,
+    encode_sticky_user_data_of_group,
     sticky_claims,
 )
 
@@ -39,6 +41,29 @@ def test_layout_matches_the_java_schema(assignment: dict, generation: int) -> No
     decoded = decode_sticky_user_data(ours)
     assert decoded.previous_assignment == {t: tuple(p) for t, p in assignment.items()}
     assert decoded.generation == generation
+
+
+unsorted_assignments = st.dictionaries(
+    st.text(max_size=12), st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6), max_size=5
+)
+
+
+@given(
+    st.lists(st.tuples(unsorted_assignments, st.integers(-(2**31), 2**31 - 1)), max_size=6),
+    st.integers(1, 8),
+)
+def test_a_whole_group_is_written_as_each_member_writes_its_own(
+    members: list, entries_at_once: int
+) -> None:
+    """`assign_scenario` writes every member's user data in one go (in slices of a few
+    entries here); each blob is still the Java layout of that member's own history, topics in
+    name order and partitions ascending whatever order they were given in."""
+    with patch.object(user_data, "_ENTRIES_AT_ONCE", entries_at_once):
+        blobs = encode_sticky_user_data_of_group([a for a, _ in members], [g for _, g in members])
+    for (assignment, generation), blob in zip(members, blobs, strict=True):
+        entries = sorted((topic, sorted(parts)) for topic, parts in assignment.items())
+        reference = StickyAssignorUserData(entries, generation).encode(version=1, header=False)
+        assert blob == reference == encode_sticky_user_data(assignment, generation)
 
 
 def test_version_0_has_no_generation_and_reads_as_none() -> None:

@@ -24,7 +24,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
+from itertools import chain, pairwise
 from operator import methodcaller
 
 import numpy as np
@@ -36,6 +36,7 @@ from kgroups.assignors.space import PartitionSpace
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ENTRY_HEADER = 6  # int16 name length + int32 partition count
+_ENTRIES_AT_ONCE = 65536
 
 
 class UserDataError(ValueError):
@@ -62,8 +63,24 @@ def encode_sticky_user_data_of_group(
 ) -> list[bytes]:
     """`encode_sticky_user_data` of each (assignment, generation) pair. `assign_scenario`
     writes every member's history at once (a million topic entries at Kafka's reference scale),
-    so the blobs are laid out together: every int32 field in one big-endian array, each distinct
-    topic header once, and the output gathered from the two as alternating runs of bytes."""
+    so the blobs are laid out together, a slice of about `_ENTRIES_AT_ONCE` topic entries at a
+    time: one slice's arrays are small enough for the next slice to reuse their memory, where
+    one pass over everything would fault in a few hundred MiB of fresh pages."""
+    blobs: list[bytes] = []
+    start = entries = 0
+    for end, assignment in enumerate(previous_assignments, 1):
+        entries += len(assignment)
+        if entries >= _ENTRIES_AT_ONCE or end == len(previous_assignments):
+            blobs += _encode_together(previous_assignments[start:end], generations[start:end])
+            start, entries = end, 0
+    return blobs
+
+
+def _encode_together(
+    previous_assignments: Sequence[Mapping[str, Sequence[int]]], generations: Sequence[int]
+) -> list[bytes]:
+    """Every int32 field of all the blobs in one big-endian array, each distinct topic header
+    once, and the blobs gathered from the two as alternating runs of bytes."""
     blob_count = len(previous_assignments)
     entry_counts = np.fromiter(map(len, previous_assignments), dtype=np.int64, count=blob_count)
     names = list(chain.from_iterable(previous_assignments))
@@ -119,10 +136,9 @@ def encode_sticky_user_data_of_group(
     run_start[header_runs + 1], run_length[header_runs + 1] = 4 * entry_slot, 4 + 4 * lengths
     # Every run starts and ends on a multiple of `unit` bytes: gather whole units.
     unit = math.gcd(4, *header_length.tolist())
-    words = source.view(f"u{unit}")
-    data = words[_run_positions(run_start // unit, run_length // unit)].tobytes()
-    ends = np.cumsum(run_length)[last_runs].tolist()
-    return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+    data = source.view(f"u{unit}")[_run_positions(run_start // unit, run_length // unit)]
+    ends = (np.cumsum(run_length)[last_runs] // unit).tolist()
+    return [data[start:end].tobytes() for start, end in pairwise([0, *ends])]
 
 
 def _sorting(keys: np.ndarray) -> np.ndarray:
@@ -144,7 +160,7 @@ def _run_positions(start: np.ndarray, length: np.ndarray) -> np.ndarray:
         firsts = np.cumsum(length) - length
         step[firsts[1:]] = start[1:] - (start[:-1] + length[:-1] - 1)
         step[0] = start[0]
-    return np.cumsum(step, dtype=step.dtype)
+    return np.cumsum(step, out=step)
 
 
 @lru_cache(maxsize=65536)
