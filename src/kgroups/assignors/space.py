@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, islice
 
 import numpy as np
 
@@ -120,12 +121,13 @@ class GroupAssignment:
         runs = _lists(by_member - self.space.offsets[topics], starts)
         run_names = np.array(self.space.topics, dtype=object)[topics[starts]].tolist()
         run_members = members[starts]
-        cuts = (np.flatnonzero(np.diff(run_members)) + 1).tolist()
+        firsts = np.flatnonzero(np.concatenate(([True], run_members[1:] != run_members[:-1])))
+        pairs = zip(run_names, runs, strict=True)
         ids = self.member_ids
-        for member, start, end in zip(
-            run_members[[0, *cuts]].tolist(), [0, *cuts], [*cuts, len(runs)], strict=True
+        for member, count in zip(
+            run_members[firsts].tolist(), np.diff(firsts, append=len(runs)).tolist(), strict=True
         ):
-            result[ids[member]] = dict(zip(run_names[start:end], runs[start:end], strict=True))
+            result[ids[member]] = dict(islice(pairs, count))
         return result
 
     def _grouped(self, flat: np.ndarray) -> dict[str, list[int]]:
@@ -150,12 +152,13 @@ def _lists(values: np.ndarray, starts: np.ndarray) -> list[list[int]]:
     lengths = np.diff(starts, append=values.size)
     by_length = np.argsort(lengths, kind="stable")
     cuts = np.flatnonzero(np.diff(lengths[by_length])) + 1
-    lists: list[list[int]] = []
-    for group in np.split(by_length, cuts):
-        length = int(lengths[group[0]])
-        lists += values[starts[group, None] + np.arange(length)].tolist()
-    if cuts.size == 0:
-        return lists
+    groups = [
+        values[starts[group, None] + np.arange(lengths[group[0]])].tolist()
+        for group in np.split(by_length, cuts)
+    ]
+    if len(groups) == 1:
+        return groups[0]
+    lists = list(chain.from_iterable(groups))
     position = np.empty_like(by_length)
     position[by_length] = np.arange(by_length.size)
     return list(map(lists.__getitem__, position.tolist()))
