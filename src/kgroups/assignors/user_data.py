@@ -194,11 +194,10 @@ class _Parsed:
 
 
 def _read_signed(buffer: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
-    value = np.zeros(positions.size, dtype=np.int64)
-    for i in range(width):
-        value = (value << 8) | buffer[positions + i]
-    half = 1 << (8 * width - 1)
-    return np.where(value >= half, value - 2 * half, value)
+    """The big-endian signed `width`-byte integers at `positions`, read through a view with
+    one (overlapping, unaligned) item per byte offset: one gather, whatever the width."""
+    windows = np.ndarray((max(buffer.size - width + 1, 0),), f">i{width}", buffer, strides=(1,))
+    return windows[positions].astype(np.int64)
 
 
 def _walk(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> _Parsed:
@@ -292,8 +291,11 @@ def _topic_positions(parsed: _Parsed, topics: Sequence[str]) -> np.ndarray:
         if length == 0 or not known:
             continue
         rows = np.flatnonzero(parsed.entry_name_length == length)
-        columns = parsed.entry_name_start[rows, None] + np.arange(length)
-        names = np.ascontiguousarray(parsed.buffer[columns]).view(f"S{length}").ravel()
+        # Every `length`-byte window of the buffer, one item per start offset (they overlap).
+        windows = np.ndarray(
+            (parsed.buffer.size - length + 1,), f"S{length}", parsed.buffer, strides=(1,)
+        )
+        names = windows[parsed.entry_name_start[rows]]
         keys = np.array(list(known), dtype=f"S{length}")
         order = np.argsort(keys)
         keys, positions = keys[order], np.array(list(known.values()), dtype=np.int64)[order]
