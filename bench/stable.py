@@ -15,9 +15,12 @@ with group.initial.rebalance.delay.ms=0 (bench/broker.py --initial-delay-ms 0).
 With --kafka the same rounds run against Apache Kafka 4.3.1 (bench/broker.py's settings, a
 fresh JVM: its first rounds include JIT warm-up, read the later ones). With --profile kgroups
 runs under cProfile timed by CPU time and the functions with the most own time are printed.
+With --core no broker runs: the same formation (every member's MEMBER_ID_REQUIRED round, their
+joins, the first member's early generation and rejoin, the syncs, the leader's assignment and
+its write) goes straight through the sans-IO GroupCoordinator, and its CPU time is printed.
 
 Run: .venv/bin/python bench/stable.py [--members 10,100,1000] [--rounds 5] [--kafka]
-     [--profile] [--top K]
+     [--profile] [--top K] [--core]
 """
 
 from __future__ import annotations
@@ -25,17 +28,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import pstats
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 
 from broker import (
+    ASSIGNMENT,
+    SUBSCRIPTION,
     PipelinedConnection,
     form_group,
     kafka_broker,
@@ -43,6 +50,13 @@ from broker import (
     wait_coordinator_ready,
 )
 from broker_data import free_port, wait_for_port
+from kgroups.coordinator import (
+    GroupCoordinator,
+    GroupCoordinatorConfig,
+    JoinGroupRequest,
+    SyncGroupRequest,
+)
+from kgroups.errors import ErrorCode
 from request_path import PROFILED, create_bench_topic
 
 
@@ -93,6 +107,42 @@ async def rounds(port: int, member_counts: list[int], count: int,
     return figures
 
 
+def core_formation(members: int) -> float:
+    """CPU seconds of the sans-IO coordinator forming one group as `form_group`'s clients do
+    (writes confirmed at once, as with Kafka's default durability)."""
+    config = GroupCoordinatorConfig.from_properties({"group.initial.rebalance.delay.ms": "0"})
+    coordinator = GroupCoordinator(config)
+    for partition in range(config.offsets_topic_num_partitions):
+        coordinator.load_partition(partition, [], 0)
+    request_ids = itertools.count()
+    answers = {}
+
+    def join(member_id: str) -> None:
+        effects = coordinator.join_group(JoinGroupRequest(
+            next(request_ids), "stable", member_id, "consumer", (("range", SUBSCRIPTION),),
+            30_000, 30_000, client_id="bench", client_host="/127.0.0.1"), 0)
+        answers.update((reply.request_id, reply.response) for reply in effects.replies)
+
+    started = time.process_time()
+    for _ in range(members):
+        join("")
+    for member_id in [answer.member_id for answer in answers.values()]:
+        join(member_id)
+    for early in [a for a in answers.values() if a.error == ErrorCode.NONE]:
+        join(early.member_id)  # the first member's generation ended as the others joined
+    generation = max(answer.generation_id for answer in answers.values())
+    joined = [a for a in answers.values() if a.generation_id == generation]
+    leader = next(answer for answer in joined if answer.members)
+    for answer in [*(a for a in joined if a is not leader), leader]:  # the leader's goes last
+        assignments = tuple((m.member_id, ASSIGNMENT) for m in answer.members)
+        effects = coordinator.sync_group(SyncGroupRequest(
+            next(request_ids), "stable", generation, answer.member_id, assignments), 0)
+    (write,) = effects.writes
+    stable = coordinator.write_completed(write.write_id, None, 0)
+    assert len(stable.replies) == members, "every member gets its assignment"
+    return time.process_time() - started
+
+
 def report(name: str, figures: dict[int, list[tuple[float, float | None]]]) -> None:
     for members, runs in figures.items():
         seconds = [elapsed for elapsed, _ in runs]
@@ -114,7 +164,15 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="run kgroups under cProfile and print where its time goes")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--core", action="store_true",
+                        help="only the sans-IO coordinator's CPU time per formation")
     args = parser.parse_args()
+    if args.core:
+        for members in args.members:
+            seconds = [core_formation(members) for _ in range(args.rounds)]
+            print(f"core     {members:5} members: median {statistics.median(seconds):.4f} s CPU "
+                  f"({', '.join(f'{s:.4f}' for s in seconds)})")
+        return 0
     with tempfile.TemporaryDirectory() as scratch:
         profile_to = Path(scratch) / "stable.prof" if args.profile else None
         with kgroups_broker(Path(scratch) / "kgroups", profile_to) as (port, process):
