@@ -16,10 +16,8 @@ the resulting user data and owned partitions.
 from __future__ import annotations
 
 import base64
-import gc
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from itertools import chain
 from typing import Any
 
@@ -30,7 +28,7 @@ from kgroups.assignors.model import (
     ClusterMetadata,
     MemberSubscription,
 )
-from kgroups.assignors.space import PartitionSpace
+from kgroups.assignors.space import PartitionSpace, collector_paused
 from kgroups.assignors.sticky import StickyAssignor
 from kgroups.assignors.user_data import encode_sticky_user_data_of_group
 
@@ -250,25 +248,11 @@ def _moved(
     return moved
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pauses the cyclic garbage collector. A scenario at Kafka's reference scale creates
-    millions of tuples, lists and dicts, none in a reference cycle; left on, the collector
-    re-scans the growing heap every few hundred allocations and doubles the call's time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def assign_scenario(strategy: str, scenario: dict, compare: bool = False) -> dict:
     """Runs `strategy` over `scenario`; returns {"assignment": ...} plus "revoked" for
     cooperative strategies and, with `compare`, "balance" and "moved". Raises
     AssignmentInputError (a ValueError) with one clear sentence for any invalid input."""
-    with _collector_paused():
+    with collector_paused():
         return _assign_scenario(strategy, scenario, compare)
 
 
