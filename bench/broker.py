@@ -21,7 +21,7 @@ Members waiting for the others heartbeat every 100 ms, which bounds the resoluti
 time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test` does).
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
-     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
+     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync] [--in-process]
 """
 
 from __future__ import annotations
@@ -350,13 +350,16 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
 
 
 @contextlib.contextmanager
-def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool) -> Iterator[int]:
+def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
+                   network_threads: int | None = None) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
                str(data_dir), "--log-level", "WARNING",
                "--override", f"group.initial.rebalance.delay.ms={initial_delay_ms}"]
     if fsync_each:
         command += ["--override", "log.flush.interval.messages=1"]
+    if network_threads is not None:
+        command += ["--override", f"num.network.threads={network_threads}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
@@ -439,15 +442,20 @@ def main() -> int:
                         help="group.initial.rebalance.delay.ms of kgroups and Kafka "
                         "(Kafka's default 3000)")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also run kgroups with num.network.threads=0 (sockets served in "
+                        "the broker process, one core) beside `kgroups serve`'s default")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        kgroups_runs = [("kgroups", False)] + ([] if args.no_fsync else [("kgroups fsync", True)])
-        for name, fsync_each in kgroups_runs:
+        kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
+        kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
+        kgroups_runs += [("kgroups 1core", False, 0)] if args.in_process else []
+        for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
-                                fsync_each) as port:
+                                fsync_each, network_threads) as port:
                 results[name] = run_against(port, args)
         kafka_runs = [] if args.no_kafka else [("kafka", False)] + (
             [] if args.no_fsync else [("kafka fsync", True)])
@@ -463,6 +471,8 @@ def main() -> int:
     pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
     if "kgroups fsync" in results and "kafka fsync" in results:
         pairs.append(("kgroups fsync", "kafka fsync"))
+    if "kgroups 1core" in results:
+        pairs.append(("kgroups", "kgroups 1core"))
     print(f"{'figure':26}" + "".join(f"{name:>15}" for name in results)
           + "".join(f"{ours + '/' + other:>28}" for ours, other in pairs))
     for figure in results["kgroups"]:

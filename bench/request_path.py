@@ -73,12 +73,14 @@ def create_bench_topic(port: int) -> None:
 
 
 @contextlib.contextmanager
-def broker(data_dir: Path, profile_to: Path | None) -> Iterator[tuple[int, psutil.Process]]:
+def broker(data_dir: Path, profile_to: Path | None,
+           network_threads: int) -> Iterator[tuple[int, psutil.Process]]:
     port = free_port()
     command = [sys.executable]
     command += ["-m", "kgroups.cli"] if profile_to is None else ["-c", PROFILED, str(profile_to)]
     command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
-                "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0"]
+                "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0",
+                "--override", f"num.network.threads={network_threads}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
@@ -116,8 +118,16 @@ async def rebalances(connection: PipelinedConnection, count: int) -> None:
             protocol_name=join.protocol_name, assignments=())))
 
 
-async def cost(port: int, kind: str, requests: int, process: psutil.Process) -> float:
-    """Broker CPU microseconds per request of `kind`, after a warm-up of a tenth as many."""
+def cpu_seconds(process: psutil.Process) -> tuple[float, float]:
+    """User + system CPU of the broker process and of its network processes."""
+    network = sum(sum(child.cpu_times()[:2]) for child in process.children())
+    return sum(process.cpu_times()[:2]), network
+
+
+async def cost(port: int, kind: str, requests: int,
+               process: psutil.Process) -> tuple[float, float]:
+    """Broker-process and network-process CPU microseconds per request of `kind`, after a
+    warm-up of a tenth as many."""
     versions = await negotiate(port)
     connections = [await PipelinedConnection.open(port, versions) for _ in range(CONNECTIONS)]
     _, joins = await form_group(connections, "bench-heartbeat")
@@ -133,12 +143,13 @@ async def cost(port: int, kind: str, requests: int, process: psutil.Process) -> 
         return count // (CONNECTIONS * DEPTH) * CONNECTIONS * DEPTH
 
     await run(requests // 10)
-    before = sum(process.cpu_times()[:2])
+    broker_before, network_before = cpu_seconds(process)
     done = await run(requests)
-    spent = sum(process.cpu_times()[:2]) - before
+    broker_after, network_after = cpu_seconds(process)
     for connection in connections:
         await connection.close()
-    return spent / done * 1e6
+    return ((broker_after - broker_before) / done * 1e6,
+            (network_after - network_before) / done * 1e6)
 
 
 def main() -> int:
@@ -147,21 +158,28 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="run the broker under cProfile and print where the time goes")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--network-threads", type=int, default=0,
+                        help="num.network.threads of the broker (0: sockets served in the "
+                             "broker process, as measured before network processes existed)")
     args = parser.parse_args()
     kinds = ("heartbeat", "commit", "metadata", "join+sync")
-    figures: dict[str, float] = {}
+    figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for kind in kinds:
             profile_to = Path(scratch) / f"{kind}.prof" if args.profile else None
-            with broker(Path(scratch) / kind, profile_to) as (port, process):
+            with broker(Path(scratch) / kind, profile_to, args.network_threads) as (port,
+                                                                                 process):
                 figures[kind] = asyncio.run(cost(port, kind, args.requests, process))
             if profile_to is not None:
                 print(f"== {kind}: functions with the most own time")
                 pstats.Stats(str(profile_to)).sort_stats("tottime").print_stats(args.top)
     profiled = " (under cProfile: inflated, read the split not the total)" if args.profile else ""
-    print(f"broker CPU per request, {args.requests:,} requests per kind{profiled}")
-    for kind, microseconds in figures.items():
-        print(f"  {kind:<12} {microseconds:8.1f} µs")
+    print(f"CPU per request, {args.requests:,} requests per kind, "
+          f"num.network.threads={args.network_threads}{profiled}")
+    print(f"  {'kind':<12} {'broker':>10} {'network':>10} {'total':>10}")
+    for kind, (in_broker, in_network) in figures.items():
+        print(f"  {kind:<12} {in_broker:8.1f} µs {in_network:7.1f} µs "
+              f"{in_broker + in_network:7.1f} µs")
     return 0
 
 

@@ -8,15 +8,13 @@ and the log get them from the one source.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 
 from kgroups.broker.kafka_settings import kafka_settings, unknown_setting_warning
-from kgroups.coordinator.config import GroupCoordinatorConfig, property_name
-from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
-from kgroups.log.config import LogConfig
 
 # Only keys the broker reads itself; everything else is passed through untouched.
 BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
@@ -60,17 +58,29 @@ SECURITY_SETTINGS = frozenset({
 })
 PER_LISTENER_PREFIX = "listener.name."
 
-# Every setting some part of kgroups reads; any other supplied key is warned about at start-up.
-KGROUPS_SETTINGS = frozenset(
-    {*BROKER_DEFAULTS, "advertised.listeners", "log.cleaner.backoff.ms", *LOG_PROPERTY_NAMES,
-     *SECURITY_SETTINGS,
-     *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))}
-)
+
+@functools.cache
+def known_settings() -> frozenset[str]:
+    """Every setting some part of kgroups reads; any other supplied key is warned about at
+    start-up. (Imported here, not at the top: a network process reads its settings without
+    loading the coordinator.)"""
+    from kgroups.coordinator.config import GroupCoordinatorConfig, property_name
+    from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
+
+    return frozenset(
+        {*BROKER_DEFAULTS, "advertised.listeners", "log.cleaner.backoff.ms",
+         "num.network.threads", *LOG_PROPERTY_NAMES, *SECURITY_SETTINGS,
+         *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))})
+
 
 # Settings whose range kgroups deliberately makes wider than Kafka's (their type is still
 # Kafka's), each for a reason: tiny segments let retention and compaction be tried on a few
 # records; -1 keeps meaning "no limit", as kgroups' defaults say.
-WIDER_THAN_KAFKA = frozenset({"log.segment.bytes", "max.connections", "max.connections.per.ip"})
+WIDER_THAN_KAFKA = frozenset({"log.segment.bytes", "max.connections", "max.connections.per.ip",
+                              "num.network.threads"})
+# Network processes (front_link) when num.network.threads is not given: none for a broker run
+# inside another program (tests, kgroups.serve_in_background); `kgroups serve` sets its own.
+IN_PROCESS_NETWORK_THREADS = "0"
 
 
 class ConfigError(ValueError):
@@ -148,6 +158,8 @@ class BrokerConfig:
                     "kgroups.memory.exhausted.close.ms", "fetch.max.bytes"):
             self.int_value(key)
         self._validate_memory()
+        if self.num_network_threads < 0:
+            raise ConfigError(f"num.network.threads must be >= 0, got {self.num_network_threads}")
         self.bool_value("auto.create.topics.enable")
         listener = self.advertised_listener
         if listener is not None and not 0 < listener[1] < 65536:
@@ -162,6 +174,9 @@ class BrokerConfig:
         if not -1 <= self.int_value("kgroups.metrics.port") < 65536:
             raise ConfigError("kgroups.metrics.port must be -1 (off) or in 0..65535, got "
                               f"{self.int_value('kgroups.metrics.port')}")
+        from kgroups.coordinator.config import GroupCoordinatorConfig
+        from kgroups.log.config import LogConfig
+
         try:
             LogConfig.from_properties(self.properties)
             GroupCoordinatorConfig.from_properties(self.with_prefixes("group.", "offsets."))
@@ -176,9 +191,10 @@ class BrokerConfig:
 
     def warnings(self) -> list[str]:
         """One line per supplied setting kgroups does not read: Kafka's or a typo."""
-        return [unknown_setting_warning(key, KGROUPS_SETTINGS)
+        known = known_settings()
+        return [unknown_setting_warning(key, known)
                 for key in sorted(self.supplied())
-                if key not in KGROUPS_SETTINGS and not key.startswith(PER_LISTENER_PREFIX)]
+                if key not in known and not key.startswith(PER_LISTENER_PREFIX)]
 
     def _validate_memory(self) -> None:
         """A budget smaller than the largest frame would leave such a frame waiting forever."""
@@ -302,6 +318,16 @@ class BrokerConfig:
     @property
     def log_retention_check_interval_ms(self) -> int:
         return self.int_value("log.retention.check.interval.ms")
+
+    @property
+    def num_network_threads(self) -> int:
+        """Network processes serving the sockets (0: this process serves them itself). Kafka's
+        name for its network threads; kgroups' are processes, so they use other cores."""
+        raw = self.properties.get("num.network.threads", IN_PROCESS_NETWORK_THREADS)
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"num.network.threads={raw}: not an integer") from None
 
     @property
     def max_connections(self) -> int:

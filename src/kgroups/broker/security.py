@@ -14,7 +14,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kgroups.broker.authorizer import Authorizer
 from kgroups.broker.events import log_event
@@ -115,19 +115,32 @@ class Session:
         return self.security.mechanisms.get(self.listener.name, ())
 
 
-def open_session(security: Security, listener: Listener, bound_port: int,
-                 writer: asyncio.StreamWriter) -> Session:
-    """A new connection's Session. A client certificate names the principal on SSL; SASL
-    listeners start unauthenticated."""
-    principal = ANONYMOUS
-    ssl_object = writer.get_extra_info("ssl_object")
-    if listener.protocol == "SSL" and ssl_object is not None:
-        principal = certificate_principal(ssl_object.getpeercert())
+def new_session(security: Security, listener: Listener, bound_port: int,
+                principal: str = ANONYMOUS) -> Session:
+    """A new connection's Session; SASL listeners start unauthenticated."""
     return Session(security, listener, advertised_address(listener, bound_port),
                    principal=principal, authenticated=not listener.uses_sasl)
 
 
-StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+def tls_principal(listener: Listener, writer: asyncio.StreamWriter) -> str | None:
+    """The principal a client certificate names on an SSL listener (None elsewhere)."""
+    ssl_object = writer.get_extra_info("ssl_object")
+    if listener.protocol == "SSL" and ssl_object is not None:
+        return certificate_principal(ssl_object.getpeercert())
+    return None
+
+
+def open_session(security: Security, listener: Listener, bound_port: int,
+                 writer: asyncio.StreamWriter) -> Session:
+    """A new connection's Session. A client certificate names the principal on SSL."""
+    return new_session(security, listener, bound_port,
+                       tls_principal(listener, writer) or ANONYMOUS)
+
+
+# Serves a connection once TLS is up; given what `admit` returned for it.
+StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Any], Awaitable[None]]
+# Waits until a new connection may start its handshake; None refuses it (closed at once).
+Admit = Callable[[asyncio.Transport], Awaitable[Any]]
 
 
 class TlsAcceptor(asyncio.Protocol):
@@ -140,7 +153,7 @@ class TlsAcceptor(asyncio.Protocol):
     connection; asyncio itself would drop it silently."""
 
     def __init__(self, context: ssl.SSLContext, listener: Listener, serve: StreamHandler,
-                 tasks: set[asyncio.Task[None]], admit: Callable[[], Awaitable[None]]) -> None:
+                 tasks: set[asyncio.Task[None]], admit: Admit) -> None:
         self._context = context
         self._listener = listener
         self._serve = serve
@@ -158,7 +171,10 @@ class TlsAcceptor(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _handshake(self, transport: asyncio.Transport) -> None:
-        await self._admit()
+        admission = await self._admit(transport)
+        if admission is None:
+            transport.abort()
+            return
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
@@ -177,4 +193,4 @@ class TlsAcceptor(asyncio.Protocol):
             transport.abort()
             return
         protocol.connection_made(tls)
-        await self._serve(reader, asyncio.StreamWriter(tls, protocol, reader, loop))
+        await self._serve(reader, asyncio.StreamWriter(tls, protocol, reader, loop), admission)

@@ -1,0 +1,113 @@
+"""The channel between the network process and the broker process (see docs/architecture.md).
+
+One Unix socket pair carries every client connection's traffic, as messages of a 9-byte header
+(kind, connection id, payload length) and a payload. Messages a side produces in one event-loop
+iteration leave in one write, so a busy broker pays one system call per iteration for all its
+clients instead of one per client, and the receiving side splits them in one pass.
+
+Per connection, messages keep their order both ways: a connection's frames reach the broker
+process in the order its client sent them, its answers come back in request order, and a CLOSE
+follows the last answer that is to be delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import struct
+from collections.abc import Callable
+from typing import cast
+
+HEADER = struct.Struct(">BiI")  # kind, connection id, payload length
+JOIN_BELOW = 64 * 1024  # pieces smaller than this are joined into one write
+
+
+class Kind(enum.IntEnum):
+    # network process -> broker process
+    OPEN = 1  # a client connected: "listener\0host\0port"; answered by ADMIT or CLOSE
+    IDENTITY = 2  # the principal its TLS client certificate names, before any FRAME
+    FRAME = 3  # one request frame, without its size prefix
+    GONE = 4  # the client's socket is closed; nothing more is owed to it
+    READY = 5  # the network process serves every listener (connection id 0)
+    TAKEN = 6  # the kernel took this many more bytes of the connection's answers (8 bytes)
+    # broker process -> network process
+    ADMIT = 11  # serve the connection OPEN announced
+    ANSWER = 12  # the next answer owed, framed; empty when the request gets none (acks=0)
+    CLOSE = 13  # close once the answers sent before this are written; the broker logged why
+    ABORT = 14  # close at once, dropping what is unsent (memory budget); the broker logged why
+
+
+# kind (a Kind's value), connection id, payload
+Receiver = Callable[[int, int, bytes], None]
+
+
+class Channel(asyncio.Protocol):
+    """Either end of the channel: `send` queues a message, `receive` gets each one whole."""
+
+    def __init__(self, receive: Receiver, lost: Callable[[], None]) -> None:
+        self._receive = receive
+        self._lost = lost
+        self._transport: asyncio.Transport | None = None
+        self._inbox = bytearray()
+        self._outbox: list[bytes] = []
+        self._flush_due = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._lost()
+
+    def data_received(self, data: bytes) -> None:
+        inbox = self._inbox
+        inbox += data
+        size = len(inbox)
+        position = 0
+        receive = self._receive
+        unpack = HEADER.unpack_from
+        with memoryview(inbox) as view:  # each payload copied once, out of the inbox
+            while size - position >= HEADER.size:
+                kind, connection, length = unpack(view, position)
+                end = position + HEADER.size + length
+                if end > size:
+                    break
+                receive(kind, connection, view[position + HEADER.size:end].tobytes())
+                position = end
+        del inbox[:position]
+
+    def send(self, kind: Kind, connection: int, payload: bytes = b"") -> None:
+        if self.closed:
+            return
+        self._outbox.append(HEADER.pack(kind, connection, len(payload)))
+        if payload:
+            self._outbox.append(payload)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what was queued: small pieces joined into one write, a large one (a Fetch's
+        answer, a Produce's frame) on its own, so it is never copied just to be joined."""
+        self._flush_due = False
+        outbox, self._outbox = self._outbox, []
+        transport = self._transport
+        if transport is None or self.closed or not outbox:
+            return
+        batch: list[bytes] = []
+        for piece in outbox:
+            if len(piece) < JOIN_BELOW:
+                batch.append(piece)
+                continue
+            if batch:
+                transport.write(b"".join(batch))
+                batch = []
+            transport.write(piece)
+        if batch:
+            transport.write(b"".join(batch))
+
+    def close(self) -> None:
+        self._flush()
+        if self._transport is not None:
+            self._transport.close()

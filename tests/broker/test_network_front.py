@@ -1,0 +1,125 @@
+"""`kgroups serve` with a network process (num.network.threads=1): clients see one broker on one
+port while sockets, TLS and framing run in a second process, and the rules that protect the
+broker hold across the split (one bad connection closes alone, limits count every connection,
+an answer nobody reads stays within the memory budget) and across either process dying."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable
+
+import psutil
+import pytest
+from broker_wire_helpers import (
+    connect,
+    create_topic,
+    fetch_request,
+    is_closed_by_peer,
+    produce_request,
+    raw_socket,
+    send_and_decode,
+)
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+from conftest import ServerProcess
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import build_batch
+
+pytestmark = pytest.mark.interop
+
+RELAYED = "num.network.threads=1"
+API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+
+
+def network_processes(server: ServerProcess) -> list[psutil.Process]:
+    assert server.process is not None
+    return [child for child in psutil.Process(server.process.pid).children()
+            if "kgroups.broker.network_front" in " ".join(child.cmdline())]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def api_versions_answered(port: int) -> bool:
+    with raw_socket(port) as sock:
+        answer = send_and_decode(sock, 7, API_VERSIONS)
+    return answer.error_code == ErrorCode.NONE  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def relayed_server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+    scratch = tmp_path_factory.mktemp("relayed")
+    server = ServerProcess(scratch / "data", scratch / "server.log", (RELAYED,))
+    server.start()
+    yield server
+    server.close()
+
+
+def test_records_and_answers_pass_through_the_network_process(
+        relayed_server: ServerProcess) -> None:
+    (front,) = network_processes(relayed_server)
+    value = bytes(range(256)) * 2000  # a 500 KiB record: frames read in chunks, answer split
+    with connect(relayed_server.port) as client:
+        create_topic(client, "relayed")
+        produced = client.call(produce_request("relayed", 0, build_batch(
+            [(b"k", value, 1_700_000_000_000)])))
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        fetched = client.call(fetch_request("relayed", 0, 0, max_bytes=2 * 1024 * 1024))
+    assert value in bytes(fetched.responses[0].partitions[0].records)
+    assert front.is_running()
+
+
+def test_a_malformed_frame_closes_only_its_connection_logged_once(
+        relayed_server: ServerProcess) -> None:
+    with raw_socket(relayed_server.port) as bystander, raw_socket(relayed_server.port) as bad:
+        bystander_port = bad.getsockname()[1]
+        # 24 bytes announcing a 20-byte body that is no request at all.
+        bad.sendall(struct.pack(">i", 20) + b"\xff" * 20)
+        assert is_closed_by_peer(bad)
+        assert send_and_decode(bystander, 1, API_VERSIONS).error_code == ErrorCode.NONE  # type: ignore[attr-defined]
+    closes = [line for line in relayed_server.log_text().splitlines()
+              if "connection_closed" in line and f":{bystander_port} " in line + " "]
+    assert len(closes) == 1, closes
+
+
+def test_a_network_process_that_dies_is_replaced(relayed_server: ServerProcess) -> None:
+    (front,) = network_processes(relayed_server)
+    os.kill(front.pid, signal.SIGKILL)
+    wait_for(lambda: [p.pid for p in network_processes(relayed_server)] not in ([], [front.pid]),
+             "a new network process")
+    wait_for(lambda: api_versions_answered(relayed_server.port), "an answer from the new one")
+    assert "network_process_exited" in relayed_server.log_text()
+
+
+def test_the_network_process_ends_with_the_broker_process(tmp_path: pytest.TempPathFactory,
+                                                          ) -> None:
+    for stop in (ServerProcess.stop, ServerProcess.kill):
+        server = ServerProcess(tmp_path / stop.__name__, tmp_path / f"{stop.__name__}.log",
+                               (RELAYED,))
+        server.start()
+        (front,) = network_processes(server)
+        stop(server)
+        front.wait(timeout=10)  # raises psutil.TimeoutExpired if it stayed
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+        server.close()
+
+
+def test_max_connections_counts_relayed_connections(start_kgroups_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_kgroups_server(RELAYED, "max.connections=2")
+    with raw_socket(server.port) as first, raw_socket(server.port) as second:
+        for sock in (first, second):
+            assert send_and_decode(sock, 1, API_VERSIONS).error_code == ErrorCode.NONE  # type: ignore[attr-defined]
+        with raw_socket(server.port) as third:
+            assert is_closed_by_peer(third)
+    wait_for(lambda: "reason=max_connections" in server.log_text(), "the refusal's log line")
+    wait_for(lambda: api_versions_answered(server.port), "room again once two closed")
