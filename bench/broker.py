@@ -22,6 +22,7 @@ time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test`
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
      [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync] [--in-process]
+     [--tls]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import asyncio
 import contextlib
 import datetime
 import math
+import ssl
 import statistics
 import struct
 import subprocess
@@ -47,6 +49,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 # The Kafka harness lives with the tests (they start the same broker).
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from tests.broker.security_helpers import Certificates, make_certificates
 
 from broker_data import free_port, tansu_broker, wait_for_port
 from kafka_harness import KafkaBroker
@@ -83,8 +87,9 @@ class PipelinedConnection:
         self._reading = asyncio.ensure_future(self._read_loop())
 
     @classmethod
-    async def open(cls, port: int, versions: dict[int, int] | None = None) -> PipelinedConnection:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+    async def open(cls, port: int, versions: dict[int, int] | None = None,
+                   tls: ssl.SSLContext | None = None) -> PipelinedConnection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22, ssl=tls)
         return cls(reader, writer, versions or {})
 
     def request(self, api_key: int, **fields: Any) -> Any:
@@ -123,9 +128,9 @@ class PipelinedConnection:
             await self._writer.wait_closed()
 
 
-async def negotiate(port: int) -> dict[int, int]:
+async def negotiate(port: int, tls: ssl.SSLContext | None = None) -> dict[int, int]:
     """The newest version per API that both the broker and this script speak."""
-    connection = await PipelinedConnection.open(port, {API_VERSIONS: 0})
+    connection = await PipelinedConnection.open(port, {API_VERSIONS: 0}, tls)
     response = await connection.send(connection.request(API_VERSIONS))
     await connection.close()
     advertised = {int(a.api_key): (int(a.min_version), int(a.max_version))
@@ -306,12 +311,13 @@ def metadata(index: int, connection: PipelinedConnection) -> Any:
 
 
 async def measure(port: int, seconds: float, connection_count: int, depth: int,
-                  member_counts: list[int], settle_timeout_s: float) -> dict[str, float]:
-    versions = await negotiate(port)
+                  member_counts: list[int], settle_timeout_s: float,
+                  tls: ssl.SSLContext | None = None) -> dict[str, float]:
+    versions = await negotiate(port, tls)
     figures: dict[str, float] = {}
 
     # Heartbeats: one member per connection in a Stable group, `depth` heartbeats in flight each.
-    members = [await PipelinedConnection.open(port, versions) for _ in range(connection_count)]
+    members = [await PipelinedConnection.open(port, versions, tls) for _ in range(connection_count)]
     _, joins = await form_group(members, "bench-heartbeat")
 
     beats = await hammer(members, heartbeats_of(joins), depth, seconds)
@@ -329,7 +335,8 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
         await connection.close()
 
     # A fixed moderate load, the latency a consumer feels on a broker that is not saturated.
-    committers = [await PipelinedConnection.open(port, versions) for _ in range(MODERATE_GROUPS)]
+    committers = [await PipelinedConnection.open(port, versions, tls)
+                  for _ in range(MODERATE_GROUPS)]
     paced = await paced_load(committers, commit, MODERATE_COMMITS_PER_S, seconds)
     figures.update({"moderate commit p50 ms": paced.p50_ms,
                     "moderate commit p99 ms": paced.p99_ms})
@@ -337,7 +344,7 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
         await connection.close()
 
     for count in member_counts:
-        joiners = [await PipelinedConnection.open(port, versions) for _ in range(count)]
+        joiners = [await PipelinedConnection.open(port, versions, tls) for _ in range(count)]
         try:
             elapsed, _ = await asyncio.wait_for(form_group(joiners, f"bench-stable-{count}"),
                                                 settle_timeout_s)
@@ -351,7 +358,8 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
 
 @contextlib.contextmanager
 def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
-                   network_threads: int | None = None) -> Iterator[int]:
+                   network_threads: int | None = None,
+                   certificates: Certificates | None = None) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
                str(data_dir), "--log-level", "WARNING",
@@ -360,6 +368,10 @@ def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
         command += ["--override", "log.flush.interval.messages=1"]
     if network_threads is not None:
         command += ["--override", f"num.network.threads={network_threads}"]
+    if certificates is not None:  # one SSL listener instead of PLAINTEXT
+        command += ["--override", f"listeners=SSL://127.0.0.1:{port}",
+                    "--override", "ssl.keystore.type=PEM",
+                    "--override", f"ssl.keystore.location={certificates.server}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
@@ -376,11 +388,11 @@ NOT_READY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
              ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
-async def wait_coordinator_ready(port: int) -> None:
+async def wait_coordinator_ready(port: int, tls: ssl.SSLContext | None = None) -> None:
     """A freshly started coordinator may still be loading (or, in Kafka, electing itself for)
     its __consumer_offsets partitions; wait until groups on every partition get answers."""
-    versions = await negotiate(port)
-    connection = await PipelinedConnection.open(port, versions)
+    versions = await negotiate(port, tls)
+    connection = await PipelinedConnection.open(port, versions, tls)
     pending = [f"probe-{index}" for index in range(PROBE_GROUPS)]
     try:
         for _ in range(600):
@@ -397,16 +409,24 @@ async def wait_coordinator_ready(port: int) -> None:
         await connection.close()
 
 
-def run_against(port: int, args: argparse.Namespace) -> dict[str, float]:
+def run_against(port: int, args: argparse.Namespace,
+                certificates: Certificates | None = None) -> dict[str, float]:
     # Kafka refuses commits for topics it does not have, so the committed topic must exist.
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    over_tls: dict[str, str] = {}
+    tls = None
+    if certificates is not None:
+        over_tls = {"security.protocol": "SSL", "ssl.ca.location": str(certificates.ca),
+                    "ssl.endpoint.identification.algorithm": "none"}
+        tls = ssl.create_default_context(cafile=str(certificates.ca))
+        tls.check_hostname = False  # the certificate names localhost; we dial 127.0.0.1
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **over_tls})
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)
 
     async def run() -> dict[str, float]:
-        await wait_coordinator_ready(port)
+        await wait_coordinator_ready(port, tls)
         return await measure(port, args.seconds, args.connections, args.depth, args.members,
-                             args.settle_timeout)
+                             args.settle_timeout, tls)
 
     return asyncio.run(run())
 
@@ -445,26 +465,31 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true",
                         help="also run kgroups with num.network.threads=0 (sockets served in "
                         "the broker process, one core) beside `kgroups serve`'s default")
+    parser.add_argument("--tls", action="store_true",
+                        help="kgroups alone, over one SSL listener (PEM certificates made for "
+                        "the run): with --in-process, its network process against none")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
+        certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
         kgroups_runs += [("kgroups 1core", False, 0)] if args.in_process else []
         for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
-                                fsync_each, network_threads) as port:
-                results[name] = run_against(port, args)
-        kafka_runs = [] if args.no_kafka else [("kafka", False)] + (
+                                fsync_each, network_threads, certificates) as port:
+                results[name] = run_against(port, args, certificates)
+        kafka_runs = [] if args.no_kafka or args.tls else [("kafka", False)] + (
             [] if args.no_fsync else [("kafka fsync", True)])
         for name, fsync_each in kafka_runs:
             with kafka_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
                               fsync_each) as port:
                 results[name] = run_against(port, args)
-    with tansu_broker() as bootstrap:
-        results["tansu(mem)"] = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
+    if not args.tls:
+        with tansu_broker() as bootstrap:
+            results["tansu(mem)"] = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
     print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
           f"group.initial.rebalance.delay.ms={args.initial_delay_ms}")
     # Each kgroups mode against each peer; the fsync modes against each other.

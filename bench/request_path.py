@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import pstats
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,10 @@ from typing import Any
 
 import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from tests.broker.security_helpers import Certificates, make_certificates
 
 from broker import (
     SYNC,
@@ -64,27 +69,33 @@ finally:
 """
 
 
-def create_bench_topic(port: int) -> None:
+def create_bench_topic(port: int, ca: Path | None) -> None:
     """The topic commits name (the admin client is gone once this returns, before the broker
     stops, so it does not log reconnect attempts)."""
-    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    over_tls = {} if ca is None else {"security.protocol": "SSL", "ssl.ca.location": str(ca),
+                                       "ssl.endpoint.identification.algorithm": "none"}
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **over_tls})
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)
 
 
 @contextlib.contextmanager
-def broker(data_dir: Path, profile_to: Path | None,
-           network_threads: int) -> Iterator[tuple[int, psutil.Process]]:
+def broker(data_dir: Path, profile_to: Path | None, network_threads: int,
+           certificates: Certificates | None) -> Iterator[tuple[int, psutil.Process]]:
     port = free_port()
     command = [sys.executable]
     command += ["-m", "kgroups.cli"] if profile_to is None else ["-c", PROFILED, str(profile_to)]
     command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0",
                 "--override", f"num.network.threads={network_threads}"]
+    if certificates is not None:  # one SSL listener instead of PLAINTEXT
+        command += ["--override", f"listeners=SSL://127.0.0.1:{port}",
+                    "--override", "ssl.keystore.type=PEM",
+                    "--override", f"ssl.keystore.location={certificates.server}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
-        create_bench_topic(port)
+        create_bench_topic(port, None if certificates is None else certificates.ca)
         yield port, psutil.Process(process.pid)
     finally:
         process.terminate()  # `kgroups serve` stops cleanly on SIGTERM, so cProfile writes
@@ -124,12 +135,13 @@ def cpu_seconds(process: psutil.Process) -> tuple[float, float]:
     return sum(process.cpu_times()[:2]), network
 
 
-async def cost(port: int, kind: str, requests: int,
-               process: psutil.Process) -> tuple[float, float]:
+async def cost(port: int, kind: str, requests: int, process: psutil.Process,
+               tls: ssl.SSLContext | None) -> tuple[float, float]:
     """Broker-process and network-process CPU microseconds per request of `kind`, after a
     warm-up of a tenth as many."""
-    versions = await negotiate(port)
-    connections = [await PipelinedConnection.open(port, versions) for _ in range(CONNECTIONS)]
+    versions = await negotiate(port, tls)
+    connections = [await PipelinedConnection.open(port, versions, tls)
+                   for _ in range(CONNECTIONS)]
     _, joins = await form_group(connections, "bench-heartbeat")
 
     makers: dict[str, RequestMaker] = {"heartbeat": heartbeats_of(joins), "commit": commit,
@@ -161,21 +173,30 @@ def main() -> int:
     parser.add_argument("--network-threads", type=int, default=0,
                         help="num.network.threads of the broker (0: sockets served in the "
                              "broker process, as measured before network processes existed)")
+    parser.add_argument("--tls", action="store_true",
+                        help="serve and connect over one SSL listener (PEM certificates made "
+                             "for the run)")
     args = parser.parse_args()
     kinds = ("heartbeat", "commit", "metadata", "join+sync")
     figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
+        certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
+        tls = None
+        if certificates is not None:
+            tls = ssl.create_default_context(cafile=str(certificates.ca))
+            tls.check_hostname = False  # the certificate names localhost; we dial 127.0.0.1
         for kind in kinds:
             profile_to = Path(scratch) / f"{kind}.prof" if args.profile else None
-            with broker(Path(scratch) / kind, profile_to, args.network_threads) as (port,
-                                                                                 process):
-                figures[kind] = asyncio.run(cost(port, kind, args.requests, process))
+            with broker(Path(scratch) / kind, profile_to, args.network_threads,
+                        certificates) as (port, process):
+                figures[kind] = asyncio.run(cost(port, kind, args.requests, process, tls))
             if profile_to is not None:
                 print(f"== {kind}: functions with the most own time")
                 pstats.Stats(str(profile_to)).sort_stats("tottime").print_stats(args.top)
     profiled = " (under cProfile: inflated, read the split not the total)" if args.profile else ""
     print(f"CPU per request, {args.requests:,} requests per kind, "
-          f"num.network.threads={args.network_threads}{profiled}")
+          f"num.network.threads={args.network_threads}{' over TLS' if args.tls else ''}"
+          f"{profiled}")
     print(f"  {'kind':<12} {'broker':>10} {'network':>10} {'total':>10}")
     for kind, (in_broker, in_network) in figures.items():
         print(f"  {kind:<12} {in_broker:8.1f} µs {in_network:7.1f} µs "

@@ -229,11 +229,16 @@ def _check(server: ServerProcess, figures: Figures, healthy: HealthyClient) -> N
     assert "Traceback" not in server.log_text()
 
 
+@pytest.mark.parametrize("network_threads", [0, 1])
 def test_clients_that_never_read_their_fetches_cannot_outgrow_the_budget(
     start_kgroups_server,  # type: ignore[no-untyped-def]
+    network_threads: int,
 ) -> None:
+    """In one process, and with a network process (whose answers the broker process counts
+    until the kernel took them)."""
     server = start_kgroups_server(f"queued.max.request.bytes={BUDGET}",
-                                  f"kgroups.memory.exhausted.close.ms={CLOSE_MS}")
+                                  f"kgroups.memory.exhausted.close.ms={CLOSE_MS}",
+                                  f"num.network.threads={network_threads}")
     fill_topic(server.port, "t", 8)
     fetchers: list[Hostile] = [NeverReadingFetcher(server.port, topic="t") for _ in range(4)]
     figures, healthy = _measure(server, fetchers, 30, done=4)

@@ -11,9 +11,11 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
+from acl_scenarios import AUTHORIZER
 from broker_wire_helpers import (
     connect,
     create_topic,
@@ -23,7 +25,10 @@ from broker_wire_helpers import (
     raw_socket,
     send_and_decode,
 )
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from security_helpers import CLIENT_PRINCIPAL, make_certificates, secure_settings
 
 from conftest import ServerProcess
 from kgroups.errors import ErrorCode
@@ -123,3 +128,46 @@ def test_max_connections_counts_relayed_connections(start_kgroups_server) -> Non
             assert is_closed_by_peer(third)
     wait_for(lambda: "reason=max_connections" in server.log_text(), "the refusal's log line")
     wait_for(lambda: api_versions_answered(server.port), "room again once two closed")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_tls_listeners_get_a_network_process_and_keep_their_identities(
+        tmp_path: Path) -> None:
+    """TLS runs in the network process; the principal of a client certificate and a SASL
+    login made over TLS reach the broker process's authorizer through it."""
+    certs = make_certificates(tmp_path / "certs")
+    ssl_port, sasl_ssl_port = free_port(), free_port()
+    settings = secure_settings(certs, **{
+        "listeners": f"SSL://127.0.0.1:{ssl_port},SASL_SSL://127.0.0.1:{sasl_ssl_port}",
+        "advertised.listeners": "", "authorizer.class.name": AUTHORIZER,
+        "super.users": f"{CLIENT_PRINCIPAL};User:admin", "num.network.threads": "1"})
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log",
+                           tuple(f"{key}={value}" for key, value in settings.items()))
+    server.start()
+    try:
+        assert len(network_processes(server)) == 1
+        tls = {"ssl.ca.location": str(certs.ca), "ssl.endpoint.identification.algorithm": "none"}
+        by_certificate = AdminClient({
+            "bootstrap.servers": f"127.0.0.1:{ssl_port}", "security.protocol": "SSL",
+            "ssl.certificate.location": str(certs.client_cert),
+            "ssl.key.location": str(certs.client_key), **tls})
+        by_login = AdminClient({
+            "bootstrap.servers": f"127.0.0.1:{sasl_ssl_port}", "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret",
+            **tls})
+        not_super = AdminClient({
+            "bootstrap.servers": f"127.0.0.1:{sasl_ssl_port}", "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret",
+            **tls})
+        for client, topic in ((by_certificate, "by-certificate"), (by_login, "by-login")):
+            client.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+        with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
+            not_super.create_topics([NewTopic("by-alice", 1, 1)])["by-alice"].result(timeout=30)
+        assert {"by-certificate", "by-login"} <= set(by_login.list_topics(timeout=30).topics)
+    finally:
+        server.close()

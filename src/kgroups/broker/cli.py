@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import os
 import signal
@@ -58,12 +57,6 @@ def _check_data_dir(data_dir: Path) -> None:
         raise StartupError(f"cannot create data dir {data_dir}: {exc.strerror}") from None
     if not os.access(data_dir, os.W_OK | os.X_OK):
         raise StartupError(f"data dir {data_dir} is not writable")
-
-
-def serve_network_threads() -> int:
-    """`kgroups serve`'s num.network.threads when none is given: one network process when the
-    machine has another core for it (docs/architecture.md), else none."""
-    return 1 if (os.cpu_count() or 1) > 1 else 0
 
 
 def _check_port(config: BrokerConfig) -> None:
@@ -133,9 +126,6 @@ def run_serve(args: argparse.Namespace) -> int:
                                         *args.override,
                                         *([f"kgroups.metrics.port={args.metrics_port}"]
                                           if args.metrics_port is not None else [])])
-        if "num.network.threads" not in config.properties:
-            config = dataclasses.replace(config, properties={
-                **config.properties, "num.network.threads": str(serve_network_threads())})
         for warning in config.warnings():
             print(f"kgroups serve: warning: {warning}", file=sys.stderr)
         _check_data_dir(config.data_dir)

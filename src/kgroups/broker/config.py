@@ -78,8 +78,8 @@ def known_settings() -> frozenset[str]:
 # records; -1 keeps meaning "no limit", as kgroups' defaults say.
 WIDER_THAN_KAFKA = frozenset({"log.segment.bytes", "max.connections", "max.connections.per.ip",
                               "num.network.threads"})
-# Network processes (front_link) when num.network.threads is not given: none for a broker run
-# inside another program (tests, kgroups.serve_in_background); `kgroups serve` sets its own.
+# Network processes (front_link) when num.network.threads is not given: none. Measured on a
+# 2-core machine, one process serves more requests a second even over TLS (bench/RESULTS.md).
 IN_PROCESS_NETWORK_THREADS = "0"
 
 
