@@ -21,8 +21,8 @@ Members waiting for the others heartbeat every 100 ms, which bounds the resoluti
 time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test` does).
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
-     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync] [--in-process]
-     [--tls]
+     [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
+     [--network-process] [--tls]
 """
 
 from __future__ import annotations
@@ -462,12 +462,12 @@ def main() -> int:
                         help="group.initial.rebalance.delay.ms of kgroups and Kafka "
                         "(Kafka's default 3000)")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
-    parser.add_argument("--in-process", action="store_true",
-                        help="also run kgroups with num.network.threads=0 (sockets served in "
-                        "the broker process, one core) beside `kgroups serve`'s default")
+    parser.add_argument("--network-process", action="store_true",
+                        help="also run kgroups with num.network.threads=1 (sockets, TLS and "
+                        "framing in a network process) beside its default of 0")
     parser.add_argument("--tls", action="store_true",
                         help="kgroups alone, over one SSL listener (PEM certificates made for "
-                        "the run): with --in-process, its network process against none")
+                        "the run); with --network-process, with a network process and without")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
@@ -476,7 +476,7 @@ def main() -> int:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
-        kgroups_runs += [("kgroups 1core", False, 0)] if args.in_process else []
+        kgroups_runs += [("kgroups+net", False, 1)] if args.network_process else []
         for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
                                 fsync_each, network_threads, certificates) as port:
@@ -496,8 +496,8 @@ def main() -> int:
     pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
     if "kgroups fsync" in results and "kafka fsync" in results:
         pairs.append(("kgroups fsync", "kafka fsync"))
-    if "kgroups 1core" in results:
-        pairs.append(("kgroups", "kgroups 1core"))
+    if "kgroups+net" in results:
+        pairs.append(("kgroups+net", "kgroups"))
     print(f"{'figure':26}" + "".join(f"{name:>15}" for name in results)
           + "".join(f"{ours + '/' + other:>28}" for ours, other in pairs))
     for figure in results["kgroups"]:
