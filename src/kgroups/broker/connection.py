@@ -1,11 +1,13 @@
-"""The TCP front of the broker: size-prefixed frames in, responses out in request order.
+"""A client socket: size-prefixed frames in, responses out in request order.
 
-Each connection reads frames and starts one task per request, so a slow handler (a Fetch long
-poll, a JoinGroup waiting for the rebalance) does not stop the next request from being
-*processed*, while responses still leave in the order the requests came, as Kafka clients
-require. Memory per connection is bounded: a frame over socket.request.max.bytes is refused
-before it is read, at most queued.max.requests requests are in flight, and reading pauses
-while the client leaves its responses unread; TCP then pushes back on the client.
+Used by the broker process for the sockets it serves itself (server.LocalConnection: one task
+per request) and by network processes (network_front: each frame relayed to the broker
+process). Either way a slow request (a Fetch long poll, a JoinGroup waiting for the rebalance)
+does not stop the next one from being *processed*, while responses still leave in the order
+the requests came, as Kafka clients require. Memory per connection is bounded: a frame over
+socket.request.max.bytes is refused before it is read, at most queued.max.requests requests
+are in flight, and reading pauses while the client leaves its responses unread; TCP then
+pushes back on the client.
 
 Memory across connections is bounded by one MemoryBudget (queued.max.request.bytes): a frame's
 size is reserved before its body is read, and responses count until the kernel has taken them.
