@@ -225,7 +225,40 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
         pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
         operation=Operation.ANY, permission_type=Permission.ANY))
     seen["describe_acls"] = int(acls.error_code)
+    seen.update(authorized_operations(client))
     deleted_groups = client.call(request_of(42, 2, groups_names=GROUPS))
     seen["delete_groups"] = sorted((r.group_id, int(r.error_code))
                                    for r in deleted_groups.results)
+    return seen
+
+
+def authorized_operations(client: KafkaWireClient) -> dict[str, Any]:
+    """The bitfields of allowed operations the principal is told when it asks for them, on the
+    scenario's groups, topics and the cluster (and Integer.MIN_VALUE when it does not ask)."""
+    seen: dict[str, Any] = {}
+    for asked in (True, False):
+        described = client.call(request_of(15, 5, groups=(*GROUPS, "team-cg"),
+                                           include_authorized_operations=asked))
+        seen[f"describe_groups operations asked={asked}"] = sorted(
+            (g.group_id, int(g.error_code), int(g.authorized_operations))
+            for g in described.groups)
+        cg = client.call(request_of(69, 0, group_ids=("team-cg", "g-none", "g-ok"),
+                                    include_authorized_operations=asked))
+        seen[f"consumer_group_describe operations asked={asked}"] = sorted(
+            (g.group_id, int(g.error_code), int(g.authorized_operations)) for g in cg.groups)
+        metadata = client.call(request_of(
+            3, 10, allow_auto_topic_creation=False, include_cluster_authorized_operations=asked,
+            include_topic_authorized_operations=asked, topics=tuple(
+                nested_of(3, 10, "MetadataRequestTopic", topic_id=None, name=name)
+                for name in (*TOPICS, "nonexistent-t"))))
+        seen[f"metadata operations asked={asked}"] = (
+            int(metadata.cluster_authorized_operations), sorted(
+                (t.name, int(t.error_code), int(t.topic_authorized_operations))
+                for t in metadata.topics))
+    newest = client.call(request_of(3, 12, allow_auto_topic_creation=False,
+                                    include_topic_authorized_operations=True, topics=tuple(
+        nested_of(3, 12, "MetadataRequestTopic", topic_id=None, name=name)
+        for name in TOPICS)))
+    seen["metadata v12 topic operations"] = sorted(
+        (t.name, int(t.topic_authorized_operations)) for t in newest.topics)
     return seen

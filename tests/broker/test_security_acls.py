@@ -92,6 +92,32 @@ def test_kafkas_rules(tmp_path: Path) -> None:
     assert not lenient.authorize("User:x", "h", Operation.READ, GROUP, "g")
 
 
+def test_allowed_operations_are_those_a_request_would_be_allowed(tmp_path: Path) -> None:
+    """The values Kafka 4.3.1 answered in the differential test: ALL minus a denied Read on a
+    group, Read plus DescribeConfigs (each implying Describe) on a topic, nothing where no ACL
+    names the resource, everything Kafka supports for a super user or with no ACL and
+    allow.everyone.if.no.acl.found."""
+    rules = authorizer(
+        tmp_path,
+        acl(GROUP, "g", Operation.ALL, principal="User:*"),
+        acl(GROUP, "g", Operation.READ, DENY),
+        acl(TOPIC, "orders", Operation.READ),
+        acl(TOPIC, "orders", Operation.DESCRIBE_CONFIGS),
+        supers=("User:root",))
+
+    def bits(kind: ResourceType, name: str, who: str = "User:alice") -> int:
+        return rules.allowed_operations(who, "127.0.0.1", kind, name)
+
+    assert bits(GROUP, "g") == 3392  # Describe, Delete, DescribeConfigs, AlterConfigs
+    assert bits(TOPIC, "orders") == 1288  # Read, Describe, DescribeConfigs
+    assert bits(TOPIC, "unlisted") == 0
+    assert bits(ResourceType.CLUSTER, "kafka-cluster") == 0
+    assert (bits(GROUP, "g", "User:root"), bits(TOPIC, "x", "User:root"),
+            bits(ResourceType.CLUSTER, "kafka-cluster", "User:root")) == (3400, 3576, 8096)
+    lenient = authorizer(tmp_path / "lenient", allow_if_no_acl=True)
+    assert lenient.allowed_operations("User:x", "h", TOPIC, "t") == 3576
+
+
 def test_acls_survive_a_restart_and_delete_by_filter(tmp_path: Path) -> None:
     first = authorizer(tmp_path, acl(TOPIC, "a", Operation.READ), acl(GROUP, "a", Operation.READ))
     reloaded = Authorizer(tmp_path / "acls.json", (), False)

@@ -1,20 +1,26 @@
 """Differential: Kafka 4.3.1 with StandardAuthorizer and kgroups with the same listeners, users
 and ACLs (literal, prefixed, `*` principal, DENY over ALLOW, a host that does not match) give a
 restricted user, then a super user, the same error codes from every API in the reference
-table, the same filtered ListGroups and Metadata, and the same per-partition errors; with
+table, the same filtered ListGroups and Metadata, the same per-partition errors and the same
+authorized-operations bitfields on groups, topics and the cluster; with
 allow.everyone.if.no.acl.found as well (resources no binding names become open, while one named
-only for another host stays closed)."""
+only for another host stays closed). Without an authorizer, both brokers report every
+operation Kafka supports on the resource when asked."""
 
 from __future__ import annotations
 
+import datetime
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from tests.broker import acl_scenarios
+from tests.broker.broker_wire_helpers import create_topic, nested_of, request_of
 from tests.broker.security_helpers import ClientSecurity, jaas_users, running_broker
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
+from kgroups.broker.authorizer import Operation
 from kgroups.broker.wire_client import KafkaWireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -77,3 +83,48 @@ def test_same_error_codes_as_kafka(kafka_view: dict[str, Any],
                    for key in sorted(kafka_view.keys() | kgroups_view.keys())
                    if kafka_view.get(key) != kgroups_view.get(key)}
     assert differences == {}
+
+
+def operation_names(bits: int) -> set[str]:
+    return {operation.name for operation in Operation if bits >= 0 and bits >> operation & 1}
+
+
+def test_without_an_authorizer_every_supported_operation_is_reported(any_broker: Any) -> None:
+    """Kafka 4.3.1 with no authorizer.class.name: asked, a group (live or dead), a topic (even a
+    missing one) and the cluster carry every operation Kafka supports on them; a group
+    ConsumerGroupDescribe cannot find carries Integer.MIN_VALUE, as does every field not asked."""
+    suffix = uuid.uuid4().hex[:8]
+    topic, group, dead = f"ops-t-{suffix}", f"ops-g-{suffix}", f"ops-dead-{suffix}"
+    with KafkaWireClient(any_broker.host, any_broker.port) as client:
+        create_topic(client, topic, partitions=1)
+        beat = client.call(request_of(
+            68, 0, group_id=group, member_id="m-" + suffix, member_epoch=0, instance_id=None,
+            rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=(topic,), server_assignor=None, topic_partitions=()))
+        assert int(beat.error_code) == 0
+        described = client.call(request_of(15, 5, groups=(group, dead),
+                                           include_authorized_operations=True)).groups
+        cg = client.call(request_of(69, 0, group_ids=(group, dead),
+                                    include_authorized_operations=True)).groups
+        metadata = client.call(request_of(
+            3, 10, allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+            include_topic_authorized_operations=True, topics=tuple(
+                nested_of(3, 10, "MetadataRequestTopic", topic_id=None, name=name)
+                for name in (topic, f"missing-{suffix}"))))
+        unasked = client.call(request_of(
+            3, 10, allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False, topics=(
+                nested_of(3, 10, "MetadataRequestTopic", topic_id=None, name=topic),)))
+    group_ops = {"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+    topic_ops = group_ops | {"WRITE", "CREATE", "ALTER"}
+    assert [operation_names(int(g.authorized_operations)) for g in described] == [group_ops] * 2
+    assert [(int(g.error_code), operation_names(int(g.authorized_operations))) for g in cg] == [
+        (0, group_ops), (69, set())]
+    assert int(cg[1].authorized_operations) == -(2**31)
+    assert [operation_names(int(t.topic_authorized_operations))
+            for t in metadata.topics] == [topic_ops] * 2
+    assert operation_names(int(metadata.cluster_authorized_operations)) == {
+        "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+        "ALTER", "DESCRIBE"}
+    assert int(unasked.cluster_authorized_operations) == -(2**31)
+    assert int(unasked.topics[0].topic_authorized_operations) == -(2**31)

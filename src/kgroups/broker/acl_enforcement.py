@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgroups.broker.api import ApiHandler, CloseConnection, HandlerRegistry, RequestContext
-from kgroups.broker.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from kgroups.broker.authorizer import (
+    CLUSTER_NAME,
+    OPERATIONS_NOT_REQUESTED,
+    Authorizer,
+    Operation,
+    ResourceType,
+)
 from kgroups.broker.events import log_event
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -63,6 +69,22 @@ class Check:
 
     def cluster(self, operation: Operation) -> bool:
         return self(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def operations(self, answered: int, kind: ResourceType, name: str | None) -> int:
+        """An authorized_operations field narrowed to this principal: a handler answers every
+        supported operation when the client asked, and Integer.MIN_VALUE (kept) when it did
+        not or the resource is in error."""
+        if answered == OPERATIONS_NOT_REQUESTED or name is None:
+            return answered
+        return self.authorizer.allowed_operations(self.principal, self.host, kind, name)
+
+    def with_group_operations(self, group: Any) -> Any:
+        return dataclasses.replace(group, authorized_operations=self.operations(
+            int(group.authorized_operations), ResourceType.GROUP, group.group_id))
+
+    def with_topic_operations(self, topic: Any) -> Any:
+        return dataclasses.replace(topic, topic_authorized_operations=self.operations(
+            int(topic.topic_authorized_operations), ResourceType.TOPIC, topic.name))
 
 
 Rule = Callable[[RequestContext, Any, Inner, Check], Awaitable[Any]]
@@ -256,9 +278,9 @@ async def _describe_groups(ctx: RequestContext, request: Any, inner: Inner,
                     (await inner(ctx, dataclasses.replace(request, groups=allowed))).groups}
     denied = {"error_code": kio_error(GROUP_DENIED), "error_message": MESSAGES[GROUP_DENIED],
               "group_state": "", "protocol_type": "", "protocol_data": "", "members": (),
-              "authorized_operations": -(2**31)}
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
     return _response(ctx, groups=tuple(
-        answered[name] if name in answered
+        check.with_group_operations(answered[name]) if name in answered
         else _nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
 
 
@@ -277,19 +299,20 @@ async def _consumer_group_describe(ctx: RequestContext, request: Any, inner: Inn
                     (await inner(ctx, dataclasses.replace(request, group_ids=allowed))).groups}
     denied = {"error_code": kio_error(GROUP_DENIED), "error_message": MESSAGES[GROUP_DENIED],
               "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
-              "assignor_name": "", "members": (), "authorized_operations": -(2**31)}
+              "assignor_name": "", "members": (),
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
     # A group whose members hold or are to get a topic the principal may not Describe is not
     # shown at all, as Kafka answers it (the topic's name would tell what it may not know).
     hidden = {"error_code": kio_error(TOPIC_DENIED), "error_message": HIDDEN_TOPICS_MESSAGE,
               "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
-              "members": (), "authorized_operations": -(2**31)}
+              "members": (), "authorized_operations": OPERATIONS_NOT_REQUESTED}
 
     def shown(group: Any) -> Any:
         topics = {topic.topic_name for member in group.members
                   for assignment in (member.assignment, member.target_assignment)
                   for topic in assignment.topic_partitions}
         if all(check.topic(Operation.DESCRIBE, topic) for topic in topics):
-            return group
+            return check.with_group_operations(group)
         return _nested(ctx, "DescribedGroup", group_id=group.group_id, **hidden)
 
     return _response(ctx, groups=tuple(
@@ -410,7 +433,7 @@ async def _metadata(ctx: RequestContext, request: Any, inner: Inner, check: Chec
     asked = request.topics
     if asked is None or (ctx.api_version == 0 and not asked):
         response = await inner(ctx, request)
-        return dataclasses.replace(response, topics=tuple(
+        return _metadata_operations(check, response, tuple(
             t for t in response.topics if check.topic(Operation.DESCRIBE, t.name)))
     existing = ctx.broker.topics.partition_counts()
     may_create = check.cluster(Operation.CREATE)
@@ -428,8 +451,21 @@ async def _metadata(ctx: RequestContext, request: Any, inner: Inner, check: Chec
                  if t.name is None or check.topic(Operation.DESCRIBE, t.name))
     denied_topics = tuple(_nested(ctx, "MetadataResponseTopic", error_code=kio_error(TOPIC_DENIED),
                                   name=t.name, topic_id=None, is_internal=False, partitions=(),
-                                  topic_authorized_operations=-(2**31)) for t in denied)
-    return dataclasses.replace(response, topics=kept + denied_topics)
+                                  topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
+                          for t in denied)
+    return _metadata_operations(check, response, kept + denied_topics)
+
+
+def _metadata_operations(check: Check, response: Any, topics: tuple[Any, ...]) -> Any:
+    """The Metadata answer with these topics and its operations narrowed to the principal."""
+    cluster = getattr(response, "cluster_authorized_operations", None)
+    if cluster is not None:
+        response = dataclasses.replace(response, cluster_authorized_operations=check.operations(
+            int(cluster), ResourceType.CLUSTER, CLUSTER_NAME))
+    if topics and not hasattr(topics[0], "topic_authorized_operations"):
+        return dataclasses.replace(response, topics=topics)
+    return dataclasses.replace(response, topics=tuple(
+        check.with_topic_operations(t) for t in topics))
 
 
 # --- topic and cluster administration ------------------------------------------------------

@@ -85,6 +85,37 @@ _IMPLIED_BY = {
 }
 
 
+# The operations Kafka reports on each resource type when a client asks for its authorized
+# operations (AclEntry.supportedOperations); without an authorizer all of them are allowed.
+SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: frozenset({
+        Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
+        Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS}),
+    ResourceType.GROUP: frozenset({
+        Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS}),
+    ResourceType.CLUSTER: frozenset({
+        Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER,
+        Operation.DESCRIBE}),
+}
+# Kafka's answer in an authorized_operations field the client did not ask for.
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def operations_bitfield(operations: Iterable[Operation]) -> int:
+    """The wire form of a set of operations: bit `code` set for each."""
+    bits = 0
+    for operation in operations:
+        bits |= 1 << operation
+    return bits
+
+
+def all_operations(resource_type: ResourceType) -> int:
+    """The bitfield a broker without an authorizer answers: every supported operation."""
+    return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
+
+
 @dataclass(frozen=True, slots=True)
 class AclBinding:
     resource_type: int
@@ -243,6 +274,14 @@ class Authorizer:
         return any(acl.permission == Permission.ALLOW
                    and (acl.operation == Operation.ALL or acl.operation in allowed_by)
                    for acl in mine)
+
+    def allowed_operations(self, principal: str, host: str, resource_type: ResourceType,
+                           name: str) -> int:
+        """The bitfield of the supported operations on the resource this principal is allowed,
+        each decided as a request for it would be (implications, DENY, the no-ACL default)."""
+        return operations_bitfield(
+            operation for operation in SUPPORTED_OPERATIONS[resource_type]
+            if self.authorize(principal, host, operation, resource_type, name))
 
     def allowed_on_any(self, principal: str, host: str, operation: Operation,
                        resource_type: ResourceType) -> bool:

@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
@@ -21,8 +22,6 @@ logger = logging.getLogger("kgroups.topics")
 
 NO_THROTTLE = datetime.timedelta(0)
 GROUP_KEY_TYPE = 0
-# Kafka's INT32_MIN marker for "authorized operations were not requested".
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 @handles(api_key=18, min_version=0, max_version=4)
@@ -74,6 +73,14 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
     node = broker.node_id
 
+    # v8+ may ask for the operations allowed on each topic (a missing one too) and, until v10,
+    # on the cluster: all of them here; with an authorizer, acl_enforcement narrows them.
+    topic_operations = (all_operations(ResourceType.TOPIC)
+                        if getattr(request, "include_topic_authorized_operations", False)
+                        else OPERATIONS_NOT_REQUESTED)
+    cluster_operations = (all_operations(ResourceType.CLUSTER)
+                          if getattr(request, "include_cluster_authorized_operations", False)
+                          else OPERATIONS_NOT_REQUESTED)
     counts = broker.topics.partition_counts()
     requested = _requested_topics(ctx, request)
     names = list(counts) if requested is None else requested
@@ -110,13 +117,14 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
         topics.append(
             build(topic_cls, error_code=kio_error(error), name=name,
                   topic_id=broker.logs.topic_id(name) if error == ErrorCode.NONE else None,
-                  is_internal=name in INTERNAL_TOPICS, partitions=partitions)
+                  is_internal=name in INTERNAL_TOPICS, partitions=partitions,
+                  topic_authorized_operations=topic_operations)
         )
     host, port = advertised(ctx)
     brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
     return build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
                  cluster_id=broker.config.cluster_id, controller_id=node, topics=tuple(topics),
-                 cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED)
+                 cluster_authorized_operations=cluster_operations)
 
 
 @handles(api_key=10, min_version=0, max_version=6)

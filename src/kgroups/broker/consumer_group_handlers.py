@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext
+from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.coordinator.consumer_api import (
     ConsumerGroupDescribeRequest,
@@ -20,10 +21,10 @@ from kgroups.coordinator.consumer_api import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
 _NO_THROTTLE = datetime.timedelta(0)
-_OPERATIONS_NOT_REQUESTED = -(2**31)
 # ConsumerGroupDescribe v1 MemberType: 0 = classic protocol (online migration), 1 = consumer.
 _CLASSIC_MEMBER_TYPE = 0
 _CONSUMER_MEMBER_TYPE = 1
@@ -92,6 +93,10 @@ class ConsumerGroupDescribeHandler:
         member_cls = sibling(response, "Member")
         assignment_cls = sibling(response, "Assignment")
         topic_cls = sibling(response, "TopicPartitions")
+        # Asked for, a described group carries the operations allowed on it (all of them here;
+        # acl_enforcement narrows them to the principal's); a group in error does not.
+        operations = (all_operations(ResourceType.GROUP) if request.include_authorized_operations
+                      else OPERATIONS_NOT_REQUESTED)
 
         def named(topics: TopicPartitionList) -> Any:
             return build(assignment_cls, topic_partitions=tuple(
@@ -103,7 +108,8 @@ class ConsumerGroupDescribeHandler:
                 group_cls, error_code=kio_error(g.error), error_message=g.error_message,
                 group_id=g.group_id, group_state=g.state, group_epoch=g.group_epoch,
                 assignment_epoch=g.assignment_epoch, assignor_name=g.assignor_name,
-                authorized_operations=_OPERATIONS_NOT_REQUESTED,
+                authorized_operations=operations if g.error == ErrorCode.NONE
+                else OPERATIONS_NOT_REQUESTED,
                 members=tuple(
                     build(member_cls, member_id=m.member_id, instance_id=m.instance_id,
                           rack_id=m.rack_id, member_epoch=m.member_epoch,

@@ -14,13 +14,12 @@ from typing import Any
 
 from kgroups.broker import consumer_group_handlers, rebalance_field
 from kgroups.broker.api import HandlerRegistry, RequestContext
+from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
 from kgroups.coordinator import api as core
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)
-# DescribeGroups v3+ sends this when the client did not ask for authorized operations.
-_OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -318,6 +317,11 @@ class DescribeGroupsHandler(_GroupApi):
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups)
+        # v3+: asked for, every group (a dead one too) carries the operations allowed on it:
+        # all of them here; with an authorizer, acl_enforcement narrows them to the principal's.
+        operations = (all_operations(ResourceType.GROUP)
+                      if getattr(request, "include_authorized_operations", False)
+                      else OPERATIONS_NOT_REQUESTED)
         answer: core.DescribeGroupsResponse = await _ask(
             ctx, lambda request_id: core.DescribeGroupsRequest(
                 request_id=request_id, group_ids=group_ids, version=ctx.api_version)
@@ -335,7 +339,7 @@ class DescribeGroupsHandler(_GroupApi):
                 group_state=g.state,
                 protocol_type=g.protocol_type,
                 protocol_data=g.protocol_data,
-                authorized_operations=_OPERATIONS_NOT_REQUESTED,
+                authorized_operations=operations,
                 members=tuple(
                     build(member_type, member_id=m.member_id,
                           group_instance_id=m.group_instance_id, client_id=m.client_id,
