@@ -356,6 +356,25 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
     return figures
 
 
+def ssl_listener_overrides(port: int, certificates: Certificates) -> list[str]:
+    """`kgroups serve` options for one SSL listener on `port` instead of PLAINTEXT."""
+    return ["--override", f"listeners=SSL://127.0.0.1:{port}",
+            "--override", "ssl.keystore.type=PEM",
+            "--override", f"ssl.keystore.location={certificates.server}"]
+
+
+def client_tls(certificates: Certificates | None) -> tuple[dict[str, str],
+                                                           ssl.SSLContext | None]:
+    """librdkafka settings and an SSL context for this script's own connections, trusting
+    the run's CA (none of either without certificates: PLAINTEXT)."""
+    if certificates is None:
+        return {}, None
+    tls = ssl.create_default_context(cafile=str(certificates.ca))
+    tls.check_hostname = False  # the certificate names localhost; we dial 127.0.0.1
+    return ({"security.protocol": "SSL", "ssl.ca.location": str(certificates.ca),
+             "ssl.endpoint.identification.algorithm": "none"}, tls)
+
+
 @contextlib.contextmanager
 def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
                    network_threads: int | None = None,
@@ -368,10 +387,8 @@ def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
         command += ["--override", "log.flush.interval.messages=1"]
     if network_threads is not None:
         command += ["--override", f"num.network.threads={network_threads}"]
-    if certificates is not None:  # one SSL listener instead of PLAINTEXT
-        command += ["--override", f"listeners=SSL://127.0.0.1:{port}",
-                    "--override", "ssl.keystore.type=PEM",
-                    "--override", f"ssl.keystore.location={certificates.server}"]
+    if certificates is not None:
+        command += ssl_listener_overrides(port, certificates)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
@@ -412,13 +429,7 @@ async def wait_coordinator_ready(port: int, tls: ssl.SSLContext | None = None) -
 def run_against(port: int, args: argparse.Namespace,
                 certificates: Certificates | None = None) -> dict[str, float]:
     # Kafka refuses commits for topics it does not have, so the committed topic must exist.
-    over_tls: dict[str, str] = {}
-    tls = None
-    if certificates is not None:
-        over_tls = {"security.protocol": "SSL", "ssl.ca.location": str(certificates.ca),
-                    "ssl.endpoint.identification.algorithm": "none"}
-        tls = ssl.create_default_context(cafile=str(certificates.ca))
-        tls.check_hostname = False  # the certificate names localhost; we dial 127.0.0.1
+    over_tls, tls = client_tls(certificates)
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **over_tls})
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)

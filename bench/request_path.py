@@ -38,12 +38,14 @@ from broker import (
     SYNC,
     PipelinedConnection,
     check_answer,
+    client_tls,
     commit,
     form_group,
     heartbeats_of,
     join_group,
     metadata,
     negotiate,
+    ssl_listener_overrides,
 )
 from broker_data import free_port, wait_for_port
 from kgroups.errors import ErrorCode
@@ -69,11 +71,10 @@ finally:
 """
 
 
-def create_bench_topic(port: int, ca: Path | None) -> None:
+def create_bench_topic(port: int, certificates: Certificates | None) -> None:
     """The topic commits name (the admin client is gone once this returns, before the broker
     stops, so it does not log reconnect attempts)."""
-    over_tls = {} if ca is None else {"security.protocol": "SSL", "ssl.ca.location": str(ca),
-                                       "ssl.endpoint.identification.algorithm": "none"}
+    over_tls, _ = client_tls(certificates)
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **over_tls})
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)
@@ -88,14 +89,12 @@ def broker(data_dir: Path, profile_to: Path | None, network_threads: int,
     command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0",
                 "--override", f"num.network.threads={network_threads}"]
-    if certificates is not None:  # one SSL listener instead of PLAINTEXT
-        command += ["--override", f"listeners=SSL://127.0.0.1:{port}",
-                    "--override", "ssl.keystore.type=PEM",
-                    "--override", f"ssl.keystore.location={certificates.server}"]
+    if certificates is not None:
+        command += ssl_listener_overrides(port, certificates)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
-        create_bench_topic(port, None if certificates is None else certificates.ca)
+        create_bench_topic(port, certificates)
         yield port, psutil.Process(process.pid)
     finally:
         process.terminate()  # `kgroups serve` stops cleanly on SIGTERM, so cProfile writes
@@ -181,10 +180,7 @@ def main() -> int:
     figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
-        tls = None
-        if certificates is not None:
-            tls = ssl.create_default_context(cafile=str(certificates.ca))
-            tls.check_hostname = False  # the certificate names localhost; we dial 127.0.0.1
+        _, tls = client_tls(certificates)
         for kind in kinds:
             profile_to = Path(scratch) / f"{kind}.prof" if args.profile else None
             with broker(Path(scratch) / kind, profile_to, args.network_threads,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 from kio.serial import entity_writer
 
@@ -71,6 +72,12 @@ class ServerProcess:
                     if not line and self.process.poll() is not None:
                         break
         raise RuntimeError(f"kgroups serve did not start; log:\n{self.log_text()}")
+
+    def network_processes(self) -> list[psutil.Process]:
+        """Its network processes (num.network.threads), children of the broker process."""
+        assert self.process is not None
+        return [child for child in psutil.Process(self.process.pid).children()
+                if "kgroups.broker.network_front" in " ".join(child.cmdline())]
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -12,7 +12,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import psutil
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
 from memory_pressure import (
@@ -182,15 +181,6 @@ def test_a_frame_larger_than_a_read_chunk_is_served(inprocess_broker: InProcessB
     assert stored == value
 
 
-def _broker_processes(server: ServerProcess) -> list[int]:
-    """The broker process and its network processes (num.network.threads): each holds the
-    budget's worth at most, so each is measured."""
-    assert server.process is not None
-    broker = psutil.Process(server.process.pid)
-    return [broker.pid, *(child.pid for child in broker.children()
-                          if "network_front" in " ".join(child.cmdline()))]
-
-
 Figures = list[tuple[int, int, int]]  # per broker process: RSS before, peak, after
 
 
@@ -199,7 +189,10 @@ def _measure(server: ServerProcess, hostile: list[Hostile], seconds: float, done
     """(RSS before, peak, after) of each broker process while `hostile` run until `done` of
     them are closed or `seconds` pass, with a healthy client running throughout; `then` runs
     once they started."""
-    samplers = [RssSampler(pid) for pid in _broker_processes(server)]
+    # The broker process and its network processes: each holds the budget's worth at most.
+    assert server.process is not None
+    samplers = [RssSampler(pid) for pid in
+                (server.process.pid, *(p.pid for p in server.network_processes()))]
     healthy = HealthyClient(server.port).start()
     befores = [sampler.settled(1.5) for sampler in samplers]
     for sampler in samplers:

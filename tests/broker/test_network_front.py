@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 from acl_scenarios import AUTHORIZER
 from broker_wire_helpers import (
@@ -38,12 +37,6 @@ pytestmark = pytest.mark.interop
 
 RELAYED = "num.network.threads=1"
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
-
-
-def network_processes(server: ServerProcess) -> list[psutil.Process]:
-    assert server.process is not None
-    return [child for child in psutil.Process(server.process.pid).children()
-            if "kgroups.broker.network_front" in " ".join(child.cmdline())]
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -71,7 +64,7 @@ def relayed_server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
 
 def test_records_and_answers_pass_through_the_network_process(
         relayed_server: ServerProcess) -> None:
-    (front,) = network_processes(relayed_server)
+    (front,) = relayed_server.network_processes()
     value = bytes(range(256)) * 2000  # a 500 KiB record: frames read in chunks, answer split
     with connect(relayed_server.port) as client:
         create_topic(client, "relayed")
@@ -86,20 +79,20 @@ def test_records_and_answers_pass_through_the_network_process(
 def test_a_malformed_frame_closes_only_its_connection_logged_once(
         relayed_server: ServerProcess) -> None:
     with raw_socket(relayed_server.port) as bystander, raw_socket(relayed_server.port) as bad:
-        bystander_port = bad.getsockname()[1]
+        bad_port = bad.getsockname()[1]
         # 24 bytes announcing a 20-byte body that is no request at all.
         bad.sendall(struct.pack(">i", 20) + b"\xff" * 20)
         assert is_closed_by_peer(bad)
         assert send_and_decode(bystander, 1, API_VERSIONS).error_code == ErrorCode.NONE  # type: ignore[attr-defined]
     closes = [line for line in relayed_server.log_text().splitlines()
-              if "connection_closed" in line and f":{bystander_port} " in line + " "]
+              if "connection_closed" in line and f":{bad_port} " in line + " "]
     assert len(closes) == 1, closes
 
 
 def test_a_network_process_that_dies_is_replaced(relayed_server: ServerProcess) -> None:
-    (front,) = network_processes(relayed_server)
+    (front,) = relayed_server.network_processes()
     os.kill(front.pid, signal.SIGKILL)
-    wait_for(lambda: [p.pid for p in network_processes(relayed_server)] not in ([], [front.pid]),
+    wait_for(lambda: [p.pid for p in relayed_server.network_processes()] not in ([], [front.pid]),
              "a new network process")
     wait_for(lambda: api_versions_answered(relayed_server.port), "an answer from the new one")
     assert "network_process_exited" in relayed_server.log_text()
@@ -111,7 +104,7 @@ def test_the_network_process_ends_with_the_broker_process(tmp_path: pytest.TempP
         server = ServerProcess(tmp_path / stop.__name__, tmp_path / f"{stop.__name__}.log",
                                (RELAYED,))
         server.start()
-        (front,) = network_processes(server)
+        (front,) = server.network_processes()
         stop(server)
         front.wait(timeout=10)  # raises psutil.TimeoutExpired if it stayed
         with pytest.raises(OSError):
@@ -150,7 +143,7 @@ def test_tls_listeners_get_a_network_process_and_keep_their_identities(
                            tuple(f"{key}={value}" for key, value in settings.items()))
     server.start()
     try:
-        assert len(network_processes(server)) == 1
+        assert len(server.network_processes()) == 1
         tls = {"ssl.ca.location": str(certs.ca), "ssl.endpoint.identification.algorithm": "none"}
         by_certificate = AdminClient({
             "bootstrap.servers": f"127.0.0.1:{ssl_port}", "security.protocol": "SSL",

@@ -123,9 +123,11 @@ class RelayedConnection:
         sent, in request order."""
         if task in self._counted:
             self._counted.discard(task)
-        elif not task.cancelled() and task.exception() is None and task.result():
-            self._untaken += len(task.result() or b"")  # a raw SASL token's, an ApiVersions'
-            self._account()
+        elif not task.cancelled() and task.exception() is None:
+            data = task.result()
+            if data:  # a raw SASL token's, an ApiVersions' (no _dispatch counted them)
+                self._untaken += len(data)
+                self._account()
         in_flight = self._in_flight
         while in_flight and in_flight[0].done():
             head = in_flight.popleft()
@@ -213,12 +215,11 @@ class NetworkProcess:
             raise OSError("the network process did not start") from None
 
     def _received(self, kind: int, connection_id: int, payload: bytes) -> None:
+        connection = self._connections.get(connection_id)
         if kind == Kind.FRAME:
-            connection = self._connections.get(connection_id)
             if connection is not None:
                 connection.frame(payload)
         elif kind == Kind.TAKEN:
-            connection = self._connections.get(connection_id)
             if connection is not None:
                 connection.taken(int.from_bytes(payload, "big"))
         elif kind == Kind.OPEN:
@@ -228,12 +229,10 @@ class NetworkProcess:
             admitting = self._admitting.pop(connection_id, None)
             if admitting is not None:
                 admitting.cancel()
-            connection = self._connections.get(connection_id)
             if connection is not None:
                 log_event(logger, logging.DEBUG, "connection_lost", peer=connection.peer)
                 connection.gone()
         elif kind == Kind.IDENTITY:
-            connection = self._connections.get(connection_id)
             if connection is not None:
                 connection.session.principal = payload.decode()
         elif kind == Kind.READY and self._ready is not None and not self._ready.done():
