@@ -112,6 +112,27 @@ def test_the_network_process_ends_with_the_broker_process(tmp_path: pytest.TempP
         server.close()
 
 
+def test_kgroups_serve_takes_a_second_core_only_when_it_may_run_on_two(
+        tmp_path: pytest.TempPathFactory) -> None:
+    """Without num.network.threads, `kgroups serve` starts one network process when it may run
+    on two cores or more, and none when pinned to one, where a second process would only add
+    the relay's cost."""
+    assert len(os.sched_getaffinity(0)) >= 2, "this test needs a machine with two cores"
+    counts = {}
+    everywhere = os.sched_getaffinity(0)
+    for name, cores in (("all", everywhere), ("one", {min(everywhere)})):
+        server = ServerProcess(tmp_path / name, tmp_path / f"{name}.log")
+        os.sched_setaffinity(0, cores)  # `kgroups serve` inherits it
+        try:
+            server.start()
+        finally:
+            os.sched_setaffinity(0, everywhere)
+        counts[name] = len(server.network_processes())
+        assert api_versions_answered(server.port)
+        server.close()
+    assert counts == {"all": 1, "one": 0}
+
+
 def test_max_connections_counts_relayed_connections(start_kgroups_server) -> None:  # type: ignore[no-untyped-def]
     server = start_kgroups_server(RELAYED, "max.connections=2")
     with raw_socket(server.port) as first, raw_socket(server.port) as second:

@@ -12,7 +12,7 @@ import socket
 import sys
 from pathlib import Path
 
-from kgroups.broker.config import BrokerConfig, ConfigError
+from kgroups.broker.config import BrokerConfig, ConfigError, served_network_processes
 from kgroups.broker.events import configure_logging
 from kgroups.broker.listeners import parse_listeners
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
@@ -118,6 +118,15 @@ async def _serve(config: BrokerConfig) -> None:
         await broker.stop()
 
 
+def _usable_cores() -> int | None:
+    """The cores this process may run on (its CPU affinity, which a container or taskset may
+    narrow), not all the machine has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count()
+
+
 def run_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
@@ -125,7 +134,9 @@ def run_serve(args: argparse.Namespace) -> int:
                                     config_file=args.config, overrides=[
                                         *args.override,
                                         *([f"kgroups.metrics.port={args.metrics_port}"]
-                                          if args.metrics_port is not None else [])])
+                                          if args.metrics_port is not None else [])],
+                                    defaults={"num.network.threads": str(
+                                        served_network_processes(_usable_cores()))})
         for warning in config.warnings():
             print(f"kgroups serve: warning: {warning}", file=sys.stderr)
         _check_data_dir(config.data_dir)

@@ -78,9 +78,19 @@ def known_settings() -> frozenset[str]:
 # records; -1 keeps meaning "no limit", as kgroups' defaults say.
 WIDER_THAN_KAFKA = frozenset({"log.segment.bytes", "max.connections", "max.connections.per.ip",
                               "num.network.threads"})
-# Network processes (front_link) when num.network.threads is not given: none. Measured on a
-# 2-core machine, one process serves more requests a second even over TLS (bench/RESULTS.md).
+# Network processes (front_link) when num.network.threads is not given: none, for a broker
+# embedded in another program (tests, serve_in_background), which shares its process's cores;
+# `kgroups serve` asks for its own default (served_network_processes).
 IN_PROCESS_NETWORK_THREADS = "0"
+
+
+def served_network_processes(cores: int | None) -> int:
+    """`kgroups serve`'s num.network.threads when not given: one network process when the
+    machine has a second core for it, else none (two processes on one core only add the relay's
+    cost). With clients elsewhere, one serves 1.13-1.38x the requests a second of one process on
+    2 cores, TLS or not; with a load generator on the same 2 cores, 0.67-1.0x
+    (bench/RESULTS.md, "network processes")."""
+    return 1 if cores is not None and cores >= 2 else 0
 
 
 class ConfigError(ValueError):
@@ -116,6 +126,9 @@ class BrokerConfig:
     port: int = 9092
     data_dir: Path = Path("kgroups-data")
     properties: Mapping[str, str] = field(default_factory=lambda: dict(BROKER_DEFAULTS))
+    # Defaults the program running the broker chose over kgroups' own (`kgroups serve`'s
+    # num.network.threads): in `properties`, yet not settings an operator gave.
+    defaults: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
@@ -126,9 +139,11 @@ class BrokerConfig:
         data_dir: Path = Path("kgroups-data"),
         config_file: Path | None = None,
         overrides: Iterable[str] = (),
+        defaults: Mapping[str, str] | None = None,
     ) -> BrokerConfig:
-        """Defaults, then the properties file, then each --override, as Kafka layers them."""
-        merged = dict(BROKER_DEFAULTS)
+        """Defaults (the caller's `defaults` over kgroups' own), then the properties file, then
+        each --override, as Kafka layers them."""
+        merged = {**BROKER_DEFAULTS, **(defaults or {})}
         if config_file is not None:
             try:
                 text = config_file.read_text(encoding="utf-8")
@@ -136,7 +151,8 @@ class BrokerConfig:
                 raise ConfigError(f"cannot read config file {config_file}: {exc}") from exc
             merged.update(parse_properties(text, str(config_file)))
         merged.update(parse_override(item) for item in overrides)
-        config = cls(host=host, port=port, data_dir=data_dir, properties=merged)
+        config = cls(host=host, port=port, data_dir=data_dir, properties=merged,
+                     defaults=dict(defaults or {}))
         config.validate()
         return config
 
@@ -186,8 +202,9 @@ class BrokerConfig:
     def supplied(self) -> dict[str, str]:
         """The settings an operator gave (those equal to kgroups' own defaults are not: some,
         like max.connections=-1, are values Kafka's ranges would refuse)."""
+        defaults = {**BROKER_DEFAULTS, **self.defaults}
         return {key: value for key, value in self.properties.items()
-                if BROKER_DEFAULTS.get(key) != value}
+                if defaults.get(key) != value}
 
     def warnings(self) -> list[str]:
         """One line per supplied setting kgroups does not read: Kafka's or a typo."""
