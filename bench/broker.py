@@ -11,8 +11,9 @@ Each broker gets the newest version of each API that both it and this script spe
 a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
 unless --initial-delay-ms says otherwise. Durability as each broker runs it:
 - kgroups: its defaults (Kafka's: a commit is answered once written to the log file, fsync left
-  to the flush settings), and again with log.flush.interval.messages=1 (fsync before answering,
-  group commit across concurrent writes) unless --no-fsync;
+  to the flush settings; on 2+ cores a network process beside the broker process), and again
+  with log.flush.interval.messages=1 (fsync before answering, group commit across concurrent
+  writes) unless --no-fsync;
 - Kafka 4.3.1 (single KRaft node, tests/kafka_harness.py, 1 GiB heap): its default, answering once
   the record is in the page cache (log.flush.interval.messages unset), and again with
   log.flush.interval.messages=1 (fsync before answering) unless --no-fsync;
@@ -22,7 +23,7 @@ time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test`
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
      [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
-     [--network-process] [--tls]
+     [--single-process] [--tls]
 """
 
 from __future__ import annotations
@@ -473,12 +474,12 @@ def main() -> int:
                         help="group.initial.rebalance.delay.ms of kgroups and Kafka "
                         "(Kafka's default 3000)")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
-    parser.add_argument("--network-process", action="store_true",
-                        help="also run kgroups with num.network.threads=1 (sockets, TLS and "
-                        "framing in a network process) beside its default of 0")
+    parser.add_argument("--single-process", action="store_true",
+                        help="also run kgroups with num.network.threads=0 (sockets in the "
+                        "broker process) beside its default (a network process on 2+ cores)")
     parser.add_argument("--tls", action="store_true",
                         help="kgroups alone, over one SSL listener (PEM certificates made for "
-                        "the run); with --network-process, with a network process and without")
+                        "the run); with --single-process, without a network process too")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
@@ -487,7 +488,7 @@ def main() -> int:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
-        kgroups_runs += [("kgroups+net", False, 1)] if args.network_process else []
+        kgroups_runs += [("kgroups N=0", False, 0)] if args.single_process else []
         for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
                                 fsync_each, network_threads, certificates) as port:
@@ -507,8 +508,8 @@ def main() -> int:
     pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
     if "kgroups fsync" in results and "kafka fsync" in results:
         pairs.append(("kgroups fsync", "kafka fsync"))
-    if "kgroups+net" in results:
-        pairs.append(("kgroups+net", "kgroups"))
+    if "kgroups N=0" in results:
+        pairs.append(("kgroups N=0", "kgroups"))
     print(f"{'figure':26}" + "".join(f"{name:>15}" for name in results)
           + "".join(f"{ours + '/' + other:>28}" for ours, other in pairs))
     for figure in results["kgroups"]:
