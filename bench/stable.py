@@ -20,7 +20,7 @@ joins, the first member's early generation and rejoin, the syncs, the leader's a
 its write) goes straight through the sans-IO GroupCoordinator, and its CPU time is printed.
 
 Run: .venv/bin/python bench/stable.py [--members 10,100,1000] [--rounds 5] [--kafka]
-     [--profile] [--top K] [--core]
+     [--profile] [--top K] [--core] [--network-threads N]
 """
 
 from __future__ import annotations
@@ -61,19 +61,22 @@ from request_path import PROFILED, create_bench_topic
 
 
 @contextlib.contextmanager
-def kgroups_broker(data_dir: Path, profile_to: Path | None,
+def kgroups_broker(data_dir: Path, profile_to: Path | None, network_threads: int | None = None,
                    ) -> Iterator[tuple[int, psutil.Process]]:
     """`kgroups serve` with its defaults but no initial rebalance delay (under cProfile when
-    `profile_to` names the output), with the bench topic created."""
+    `profile_to` names the output; with `network_threads` network processes when given), with
+    the bench topic created."""
     port = free_port()
     command = [sys.executable]
     command += ["-m", "kgroups.cli"] if profile_to is None else ["-c", PROFILED, str(profile_to)]
     command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0"]
+    if network_threads is not None:
+        command += ["--override", f"num.network.threads={network_threads}"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
-        create_bench_topic(port)
+        create_bench_topic(port, None)
         yield port, psutil.Process(process.pid)
     finally:
         process.terminate()  # a clean stop, so cProfile writes its file
@@ -164,6 +167,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="run kgroups under cProfile and print where its time goes")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--network-threads", type=int, default=None,
+                        help="num.network.threads of kgroups (default: kgroups serve's own)")
     parser.add_argument("--core", action="store_true",
                         help="only the sans-IO coordinator's CPU time per formation")
     args = parser.parse_args()
@@ -175,13 +180,14 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         profile_to = Path(scratch) / "stable.prof" if args.profile else None
-        with kgroups_broker(Path(scratch) / "kgroups", profile_to) as (port, process):
+        with kgroups_broker(Path(scratch) / "kgroups", profile_to,
+                            args.network_threads) as (port, process):
             report("kgroups", asyncio.run(rounds(port, args.members, args.rounds, process)))
         if profile_to is not None:
             pstats.Stats(str(profile_to)).sort_stats("tottime").print_stats(args.top)
         if args.kafka:
             with kafka_broker(Path(scratch) / "kafka", 0, fsync_each=False) as port:
-                create_bench_topic(port)
+                create_bench_topic(port, None)
                 report("kafka", asyncio.run(rounds(port, args.members, args.rounds, None)))
     return 0
 
