@@ -88,7 +88,7 @@ def served_network_processes(cores: int | None) -> int:
     """`kgroups serve`'s num.network.threads when not given: one network process when the
     machine has a second core for it, else none (two processes on one core only add the relay's
     cost). With clients elsewhere, one serves 1.13-1.38x the requests a second of one process on
-    2 cores, TLS or not; with a load generator on the same 2 cores, 0.67-1.0x
+    2 cores, TLS or not; with a load generator on the same 2 cores, 0.65-1.0x
     (bench/RESULTS.md, "network processes")."""
     return 1 if cores is not None and cores >= 2 else 0
 
