@@ -160,6 +160,36 @@ def test_create_partitions_api_checks(broker) -> None:  # type: ignore[no-untype
                                         build(topic_type, name="t", count=6,
                                               assignments=None))] == [42, 42]
     assert broker.broker.topics.partition_count("t") == 2
+    # More than 10,000 new partitions at once: refused whole, before any is made.
+    assert grow(build(topic_type, name="t", count=10_003, assignments=None)) == [
+        ("t", 44, "Excessively large number of partitions per request.")]  # POLICY_VIOLATION
+    assert broker.broker.topics.partition_count("t") == 2
+
+
+def test_create_topics_refuses_what_kafka_calls_an_excessively_large_request(broker) -> None:  # type: ignore[no-untyped-def]
+    """Kafka 4.3.1's answers: over 10,000 partitions, or over 10,000 records with the topic's
+    own and its configs'; nothing is created (a request that size would hold ~20,000 files)."""
+    request = request_type(19, 7)
+    topic_type = sibling(request, "CreatableTopic")
+    config_type = sibling(request, "CreatableTopicConfig")
+
+    def create(name: str, partitions: int, configs: int = 0) -> tuple[int, str | None]:
+        topic = build(topic_type, name=name, num_partitions=partitions, replication_factor=1,
+                      assignments=(), configs=tuple(
+                          build(config_type, name=key, value="600000")
+                          for key in ("retention.ms", "segment.ms")[:configs]))
+        with connect(broker.port) as client:
+            response = client.call(build(request, topics=(topic,), validate_only=True,
+                                         timeout=datetime.timedelta(seconds=10)))
+        (result,) = response.topics
+        return int(result.error_code), result.error_message
+
+    assert create("huge", 10_001) == (44, "Excessively large number of partitions per request.")
+    assert create("huge", 10_000) == (44, "Unable to perform excessively large batch operation.")
+    assert create("huge", 9_998, configs=2) == (44, "Unable to perform excessively large batch "
+                                                     "operation.")
+    assert create("huge", 9_999) == (0, None)  # validate only: nothing made
+    assert broker.broker.topics.partition_count("huge") is None
 
 
 def test_every_argument_has_help() -> None:

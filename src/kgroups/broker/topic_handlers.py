@@ -19,6 +19,13 @@ from kgroups.errors import ErrorCode
 logger = logging.getLogger("kgroups.topics")
 
 USE_BROKER_DEFAULT = -1
+# Kafka's controller refuses a request that would write more than this many metadata records
+# (a topic, each of its partitions, each of its configs) or add more partitions at once:
+# POLICY_VIOLATION, with these messages (Kafka 4.3.1 on the wire). It also bounds what one
+# request can make this broker open: each partition holds open files.
+MAX_RECORDS_PER_REQUEST = 10_000
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
 
 
 def _create_one(
@@ -42,7 +49,11 @@ def _create_one(
         partitions = int(topic.num_partitions)
     if partitions < 1:
         return ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.", -1
+    if partitions > MAX_RECORDS_PER_REQUEST:
+        return ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS, -1
     configs = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
+    if 1 + partitions + len(configs) > MAX_RECORDS_PER_REQUEST:
+        return ErrorCode.POLICY_VIOLATION, TOO_MANY_RECORDS, -1
     try:
         topic_log_config(broker.log_config, configs)
     except TopicConfigError as exc:
@@ -125,7 +136,8 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 
 def _grow_one(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None]:
     """Kafka's checks for one topic of CreatePartitions: it exists, is not internal, the count
-    is an increase, and any explicit assignment names this broker once per new partition."""
+    is an increase of at most MAX_RECORDS_PER_REQUEST, and any explicit assignment names this
+    broker once per new partition."""
     current = ctx.broker.topics.partition_count(topic.name)
     if current is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic.name}' does not exist."
@@ -137,6 +149,10 @@ def _grow_one(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[Err
     if count < current:
         return (ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} "
                 f"partition(s); {count} would not be an increase.")
+    if count - current > MAX_RECORDS_PER_REQUEST:
+        # Kafka 4.3.1 adds the first 10,000 and answers UNKNOWN_SERVER_ERROR
+        # (docs/compatibility.md); kgroups refuses the request whole.
+        return ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS
     if topic.assignments is not None:
         if len(topic.assignments) != count - current:
             return (ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {count - current} "
