@@ -25,7 +25,7 @@ JOIN_BELOW = 64 * 1024  # pieces smaller than this are joined into one write
 # sends every answer, while the network process waits; then the reverse, so neither is ever busy
 # while the other is, and with a network process kgroups was slower than without. Taken in
 # slices, the first answers leave while the broker still works on the rest (bench/
-# network_processes.py: x0.73-0.84 of one process before, x1.01-1.24 after).
+# network_processes.py: x0.73-0.87 of one process before, x1.13-1.38 after).
 MESSAGES_PER_PASS = 32
 
 
