@@ -1,8 +1,10 @@
 """Per-topic log settings given at CreateTopics (`cleanup.policy=compact`, `retention.ms`, ...).
 
-They are kept in `<data dir>/__topic_configs/<topic>.properties` (a directory name the log never
-takes for a partition) and handed to the LogManager before a partition opens, so a compacted
-topic stays compacted after a restart. Settings kgroups cannot honour are refused with
+They are kept in `<data dir>/__topic_configs/<topic>.cfg` (a directory name the log never
+takes for a partition; `.cfg` rather than `.properties` so that a topic name of Kafka's
+longest, 249 characters, still makes a file name within the 255 bytes file systems allow)
+and handed to the LogManager before a partition opens, so a compacted topic stays compacted
+after a restart. Settings kgroups cannot honour are refused with
 INVALID_CONFIG rather than accepted and ignored.
 
 IncrementalAlterConfigs changes them with Kafka's operations (SET, DELETE, APPEND and SUBTRACT
@@ -21,6 +23,10 @@ from kgroups.broker.config import parse_properties
 from kgroups.log.config import LogConfig
 
 CONFIG_DIRECTORY = "__topic_configs"
+_SUFFIX = ".cfg"
+# Data directories written before kgroups kept topic names of 245-249 characters: their files
+# are renamed at the first start that finds them.
+_LEGACY_SUFFIX = ".properties"
 
 # Kafka's topic-level names -> the LogConfig field each sets.
 TOPIC_CONFIG_FIELDS: Mapping[str, str] = {
@@ -214,15 +220,17 @@ class TopicConfigStore:
         self._directory = data_dir / directory
 
     def _path(self, topic: str) -> Path:
-        return self._directory / f"{topic}.properties"
+        return self._directory / f"{topic}{_SUFFIX}"
 
     def load_all(self) -> dict[str, dict[str, str]]:
         if not self._directory.is_dir():
             return {}
+        for legacy in self._directory.glob(f"*{_LEGACY_SUFFIX}"):
+            legacy.replace(self._path(legacy.name.removesuffix(_LEGACY_SUFFIX)))
         return {
-            path.name.removesuffix(".properties"): parse_properties(
+            path.name.removesuffix(_SUFFIX): parse_properties(
                 path.read_text(encoding="utf-8"), str(path))
-            for path in sorted(self._directory.glob("*.properties"))
+            for path in sorted(self._directory.glob(f"*{_SUFFIX}"))
         }
 
     def save(self, topic: str, overrides: Mapping[str, str]) -> None:

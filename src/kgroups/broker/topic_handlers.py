@@ -37,6 +37,10 @@ def _create_one(
         return ErrorCode.INVALID_TOPIC_EXCEPTION, name_problem, -1
     if broker.topics.partition_count(topic.name) is not None:
         return ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{topic.name}' already exists.", -1
+    colliding = broker.topics.collision(topic.name)
+    if colliding is not None:
+        return (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{topic.name}' collides with existing topic: {colliding}", -1)
     replication = int(topic.replication_factor)
     if replication not in (USE_BROKER_DEFAULT, 1):
         return (ErrorCode.INVALID_REPLICATION_FACTOR,

@@ -35,7 +35,8 @@ def topic_name_error(name: str | None) -> str | None:
     if name in (".", ".."):
         return f"topic name cannot be {name!r}"
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        return f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters"
+        return (f"Topic name is invalid: the length of '{name}' is longer than the max allowed "
+                f"length {MAX_TOPIC_NAME_LENGTH}")
     if not _LEGAL_TOPIC_NAME.fullmatch(name):
         return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_', '-'"
     return None
@@ -86,6 +87,14 @@ class TopicCatalog:
             entries.append((name, str(value), own))
         return entries
 
+    def collision(self, topic: str) -> str | None:
+        """An existing topic whose name differs from `topic` only by '.' against '_', which
+        Kafka refuses: both would name the same metric."""
+        if topic in self._counts:
+            return None
+        folded = topic.replace(".", "_")
+        return next((name for name in self._counts if name.replace(".", "_") == folded), None)
+
     def log(self, topic: str, partition: int) -> PartitionLog | None:
         """The partition's log, or None unless the topic exists and has that partition. Data
         requests go through here, so a client-chosen name (say `x/../other`) never reaches
@@ -106,6 +115,8 @@ class TopicCatalog:
             return ErrorCode.INVALID_PARTITIONS
         if self.partition_count(topic) is not None:
             return ErrorCode.TOPIC_ALREADY_EXISTS
+        if self.collision(topic) is not None:
+            return ErrorCode.INVALID_TOPIC_EXCEPTION
         if configs:
             log_config = topic_log_config(self._logs.config, configs)
             self._configs.save(topic, configs)

@@ -18,6 +18,8 @@ from kgroups.errors import ErrorCode
 RequestId = Hashable
 NO_GENERATION = -1
 UNKNOWN_MEMBER_ID = ""
+# The longest string Kafka's protocol and records carry: an int16 length, in bytes of UTF-8.
+MAX_STRING_BYTES = 32767
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ reference lists them); comments name the Kafka behaviour where it is not obvious
 from __future__ import annotations
 
 from kgroups.coordinator.api import (
+    MAX_STRING_BYTES,
     UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -124,6 +125,12 @@ class MembershipHandlers(CoordinatorCore):
             return
         instance_id = req.group_instance_id
         new_member_id = f"{instance_id or req.client_id}-{self._new_uuid()}"
+        if len(new_member_id.encode()) > MAX_STRING_BYTES:
+            # A client or instance id near the wire's limit leaves no room for the uuid: the
+            # id could be neither answered nor written, so Kafka fails the join and keeps no
+            # trace of it.
+            self._reply_join_error(req, ErrorCode.UNKNOWN_SERVER_ERROR, UNKNOWN_MEMBER_ID)
+            return
         if instance_id is not None:
             old_member_id = group.static_members.get(instance_id)
             if old_member_id is not None:
