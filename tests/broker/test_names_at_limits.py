@@ -126,3 +126,15 @@ def test_settings_files_of_an_older_data_directory_are_kept(tmp_path: Path) -> N
     store.save("L" * 249, {"cleanup.policy": "compact"})
     assert TopicConfigStore(tmp_path).load_all() == {
         "orders": {"retention.ms": "600000"}, "L" * 249: {"cleanup.policy": "compact"}}
+
+
+def test_a_colliding_name_is_not_auto_created(any_broker: Any) -> None:
+    stem = f"auto{uuid.uuid4().hex[:8]}"
+    assert _create(any_broker, f"{stem}.dot") == (0, None)
+    with _client(any_broker) as client:
+        (topic,) = client.call(build(request_type(3, 12), topics=(
+            build(sibling(request_type(3, 12), "MetadataRequestTopic"), name=f"{stem}_dot",
+                  topic_id=uuid.UUID(int=0)),), allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False)).topics
+    assert (int(topic.error_code), topic.partitions) == (3, ())  # UNKNOWN_TOPIC_OR_PARTITION
+    assert _delete(any_broker, f"{stem}.dot") == 0

@@ -100,9 +100,11 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
             if topic_name_error(name) is not None:
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
             elif _may_auto_create(ctx, request):
-                broker.topics.create(name, broker.config.num_partitions)
-                log_event(logger, logging.INFO, "topic_created", topic=name,
-                          partitions=broker.config.num_partitions, reason="auto_create")
+                if broker.topics.create(name, broker.config.num_partitions) == ErrorCode.NONE:
+                    log_event(logger, logging.INFO, "topic_created", topic=name,
+                              partitions=broker.config.num_partitions, reason="auto_create")
+                else:  # a name colliding with an existing topic's: Kafka's answer
+                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 counts = broker.topics.partition_counts()
                 # Kafka reports a freshly auto-created topic as LEADER_NOT_AVAILABLE once; the
                 # leader is known immediately here, so the partitions are returned right away.
