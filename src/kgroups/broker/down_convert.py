@@ -14,13 +14,15 @@ from __future__ import annotations
 import struct
 import zlib
 
-from kgroups.log.batch import TIMESTAMP_LOG_APPEND, iter_batches
+from kgroups.log.batch import CONTROL, TIMESTAMP_LOG_APPEND, check_batch, records_of
 
 _OFFSET_SIZE_CRC = struct.Struct(">qiI")
 _MAGIC_ATTRIBUTES = struct.Struct(">bb")
 _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _NULL = _LENGTH.pack(-1)
+# Offset, size, CRC, magic, attributes, key and value lengths (+ the timestamp in magic 1).
+_SMALLEST_MESSAGE = {0: 26, 1: 34}
 
 
 def fetch_magic(fetch_version: int) -> int:
@@ -45,17 +47,28 @@ def legacy_message(offset: int, magic: int, timestamp: int, key: bytes | None,
 
 def down_convert(records: bytes, magic: int, fetch_offset: int, max_bytes: int) -> bytes:
     """The messages of the records at or after `fetch_offset` in `records` (whole v2
-    batches), up to `max_bytes` of them but at least one, as Kafka always sends the first."""
+    batches), up to `max_bytes` of them but at least one, as Kafka always sends the first.
+
+    Only the records that can reach the answer are parsed: a record's message takes at least
+    `_SMALLEST_MESSAGE` bytes, and offsets grow at least one a record, so a batch is read no
+    further than the fetch offset plus what `max_bytes` can hold (a megabyte of compressed
+    empty records would otherwise cost seconds and a few hundred megabytes to convert whole)."""
     out = bytearray()
-    for batch in iter_batches(records):
-        if batch.is_control:
+    records = bytes(records)  # a no-op for bytes; a file read may hand a memoryview
+    pos = 0
+    while pos < len(records):
+        header, end = check_batch(records, pos)
+        batch_pos, pos = pos, end
+        if header.attributes & CONTROL:
             continue
-        log_append_time = bool(batch.attributes & TIMESTAMP_LOG_APPEND)
-        for record in batch.records:
-            if record.offset < fetch_offset:
+        room = max(max_bytes - len(out), 0) // _SMALLEST_MESSAGE[magic] + 1
+        needed = max(fetch_offset - header.base_offset, 0) + room
+        log_append_time = bool(header.attributes & TIMESTAMP_LOG_APPEND)
+        for offset, timestamp, key, value in records_of(records, batch_pos, end, header, False,
+                                                        limit=needed):
+            if offset < fetch_offset:
                 continue
-            message = legacy_message(record.offset, magic, record.timestamp, record.key,
-                                     record.value, log_append_time)
+            message = legacy_message(offset, magic, timestamp, key, value, log_append_time)
             if out and len(out) + len(message) > max_bytes:
                 return bytes(out)
             out += message

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,10 +40,23 @@ from kgroups.broker.record_policy import (
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import MAGIC, MAGIC_AT, BatchCorruptError, check_batch
+from kgroups.log.batch import (
+    MAGIC,
+    MAGIC_AT,
+    RECORDS_COUNT_AT,
+    BatchCorruptError,
+    check_batch,
+)
 from kgroups.log.partition_log import PartitionLog
 
 logger = logging.getLogger("kgroups.produce")
+_INT32 = struct.Struct(">i")
+# A compacted topic's batches holding more records than this are read for keys in a worker
+# thread (~0.4 us a record: about 2 ms on the loop at most, otherwise).
+RECORDS_READ_ON_THE_LOOP = 5_000
+# One gate per compacted log, held from its batches' check to their append.
+_COMPACTED_GATES: weakref.WeakKeyDictionary[PartitionLog, asyncio.Lock] = (
+    weakref.WeakKeyDictionary())
 
 VALID_ACKS = (-1, 0, 1)
 
@@ -92,8 +107,24 @@ def split_batches(
     return batches
 
 
-def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-            appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
+async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
+    """A compacted topic's batches are read for their keys, a large batch in a worker thread
+    so the event loop serves other clients meanwhile; appends to such a log pass a gate in
+    arrival order, so a request waiting for its check is never overtaken by a later one."""
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError:
+        log = None  # _append_checked answers it
+    if log is None or not log.config.compacted:
+        return await _append_checked(ctx, topic, partition, records, appended)
+    async with _COMPACTED_GATES.setdefault(log, asyncio.Lock()):
+        return await _append_checked(ctx, topic, partition, records, appended)
+
+
+async def _append_checked(
+        ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+        appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
     broker = ctx.broker
     if topic in INTERNAL_TOPICS:
         return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -106,7 +137,7 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)
     if not isinstance(batches, PartitionOutcome):
-        batches = _apply_topic_policy(log, topic, partition, batches)
+        batches = await _apply_topic_policy(log, topic, partition, batches)
     if isinstance(batches, PartitionOutcome):
         log_event(logger, logging.INFO, "produce_rejected", topic=topic, partition=partition,
                   error=batches.error.name, client=ctx.client_id)
@@ -139,20 +170,26 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
     return outcome
 
 
-def _apply_topic_policy(
+async def _apply_topic_policy(
     log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
 ) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
     """The batches as the topic's settings want them stored, each with its LogAppendTime
     stamp (-1 for CreateTime), or the refusal of all of them: a compacted topic takes no
     record without a key (INVALID_RECORD with one error per record, as Kafka answers)."""
     if log.config.compacted:
+        raw = [batch for batch, _ in batches]
         try:
-            errors = keyless_record_errors([batch for batch, _ in batches], topic, partition)
+            if sum(_INT32.unpack_from(batch, RECORDS_COUNT_AT)[0] for batch in raw) \
+                    > RECORDS_READ_ON_THE_LOOP:
+                total, errors = await asyncio.to_thread(
+                    keyless_record_errors, raw, topic, partition)
+            else:
+                total, errors = keyless_record_errors(raw, topic, partition)
         except BatchCorruptError as exc:
             return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
         if errors:
             return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
-                                    message=record_errors_message(errors),
+                                    message=record_errors_message(errors, total),
                                     record_errors=errors)
     if log.config.message_timestamp_type != "LogAppendTime":
         return [(batch, identity, -1) for batch, identity in batches]
@@ -196,7 +233,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             if acks not in VALID_ACKS:
                 outcome = PartitionOutcome(ErrorCode.INVALID_REQUIRED_ACKS)
             else:
-                outcome = _append(ctx, topic.name, int(data.index), data.records, appended)
+                outcome = await _append(ctx, topic.name, int(data.index), data.records,
+                                        appended)
             partitions.append((int(data.index), outcome))
         outcomes.append((topic.name, partitions))
     if appended and acks != 0:

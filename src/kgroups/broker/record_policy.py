@@ -3,9 +3,10 @@ LogValidator does it: a compacted topic refuses records without a key (compactio
 last value per key, so a keyless record could never be cleaned), and a LogAppendTime topic has
 the broker stamp each batch with its own clock.
 
-Records are parsed only for compacted topics; a LogAppendTime stamp rewrites the batch header
-in place (timestamp-type bit, max timestamp, CRC), leaving the records' own timestamps as
-produced, as Kafka does: readers take every record's time from the batch's max timestamp.
+Records are read only for compacted topics, and then only as far as their keys; a
+LogAppendTime stamp rewrites the batch header in place (timestamp-type bit, max timestamp,
+CRC), leaving the records' own timestamps as produced, as Kafka does: readers take every
+record's time from the batch's max timestamp.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from kgroups.log.batch import (
     MAX_TIMESTAMP_AT,
     TIMESTAMP_LOG_APPEND,
     check_batch,
-    records_of,
+    keyless_records,
 )
 
 _INT16 = struct.Struct(">h")
@@ -29,28 +30,34 @@ _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
 # Kafka quotes at most this many record errors in the partition's error message.
 QUOTED_RECORD_ERRORS = 3
+# kgroups lists at most this many in the answer's record_errors (Kafka: all of them).
+MAX_RECORD_ERRORS = 1000
 
 RecordError = tuple[int, str]  # (index of the record in its batch, message)
 
 
-def keyless_record_errors(batches: list[bytes], topic: str, partition: int) -> list[RecordError]:
-    """One error per record without a key, for a compacted topic."""
+def keyless_record_errors(batches: list[bytes], topic: str, partition: int
+                          ) -> tuple[int, list[RecordError]]:
+    """For a compacted topic: how many records have no key, and the errors Kafka answers for
+    the first MAX_RECORD_ERRORS of them (Kafka answers one per record: a batch of a million
+    empty records would make a ~100 MB answer, which stalls Kafka 4.3.1 itself, measured)."""
     message = f"Compacted topic cannot accept message without key in topic partition " \
               f"{topic}-{partition}"
-    errors = []
+    total = 0
+    errors: list[RecordError] = []
     for batch in batches:
         header, end = check_batch(batch, 0)
-        for index, row in enumerate(records_of(batch, 0, end, header, False)):
-            if row[2] is None:
-                errors.append((index, message))
-    return errors
+        count, indexes = keyless_records(batch, 0, end, header, MAX_RECORD_ERRORS - len(errors))
+        total += count
+        errors += [(index, message) for index in indexes]
+    return total, errors
 
 
-def record_errors_message(errors: list[RecordError]) -> str:
+def record_errors_message(errors: list[RecordError], total: int) -> str:
     """The partition-level message Kafka sends with record errors (Produce v8+)."""
     quoted = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
                        for index, message in errors[:QUOTED_RECORD_ERRORS])
-    return (f"One or more records have been rejected due to {len(errors)} record errors in "
+    return (f"One or more records have been rejected due to {total} record errors in "
             f"total, and only showing the first three errors at most: [{quoted}]")
 
 

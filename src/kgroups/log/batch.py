@@ -381,25 +381,93 @@ def read_varint(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int, 
             raise BatchCorruptError(f"batch at byte {batch_pos}: varint too long", pos)
 
 
+def record_section(
+    buf: bytes, batch_pos: int, batch_end: int, header: BatchHeader
+) -> tuple[bytes, int, int]:
+    """(data, start, stop): where the records of a batch already passed by `check_batch` lie,
+    decompressed if the batch is compressed."""
+    attributes = header.attributes
+    if not attributes & COMPRESSION_MASK:
+        return buf, batch_pos + HEADER_SIZE, batch_end
+    try:
+        data = decompress(
+            Compression(attributes & COMPRESSION_MASK), buf[batch_pos + HEADER_SIZE : batch_end]
+        )
+    except (CompressionError, ValueError) as exc:
+        raise BatchCorruptError(f"batch at byte {batch_pos}: {exc}", batch_pos) from exc
+    return data, 0, len(data)
+
+
 def records_of(
-    buf: bytes, batch_pos: int, batch_end: int, header: BatchHeader, with_headers: bool
+    buf: bytes, batch_pos: int, batch_end: int, header: BatchHeader, with_headers: bool,
+    limit: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """The records of a batch already passed by `check_batch`, as (offset, timestamp, key,
-    value[, headers]) tuples."""
+    value[, headers]) tuples; with `limit`, only the first `limit` of them (the rest are not
+    parsed, so a reader that needs a few records of a huge batch pays for those only)."""
     rows: list[tuple[Any, ...]] = []
-    attributes = header.attributes
-    if attributes & COMPRESSION_MASK:
-        try:
-            data = decompress(
-                Compression(attributes & COMPRESSION_MASK), buf[batch_pos + HEADER_SIZE : batch_end]
-            )
-        except (CompressionError, ValueError) as exc:
-            raise BatchCorruptError(f"batch at byte {batch_pos}: {exc}", batch_pos) from exc
-        start, stop = 0, len(data)
-    else:
-        data, start, stop = buf, batch_pos + HEADER_SIZE, batch_end
-    _walk(data, start, stop, header, batch_pos, with_headers, False, rows)
+    data, start, stop = record_section(buf, batch_pos, batch_end, header)
+    whole = limit is None or limit >= header.records_count
+    if not whole:
+        header = header._replace(records_count=max(limit or 0, 0))
+    _walk(data, start, stop, header, batch_pos, with_headers, False, rows, whole)
     return rows
+
+
+def keyless_records(buf: bytes, batch_pos: int, batch_end: int, header: BatchHeader,
+                    quoted: int) -> tuple[int, list[int]]:
+    """How many records of a batch already passed by `check_batch` have no key, and the
+    indexes of the first `quoted` of them: what a compacted topic refuses. Records are checked
+    as strictly as `records_of` with headers checks them (the log cleaner reads them so later)
+    but none is built: a batch may hold a million empty records in a compressed megabyte."""
+    data, pos, stop = record_section(buf, batch_pos, batch_end, header)
+    keyless = 0
+    first: list[int] = []
+    try:
+        for index in range(header.records_count):
+            if pos >= stop:
+                raise BatchCorruptError(f"batch at byte {batch_pos}: holds fewer records than "
+                                        f"its count {header.records_count}", pos)
+            length, pos = _varint_at(data, pos, stop, batch_pos)
+            record_end = pos + length
+            if record_end > stop or record_end <= pos:
+                raise BatchCorruptError(f"batch at byte {batch_pos}: record overruns the batch",
+                                        pos)
+            pos += 1  # attributes
+            _, pos = _varint_at(data, pos, record_end, batch_pos)  # timestamp delta
+            _, pos = _varint_at(data, pos, record_end, batch_pos)  # offset delta
+            size, pos = _varint_at(data, pos, record_end, batch_pos)
+            if size < 0:
+                keyless += 1
+                if len(first) < quoted:
+                    first.append(index)
+            else:
+                pos += size
+            size, pos = _varint_at(data, pos, record_end, batch_pos)
+            pos += max(size, 0)
+            if data[pos] == 0:  # no headers, the common case
+                pos += 1
+            else:
+                _, pos = _read_headers(data, pos, record_end, batch_pos)
+            if pos != record_end:
+                raise BatchCorruptError(
+                    f"batch at byte {batch_pos}: record fields do not fill its length", pos)
+    except IndexError as exc:
+        raise BatchCorruptError(
+            f"batch at byte {batch_pos}: a record runs past the end of the batch", batch_pos
+        ) from exc
+    if pos != stop:
+        raise BatchCorruptError(
+            f"batch at byte {batch_pos}: {stop - pos} bytes after its records", pos)
+    return keyless, first
+
+
+def _varint_at(data: bytes, pos: int, stop: int, batch_pos: int) -> tuple[int, int]:
+    """`read_varint` with the one-byte case first."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    return read_varint(data, pos, stop, batch_pos)
 
 
 def locate_values(
@@ -426,15 +494,17 @@ def _walk(
     with_headers: bool,
     value_spans: bool,
     out: list[tuple[Any, ...]] | dict[bytes | None, ValueSpan],
+    whole: bool = True,
 ) -> None:
     """`_parse_section` over data[start:stop], the records of the batch with `header` at
-    `batch_pos`, reporting a record cut short by the end of the data as a corrupt batch."""
+    `batch_pos`, reporting a record cut short by the end of the data as a corrupt batch;
+    without `whole`, the records are only the first of the section's."""
     append_time = header.max_timestamp if header.attributes & TIMESTAMP_LOG_APPEND else None
     try:
         _parse_section(
             data, start, stop, header.records_count, header.base_offset, header.base_timestamp,
             append_time, batch_pos,
-            with_headers, value_spans, out,
+            with_headers, value_spans, out, whole,
         )
     except IndexError as exc:
         raise BatchCorruptError(
@@ -454,10 +524,12 @@ def _parse_section(
     with_headers: bool,
     value_spans: bool,
     out: list[tuple[Any, ...]] | dict[bytes | None, ValueSpan],
+    whole: bool = True,
 ) -> None:
-    """Walk `count` records in data[pos:stop] in one flat loop. Each record is appended to the
-    list `out` as (offset, timestamp, key, value[, headers]) or, with `value_spans`, filed in
-    the dict `out` under its key as (offset, timestamp, key, value position, value length).
+    """Walk `count` records in data[pos:stop] in one flat loop (with `whole`, they must fill
+    it). Each record is appended to the list `out` as (offset, timestamp, key, value[,
+    headers]) or, with `value_spans`, filed in the dict `out` under its key as (offset,
+    timestamp, key, value position, value length).
     Varints under 0x80 are decoded inline, which covers nearly every length and delta in a
     __consumer_offsets record. One loop serves every mode, at a flag test per record, so that
     the checks exist once; filing spans here rather than in a list for the caller to file
@@ -542,7 +614,7 @@ def _parse_section(
                 )
             pos = record_end
             append((base_offset + offset_delta, timestamp, key, value))
-    if pos != stop:
+    if pos != stop and whole:
         raise BatchCorruptError(
             f"batch at byte {batch_pos}: {stop - pos} bytes after its {count} records", pos
         )
