@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	touch $(STAMP)
 
-# kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
+# PostgreSQL (the storage tests start a throwaway server), kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
 # Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs and Chromium
 # (renders the analyze report headless in its layout test) come from Debian's packages when
 # missing.
@@ -41,6 +41,7 @@ system-deps:
 	test -x /usr/share/zookeeper/bin/zkServer.sh || missing="$$missing zookeeper"; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing"; \
 		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
@@ -87,9 +88,9 @@ test: install lint kafka java-harness
 	$(BIN)/python -m pytest --cov=kgroups --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/kgroups/coordinator/*' --fail-under=95
 
-# The quick loop: everything but the interop, Spark and real-Kafka tests.
+# The quick loop: everything but the interop, Spark, real-Kafka and PostgreSQL tests.
 test-fast: install
-	$(BIN)/python -m pytest -m "not interop and not spark and not kafka" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not interop and not spark and not kafka and not postgresql" $(PYTEST_ARGS)
 
 bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -16,13 +16,15 @@ LAYERS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "log": frozenset({"errors"}),
     "records": frozenset({"errors", "log"}),
+    # A cluster's store (PostgreSQL) beside the local log, whose formats it keeps.
+    "storage": frozenset({"errors", "log"}),
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
     "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
     "pipeline": frozenset({"errors", "log", "records"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
-                      "pipeline"}),
+                      "pipeline", "storage"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
     # The package itself: `kgroups.serve_in_background`, loaded on first use.

@@ -15,6 +15,7 @@ from kgroups.broker import acls_cli, admin_cli, topics_cli, users_cli
 from kgroups.broker import cli as broker_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
+from kgroups.storage import cli as storage_cli
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
 COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
@@ -26,6 +27,7 @@ COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
     assignors_cli.register,
     records_cli.register,
     pipeline_cli.register,
+    storage_cli.register,
 )
 
 

@@ -1,0 +1,129 @@
+"""`kgroups storage import` and `export` as a user runs them: a broker's data directory into a
+PostgreSQL store and back out, the batches byte for byte at their offsets, topic ids and
+committed offsets kept, the exported directory served by `kgroups serve` and read by Kafka's
+DumpLogSegments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.broker.broker_wire_helpers import (
+    connect,
+    create_topic,
+    fetch_request,
+    produce_request,
+)
+from tests.kafka_harness import run_kafka_tool
+
+from kgroups import serve_in_background
+from kgroups.broker import admin
+from kgroups.cli import main
+from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.config import LogConfig
+from kgroups.log.manager import LogManager
+from kgroups.log.topic_ids import read_partition_metadata
+
+pytestmark = pytest.mark.postgresql
+
+PARTITIONS = 3
+
+
+def _populate(data_dir: Path) -> None:
+    """A topic with batches in every partition and a group's commits in __consumer_offsets."""
+    with serve_in_background(data_dir=data_dir) as broker, connect(broker.port) as client:
+        create_topic(client, "events", PARTITIONS)
+        for partition in range(PARTITIONS):
+            for round_ in range(4):
+                client.call(produce_request("events", partition, build_batch(
+                    [(f"k{i}".encode(), f"p{partition}r{round_}v{i}".encode(), 1_000 + i)
+                     for i in range(round_ + 1)])))
+        for offset in (3, 7, 10):
+            admin.execute_reset(client, "billing", [
+                admin.OffsetReset("events", partition, None, offset)
+                for partition in range(PARTITIONS)])
+
+
+def _log_bytes(data_dir: Path) -> dict[tuple[str, int], bytes]:
+    """Every partition's batches from its log start, as one bytes object."""
+    logs = LogManager(data_dir, LogConfig())
+    try:
+        found = {}
+        for topic, partition in logs.partitions():
+            log = logs.get(topic, partition)
+            assert log is not None
+            found[(topic, partition)] = log.read(log.log_start_offset, 1 << 30)
+        return found
+    finally:
+        logs.close()
+
+
+def _storage(*args: str) -> int:
+    return main(["storage", *args])
+
+
+def test_a_data_directory_survives_the_round_trip_through_postgresql(
+        tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    source, exported = tmp_path / "source", tmp_path / "exported"
+    _populate(source)
+    assert _storage("import", str(source), "--to", postgres_url) == 0
+    out, _ = capsys.readouterr()
+    offsets_partitions = len(list(source.glob("__consumer_offsets-*")))
+    assert out.startswith(f"imported 2 topics, {PARTITIONS + offsets_partitions} partitions, ")
+    assert _storage("export", postgres_url, "--to", str(exported)) == 0
+    assert capsys.readouterr().out.startswith("exported 2 topics, ")
+    before, after = _log_bytes(source), _log_bytes(exported)
+    assert after == before and before[("events", 2)]
+    for name in ("events-0", "__consumer_offsets-0"):
+        assert read_partition_metadata(exported / name) == read_partition_metadata(source / name)
+    assert main(["offsets", "dump", str(source)]) == 0
+    dumped_before = capsys.readouterr().out
+    assert main(["offsets", "dump", str(exported)]) == 0
+    assert capsys.readouterr().out == dumped_before
+    assert [json.loads(line)["key"]["type"] for line in dumped_before.splitlines()].count(
+        1) == 3 * PARTITIONS  # OffsetCommitKey
+    # The exported directory is a data directory: the group's offsets and the records are there.
+    with serve_in_background(data_dir=exported) as broker, connect(broker.port) as client:
+        assert admin.committed_offsets(client, "billing") == {
+            ("events", partition): 10 for partition in range(PARTITIONS)}
+        response = client.call(fetch_request("events", 1, 4))  # whole batches: from 3
+        records = response.responses[0].partitions[0].records
+        values = [r.value for b in iter_batches(bytes(records)) for r in b.records]
+        assert values == [b"p1r2v0", b"p1r2v1", b"p1r2v2", b"p1r3v0", b"p1r3v1", b"p1r3v2",
+                          b"p1r3v3"]
+
+
+def test_mistakes_are_one_line_and_move_nothing(
+        tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "source"
+    _populate(source)
+    assert _storage("import", str(source), "--to", postgres_url) == 0
+    capsys.readouterr()
+    assert _storage("import", str(source), "--to", postgres_url) == 2
+    assert capsys.readouterr().err == (
+        "kgroups storage: the store already has topic(s) __consumer_offsets, events\n")
+    assert _storage("export", postgres_url, "--to", str(source)) == 2
+    assert capsys.readouterr().err == f"kgroups storage: {source} is not an empty directory\n"
+    assert _storage("import", str(tmp_path / "missing"), "--to", postgres_url) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert _storage("export", "postgresql://kg:pw@127.0.0.1:1/x", "--to",
+                    str(tmp_path / "new")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ":pw@" not in err and "unreachable" in err
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.kafka
+def test_kafkas_dump_log_segments_reads_the_exported_segments(
+        tmp_path: Path, postgres_url: str) -> None:
+    source, exported = tmp_path / "source", tmp_path / "exported"
+    _populate(source)
+    assert _storage("import", str(source), "--to", postgres_url) == 0
+    assert _storage("export", postgres_url, "--to", str(exported)) == 0
+    (segment,) = (exported / "events-0").glob("*.log")
+    dumped = run_kafka_tool("org.apache.kafka.tools.DumpLogSegments",
+                            ["--files", str(segment), "--print-data-log"])
+    assert dumped.returncode == 0, dumped.stderr
+    assert dumped.stdout.count("baseOffset:") == 4
+    assert "payload: p0r3v2" in dumped.stdout
