@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from kio.schema.init_producer_id.v5.request import InitProducerIdRequest
 from tests.broker.broker_wire_helpers import request_of
+from tests.kafka_harness import run_kafka_tool
 
 import kgroups
 from kgroups.broker.not_served import NotServedLog
@@ -92,3 +93,21 @@ def test_memory_stays_bounded_the_longest_quiet_client_is_forgotten(
         log.report("10.0.0.1", client_id, "transactions", "FindCoordinator(key_type=1) v4")
     # a, b logged; a asked again (now the most recent); c pushed b out, so b is logged again.
     assert [_field(line, "client_id") for line in broker_log.not_served()] == ["a", "b", "c", "b"]
+
+
+@pytest.mark.interop
+def test_a_java_transactional_producer_times_out_and_is_named_once(
+    broker_log: _Records,
+) -> None:
+    """Kafka's own client (ProducerPerformance with a transactional id): initTransactions()
+    retries coordinator discovery until max.block.ms, then fails; the broker says why once."""
+    with kgroups.serve_in_background() as broker:
+        result = run_kafka_tool("org.apache.kafka.tools.ProducerPerformance", [
+            "--topic", "orders", "--num-records", "1", "--record-size", "10",
+            "--throughput", "-1", "--transactional-id", "orders-tx", "--command-property",
+            f"bootstrap.servers={broker.bootstrap}", "max.block.ms=3000",
+            "client.id=java-orders"], timeout=120)
+    assert result.returncode != 0
+    assert "Timeout expired after 3000ms while awaiting InitProducerId" in result.stderr
+    [line] = broker_log.not_served()
+    assert (_field(line, "client_id"), _field(line, "feature")) == ("java-orders", "transactions")
