@@ -1,10 +1,7 @@
 """The `kafka_broker` fixture and `serve_in_background`, as a developer testing a consumer
 meets them: a fresh broker per test, settings from a marker, data kept in a given directory,
 the plugin found by pytest through the package's entry point alone, setting typos refused, and
-a teardown that leaves nothing behind.
-
-Every test here runs as a strict suite would (`-W error`): a warning, an unclosed socket's
-ResourceWarning or an exception in the broker's thread fails the test that caused it."""
+a teardown that leaves nothing behind (under `-W error`: see conftest.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +29,6 @@ from kgroups.broker.wire import encode_request
 from kgroups.testing import BackgroundBroker
 
 HERE = Path(__file__).parent
-pytestmark = pytest.mark.filterwarnings("error")
 
 
 def _commit(bootstrap: str, group: str, offset: int) -> None:
