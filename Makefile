@@ -1,8 +1,16 @@
 # The two set-up commands are `make serve` and `make test`; everything they need is installed here.
+# `make serve` installs only what the broker needs (the package without extras); `make test` adds
+# the extras (Spark, the test clients, the benchmarks' peers) and the system packages its tests use.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+# pip, which installs everything below and builds the wheel (pyproject.toml pins the setuptools
+# that pip builds it with).
+PIP_VERSION := 26.3
+PIP_STAMP := $(VENV)/.pip-$(PIP_VERSION)
+# The package with every extra (make test, lint, bench); the package alone (make serve).
 STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
 HOST ?= 127.0.0.1
 PORT ?= 9092
 DATA_DIR ?= ./kgroups-data
@@ -17,22 +25,31 @@ export KAFKA_HOME
 JAVA_HARNESS_HOME ?= $(HOME)/.cache/kgroups/java-harness
 export JAVA_HARNESS_HOME
 
-.PHONY: install system-deps kafka java-harness serve test test-fast lint bench clean
+.PHONY: install system-deps kafka java-harness serve wheel test test-fast lint bench clean
 
 install: $(STAMP) system-deps
 
-# Re-install only when the pinned dependencies change.
-$(STAMP): pyproject.toml
+# The virtualenv and its pinned pip; the stamps below are made in it.
+$(PIP_STAMP):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "kgroups needs $(PYTHON)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet pip==$(PIP_VERSION)
+	touch $@
 
-# PostgreSQL (the storage tests start a throwaway server), kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
-# Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs and Chromium
-# (renders the analyze report headless in its layout test) come from Debian's packages when
-# missing.
+# Each re-installs only when the pinned dependencies change. A venv set up by `make serve` gets
+# the extras at the next `make test` (its stamp is missing or older than pyproject.toml).
+$(SERVE_STAMP): pyproject.toml | $(PIP_STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): pyproject.toml | $(PIP_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
+	touch $@ $(SERVE_STAMP)
+
+# kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
+# Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs, Chromium
+# (renders the analyze report headless in its layout test) and PostgreSQL (the storage tests
+# start a throwaway server) come from Debian's packages when missing.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
@@ -77,8 +94,14 @@ java-harness: system-deps
 		echo "$$want" > $(JAVA_HARNESS_HOME)/.stamp; \
 	fi
 
-serve: install
+serve: $(SERVE_STAMP)
 	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(SERVE_ARGS)
+
+# dist/kgroups-<version>-py3-none-any.whl, for `pip install` where there is no checkout (the
+# package is not on PyPI); built by the pinned pip with the setuptools pyproject.toml pins.
+wheel: $(PIP_STAMP)
+	rm -f dist/kgroups-*.whl
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
 
 lint: install
 	$(BIN)/ruff check src tests bench
@@ -96,4 +119,4 @@ bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .coverage .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .coverage .hypothesis build dist src/*.egg-info

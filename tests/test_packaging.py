@@ -1,14 +1,19 @@
-"""`pip install kgroups` without extras gives the broker, the assignors and the command line;
-`kgroups analyze` there says how to add the spark extra instead of failing on an import."""
+"""The wheel `make wheel` builds, installed without extras into a fresh venv (as a project that
+tests its consumers with kgroups installs it): it gives the broker, the assignors, the command
+line and the pytest plugin; `kgroups analyze` there says how to add the spark extra instead of
+failing on an import."""
 
 from __future__ import annotations
 
 import json
+import re
 import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
+import tomllib
 import venv
 from pathlib import Path
 
@@ -19,19 +24,56 @@ SPARK_ONLY = ("pyspark", "pandas", "pyarrow", "matplotlib")
 
 
 @pytest.fixture(scope="module")
-def plain_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with `pip install .` (no extras), from a copy of the sources so that the
-    build leaves nothing in the work tree."""
-    root = tmp_path_factory.mktemp("plain")
-    source = root / "src-copy"
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`make wheel` in a copy of the sources (the build leaves nothing in the work tree): the
+    wheel and what make printed."""
+    source = tmp_path_factory.mktemp("wheel") / "src-copy"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "*.egg-info", "build", "__pycache__", ".pytest_cache", "kgroups-data",
-        ".hypothesis"))
-    env_dir = root / "venv"
+        ".venv", ".git", "*.egg-info", "build", "dist", "__pycache__", ".pytest_cache",
+        "kgroups-data", ".hypothesis", ".ruff_cache"))
+    made = subprocess.run(["make", "-C", str(source), "wheel", f"PYTHON={sys.executable}"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert made.returncode == 0, made.stdout + made.stderr
+    [wheel] = (source / "dist").glob("kgroups-*.whl")
+    return wheel, made.stdout + made.stderr
+
+
+@pytest.fixture(scope="module")
+def plain_install(tmp_path_factory: pytest.TempPathFactory, built_wheel: tuple[Path, str]) -> Path:
+    """A fresh venv with the wheel (no extras) and pytest, at the version the test extra pins."""
+    test_extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    [pytest_pin] = [pin for pin in test_extra if pin.startswith("pytest==")]
+    env_dir = tmp_path_factory.mktemp("plain") / "venv"
     venv.create(env_dir, with_pip=True)
-    subprocess.run([env_dir / "bin" / "python", "-m", "pip", "install", "--quiet", str(source)],
-                   check=True, timeout=600)
+    subprocess.run([env_dir / "bin" / "python", "-m", "pip", "install", "--quiet",
+                    str(built_wheel[0]), pytest_pin], check=True, timeout=600)
     return env_dir / "bin"
+
+
+@pytest.mark.slow
+def test_make_wheel_builds_a_wheel_without_warnings(built_wheel: tuple[Path, str]) -> None:
+    """Setuptools used to print its `project.license` deprecation (three times per install)."""
+    wheel, output = built_wheel
+    assert re.fullmatch(r"kgroups-[0-9.]+-py3-none-any\.whl", wheel.name)
+    assert not re.search(r"(?i)warning|deprecat", output), output
+
+
+@pytest.mark.slow
+def test_the_wheels_pytest_plugin_gives_a_project_the_kafka_broker_fixture(
+    plain_install: Path, tmp_path: Path,
+) -> None:
+    """A project with no conftest.py: the fixture can only come from the installed wheel's
+    entry point; its broker answers, and the run is clean under `-W error`."""
+    (tmp_path / "test_uses_fixture.py").write_text(
+        "import socket\n\n\n"
+        "def test_broker_listens(kafka_broker):\n"
+        "    socket.create_connection((kafka_broker.host, kafka_broker.port), 10).close()\n")
+    result = subprocess.run([plain_install / "python", "-m", "pytest", "-q", "-W", "error",
+                             "-p", "no:cacheprovider"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout
 
 
 @pytest.mark.slow

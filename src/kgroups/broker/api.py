@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
     from kgroups.broker.memory_budget import MemoryBudget
+    from kgroups.broker.not_served import NotServedLog
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security import Session
     from kgroups.broker.topics import TopicCatalog
@@ -44,6 +45,7 @@ class HandlerServices(Protocol):
     memory: MemoryBudget
     producer_ids: ProducerIdAllocator
     producer_states: ProducerStateTable
+    not_served: NotServedLog
     advertised_host: str
 
     @property

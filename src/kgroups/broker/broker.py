@@ -32,6 +32,7 @@ from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.memory_budget import MemoryBudget
+from kgroups.broker.not_served import NotServedLog
 from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
 from kgroups.broker.security import Security
 from kgroups.broker.server import BrokerServer
@@ -82,6 +83,8 @@ class Broker:
         self.appends = AppendNotifier()
         self.producer_ids = ProducerIdAllocator()
         self.producer_states = ProducerStateTable()
+        # What clients asked for that kgroups lacks, logged once per client.
+        self.not_served = NotServedLog()
         self.registry = HandlerRegistry()
         # Shared by every connection, and by Fetch long polls before they read (fetch_handler).
         self.memory = MemoryBudget(config.queued_max_request_bytes,

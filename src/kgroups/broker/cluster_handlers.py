@@ -21,7 +21,13 @@ from kgroups.errors import ErrorCode
 logger = logging.getLogger("kgroups.topics")
 
 NO_THROTTLE = datetime.timedelta(0)
-GROUP_KEY_TYPE = 0
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
+# FindCoordinator key types of features kgroups does not serve yet (logged once per client).
+NOT_SERVED_KEY_TYPES = {TRANSACTION_KEY_TYPE: "transactions", SHARE_KEY_TYPE: "share groups"}
+# Kafka's text for INVALID_REQUEST (Errors.INVALID_REQUEST), which it gives an unknown key type.
+INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the "
+                        "client library or the message was sent to an incompatible broker. "
+                        "See the broker logs for more details.")
 
 
 @handles(api_key=18, min_version=0, max_version=4)
@@ -134,21 +140,33 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(10, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
+    feature = NOT_SERVED_KEY_TYPES.get(key_type)
+    if feature is not None:
+        broker.not_served.report(ctx.client_host, ctx.client_id, feature,
+                                 f"FindCoordinator(key_type={key_type}) v{ctx.api_version}")
 
     def answer(key: str) -> dict[str, Any]:
-        # Transactions are not implemented, so only group keys have a coordinator; a group whose
-        # __consumer_offsets partition failed to load has none either (Kafka's answer for a
-        # partition that is offline), and the message says why.
-        failure = ("transactions are not supported" if key_type != GROUP_KEY_TYPE
-                   else broker.coordinator.partition_failure(key))
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if key_type == GROUP_KEY_TYPE:
+            # A group whose __consumer_offsets partition failed to load has no coordinator
+            # (Kafka's answer for a partition that is offline); the message says why.
+            failure = broker.coordinator.partition_failure(key)
+        elif key_type == TRANSACTION_KEY_TYPE:
+            # Kafka's answer while its transaction coordinator is unavailable, with the reason.
+            failure = "transactions are not supported"
+        else:
+            # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
+            # with no text from v4; a type it does not know gets INVALID_REQUEST's own text.
+            error = ErrorCode.INVALID_REQUEST
+            failure = ("" if key_type == SHARE_KEY_TYPE and ctx.api_version >= 4
+                       else INVALID_REQUEST_TEXT)
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
             host, port = advertised(ctx)
             return {"node_id": broker.node_id, "host": host,
                     "port": port, "error_code": kio_error(ErrorCode.NONE),
                     "error_message": "NONE" if ctx.api_version < 4 else ""}
-        return {"node_id": -1, "host": "", "port": -1,
-                "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+        return {"node_id": -1, "host": "", "port": -1, "error_code": kio_error(error),
                 "error_message": failure}
 
     if ctx.api_version < 4:
@@ -163,6 +181,8 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(22, ctx.api_version)
     if request.transactional_id is not None:
+        ctx.broker.not_served.report(ctx.client_host, ctx.client_id, "transactions",
+                                     f"InitProducerId(transactional_id) v{ctx.api_version}")
         return build(response_cls, throttle_time=NO_THROTTLE,
                      error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                      producer_id=-1, producer_epoch=-1)

@@ -206,12 +206,17 @@ class BrokerConfig:
         return {key: value for key, value in self.properties.items()
                 if defaults.get(key) != value}
 
+    def unread_settings(self) -> dict[str, str]:
+        """Each supplied setting kgroups does not read, with what to tell about it: a Kafka
+        setting kgroups has no use for, or (a name Kafka does not have either) a typo, with the
+        closest known name."""
+        known = known_settings()
+        return {key: unknown_setting_warning(key, known) for key in sorted(self.supplied())
+                if key not in known and not key.startswith(PER_LISTENER_PREFIX)}
+
     def warnings(self) -> list[str]:
         """One line per supplied setting kgroups does not read: Kafka's or a typo."""
-        known = known_settings()
-        return [unknown_setting_warning(key, known)
-                for key in sorted(self.supplied())
-                if key not in known and not key.startswith(PER_LISTENER_PREFIX)]
+        return list(self.unread_settings().values())
 
     def _validate_memory(self) -> None:
         """A budget smaller than the largest frame would leave such a frame waiting forever."""

@@ -158,19 +158,25 @@ class Connection(abc.ABC):
             raise
         finally:
             self._idle_timer.cancel()
-            if self._writer.transport.is_closing():
-                # Closed by us or lost (a client that leaves without reading resets the
-                # connection): nothing more can be delivered, so nothing more is computed.
-                self._cancel_in_flight()
-            elif not shutting_down:
-                await self._all_answered.wait()
-            self._close_writer()
             try:
-                with contextlib.suppress(ConnectionError, OSError):
-                    await self._writer.wait_closed()
+                if self._writer.transport.is_closing():
+                    # Closed by us or lost (a client that leaves without reading resets the
+                    # connection): nothing more can be delivered, so nothing more is computed.
+                    self._cancel_in_flight()
+                elif not shutting_down:
+                    await self._all_answered.wait()
             finally:
-                self._gone = True
-                self._budget.forget(self)
+                # Reached with requests still open only when the broker stops while this
+                # connection waits for them (a client gone with a Fetch long poll in flight):
+                # they are cancelled and the socket closed, not left to the dying event loop.
+                self._cancel_in_flight()
+                self._close_writer()
+                try:
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await self._writer.wait_closed()
+                finally:
+                    self._gone = True
+                    self._budget.forget(self)
 
     def _cancel_in_flight(self) -> None:
         for task in self._in_flight:

@@ -11,12 +11,14 @@ import contextlib
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgroups.broker.broker import Broker
-from kgroups.broker.config import BrokerConfig
+from kgroups.broker.config import BrokerConfig, ConfigError
+from kgroups.broker.kafka_settings import kafka_settings
 
 # Kafka's defaults suit a production cluster; these suit a test. The first group join would
 # otherwise wait group.initial.rebalance.delay.ms (3 s), and one __consumer_offsets partition
@@ -49,12 +51,27 @@ class BackgroundBroker:
         return f"{self.host}:{self.port}"
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def _check_names(config: BrokerConfig) -> None:
+    """Refuse a setting name neither kgroups nor Kafka knows, with the closest known one: a
+    test that sets it expects an effect it would silently not get (`kgroups serve`, which an
+    operator watches, prints the same line as a warning). A Kafka setting kgroups does not use
+    is warned about, as `kgroups serve` does; a strict suite (`-W error`) fails on it too."""
+    typos = []
+    for key, message in config.unread_settings().items():
+        if key in kafka_settings():
+            warnings.warn(f"kgroups: {message}", UserWarning, stacklevel=4)
+        else:
+            typos.append(message)
+    if typos:
+        raise ConfigError(" ".join(typos))
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         import uvloop
     except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 class _BrokerThread(threading.Thread):
@@ -71,15 +88,18 @@ class _BrokerThread(threading.Thread):
         self._stop_event: asyncio.Event | None = None
 
     def run(self) -> None:
-        loop = _new_loop()
-        self._loop = loop
+        # asyncio.Runner shuts down as asyncio.run does: every task still pending is cancelled
+        # and awaited, then async generators and the default executor are shut down, and only
+        # then is the loop closed (a task or socket left behind would be reported at garbage
+        # collection, and uvloop refuses to close a loop with open handles: EBUSY).
         try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to the starting thread, which re-raises it
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                self._loop = runner.get_loop()
+                runner.run(self._serve())
+        except BaseException as exc:  # reported to the starting or the stopping thread
             self.error = exc
         finally:
             self.ready.set()
-            loop.close()
 
     async def _serve(self) -> None:
         self._stop_event = asyncio.Event()
@@ -94,11 +114,16 @@ class _BrokerThread(threading.Thread):
             await broker.stop()
 
     def stop(self) -> None:
+        """Stop the broker and wait for the thread; a broker that served and then failed to
+        stop cleanly raises here, in the test, rather than as an unhandled thread exception."""
         loop, stop_event = self._loop, self._stop_event
         if loop is not None and stop_event is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(stop_event.set)
         self.join(STOP_TIMEOUT_S)
+        if self.broker is not None and self.error is not None:
+            raise RuntimeError(f"kgroups broker on port {self.broker.port} did not stop "
+                               f"cleanly: {self.error!r}") from self.error
 
 
 @contextlib.contextmanager
@@ -116,8 +141,10 @@ def serve_in_background(
     pass `{"group.initial.rebalance.delay.ms": "3000"}` to get Kafka's default back. With no
     `data_dir` the logs go to a temporary directory removed afterwards; with one, they stay,
     and a later broker on the same directory finds the groups and offsets again. Port 0 (the
-    default) takes a free port. Raises ConfigError for a bad setting and OSError when the port
-    cannot be bound, before the block runs.
+    default) takes a free port. Raises ConfigError for a bad setting or a name neither kgroups nor
+    Kafka has ("... Did you mean 'offsets.retention.minutes'?"), warns about a Kafka setting
+    kgroups does not use, and raises OSError when the port cannot be bound, before the block
+    runs.
     """
     merged = {**TEST_SETTINGS, **(settings or {})}
     with contextlib.ExitStack() as cleanup:
@@ -125,6 +152,7 @@ def serve_in_background(
             data_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="kgroups-"))
         config = BrokerConfig.build(host=host, port=port, data_dir=Path(data_dir),
                                     overrides=[f"{key}={value}" for key, value in merged.items()])
+        _check_names(config)
         began = time.monotonic()
         thread = _BrokerThread(config)
         thread.start()

@@ -14,6 +14,7 @@ test first asks for it."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,11 +61,19 @@ def kafka_broker_settings() -> dict[str, str]:
 def kafka_broker(request: pytest.FixtureRequest, tmp_path: Path,
                  kafka_broker_settings: Mapping[str, str]) -> Iterator[BackgroundBroker]:
     """A kgroups broker on a free 127.0.0.1 port, data in `tmp_path / "kgroups-data"`;
-    `.bootstrap` is the `bootstrap.servers` string. Stopped after the test."""
+    `.bootstrap` is the `bootstrap.servers` string. Stopped after the test. A bad setting, or
+    a name neither kgroups nor Kafka has (a typo: the message names the closest one), fails
+    the test at set-up."""
     # Imported here: loading the broker takes most of a second, which a test run whose tests
     # never ask for the fixture should not pay.
+    from kgroups.broker.config import ConfigError
     from kgroups.testing.background import serve_in_background
 
     settings = {**kafka_broker_settings, **marker_settings(request.node)}
-    with serve_in_background(settings, data_dir=tmp_path / "kgroups-data") as broker:
+    with contextlib.ExitStack() as stack:
+        try:
+            broker = stack.enter_context(
+                serve_in_background(settings, data_dir=tmp_path / "kgroups-data"))
+        except ConfigError as exc:  # the setting and what is wrong with it, not a traceback
+            pytest.fail(f"kafka_broker: {exc}", pytrace=False)
         yield broker
