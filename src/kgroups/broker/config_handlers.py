@@ -27,7 +27,12 @@ from kgroups.broker.dynamic_configs import (
     DynamicConfigError,
 )
 from kgroups.broker.events import log_event
-from kgroups.broker.kafka_settings import kafka_settings
+from kgroups.broker.sensitive_settings import (
+    is_sensitive,
+    overridden_setting,
+    redacted,
+    setting_type,
+)
 from kgroups.broker.topic_configs import (
     KAFKA_BROKER_DEFAULTS,
     TOPIC_SETTINGS,
@@ -81,7 +86,11 @@ def _synonyms(ctx: RequestContext, names: Sequence[str]) -> list[Synonym]:
 
 
 def _broker_names(name: str) -> tuple[str, ...]:
-    """A broker setting and those it stands for (log.retention.ms: also .minutes, .hours)."""
+    """A broker setting and those it stands for (log.retention.ms: also .minutes, .hours; a
+    listener override: the setting it overrides)."""
+    overridden = overridden_setting(name)
+    if overridden is not None:
+        return name, overridden
     return next((s.broker_synonyms for s in TOPIC_SETTINGS.values()
                  if s.broker_synonyms[0] == name), (name,))
 
@@ -141,7 +150,6 @@ def _describe_broker(ctx: RequestContext, entry_cls: type[Any], name: str,
     else:
         shown = {k: (v, DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE)
                  for k, v in layers[CLUSTER_DEFAULT].items()}
-    known = kafka_settings()
     entries = []
     for key, (value, source) in sorted(shown.items()):
         if keys is not None and key not in keys:
@@ -149,12 +157,15 @@ def _describe_broker(ctx: RequestContext, entry_cls: type[Any], name: str,
         synonyms = _synonyms(ctx, _broker_names(key)) if with_synonyms else []
         if not name:
             synonyms = [s for s in synonyms if s[2] == DYNAMIC_DEFAULT_BROKER_CONFIG_SOURCE]
+        # A secret's value, and its synonyms', is never answered (sensitive_settings.py).
+        secret, kind = is_sensitive(key), setting_type(key)
         entries.append(build(
-            entry_cls, name=key, value=value, read_only=key not in DYNAMIC_SETTINGS,
-            config_source=source, is_sensitive=False, documentation=None,
-            config_type=_TYPE_IDS.get(known[key].type, _UNKNOWN_TYPE) if key in known
-            else _UNKNOWN_TYPE,
-            synonyms=tuple(synonym_cls(name=n, value=v, source=src) for n, v, src in synonyms)))
+            entry_cls, name=key, value=None if secret else value,
+            read_only=key not in DYNAMIC_SETTINGS, config_source=source, is_sensitive=secret,
+            documentation=None,
+            config_type=_TYPE_IDS.get(kind or "", _UNKNOWN_TYPE),
+            synonyms=tuple(synonym_cls(name=n, value=None if secret else v, source=src)
+                           for n, v, src in synonyms)))
     return ErrorCode.NONE, None, tuple(entries)
 
 
@@ -232,7 +243,7 @@ def _alter_broker(ctx: RequestContext, name: str, changes: list[ConfigChange],
     ctx.broker.log_config = dynamic.log_config()
     ctx.broker.topics.rebase(ctx.broker.log_config)
     log_event(logger, logging.INFO, "broker_configs_altered", scope=scope,
-              client=ctx.client_id, **layer)
+              client=ctx.client_id, **redacted(layer))
     return ErrorCode.NONE, None
 
 
