@@ -71,10 +71,12 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
             (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'missing' does not exist."),
             (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such"),
             (ErrorCode.INVALID_REQUEST, "kgroups applies only these broker settings "
-             "dynamically: log.cleaner.delete.retention.ms, log.cleanup.policy, "
-             "log.flush.interval.messages, log.flush.interval.ms, log.index.interval.bytes, "
-             "log.message.timestamp.type, log.retention.bytes, log.retention.hours, "
-             "log.retention.minutes, log.retention.ms, log.segment.bytes; set "
+             "dynamically: compression.type, log.cleaner.delete.retention.ms, "
+             "log.cleanup.policy, log.flush.interval.messages, log.flush.interval.ms, "
+             "log.index.interval.bytes, log.message.timestamp.after.max.ms, "
+             "log.message.timestamp.before.max.ms, log.message.timestamp.type, "
+             "log.retention.bytes, log.retention.hours, log.retention.minutes, "
+             "log.retention.ms, log.segment.bytes, message.max.bytes; set "
              "[group.initial.rebalance.delay.ms] at start-up (kgroups serve --override "
              "NAME=VALUE)"),
             (ErrorCode.INVALID_REQUEST,
@@ -94,13 +96,47 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
                 "one of: CreateTime, LogAppendTime",
             ("retention.ms", APPEND, "5"):
                 "Can't APPEND to key retention.ms because its type is not LIST.",
+            # Kafka 4.3.1's answers to the settings kgroups keeps without acting on them,
+            # and to those it honours beyond the log's (as probed on Kafka itself).
+            ("compression.type", SET, "ZSTD"):
+                "Invalid value ZSTD for configuration compression.type: String must be one "
+                "of: uncompressed, zstd, lz4, snappy, gzip, producer",
+            ("max.message.bytes", SET, "-1"):
+                "Invalid value -1 for configuration max.message.bytes: Value must be at "
+                "least 0",
+            ("min.cleanable.dirty.ratio", SET, "2"):
+                "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: Value must be "
+                "no more than 1",
+            ("min.cleanable.dirty.ratio", SET, "x"):
+                "Invalid value x for configuration min.cleanable.dirty.ratio: Not a number of "
+                "type DOUBLE",
+            ("preallocate", SET, "maybe"):
+                "Invalid value maybe for configuration preallocate: Expected value to be "
+                "either true or false",
+            ("follower.replication.throttled.replicas", SET, "bad"):
+                "Invalid value [bad] for configuration follower.replication.throttled."
+                "replicas: follower.replication.throttled.replicas must be the literal '*' or "
+                "a list of replicas in the following format: [partitionId]:[brokerId],"
+                "[partitionId]:[brokerId],...",
+            ("compression.gzip.level", SET, "0"):
+                "Invalid value 0 for configuration compression.gzip.level: Value must be "
+                "between 1 and 9 or equal to -1",
+            ("segment.ms", SET, "0"):
+                "Invalid value 0 for configuration segment.ms: Value must be at least 1",
+            ("remote.storage.enable", SET, "true"):
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                "configured with remote log storage.",
         }
         for change, message in cases.items():
             assert alter(client, (TOPIC, "settings", [change])) == [
                 (ErrorCode.INVALID_CONFIG, message)]
-        unsupported = alter(client, (TOPIC, "settings", [("max.message.bytes", SET, "5")]))
-        assert unsupported[0][0] == ErrorCode.INVALID_CONFIG
-        assert "not supported by kgroups" in str(unsupported[0][1])
+        accepted = [("compression.type", SET, " gzip"), ("preallocate", SET, "TRUE"),
+                    ("follower.replication.throttled.replicas", SET, "0:1"),
+                    ("compression.gzip.level", SET, "-1"), ("retention.bytes", SET, "-5"),
+                    ("min.insync.replicas", SET, "2"), ("local.retention.ms", SET, "5")]
+        for change in accepted:
+            assert alter(client, (TOPIC, "settings", [change]), validate_only=True) == [
+                (ErrorCode.NONE, None)], change
         assert alter(client, (TOPIC, "settings", [("retention.ms", SET, "1"),
                                                   ("retention.ms", DELETE, None)])) == [
             (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")]

@@ -43,7 +43,6 @@ from kgroups.broker.topic_configs import (
     check_shape,
     topic_log_config,
 )
-from kgroups.broker.topics import TopicCatalog
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
@@ -65,10 +64,20 @@ _UNKNOWN_TYPE = 0
 Synonym = tuple[str, str, int]  # name, value, config source
 
 
-def topic_config_entries(topics: TopicCatalog, topic: str) -> list[tuple[str, str, int]]:
-    """(name, value, Kafka config source) of every topic setting kgroups honours."""
-    return [(name, value, TOPIC_CONFIG_SOURCE if own else DEFAULT_CONFIG_SOURCE)
-            for name, value, own in topics.config_entries(topic)]
+def topic_config_entries(ctx: RequestContext, topic: str) -> list[tuple[str, str, int]]:
+    """(name, value, Kafka config source) of every topic setting: the topic's own value, else
+    the broker's (its first broker synonym set), else Kafka's default."""
+    entries = []
+    for name, value, own in ctx.broker.topics.config_entries(topic):
+        if own:
+            entries.append((name, str(value), TOPIC_CONFIG_SOURCE))
+            continue
+        broker_side = _synonyms(ctx, TOPIC_SETTINGS[name].broker_synonyms)
+        source = broker_side[0][2] if broker_side else DEFAULT_CONFIG_SOURCE
+        if value is None:
+            value = broker_side[0][1] if broker_side else TOPIC_SETTINGS[name].default
+        entries.append((name, value, source))
+    return entries
 
 
 def _synonyms(ctx: RequestContext, names: Sequence[str]) -> list[Synonym]:
@@ -92,7 +101,7 @@ def _broker_names(name: str) -> tuple[str, ...]:
     if overridden is not None:
         return name, overridden
     return next((s.broker_synonyms for s in TOPIC_SETTINGS.values()
-                 if s.broker_synonyms[0] == name), (name,))
+                 if s.broker_synonyms[:1] == (name,)), (name,))
 
 
 def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
@@ -102,13 +111,10 @@ def _describe_topic(ctx: RequestContext, entry_cls: type[Any], name: str,
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.", ()
     synonym_cls = sibling(entry_cls, "DescribeConfigsSynonym")
     entries = []
-    for key, value, source in topic_config_entries(ctx.broker.topics, name):
+    for key, value, source in topic_config_entries(ctx, name):
         if keys is not None and key not in keys:
             continue
-        # A value the topic does not set itself comes from its first broker synonym.
         broker_side = _synonyms(ctx, TOPIC_SETTINGS[key].broker_synonyms)
-        if source != TOPIC_CONFIG_SOURCE and broker_side:
-            source = broker_side[0][2]
         synonyms: list[Synonym] = []
         if with_synonyms:
             synonyms = [(key, value, source)] if source == TOPIC_CONFIG_SOURCE else []

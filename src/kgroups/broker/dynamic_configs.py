@@ -34,7 +34,8 @@ DYNAMIC_SETTINGS = frozenset({
     "log.cleanup.policy", "log.retention.ms", "log.retention.minutes", "log.retention.hours",
     "log.retention.bytes", "log.segment.bytes", "log.index.interval.bytes",
     "log.cleaner.delete.retention.ms", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.message.timestamp.type",
+    "log.message.timestamp.type", "message.max.bytes", "compression.type",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
 })
 
 

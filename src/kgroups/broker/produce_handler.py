@@ -34,16 +34,22 @@ from kgroups.broker.record_policy import (
     keyless_record_errors,
     record_errors_message,
     stamp_log_append_time,
+    timestamp_errors,
 )
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import MAGIC, MAGIC_AT, BatchCorruptError, check_batch
+from kgroups.log.batch import MAGIC, MAGIC_AT, BatchCorruptError, check_batch, recompress_batch
+from kgroups.log.compression import Compression, CompressionError
 from kgroups.log.partition_log import PartitionLog
 
 logger = logging.getLogger("kgroups.produce")
 
 VALID_ACKS = (-1, 0, 1)
+# compression.type's codecs; "producer" keeps each batch as the producer compressed it.
+STORED_CODECS = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+                 "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
 
 
 @dataclass(slots=True)
@@ -83,8 +89,8 @@ def split_batches(
         if next_position - position > max_batch_bytes:
             return PartitionOutcome(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                message=f"batch of {next_position - position} bytes exceeds message.max.bytes "
-                        f"{max_batch_bytes}")
+                message=f"batch of {next_position - position} bytes exceeds the topic's "
+                        f"max.message.bytes {max_batch_bytes}")
         identity = BatchIdentity(header.producer_id, header.producer_epoch, header.base_sequence,
                                  last_sequence(header.base_sequence, last_offset_delta))
         batches.append((records[position:next_position], identity))
@@ -104,7 +110,7 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)
+    batches = split_batches(bytes(records or b""), log.config.max_message_bytes)
     if not isinstance(batches, PartitionOutcome):
         batches = _apply_topic_policy(log, topic, partition, batches)
     if isinstance(batches, PartitionOutcome):
@@ -142,21 +148,35 @@ def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | No
 def _apply_topic_policy(
     log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
 ) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
-    """The batches as the topic's settings want them stored, each with its LogAppendTime
-    stamp (-1 for CreateTime), or the refusal of all of them: a compacted topic takes no
-    record without a key (INVALID_RECORD with one error per record, as Kafka answers)."""
-    if log.config.compacted:
-        try:
-            errors = keyless_record_errors([batch for batch, _ in batches], topic, partition)
-        except BatchCorruptError as exc:
-            return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
-        if errors:
-            return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
-                                    message=record_errors_message(errors),
-                                    record_errors=errors)
-    if log.config.message_timestamp_type != "LogAppendTime":
-        return [(batch, identity, -1) for batch, identity in batches]
+    """The batches as the topic's settings want them stored (in the codec its
+    compression.type names), each with its LogAppendTime stamp (-1 for CreateTime), or the
+    refusal of all of them: a compacted topic takes no record without a key (INVALID_RECORD),
+    a CreateTime topic none timestamped outside its message.timestamp.*.max.ms bounds
+    (INVALID_TIMESTAMP), with one error per record, as Kafka answers."""
+    config = log.config
     now_ms = int(time.time() * 1000)
+    raw = [batch for batch, _ in batches]
+    try:
+        if config.compacted:
+            errors = keyless_record_errors(raw, topic, partition)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
+                                        message=record_errors_message(errors),
+                                        record_errors=errors)
+        if config.message_timestamp_type != "LogAppendTime":
+            errors = timestamp_errors(raw, now_ms, config.message_timestamp_before_max_ms,
+                                      config.message_timestamp_after_max_ms)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_TIMESTAMP,
+                                        log_start_offset=log.log_start_offset,
+                                        message=INVALID_TIMESTAMP_MESSAGE, record_errors=errors)
+        codec = STORED_CODECS.get(config.compression_type)
+        if codec is not None:
+            batches = [(recompress_batch(batch, codec), identity) for batch, identity in batches]
+    except (BatchCorruptError, CompressionError) as exc:
+        return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    if config.message_timestamp_type != "LogAppendTime":
+        return [(batch, identity, -1) for batch, identity in batches]
     return [(stamp_log_append_time(batch, now_ms), identity, now_ms)
             for batch, identity in batches]
 
