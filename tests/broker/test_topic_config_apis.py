@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
-from config_wire_helpers import alter, describe
+from config_wire_helpers import alter, alter_legacy, describe
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -20,6 +20,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import InProcessBroker, ServerProcess
+from kgroups.broker.dynamic_configs import DYNAMIC_SETTINGS
 from kgroups.broker.topic_configs import APPEND, DELETE, SET, SUBTRACT
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import TIMESTAMP_LOG_APPEND, build_batch, decode_batch
@@ -179,6 +180,25 @@ def test_dynamic_broker_settings_change_every_topic_default(broker: InProcessBro
              "Invalid value abc for configuration log.retention.ms: Not a number of type LONG"),
             (ErrorCode.INVALID_CONFIG,
              "Config value append is not allowed for config key: log.retention.ms")]
+
+
+def test_legacy_alter_configs_replaces_a_broker_layer(broker: InProcessBroker) -> None:
+    with connect(broker.port) as client:
+        assert alter(client, (BROKER, "", [("log.retention.ms", SET, "1000"),
+                                           ("log.segment.bytes", SET, "2000000")])) \
+            == [(0, None)]
+        assert alter_legacy(client, (BROKER, "", [("log.cleanup.policy", "compact")])) \
+            == [(0, None)]
+        assert {name: shown[0] for name, shown in describe(client, BROKER, "").items()} == {
+            "log.cleanup.policy": "compact"}
+        assert describe(client, TOPIC, "settings")["retention.ms"][:2] == ("86400000", 4)
+        assert alter_legacy(client, (BROKER, "0", [("group.initial.rebalance.delay.ms", "5")]),
+                            (BROKER, "", [])) == [
+            (ErrorCode.INVALID_REQUEST, "kgroups applies only these broker settings "
+             f"dynamically: {', '.join(sorted(DYNAMIC_SETTINGS))}; set "
+             "[group.initial.rebalance.delay.ms] at start-up (kgroups serve --override "
+             "NAME=VALUE)"), (0, None)]
+        assert describe(client, BROKER, "") == {}
 
 
 def test_validate_only_changes_nothing(broker: InProcessBroker) -> None:

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from broker_wire_helpers import create_topic, fetch_request, produce_request
-from config_wire_helpers import alter, describe
+from config_wire_helpers import alter, alter_legacy, describe, own_settings
 
 from kgroups.broker.topic_configs import SET, TOPIC_SETTINGS
 from kgroups.broker.wire_client import KafkaWireClient
@@ -120,3 +120,35 @@ def test_every_topic_setting_is_accepted_and_described(any_broker: Any) -> None:
         shown = describe(client, TOPIC, topic)
         assert {name: shown[name][:2] for name, _, _ in changes} == {
             name: (value, 1) for name, _, value in changes}
+
+
+def test_legacy_alter_configs_replaces_the_whole_set(any_broker: Any) -> None:
+    with KafkaWireClient(any_broker.host, any_broker.port) as client:
+        topic = _topic(client, retention_ms="5000", segment_ms="7000")
+        _eventually(lambda: own_settings(client, topic),
+                    {"retention.ms": "5000", "segment.ms": "7000"})
+        assert alter_legacy(client, (TOPIC, topic, [("cleanup.policy", "compact")])) == [
+            (ErrorCode.NONE, None)]
+        _eventually(lambda: own_settings(client, topic), {"cleanup.policy": "compact"})
+        assert alter_legacy(client, (TOPIC, topic, [("retention.ms", "1")]),
+                            validate_only=True) == [(ErrorCode.NONE, None)]
+        assert alter_legacy(client, (TOPIC, topic, [("retention.ms", "9000")]), version=0) \
+            == [(ErrorCode.NONE, None)]
+        _eventually(lambda: own_settings(client, topic), {"retention.ms": "9000"})
+        assert alter_legacy(
+            client, (TOPIC, topic, [("retention.ms", "abc")]), (TOPIC, topic + "-none", []),
+            (TOPIC, f"{topic}-x", [("retention.ms", None)])) == [
+            (ErrorCode.INVALID_CONFIG,
+             "Invalid value abc for configuration retention.ms: Not a number of type LONG"),
+            (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{topic}-none' does not exist."),
+            (ErrorCode.INVALID_REQUEST, "Null value not supported for : retention.ms")]
+        assert alter_legacy(client, (TOPIC, topic, [])) == [(ErrorCode.NONE, None)]
+        _eventually(lambda: own_settings(client, topic), {})
+
+
+def _eventually(read: Any, expected: Any) -> None:
+    """Kafka applies a config change through its metadata log, a moment after answering."""
+    deadline = time.monotonic() + 10
+    while read() != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert read() == expected

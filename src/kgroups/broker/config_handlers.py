@@ -35,6 +35,7 @@ from kgroups.broker.sensitive_settings import (
 )
 from kgroups.broker.topic_configs import (
     KAFKA_BROKER_DEFAULTS,
+    SET,
     TOPIC_SETTINGS,
     ConfigChange,
     InvalidRequestError,
@@ -199,8 +200,9 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Any:
 
 
 def _alter_topic(ctx: RequestContext, name: str, changes: list[ConfigChange],
-                 validate_only: bool) -> tuple[ErrorCode, str | None]:
-    """Kafka's order: the request's shape, the topic's existence, then the settings."""
+                 validate_only: bool, replace: bool) -> tuple[ErrorCode, str | None]:
+    """Kafka's order: the request's shape, the topic's existence, then the settings (with
+    `replace`, `changes` are the topic's whole new set)."""
     topics = ctx.broker.topics
     try:
         check_shape(changes)
@@ -209,7 +211,7 @@ def _alter_topic(ctx: RequestContext, name: str, changes: list[ConfigChange],
     if topics.partition_count(name) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
     try:
-        overrides = apply_changes(topics.overrides(name), changes)
+        overrides = apply_changes({} if replace else topics.overrides(name), changes)
         topic_log_config(ctx.broker.log_config, overrides)
         if not validate_only:
             topics.set_overrides(name, overrides)
@@ -224,9 +226,10 @@ def _alter_topic(ctx: RequestContext, name: str, changes: list[ConfigChange],
 
 
 def _alter_broker(ctx: RequestContext, name: str, changes: list[ConfigChange],
-                  validate_only: bool) -> tuple[ErrorCode, str | None]:
-    """This broker's own layer or the cluster default (empty name): saved, then every
-    topic's log settings rebuilt on the new broker-wide ones."""
+                  validate_only: bool, replace: bool) -> tuple[ErrorCode, str | None]:
+    """This broker's own layer or the cluster default (empty name), `changes` applied to it
+    (with `replace`: made of them alone): saved, then every topic's log settings rebuilt on
+    the new broker-wide ones."""
     try:
         check_shape(changes)
     except InvalidRequestError as exc:
@@ -237,7 +240,7 @@ def _alter_broker(ctx: RequestContext, name: str, changes: list[ConfigChange],
     scope = PER_BROKER if name else CLUSTER_DEFAULT
     dynamic = ctx.broker.dynamic_configs
     try:
-        layer = dynamic.changed(scope, changes)
+        layer = dynamic.changed(scope, changes, replace=replace)
     except DynamicConfigError as exc:
         return ErrorCode(exc.error_code), str(exc)
     if validate_only:
@@ -253,9 +256,10 @@ def _alter_broker(ctx: RequestContext, name: str, changes: list[ConfigChange],
     return ErrorCode.NONE, None
 
 
-@handles(api_key=44, min_version=0, max_version=1)
-async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(44, ctx.api_version)
+def _alter_resources(ctx: RequestContext, request: Any, legacy: bool) -> Any:
+    """Each resource's answer, resources named twice refused (Kafka would apply one of them
+    twice)."""
+    response_cls = response_type(ctx.api_key, ctx.api_version)
     result_cls = sibling(response_cls, "AlterConfigsResourceResponse")
     seen: dict[tuple[int, str], int] = {}
     for resource in request.resources:
@@ -264,24 +268,42 @@ async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for resource in request.resources:
         kind, name = int(resource.resource_type), resource.resource_name
-        changes = [ConfigChange(c.name, int(c.config_operation), c.value)
+        changes = [ConfigChange(c.name, SET if legacy else int(c.config_operation), c.value)
                    for c in resource.configs]
         error: ErrorCode
         message: str | None
         if seen[(kind, name)] > 1:
             error, message = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
         elif kind == TOPIC_RESOURCE:
-            error, message = _alter_topic(ctx, name, changes, bool(request.validate_only))
+            error, message = _alter_topic(ctx, name, changes, bool(request.validate_only),
+                                          replace=legacy)
         elif kind == BROKER_RESOURCE:
-            error, message = _alter_broker(ctx, name, changes, bool(request.validate_only))
+            error, message = _alter_broker(ctx, name, changes, bool(request.validate_only),
+                                           replace=legacy)
         else:
             error, message = (ErrorCode.INVALID_REQUEST,
-                              f"kgroups alters topic configs only, not resource type {kind}")
+                              f"kgroups alters topic and broker configs only, not resource "
+                              f"type {kind}")
         results.append(build(result_cls, error_code=kio_error(error), error_message=message,
                              resource_type=resource.resource_type, resource_name=name))
     return build(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
+@handles(api_key=44, min_version=0, max_version=1)
+async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """Each named setting set, deleted, appended to or subtracted from."""
+    return _alter_resources(ctx, request, legacy=False)
+
+
+@handles(api_key=33, min_version=0, max_version=2)
+async def alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """The legacy AlterConfigs (clients' admin APIs still send it): as on Kafka, a resource's
+    whole set of settings (a topic's own, or a broker layer's) is replaced by the given ones,
+    so a setting not named is removed."""
+    return _alter_resources(ctx, request, legacy=True)
+
+
 def install(registry: HandlerRegistry) -> None:
     registry.register(describe_configs)
     registry.register(incremental_alter_configs)
+    registry.register(alter_configs)
