@@ -27,6 +27,7 @@ from kgroups.broker.dynamic_configs import (
     DynamicConfigError,
 )
 from kgroups.broker.events import log_event
+from kgroups.broker.group_configs import GROUP_SETTINGS
 from kgroups.broker.sensitive_settings import (
     is_sensitive,
     overridden_setting,
@@ -51,6 +52,7 @@ logger = logging.getLogger("kgroups.configs")
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
 # Kafka's DescribeConfigsResponse.ConfigSource values.
 TOPIC_CONFIG_SOURCE = 1
 DYNAMIC_BROKER_CONFIG_SOURCE = 2
@@ -176,6 +178,31 @@ def _describe_broker(ctx: RequestContext, entry_cls: type[Any], name: str,
     return ErrorCode.NONE, None, tuple(entries)
 
 
+def _describe_group(ctx: RequestContext, entry_cls: type[Any], name: str,
+                    keys: Sequence[str] | None, with_synonyms: bool,
+                    ) -> tuple[ErrorCode, str | None, tuple[Any, ...]]:
+    """Any group, existing or not, as Kafka answers: the broker's group settings (kgroups
+    keeps none per group), from start-up or Kafka's defaults."""
+    synonym_cls = sibling(entry_cls, "DescribeConfigsSynonym")
+    supplied = ctx.broker.config.supplied()
+    entries = []
+    for key, setting in GROUP_SETTINGS.items():
+        if keys is not None and key not in keys:
+            continue
+        synonyms: list[Synonym] = [(setting.broker_synonym, setting.default,
+                                    DEFAULT_CONFIG_SOURCE)]
+        if setting.broker_synonym in supplied:
+            synonyms.insert(0, (setting.broker_synonym, supplied[setting.broker_synonym],
+                                STATIC_BROKER_CONFIG_SOURCE))
+        _, value, source = synonyms[0]
+        entries.append(build(
+            entry_cls, name=key, value=value, read_only=False, config_source=source,
+            is_sensitive=False, config_type=_TYPE_IDS[setting.type], documentation=None,
+            synonyms=tuple(synonym_cls(name=n, value=v, source=s)
+                           for n, v, s in (synonyms if with_synonyms else []))))
+    return ErrorCode.NONE, None, tuple(entries)
+
+
 @handles(api_key=32, min_version=1, max_version=4)
 async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(32, ctx.api_version)
@@ -184,15 +211,17 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for resource in request.resources:
         kind = int(resource.resource_type)
-        if kind in (TOPIC_RESOURCE, BROKER_RESOURCE):
-            describe = _describe_topic if kind == TOPIC_RESOURCE else _describe_broker
+        describe = {TOPIC_RESOURCE: _describe_topic, BROKER_RESOURCE: _describe_broker,
+                    GROUP_RESOURCE: _describe_group}.get(kind)
+        if describe is not None:
             error, message, entries = describe(
                 ctx, entry_cls, resource.resource_name, resource.configuration_keys,
                 bool(request.include_synonyms))
         else:
             error, message, entries = (
                 ErrorCode.INVALID_REQUEST,
-                f"kgroups describes topic and broker configs only, not resource type {kind}", ())
+                f"kgroups describes topic, broker and group configs only, not resource type "
+                f"{kind}", ())
         results.append(build(result_cls, error_code=kio_error(error), error_message=message,
                              resource_type=resource.resource_type,
                              resource_name=resource.resource_name, configs=entries))
@@ -280,6 +309,10 @@ def _alter_resources(ctx: RequestContext, request: Any, legacy: bool) -> Any:
         elif kind == BROKER_RESOURCE:
             error, message = _alter_broker(ctx, name, changes, bool(request.validate_only),
                                            replace=legacy)
+        elif kind == GROUP_RESOURCE:
+            error, message = (ErrorCode.INVALID_REQUEST,
+                              "kgroups keeps no per-group settings; every group uses the "
+                              "broker's group.* settings (kgroups serve --override NAME=VALUE)")
         else:
             error, message = (ErrorCode.INVALID_REQUEST,
                               f"kgroups alters topic and broker configs only, not resource "
