@@ -4,8 +4,11 @@ A batch is checked (magic, CRC, framing, record count, size) before anything is 
 corrupt or oversized batch is refused with Kafka's error for that partition and loses nothing
 already stored. The records inside a CRC-valid batch are not parsed one by one: doing so in
 Python costs ~9 us per record and capped produce throughput, while the client's CRC already
-vouches for the bytes; only a compacted topic's records are read, for their keys
-(record_policy.py, which also stamps LogAppendTime topics' batches). For
+vouches for the bytes; only a compacted topic's records are read, for their keys, and a
+batch's whose header timestamps are out of the topic's bounds, to name the refused records
+(record_policy.py, which also stamps LogAppendTime topics' batches). A batch over the topic's
+max.message.bytes is refused; a topic whose compression.type names a codec gets its batches
+recompressed into it (the records section only, never parsed). For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
