@@ -220,6 +220,20 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
             value="86400000"),)) for topic in TOPICS)))
     seen["incremental_alter_configs"] = sorted((r.resource_name, int(r.error_code))
                                                for r in altered.responses)
+    legacy = client.call(request_of(33, 2, validate_only=True, resources=tuple(nested_of(
+        33, 2, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=(nested_of(
+            33, 2, "AlterableConfig", name="retention.ms", value="86400000"),))
+        for topic in TOPICS)))
+    seen["alter_configs"] = sorted((r.resource_name, int(r.error_code))
+                                   for r in legacy.responses)
+    group_configs = client.call(request_of(32, 4, include_synonyms=False,
+                                           include_documentation=False, resources=tuple(
+        nested_of(32, 4, "DescribeConfigsResource", resource_type=32, resource_name=group,
+                  configuration_keys=("consumer.session.timeout.ms",))
+        for group in GROUPS)))
+    seen["describe_configs of groups"] = sorted(
+        (r.resource_name, int(r.error_code), [(c.name, c.value) for c in r.configs])
+        for r in group_configs.results)
     acls = client.call(describe_acls.DescribeAclsRequest(
         resource_type_filter=ResourceType.ANY, resource_name_filter=None,
         pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,

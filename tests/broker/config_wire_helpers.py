@@ -1,10 +1,12 @@
-"""IncrementalAlterConfigs and DescribeConfigs (with synonyms) as plain values, for the topic
-settings tests here and their comparison with Kafka in tests/tools."""
+"""IncrementalAlterConfigs, AlterConfigs and DescribeConfigs (with synonyms) as plain values,
+for the topic settings tests here and their comparison with Kafka in tests/tools."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.alter_configs.v0 import request as legacy_alter_v0
+from kio.schema.alter_configs.v2 import request as legacy_alter_v2
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 
@@ -34,3 +36,22 @@ def describe(client: Any, kind: int, name: str) -> dict[str, tuple[str, int, lis
     return {c.name: (c.value, int(c.config_source),
                      [f"{int(s.source)}:{s.name}={s.value}" for s in c.synonyms])
             for c in result.configs}
+
+
+def alter_legacy(client: Any, *resources: tuple[int, str, list[tuple[str, str | None]]],
+                 validate_only: bool = False, version: int = 2) -> list[tuple[int, str | None]]:
+    """The legacy AlterConfigs (API 33): each resource's whole set of settings."""
+    schema = {0: legacy_alter_v0, 2: legacy_alter_v2}[version]
+    response = client.call(schema.AlterConfigsRequest(
+        validate_only=validate_only, resources=tuple(
+            schema.AlterConfigsResource(
+                resource_type=kind, resource_name=name, configs=tuple(
+                    schema.AlterableConfig(name=key, value=value) for key, value in changes))
+            for kind, name, changes in resources)))
+    return [(int(r.error_code), r.error_message) for r in response.responses]
+
+
+def own_settings(client: Any, topic: str) -> dict[str, str]:
+    """The settings the topic sets itself (config source TOPIC_CONFIG)."""
+    return {name: value for name, (value, source, _) in describe(client, 2, topic).items()
+            if source == 1}

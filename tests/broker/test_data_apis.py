@@ -341,7 +341,7 @@ def test_failed_append_is_a_storage_error_and_the_broker_carries_on(
 def test_failed_read_is_a_storage_error_for_that_partition_only(
     inprocess_broker: InProcessBroker, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def unreadable(offset: int, max_bytes: int) -> bytes:
+    def unreadable(offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
         raise OSError(5, "Input/output error")
 
     with connect(inprocess_broker.port) as client:

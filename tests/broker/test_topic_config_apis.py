@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
-from config_wire_helpers import alter, describe
+from config_wire_helpers import alter, alter_legacy, describe
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -20,6 +20,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import InProcessBroker, ServerProcess
+from kgroups.broker.dynamic_configs import DYNAMIC_SETTINGS
 from kgroups.broker.topic_configs import APPEND, DELETE, SET, SUBTRACT
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import TIMESTAMP_LOG_APPEND, build_batch, decode_batch
@@ -71,10 +72,12 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
             (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'missing' does not exist."),
             (ErrorCode.INVALID_CONFIG, "Unknown topic config name: no.such"),
             (ErrorCode.INVALID_REQUEST, "kgroups applies only these broker settings "
-             "dynamically: log.cleaner.delete.retention.ms, log.cleanup.policy, "
-             "log.flush.interval.messages, log.flush.interval.ms, log.index.interval.bytes, "
-             "log.message.timestamp.type, log.retention.bytes, log.retention.hours, "
-             "log.retention.minutes, log.retention.ms, log.segment.bytes; set "
+             "dynamically: compression.type, log.cleaner.delete.retention.ms, "
+             "log.cleanup.policy, log.flush.interval.messages, log.flush.interval.ms, "
+             "log.index.interval.bytes, log.message.timestamp.after.max.ms, "
+             "log.message.timestamp.before.max.ms, log.message.timestamp.type, "
+             "log.retention.bytes, log.retention.hours, log.retention.minutes, "
+             "log.retention.ms, log.segment.bytes, message.max.bytes; set "
              "[group.initial.rebalance.delay.ms] at start-up (kgroups serve --override "
              "NAME=VALUE)"),
             (ErrorCode.INVALID_REQUEST,
@@ -94,13 +97,47 @@ def test_refusals_name_the_problem_as_kafka_does(broker: InProcessBroker) -> Non
                 "one of: CreateTime, LogAppendTime",
             ("retention.ms", APPEND, "5"):
                 "Can't APPEND to key retention.ms because its type is not LIST.",
+            # Kafka 4.3.1's answers to the settings kgroups keeps without acting on them,
+            # and to those it honours beyond the log's (as probed on Kafka itself).
+            ("compression.type", SET, "ZSTD"):
+                "Invalid value ZSTD for configuration compression.type: String must be one "
+                "of: uncompressed, zstd, lz4, snappy, gzip, producer",
+            ("max.message.bytes", SET, "-1"):
+                "Invalid value -1 for configuration max.message.bytes: Value must be at "
+                "least 0",
+            ("min.cleanable.dirty.ratio", SET, "2"):
+                "Invalid value 2.0 for configuration min.cleanable.dirty.ratio: Value must be "
+                "no more than 1",
+            ("min.cleanable.dirty.ratio", SET, "x"):
+                "Invalid value x for configuration min.cleanable.dirty.ratio: Not a number of "
+                "type DOUBLE",
+            ("preallocate", SET, "maybe"):
+                "Invalid value maybe for configuration preallocate: Expected value to be "
+                "either true or false",
+            ("follower.replication.throttled.replicas", SET, "bad"):
+                "Invalid value [bad] for configuration follower.replication.throttled."
+                "replicas: follower.replication.throttled.replicas must be the literal '*' or "
+                "a list of replicas in the following format: [partitionId]:[brokerId],"
+                "[partitionId]:[brokerId],...",
+            ("compression.gzip.level", SET, "0"):
+                "Invalid value 0 for configuration compression.gzip.level: Value must be "
+                "between 1 and 9 or equal to -1",
+            ("segment.ms", SET, "0"):
+                "Invalid value 0 for configuration segment.ms: Value must be at least 1",
+            ("remote.storage.enable", SET, "true"):
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                "configured with remote log storage.",
         }
         for change, message in cases.items():
             assert alter(client, (TOPIC, "settings", [change])) == [
                 (ErrorCode.INVALID_CONFIG, message)]
-        unsupported = alter(client, (TOPIC, "settings", [("max.message.bytes", SET, "5")]))
-        assert unsupported[0][0] == ErrorCode.INVALID_CONFIG
-        assert "not supported by kgroups" in str(unsupported[0][1])
+        accepted = [("compression.type", SET, " gzip"), ("preallocate", SET, "TRUE"),
+                    ("follower.replication.throttled.replicas", SET, "0:1"),
+                    ("compression.gzip.level", SET, "-1"), ("retention.bytes", SET, "-5"),
+                    ("min.insync.replicas", SET, "2"), ("local.retention.ms", SET, "5")]
+        for change in accepted:
+            assert alter(client, (TOPIC, "settings", [change]), validate_only=True) == [
+                (ErrorCode.NONE, None)], change
         assert alter(client, (TOPIC, "settings", [("retention.ms", SET, "1"),
                                                   ("retention.ms", DELETE, None)])) == [
             (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")]
@@ -143,6 +180,25 @@ def test_dynamic_broker_settings_change_every_topic_default(broker: InProcessBro
              "Invalid value abc for configuration log.retention.ms: Not a number of type LONG"),
             (ErrorCode.INVALID_CONFIG,
              "Config value append is not allowed for config key: log.retention.ms")]
+
+
+def test_legacy_alter_configs_replaces_a_broker_layer(broker: InProcessBroker) -> None:
+    with connect(broker.port) as client:
+        assert alter(client, (BROKER, "", [("log.retention.ms", SET, "1000"),
+                                           ("log.segment.bytes", SET, "2000000")])) \
+            == [(0, None)]
+        assert alter_legacy(client, (BROKER, "", [("log.cleanup.policy", "compact")])) \
+            == [(0, None)]
+        assert {name: shown[0] for name, shown in describe(client, BROKER, "").items()} == {
+            "log.cleanup.policy": "compact"}
+        assert describe(client, TOPIC, "settings")["retention.ms"][:2] == ("86400000", 4)
+        assert alter_legacy(client, (BROKER, "0", [("group.initial.rebalance.delay.ms", "5")]),
+                            (BROKER, "", [])) == [
+            (ErrorCode.INVALID_REQUEST, "kgroups applies only these broker settings "
+             f"dynamically: {', '.join(sorted(DYNAMIC_SETTINGS))}; set "
+             "[group.initial.rebalance.delay.ms] at start-up (kgroups serve --override "
+             "NAME=VALUE)"), (0, None)]
+        assert describe(client, BROKER, "") == {}
 
 
 def test_validate_only_changes_nothing(broker: InProcessBroker) -> None:

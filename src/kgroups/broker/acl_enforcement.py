@@ -537,7 +537,7 @@ def _config_denial(check: Check, operation: Operation, resource: Any) -> ErrorCo
     return None  # the handler refuses a type it does not know
 
 
-@rule(44)
+@rule(33, 44)
 async def _incremental_alter_configs(ctx: RequestContext, request: Any, inner: Inner,
                                      check: Check) -> Any:
     resources = tuple(request.resources)

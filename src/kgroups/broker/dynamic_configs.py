@@ -34,7 +34,8 @@ DYNAMIC_SETTINGS = frozenset({
     "log.cleanup.policy", "log.retention.ms", "log.retention.minutes", "log.retention.hours",
     "log.retention.bytes", "log.segment.bytes", "log.index.interval.bytes",
     "log.cleaner.delete.retention.ms", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.message.timestamp.type",
+    "log.message.timestamp.type", "message.max.bytes", "compression.type",
+    "log.message.timestamp.before.max.ms", "log.message.timestamp.after.max.ms",
 })
 
 
@@ -92,16 +93,18 @@ class DynamicBrokerConfigs:
     def log_config(self) -> LogConfig:
         return LogConfig.from_properties(self.properties())
 
-    def changed(self, scope: str, changes: Sequence[ConfigChange]) -> dict[str, str]:
-        """The scope's layer after `changes`, checked as Kafka checks a dynamic change (and
-        refused for settings kgroups does not apply while running); nothing is saved."""
+    def changed(self, scope: str, changes: Sequence[ConfigChange], *,
+                replace: bool = False) -> dict[str, str]:
+        """The scope's layer after `changes` (with `replace`, made of them alone), checked as
+        Kafka checks a dynamic change (and refused for settings kgroups does not apply while
+        running); nothing is saved."""
         fixed = sorted({c.name for c in changes} - DYNAMIC_SETTINGS)
         if fixed:
             raise DynamicConfigError(
                 f"kgroups applies only these broker settings dynamically: "
                 f"{', '.join(sorted(DYNAMIC_SETTINGS))}; set [{', '.join(fixed)}] at start-up "
                 "(kgroups serve --override NAME=VALUE)")
-        layer = dict(self.layers[scope])
+        layer = {} if replace else dict(self.layers[scope])
         for change in changes:
             if change.operation == DELETE:
                 layer.pop(change.name, None)

@@ -41,7 +41,10 @@ class PartitionRead:
 
 
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
-                    budget: int) -> PartitionRead:
+                    budget: int, min_one: bool) -> PartitionRead:
+    """The partition's batches within its partition_max_bytes and what is left of the
+    request's max_bytes (`budget`); with `min_one` (no partition before it returned data), its
+    first batch whole even if larger, as Kafka answers."""
     index = int(request_partition.partition)
     try:
         log = ctx.broker.topics.log(topic, index)
@@ -57,7 +60,7 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
         return PartitionRead(index, ErrorCode.NONE, end, start)
     limit = min(int(request_partition.partition_max_bytes), budget)
     try:
-        records = log.read(offset, max(limit, 1))
+        records = log.read(offset, max(limit, 1), min_one=min_one)
     except OffsetOutOfRangeError:  # retention moved the start between the check and the read
         return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, log.log_start_offset)
     except OSError as exc:
@@ -68,7 +71,9 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
                                                           int, bool]:
-    """Every requested partition once: (results, bytes gathered, whether any partition errs)."""
+    """Every requested partition once: (results, bytes gathered, whether any partition errs).
+    The answer stays within the request's max_bytes and each partition's partition_max_bytes,
+    except for the first batch of the first partition with data, which goes whole."""
     budget = min(int(getattr(request, "max_bytes", 2**31 - 1)), ctx.broker.config.fetch_max_bytes)
     total = 0
     failed = False
@@ -76,7 +81,8 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[P
     for topic in request.topics:
         reads = []
         for request_partition in topic.partitions:
-            read = _read_partition(ctx, topic.topic, request_partition, budget - total)
+            read = _read_partition(ctx, topic.topic, request_partition, budget - total,
+                                   min_one=total == 0)
             total += len(read.records)
             failed = failed or read.error != ErrorCode.NONE
             reads.append(read)

@@ -4,8 +4,11 @@ A batch is checked (magic, CRC, framing, record count, size) before anything is 
 corrupt or oversized batch is refused with Kafka's error for that partition and loses nothing
 already stored. The records inside a CRC-valid batch are not parsed one by one: doing so in
 Python costs ~9 us per record and capped produce throughput, while the client's CRC already
-vouches for the bytes; only a compacted topic's records are read, for their keys
-(record_policy.py, which also stamps LogAppendTime topics' batches). For
+vouches for the bytes; only a compacted topic's records are read, for their keys, and a
+batch's whose header timestamps are out of the topic's bounds, to name the refused records
+(record_policy.py, which also stamps LogAppendTime topics' batches). A batch over the topic's
+max.message.bytes is refused; a topic whose compression.type names a codec gets its batches
+recompressed into it (the records section only, never parsed). For
 acks=1 and acks=all the response waits for an fsync shared with concurrent producers
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
@@ -36,6 +39,7 @@ from kgroups.broker.record_policy import (
     keyless_record_errors,
     record_errors_message,
     stamp_log_append_time,
+    timestamp_errors,
 )
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
@@ -46,19 +50,25 @@ from kgroups.log.batch import (
     RECORDS_COUNT_AT,
     BatchCorruptError,
     check_batch,
+    recompress_batch,
 )
+from kgroups.log.compression import Compression, CompressionError
 from kgroups.log.partition_log import PartitionLog
 
 logger = logging.getLogger("kgroups.produce")
 _INT32 = struct.Struct(">i")
-# A compacted topic's batches holding more records than this are read for keys in a worker
-# thread (~0.4 us a record: about 2 ms on the loop at most, otherwise).
+# Batches holding more records than this that must be read or recompressed are, in a worker
+# thread (~0.5 us a record read: a few ms on the loop at most, otherwise).
 RECORDS_READ_ON_THE_LOOP = 5_000
-# One gate per compacted log, held from its batches' check to their append.
-_COMPACTED_GATES: weakref.WeakKeyDictionary[PartitionLog, asyncio.Lock] = (
+# One gate per log, held from its batches' checks to their append.
+_APPEND_GATES: weakref.WeakKeyDictionary[PartitionLog, asyncio.Lock] = (
     weakref.WeakKeyDictionary())
 
 VALID_ACKS = (-1, 0, 1)
+# compression.type's codecs; "producer" keeps each batch as the producer compressed it.
+STORED_CODECS = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+                 "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
 
 
 @dataclass(slots=True)
@@ -98,8 +108,8 @@ def split_batches(
         if next_position - position > max_batch_bytes:
             return PartitionOutcome(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                message=f"batch of {next_position - position} bytes exceeds message.max.bytes "
-                        f"{max_batch_bytes}")
+                message=f"batch of {next_position - position} bytes exceeds the topic's "
+                        f"max.message.bytes {max_batch_bytes}")
         identity = BatchIdentity(header.producer_id, header.producer_epoch, header.base_sequence,
                                  last_sequence(header.base_sequence, last_offset_delta))
         batches.append((records[position:next_position], identity))
@@ -109,16 +119,20 @@ def split_batches(
 
 async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
                   appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
-    """A compacted topic's batches are read for their keys, a large batch in a worker thread
-    so the event loop serves other clients meanwhile; appends to such a log pass a gate in
-    arrival order, so a request waiting for its check is never overtaken by a later one."""
+    """A large batch that must be read (a compacted topic's keys, timestamps) or recompressed
+    is, in a worker thread, so the event loop serves other clients meanwhile; appends to a log
+    pass its gate in arrival order, so a request waiting for its check is never overtaken by a
+    later one (an uncontended gate costs no wait)."""
     try:
         log = ctx.broker.topics.log(topic, partition)
     except OSError:
         log = None  # _append_checked answers it
-    if log is None or not log.config.compacted:
+    if log is None:
         return await _append_checked(ctx, topic, partition, records, appended)
-    async with _COMPACTED_GATES.setdefault(log, asyncio.Lock()):
+    gate = _APPEND_GATES.get(log)
+    if gate is None:
+        gate = _APPEND_GATES[log] = asyncio.Lock()
+    async with gate:
         return await _append_checked(ctx, topic, partition, records, appended)
 
 
@@ -135,7 +149,7 @@ async def _append_checked(
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    batches = split_batches(bytes(records or b""), broker.config.message_max_bytes)
+    batches = split_batches(bytes(records or b""), log.config.max_message_bytes)
     if not isinstance(batches, PartitionOutcome):
         batches = await _apply_topic_policy(log, topic, partition, batches)
     if isinstance(batches, PartitionOutcome):
@@ -173,29 +187,59 @@ async def _append_checked(
 async def _apply_topic_policy(
     log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
 ) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
-    """The batches as the topic's settings want them stored, each with its LogAppendTime
-    stamp (-1 for CreateTime), or the refusal of all of them: a compacted topic takes no
-    record without a key (INVALID_RECORD with one error per record, as Kafka answers)."""
-    if log.config.compacted:
-        raw = [batch for batch, _ in batches]
-        try:
-            if sum(_INT32.unpack_from(batch, RECORDS_COUNT_AT)[0] for batch in raw) \
-                    > RECORDS_READ_ON_THE_LOOP:
-                total, errors = await asyncio.to_thread(
-                    keyless_record_errors, raw, topic, partition)
-            else:
-                total, errors = keyless_record_errors(raw, topic, partition)
-        except BatchCorruptError as exc:
-            return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
-        if errors:
-            return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
-                                    message=record_errors_message(errors, total),
-                                    record_errors=errors)
-    if log.config.message_timestamp_type != "LogAppendTime":
-        return [(batch, identity, -1) for batch, identity in batches]
+    """The batches as the topic's settings want them stored (in the codec its
+    compression.type names), each with its LogAppendTime stamp (-1 for CreateTime), or the
+    refusal of all of them: a compacted topic takes no record without a key (INVALID_RECORD),
+    a CreateTime topic none timestamped outside its message.timestamp.*.max.ms bounds
+    (INVALID_TIMESTAMP), with one error per record, as Kafka answers (the first
+    MAX_RECORD_ERRORS of them). Batches of more than RECORDS_READ_ON_THE_LOOP records that
+    must be read or recompressed are, in a worker thread."""
+    config = log.config
     now_ms = int(time.time() * 1000)
+    raw = [batch for batch, _ in batches]
+    heavy = (config.compacted or config.message_timestamp_type != "LogAppendTime"
+             or STORED_CODECS.get(config.compression_type) is not None) and sum(
+        _INT32.unpack_from(batch, RECORDS_COUNT_AT)[0] for batch in raw) \
+        > RECORDS_READ_ON_THE_LOOP
+    if heavy:
+        stored = await asyncio.to_thread(_stored_form, log, topic, partition, batches, now_ms)
+    else:
+        stored = _stored_form(log, topic, partition, batches, now_ms)
+    if isinstance(stored, PartitionOutcome):
+        return stored
+    if config.message_timestamp_type != "LogAppendTime":
+        return [(batch, identity, -1) for batch, identity in stored]
     return [(stamp_log_append_time(batch, now_ms), identity, now_ms)
-            for batch, identity in batches]
+            for batch, identity in stored]
+
+
+def _stored_form(log: PartitionLog, topic: str, partition: int,
+                 batches: list[tuple[bytes, BatchIdentity]], now_ms: int,
+                 ) -> list[tuple[bytes, BatchIdentity]] | PartitionOutcome:
+    """The checks and the recompression of `_apply_topic_policy`, safe off the event loop
+    (it reads only the batches and the log's settings)."""
+    config = log.config
+    raw = [batch for batch, _ in batches]
+    try:
+        if config.compacted:
+            total, errors = keyless_record_errors(raw, topic, partition)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
+                                        message=record_errors_message(errors, total),
+                                        record_errors=errors)
+        if config.message_timestamp_type != "LogAppendTime":
+            errors = timestamp_errors(raw, now_ms, config.message_timestamp_before_max_ms,
+                                      config.message_timestamp_after_max_ms)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_TIMESTAMP,
+                                        log_start_offset=log.log_start_offset,
+                                        message=INVALID_TIMESTAMP_MESSAGE, record_errors=errors)
+        codec = STORED_CODECS.get(config.compression_type)
+        if codec is not None:
+            batches = [(recompress_batch(batch, codec), identity) for batch, identity in batches]
+    except (BatchCorruptError, CompressionError) as exc:
+        return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    return batches
 
 
 async def _settle(ctx: RequestContext,

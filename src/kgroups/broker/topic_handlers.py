@@ -77,7 +77,7 @@ def _created_configs(ctx: RequestContext, config_cls: type[Any], topic: Any,
     null list made it fail the creation with a NullPointerException)."""
     requested = {entry.name: entry.value for entry in topic.configs if entry.value is not None}
     entries = []
-    for name, value, source in topic_config_entries(ctx.broker.topics, topic.name):
+    for name, value, source in topic_config_entries(ctx, topic.name):
         if validate_only and name in requested:
             value, source = requested[name], TOPIC_CONFIG_SOURCE
         entries.append(build(config_cls, name=name, value=value, read_only=False,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from kgroups.broker.topic_configs import (
     TOPIC_CONFIG_FIELDS,
+    TOPIC_SETTINGS,
     TopicConfigStore,
     topic_log_config,
 )
@@ -73,15 +74,21 @@ class TopicCatalog:
     def partition_count(self, topic: str) -> int | None:
         return self._counts.get(topic)
 
-    def config_entries(self, topic: str) -> list[tuple[str, str, bool]]:
-        """(name, value, set on the topic?) for every topic-level setting kgroups honours, as
-        DescribeConfigs and CreateTopics report them. A value the topic gets from kgroups
-        itself rather than the broker's settings (`__consumer_offsets` is compacted) counts
-        as set on the topic, as Kafka creates that topic with those settings."""
+    def config_entries(self, topic: str) -> list[tuple[str, str | None, bool]]:
+        """(name, value, set on the topic?) for every topic-level setting, as DescribeConfigs
+        and CreateTopics report them; the value is None for a setting kgroups keeps without
+        acting on it that the topic does not set (the broker's settings decide it). A value
+        the topic gets from kgroups itself rather than the broker's settings
+        (`__consumer_offsets` is compacted) counts as set on the topic, as Kafka creates that
+        topic with those settings."""
         overrides = self._overrides.get(topic, {})
         effective = self._logs.config_for(topic)
-        entries = []
-        for name, field in sorted(TOPIC_CONFIG_FIELDS.items()):
+        entries: list[tuple[str, str | None, bool]] = []
+        for name in sorted(TOPIC_SETTINGS):
+            field = TOPIC_CONFIG_FIELDS.get(name)
+            if field is None:
+                entries.append((name, overrides.get(name), name in overrides))
+                continue
             value = getattr(effective, field)
             own = name in overrides or value != getattr(self._logs.config, field)
             entries.append((name, str(value), own))

@@ -257,6 +257,30 @@ def encode_batch(batch: RecordBatch) -> bytes:
     )
 
 
+def recompress_batch(batch: bytes, codec: Compression) -> bytes:
+    """A whole batch (already passed by `check_batch`) with its records section in `codec`,
+    every header field but the codec bits (and the length, the CRC) kept: a topic whose
+    compression.type names a codec stores batches so, as Kafka's broker does."""
+    header = read_header(batch)
+    source = Compression(header.attributes & COMPRESSION_MASK)
+    if source is codec:
+        return batch
+    body = decompress(source, batch[HEADER_SIZE:])
+    return _assemble(
+        body=compress(codec, body),
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=(header.attributes & ~COMPRESSION_MASK) | int(codec),
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        count=header.records_count,
+    )
+
+
 def _assemble(
     *,
     body: bytes,

@@ -15,6 +15,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 NEVER = 2**63 - 1  # Kafka's Long.MAX_VALUE default of the flush settings: no forced fsync
 CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 TIMESTAMP_TYPES = frozenset({"CreateTime", "LogAppendTime"})
+# compression.type: "producer" keeps each batch as produced; a codec has every batch stored in it.
+COMPRESSION_TYPES = frozenset({"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,14 @@ class LogConfig:
     # log.message.timestamp.type / message.timestamp.type: LogAppendTime has the broker stamp
     # each appended batch with its own clock; CreateTime keeps the producer's timestamps.
     message_timestamp_type: str = "CreateTime"
+    # message.max.bytes / max.message.bytes: the largest batch a producer may append.
+    max_message_bytes: int = 1048588
+    # compression.type (broker and topic): "producer", or the codec batches are stored in.
+    compression_type: str = "producer"
+    # log.message.timestamp.before.max.ms / .after.max.ms and the topic names without `log.`:
+    # how far before or after the broker's clock a CreateTime record's timestamp may be.
+    message_timestamp_before_max_ms: int = NEVER
+    message_timestamp_after_max_ms: int = 60 * 60 * 1000
 
     @property
     def compacted(self) -> bool:
@@ -77,6 +87,11 @@ class LogConfig:
                 if str(raw).strip() not in TIMESTAMP_TYPES:
                     raise ValueError(f"{key}={raw!r}: expected CreateTime or LogAppendTime")
                 values["message_timestamp_type"] = str(raw).strip()
+            elif key == "compression.type":
+                if str(raw).strip() not in COMPRESSION_TYPES:
+                    raise ValueError(f"{key}={raw!r}: expected one of "
+                                     f"{', '.join(sorted(COMPRESSION_TYPES))}")
+                values["compression_type"] = str(raw).strip()
         # Kafka lets .ms win over .minutes over .hours; apply in that precedence.
         for key in ("log.retention.hours", "log.retention.minutes", "log.retention.ms"):
             if key in properties:
@@ -102,6 +117,12 @@ _INT_SETTINGS = {
     "log.flush.interval.ms": "flush_ms",
     "flush.ms": "flush_ms",
     "log.flush.scheduler.interval.ms": "flush_scheduler_interval_ms",
+    "message.max.bytes": "max_message_bytes",
+    "max.message.bytes": "max_message_bytes",
+    "log.message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "log.message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 _RETENTION_SCALE = {
     "log.retention.hours": 3_600_000,
@@ -111,7 +132,7 @@ _RETENTION_SCALE = {
 # Every key `from_properties` reads, so the broker can tell them from settings nobody reads.
 PROPERTY_NAMES = frozenset(
     {*_INT_SETTINGS, *_RETENTION_SCALE, "log.cleanup.policy", "cleanup.policy",
-     "log.message.timestamp.type", "message.timestamp.type"})
+     "log.message.timestamp.type", "message.timestamp.type", "compression.type"})
 
 
 def _parse_int(key: str, raw: str | int) -> int:
@@ -138,5 +159,10 @@ def _validate(config: LogConfig) -> None:
                         ("log.flush.scheduler.interval.ms", config.flush_scheduler_interval_ms)):
         if value < 1 and not (name == "flush.ms" and value == 0):
             raise ValueError(f"{name}={value}: must be at least 1")
+    for name, value in (("max.message.bytes", config.max_message_bytes),
+                        ("message.timestamp.before.max.ms", config.message_timestamp_before_max_ms),
+                        ("message.timestamp.after.max.ms", config.message_timestamp_after_max_ms)):
+        if value < 0:
+            raise ValueError(f"{name}={value}: must be >= 0")
     if config.delete_retention_ms < 0:
         raise ValueError(f"delete.retention.ms={config.delete_retention_ms}: must be >= 0")

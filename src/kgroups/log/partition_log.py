@@ -232,9 +232,11 @@ class PartitionLog:
 
     # ----------------------------------------------------------------------------- reading
 
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from the one holding `offset`, up to `max_bytes` but always at least
-        one batch (as Kafka does, so an oversized batch cannot stall a consumer)."""
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+        """Whole batches from the one holding `offset`, up to `max_bytes`; with `min_one`, at
+        least one batch however large (as Kafka does for the first partition of a Fetch with
+        data, so an oversized batch cannot stall a consumer), else nothing when the first
+        batch is larger than `max_bytes`."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
@@ -243,7 +245,7 @@ class PartitionLog:
         for segment in self._segments[slot:]:
             position = _find_batch(segment, offset)
             if position is not None:
-                return _read_batches(segment, position, max_bytes)
+                return _read_batches(segment, position, max_bytes, min_one)
         return b""
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
@@ -383,9 +385,11 @@ def _find_batch(segment: Segment, offset: int) -> int | None:
     return None
 
 
-def _read_batches(segment: Segment, position: int, max_bytes: int) -> bytes:
+def _read_batches(segment: Segment, position: int, max_bytes: int, min_one: bool) -> bytes:
     window = segment.pread(max(max_bytes, HEADER_SIZE), position)
     _base, _last, first_size = peek_batch_header(window, 0)
+    if first_size > max_bytes and not min_one:
+        return b""
     if first_size >= len(window):
         return window if first_size == len(window) else segment.pread(first_size, position)
     end = first_size
