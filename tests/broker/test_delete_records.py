@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import time
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from broker_wire_helpers import (
     produce_request,
     request_of,
 )
+from tests.kafka_harness import KafkaBroker
 
 from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.log_cleaner import clean_once
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
+from kgroups.log import manager
 from kgroups.log.batch import build_batch, iter_batches
 
 NOW_MS = int(time.time() * 1000)
@@ -126,6 +129,26 @@ def test_refusals_per_partition(make_inprocess_broker: Any, version: int) -> Non
     }
 
 
+def test_a_failed_checkpoint_write_moves_nothing(make_inprocess_broker: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    broker: InProcessBroker = make_inprocess_broker()
+
+    def full_disk(*_args: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with connect(broker.port) as client:
+        create_topic(client, "full")
+        fill(client, "full", 4)
+        monkeypatch.setattr(manager, "write_log_start_offsets", full_disk)
+        assert delete_records(client, {("full", 0): 2, ("full", 9): 0}) == {
+            ("full", 0): ("KAFKA_STORAGE_ERROR", -1),
+            ("full", 9): ("UNKNOWN_TOPIC_OR_PARTITION", -1)}
+        assert earliest(client, "full") == 0
+        assert int(fetch(client, "full", 0).error_code) == 0
+        monkeypatch.undo()
+        assert delete_records(client, {("full", 0): 2}) == {("full", 0): ("NONE", 2)}
+
+
 def test_retention_moves_the_start_on_and_drops_segments_left_below_it(
         make_inprocess_broker: Any) -> None:
     """DeleteRecords into the active segment deletes nothing yet; once newer segments follow,
@@ -183,3 +206,39 @@ def test_the_start_survives_kill_9(start_kgroups_server: Any) -> None:
         assert earliest(client, "kept", 1) == 3
         assert int(fetch(client, "kept", 6).error_code) == ErrorCode.OFFSET_OUT_OF_RANGE
         assert delete_records(client, {("kept", 0): 5}) == {("kept", 0): ("NONE", 7)}
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_after_kill_9_kafka_forgets_the_start_and_kgroups_keeps_it(
+        tmp_path: Path, start_kgroups_server: Any) -> None:
+    """docs/compatibility.md: Kafka 4.3.1 checkpoints log starts on a schedule, so a kill -9
+    right after DeleteRecords brings the deleted records back; kgroups fsyncs the start before
+    it answers."""
+    kafka = KafkaBroker(tmp_path / "kafka")
+    kafka.start()
+    try:
+        brokers: dict[str, Any] = {"kafka": kafka,
+                                   "kgroups": start_kgroups_server("log.segment.bytes=200")}
+        for broker in brokers.values():
+            with connect(broker.port) as client:
+                create_topic(client, "killed")
+                deadline = time.monotonic() + 30
+                while earliest(client, "killed") < 0:  # Kafka elects the leader a moment later
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                fill(client, "killed", 10)
+                assert delete_records(client, {("killed", 0): 5}) == {("killed", 0): ("NONE", 5)}
+            broker.kill()
+            broker.start()
+        after = {}
+        for name, broker in brokers.items():
+            with connect(broker.port) as client:
+                deadline = time.monotonic() + 30
+                while (start := earliest(client, "killed")) < 0:  # Kafka reloads the log
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                after[name] = start
+        assert after == {"kafka": 0, "kgroups": 5}
+    finally:
+        kafka.close()
