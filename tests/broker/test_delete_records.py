@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_wire_helpers import (
+from tests.broker.broker_wire_helpers import (
     connect,
     create_topic,
     fetch_request,
@@ -22,9 +22,9 @@ from broker_wire_helpers import (
     produce_request,
     request_of,
 )
+from tests.broker.conftest import InProcessBroker, ServerProcess
 from tests.kafka_harness import KafkaBroker
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.log_cleaner import clean_once
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
