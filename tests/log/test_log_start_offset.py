@@ -70,6 +70,14 @@ def test_a_log_cut_below_its_start_starts_over_there(tmp_path: Path) -> None:
     assert log.append_batch(build_batch([(b"k", b"v", 1)])) == (8, 8)
 
 
+def test_an_empty_checkpoint_lists_nothing(tmp_path: Path) -> None:
+    """As Kafka reads it: a Kafka log dir copied after a kill -9 can hold an empty one."""
+    (tmp_path / CHECKPOINT_FILE).write_text("")
+    _filled(LogManager(tmp_path, LogConfig()), "t", 2)
+    log = LogManager(tmp_path, LogConfig()).get("t", 0)
+    assert log is not None and log.log_start_offset == 0
+
+
 @pytest.mark.parametrize("text, why", [
     ("1\n0\n", "line 1: unsupported version '1'"),
     ("0\n2\nt 0 5\n", "line 2: says 2 entries, the file has 1"),

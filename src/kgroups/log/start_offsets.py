@@ -40,6 +40,8 @@ def read_log_start_offsets(data_dir: Path) -> dict[tuple[str, int], int]:
     def bad(line_number: int, why: str) -> CheckpointError:
         return CheckpointError(f"{path} line {line_number}: {why}")
 
+    if not lines:  # Kafka leaves the file empty at times (seen after a kill -9) and reads it so
+        return {}
     if len(lines) < 2:
         raise bad(len(lines) + 1, "expected a version line and an entry count")
     if lines[0].strip() != str(_VERSION):
