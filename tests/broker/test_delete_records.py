@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
+import confluent_kafka.admin
 import pytest
 from tests.broker.broker_wire_helpers import (
     connect,
@@ -242,3 +244,35 @@ def test_after_kill_9_kafka_forgets_the_start_and_kgroups_keeps_it(
         assert after == {"kafka": 0, "kgroups": 5}
     finally:
         kafka.close()
+
+
+@pytest.mark.interop
+def test_librdkafka_trims_a_topic_and_a_consumer_behind_it_resets_to_the_start(
+        start_kgroups_server: Any) -> None:
+    """What Kafka Streams does to its repartition topics, with librdkafka's admin client: the
+    records go, and a group whose committed offset now lies below the start resumes there."""
+    server: ServerProcess = start_kgroups_server()
+    topic, group = "repartition", "trimmed-group"
+    with connect(server.port) as client:
+        create_topic(client, topic)
+        fill(client, topic, 10)
+    bootstrap = {"bootstrap.servers": server.bootstrap}
+    consumer = confluent_kafka.Consumer({**bootstrap, "group.id": group,
+                                         "auto.offset.reset": "earliest",
+                                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 2)],
+                        asynchronous=False)
+        admin = confluent_kafka.admin.AdminClient(bootstrap)
+        (future,) = admin.delete_records([confluent_kafka.TopicPartition(topic, 0, 6)]).values()
+        assert future.result(timeout=30).low_watermark == 6
+        consumer.subscribe([topic])
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                first = message.offset()
+        assert first == 6
+    finally:
+        consumer.close()
