@@ -95,8 +95,8 @@ class PartitionLog:
         checks anyway right after (the coordinator's load of __consumer_offsets, CRC included,
         naming file and byte too): the walk costs ~0.3 us per batch. `log_start_offset` is the
         start DeleteRecords left (the log-start-offset checkpoint); a log that ends below it
-        (a crash cut the tail it was moved into) starts over, empty, at it, as Kafka's does,
-        so that no offset a consumer was told is gone is handed out again."""
+        (a crash cut the tail it was moved into) starts over, empty, at it, so that no offset
+        a consumer was told is gone is handed out again."""
         directory.mkdir(parents=True, exist_ok=True)
         for leftover in directory.iterdir():
             if leftover.name.endswith(_LEFTOVER_SUFFIX):
