@@ -182,6 +182,15 @@ def observe(client: KafkaWireClient) -> dict[str, Any]:
         max_bytes=1024, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
         forgotten_topics_data=(), topics=fetch_topics))
     seen["fetch"] = sorted((t.topic, codes(t, "partitions")) for t in fetched.responses)
+    for version in (0, 1, 2):  # Delete on each topic (alice has it on denied-t only)
+        deleted_records = client.call(request_of(
+            21, version, timeout=datetime.timedelta(seconds=5), topics=tuple(nested_of(
+                21, version, "DeleteRecordsTopic", name=topic, partitions=(nested_of(
+                    21, version, "DeleteRecordsPartition", partition_index=0, offset=0),))
+                for topic in (*TOPICS, "nonexistent-t"))))
+        seen[f"delete_records v{version}"] = sorted(
+            (t.name, [(int(p.error_code), int(p.low_watermark)) for p in t.partitions])
+            for t in deleted_records.topics)
     created = client.call(request_of(19, 7, timeout=datetime.timedelta(seconds=5),
                                      validate_only=True, topics=(nested_of(
         19, 7, "CreatableTopic", name="new-t", num_partitions=1, replication_factor=1,

@@ -132,15 +132,15 @@ def test_topic_level_cleanup_policy_compacts_only_that_topic(make_inprocess_brok
         assert len(_all_records(client, "stream")) == 6
 
 
-def test_unsupported_or_bad_topic_config_is_refused_and_nothing_created(
+def test_unknown_or_bad_topic_config_is_refused_and_nothing_created(
     inprocess_broker,  # type: ignore[no-untyped-def]
 ) -> None:
     with connect(inprocess_broker.port) as client:
-        unsupported = create_topic(client, "a", configs={"min.insync.replicas": "2"})
+        unsupported = create_topic(client, "a", configs={"min.insync.replica": "2"})
         bad_value = create_topic(client, "b", configs={"retention.ms": "soon"})
         topics = client.call(metadata_request("a", "b", auto_create=False)).topics
     assert unsupported.error_code == ErrorCode.INVALID_CONFIG
-    assert "min.insync.replicas" in unsupported.error_message
+    assert "min.insync.replica" in unsupported.error_message
     assert bad_value.error_code == ErrorCode.INVALID_CONFIG
     assert "retention.ms" in bad_value.error_message
     assert {t.error_code for t in topics} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}

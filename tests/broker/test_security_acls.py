@@ -6,6 +6,7 @@ kafka-configs (SCRAM) tools against kgroups."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,12 @@ from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.delete_acls.v3 import request as delete_acls
 from kio.schema.describe_acls.v3 import request as describe_acls
 from tests.broker import acl_scenarios
-from tests.broker.broker_wire_helpers import request_of
+from tests.broker.broker_wire_helpers import (
+    create_topic,
+    nested_of,
+    produce_request,
+    request_of,
+)
 from tests.broker.conftest import InProcessBroker
 from tests.broker.security_helpers import (
     CLIENT_PRINCIPAL,
@@ -41,6 +47,7 @@ from kgroups.broker.authorizer import (
 )
 from kgroups.broker.broker import install_handlers
 from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.log.batch import build_batch
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 ALLOW, DENY = Permission.ALLOW, Permission.DENY
@@ -204,6 +211,36 @@ def test_acl_apis_validate_and_need_cluster_rights(acl_broker: InProcessBroker,
             pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
             operation=Operation.ANY, permission_type=Permission.ANY),)))
         assert [int(r.error_code) for r in denied.filter_results] == [31]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_delete_records_needs_delete_on_the_topic(acl_broker: InProcessBroker,
+                                                  certs: Certificates, version: int) -> None:
+    """Kafka's rule: Delete on each topic, TOPIC_AUTHORIZATION_FAILED per partition otherwise,
+    whether or not the topic exists (the differential ACL suite checks it against Kafka)."""
+    allowed, other, missing = (f"dr-{name}-v{version}" for name in ("ok", "no", "missing"))
+
+    def delete_records(client: KafkaWireClient) -> list[tuple[str, int, int, int]]:
+        response = client.call(request_of(21, version, timeout=datetime.timedelta(seconds=5),
+                                          topics=tuple(nested_of(
+            21, version, "DeleteRecordsTopic", name=name, partitions=(nested_of(
+                21, version, "DeleteRecordsPartition", partition_index=0, offset=-1),))
+            for name in (allowed, other, missing))))
+        return sorted((t.name, int(p.partition_index), int(p.error_code), int(p.low_watermark))
+                      for t in response.topics for p in t.partitions)
+
+    with KafkaWireClient("127.0.0.1", port_of(acl_broker, "PLAINTEXT")) as admin:
+        for name in (allowed, other):
+            create_topic(admin, name)
+            admin.call(produce_request(name, 0, build_batch([(None, b"v", 1)])))
+        admin.call(create_acls.CreateAclsRequest(creations=(acl_scenarios.binding(
+            TOPIC, allowed, Operation.DELETE, ALLOW),)))
+        as_super_user = delete_records(admin)
+    with client_security(certs, "SASL_PLAINTEXT").connect(
+            "127.0.0.1", port_of(acl_broker, "SASL_PLAINTEXT")) as alice:
+        as_alice = delete_records(alice)
+    assert as_super_user == [(missing, 0, 3, -1), (other, 0, 0, 1), (allowed, 0, 0, 1)]
+    assert as_alice == [(missing, 0, 29, -1), (other, 0, 29, -1), (allowed, 0, 0, 1)]
 
 
 def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path: Path) -> None:

@@ -127,3 +127,12 @@ def test_the_kafka_settings_list_is_kafkas_own() -> None:
             "offsets.retention.minutes"} <= set(settings)
     assert settings["num.partitions"].type == "INT"
     assert settings["num.partitions"].validator == "[1,...]"
+
+
+def test_a_damaged_log_start_checkpoint_is_one_line(tmp_path: Path) -> None:
+    """Serving without the starts DeleteRecords left would bring deleted records back."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "log-start-offset-checkpoint").write_text("0\n3\norders 0 5\n")
+    line = _one_line_failure(_serve(tmp_path, data_dir=data))
+    assert "log-start-offset-checkpoint line 2: says 3 entries, the file has 1" in line

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import logging
 import socket
 import struct
@@ -17,9 +16,9 @@ from broker_wire_helpers import (
     read_frame,
     send_and_decode,
 )
+from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDirsRequest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.delete_records.v2.request import DeleteRecordsRequest
 
 from conftest import InProcessBroker
 from kgroups.broker.api import FunctionHandler
@@ -159,9 +158,9 @@ def test_failing_handler_closes_its_connection_only(
     async def explode(ctx: object, request: object) -> object:
         raise RuntimeError("handler bug")
 
-    # DeleteRecords (21) v2 is an API this broker does not otherwise answer.
-    inprocess_broker.broker.registry.register(FunctionHandler(21, 2, 2, explode))
-    request = DeleteRecordsRequest(topics=(), timeout=datetime.timedelta(seconds=1))
+    # AlterReplicaLogDirs (34) v2 is an API this broker does not otherwise answer.
+    inprocess_broker.broker.registry.register(FunctionHandler(34, 2, 2, explode))
+    request = AlterReplicaLogDirsRequest(dirs=())
     with raw_socket(inprocess_broker.port) as sock, caplog.at_level(logging.WARNING):
         sock.sendall(encode_request(1, "t", request))
         assert is_closed_by_peer(sock)

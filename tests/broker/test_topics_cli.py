@@ -1,5 +1,6 @@
-"""`kgroups topics` with kafka-topics' options against an in-process broker, and the
-CreatePartitions API behind `--alter --partitions`."""
+"""`kgroups topics` with kafka-topics' options against an in-process broker, the
+CreatePartitions API behind `--alter --partitions`, and `--delete-records`
+(kafka-delete-records)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,10 @@ def test_describe_all_topics_and_json(broker, capsys) -> None:  # type: ignore[n
 
 @pytest.mark.parametrize("args", [(), ("--list", "--create"), ("--create",),
                                   ("--list", "--partitions", "3"),
-                                  ("--describe", "--config", "a=b")])
+                                  ("--describe", "--config", "a=b"), ("--delete-records",),
+                                  ("--list", "--offset-json-file", "x.json"),
+                                  ("--delete-records", "--offset-json-file", "x.json",
+                                   "--topic", "t")])
 def test_usage_mistakes_exit_2(broker, capsys, args) -> None:  # type: ignore[no-untyped-def]
     code, out, err = _run(broker, capsys, *args)
     assert (code, out) == (2, "")
@@ -199,3 +203,58 @@ def test_every_argument_has_help() -> None:
     for action in topics._actions:
         assert action.help, action.option_strings
     assert "(default: 127.0.0.1:9092)" in " ".join(topics.format_help().split())
+
+
+def _offset_file(tmp_path: Any, text: str) -> str:
+    path = tmp_path / "offsets.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_delete_records_prints_what_kafkas_tool_prints(broker, capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert _run(broker, capsys, "--create", "--topic", "trim", "--partitions", "3")[0] == 0
+    with connect(broker.port) as client:
+        for partition in (0, 1):
+            client.call(produce_request("trim", partition, build_batch(
+                [(b"k", b"v", 1), (b"k", b"w", 2), (b"k", b"x", 3)])))
+    offsets = {"partitions": [{"topic": "trim", "partition": 1, "offset": -1},
+                              {"topic": "trim", "partition": 0, "offset": 2},
+                              {"topic": "trim", "partition": 2, "offset": 5}], "version": 1}
+    code, out, err = _run(broker, capsys, "--delete-records", "--offset-json-file",
+                          _offset_file(tmp_path, json.dumps(offsets)))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "Executing records delete operation",
+        "Records delete operation completed:",
+        "partition: trim-0\tlow_watermark: 2",
+        "partition: trim-1\tlow_watermark: 3",
+        "partition: trim-2\terror: org.apache.kafka.common.errors.OffsetOutOfRangeException: "
+        "The requested offset is not within the range of offsets maintained by the server.",
+    ]
+    _, described, _ = _run(broker, capsys, "--describe", "--topic", "trim")
+    assert [(p["LogStartOffset"], p["LogEndOffset"]) for p in _partition_lines(described)] == [
+        ("2", "3"), ("3", "3"), ("0", "0")]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{", "The input string is not a valid JSON"),
+    ('{"version": 2, "partitions": []}', "Not supported version field value 2"),
+    ('{"version": 1}', "Missing partitions field"),
+    ('{"partitions": [{"topic": "t", "partition": "0", "offset": 1}]}',
+     "partitions[0]: 'partition' must be an integer"),
+    ('{"partitions": [{"topic": "t", "partition": 0, "offset": 1},'
+     ' {"topic": "t", "partition": 0, "offset": 2}]}',
+     "Offset json file contains duplicate topic partitions: t-0"),
+])
+def test_delete_records_refuses_a_bad_file_before_sending(broker, capsys, tmp_path, text,  # type: ignore[no-untyped-def]
+                                                          message) -> None:
+    code, out, err = _run(broker, capsys, "--delete-records", "--offset-json-file",
+                          _offset_file(tmp_path, text))
+    assert (code, out, err) == (1, "", f"kgroups topics: error: {message}\n")
+
+
+def test_delete_records_names_a_missing_file(broker, capsys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    missing = tmp_path / "nope.json"
+    code, out, err = _run(broker, capsys, "--delete-records", "--offset-json-file", str(missing))
+    assert (code, out) == (1, "")
+    assert err == f"kgroups topics: error: cannot read {missing}: No such file or directory\n"

@@ -425,6 +425,20 @@ async def _list_offsets(ctx: RequestContext, request: Any, inner: Inner, check: 
     return _response(ctx, topics=topics + denied_topics)
 
 
+@rule(21)
+async def _delete_records(ctx: RequestContext, request: Any, inner: Inner, check: Check) -> Any:
+    """Delete on each topic; a denied one answers TOPIC_AUTHORIZATION_FAILED per partition
+    whether or not it exists."""
+    allowed, denied = _split(request.topics, lambda t: check.topic(Operation.DELETE, t.name))
+    topics: tuple[Any, ...] = ()
+    if allowed:
+        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    return _response(ctx, topics=topics + tuple(_nested(
+        ctx, "DeleteRecordsTopicResult", name=t.name, partitions=_partition_entries(
+            ctx, "DeleteRecordsPartitionResult", t, TOPIC_DENIED, low_watermark=-1))
+        for t in denied))
+
+
 @rule(3)
 async def _metadata(ctx: RequestContext, request: Any, inner: Inner, check: Check) -> Any:
     """Describe on each topic; a missing one is auto-created only with Create (on the

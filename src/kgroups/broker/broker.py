@@ -13,6 +13,7 @@ from kgroups.broker import (
     acl_handlers,
     cluster_handlers,
     config_handlers,
+    delete_records_handler,
     fetch_handler,
     group_handlers,
     list_offsets_handler,
@@ -50,6 +51,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     produce_handler.install(registry)
     fetch_handler.install(registry)
     list_offsets_handler.install(registry)
+    delete_records_handler.install(registry)
     group_handlers.install(registry)
     sasl.install(registry)
     scram_handlers.install(registry)

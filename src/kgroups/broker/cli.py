@@ -16,6 +16,7 @@ from kgroups.broker.config import BrokerConfig, ConfigError, served_network_proc
 from kgroups.broker.events import configure_logging
 from kgroups.broker.listeners import parse_listeners
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
+from kgroups.log.start_offsets import CheckpointError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,6 +97,8 @@ async def _serve(config: BrokerConfig) -> None:
         raise _startup_failure(config, exc) from None
     except ConfigError as exc:  # a listener's certificate or mechanisms (broker.security)
         raise StartupError(str(exc)) from None
+    except CheckpointError as exc:  # the log start offsets DeleteRecords left
+        raise StartupError(f"cannot start: {exc}") from None
     try:
         await broker.start()
     except OSError as exc:

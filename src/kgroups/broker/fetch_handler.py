@@ -54,15 +54,15 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
         return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     start, end = log.log_start_offset, log.log_end_offset
     offset = int(request_partition.fetch_offset)
-    if offset < start or offset > end:
-        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, start)
+    if offset < start or offset > end:  # Kafka answers no watermarks beside this error
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
     if offset == end or budget <= 0:
         return PartitionRead(index, ErrorCode.NONE, end, start)
     limit = min(int(request_partition.partition_max_bytes), budget)
     try:
         records = log.read(offset, max(limit, 1), min_one=min_one)
     except OffsetOutOfRangeError:  # retention moved the start between the check and the read
-        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE, end, log.log_start_offset)
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
     except OSError as exc:
         log_event(logger, logging.ERROR, "read_failed", topic=topic, partition=index, error=exc)
         return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR, end, start)

@@ -2,7 +2,8 @@
 
 Kafka's log manager wakes every log.retention.check.interval.ms and, per partition, deletes the
 oldest segments past retention.ms / retention.bytes (cleanup.policy=delete) or compacts it
-(cleanup.policy=compact). Without this a kgroups data directory would only ever grow.
+(cleanup.policy=compact); under either policy it also deletes the segments DeleteRecords left
+wholly below the log start offset. Without this a kgroups data directory would only ever grow.
 __consumer_offsets is left to the coordinator runtime, which compacts it on its own schedule.
 """
 
@@ -38,6 +39,10 @@ def _clean_partition(logs: LogManager, topic: str, partition: int, now_ms: int) 
     log = logs.get(topic, partition)
     if log is None:
         return 0
+    below_start = log.drop_segments_below_start()
+    if below_start:
+        log_event(logger, logging.INFO, "segments_deleted", topic=topic, partition=partition,
+                  segments=below_start, log_start_offset=log.log_start_offset)
     if log.config.compacted:
         result = compact(log, now_ms)
         if result.records_removed:
@@ -45,12 +50,12 @@ def _clean_partition(logs: LogManager, topic: str, partition: int, now_ms: int) 
                       partition=partition, removed=result.records_removed,
                       kept=result.records_kept)
     if not log.config.deletes:
-        return 0
+        return below_start
     deleted = log.apply_retention(now_ms)
     if deleted:
         log_event(logger, logging.INFO, "segments_deleted", topic=topic,
                   partition=partition, segments=deleted, log_start_offset=log.log_start_offset)
-    return deleted
+    return below_start + deleted
 
 
 async def run_cleaner(logs: LogManager, interval_ms: int) -> None:

@@ -1,9 +1,9 @@
 """Topic administration over the Kafka wire, the operations behind `kgroups topics`.
 
 Like `admin` for groups, these ask the broker through the public APIs kafka-topics uses
-(CreateTopics, Metadata, DescribeConfigs, CreatePartitions, DeleteTopics, plus ListOffsets for
-the log start and end kgroups adds to a description), so they work against any Kafka-compatible
-broker and show what clients see.
+(CreateTopics, Metadata, DescribeConfigs, CreatePartitions, DeleteTopics, DeleteRecords as
+kafka-delete-records, plus ListOffsets for the log start and end kgroups adds to a
+description), so they work against any Kafka-compatible broker and show what clients see.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,26 @@ def add_partitions(client: KafkaWireClient, name: str, total: int) -> None:
         timeout=_TIMEOUT, validate_only=False)).results
     if int(result.error_code) != ErrorCode.NONE:
         raise _failed(int(result.error_code), result.error_message, f"CreatePartitions({name})")
+
+
+def delete_records(client: KafkaWireClient, offsets: Mapping[tuple[str, int], int]
+                   ) -> dict[tuple[str, int], tuple[ErrorCode, int]]:
+    """DeleteRecords: move each partition's log start up to its offset (-1: the high
+    watermark). Returns (error, low watermark) per partition; the low watermark is the new
+    log start offset when the error is NONE."""
+    version = _version(client, 21, 2, "DeleteRecords")
+    request = request_type(21, version)
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+    response = client.call(build(request, timeout=_TIMEOUT, topics=tuple(
+        build(sibling(request, "DeleteRecordsTopic"), name=topic, partitions=tuple(
+            build(sibling(request, "DeleteRecordsPartition"), partition_index=partition,
+                  offset=offset) for partition, offset in entries))
+        for topic, entries in by_topic.items())))
+    return {(topic.name, int(p.partition_index)): (ErrorCode(int(p.error_code)),
+                                                   int(p.low_watermark))
+            for topic in response.topics for p in topic.partitions}
 
 
 def _metadata(client: KafkaWireClient, names: list[str] | None) -> Any:

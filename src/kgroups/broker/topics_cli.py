@@ -2,7 +2,8 @@
 
 The options are kafka-topics' own (`--create --topic t --partitions 3 --config k=v`,
 `--describe`, `--alter --partitions`, `--delete`, `--list`), and so are the messages and the
-describe layout, so commands carry over between the two; a description also shows each
+describe layout, so commands carry over between the two; `--delete-records --offset-json-file`
+is kafka-delete-records (delete_records_cli.py); a description also shows each
 partition's log start and end offsets, which kafka-topics leaves to kafka-get-offsets.
 """
 
@@ -11,15 +12,16 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
-from kgroups.broker import topic_admin
+from kgroups.broker import delete_records_cli, topic_admin
 from kgroups.broker.admin import AdminError
 from kgroups.broker.cli_output import DefaultsShown, parse_bootstrap, print_json, run_to_pipe
 from kgroups.broker.client_security import add_command_config_option, connect_tool
 from kgroups.broker.wire_client import KafkaWireClient, WireError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-ACTIONS = ("create", "list", "describe", "alter", "delete")
+ACTIONS = ("create", "list", "describe", "alter", "delete", "delete_records")
 
 
 class UsageError(Exception):
@@ -37,8 +39,12 @@ def _action(args: argparse.Namespace) -> str:
     chosen = [name for name in ACTIONS if getattr(args, name)]
     if len(chosen) != 1:
         raise UsageError("Command must include exactly one action: --list, --describe, "
-                         "--create, --alter or --delete")
+                         "--create, --alter, --delete or --delete-records")
     action = chosen[0]
+    if (action == "delete_records") != (args.offset_json_file is not None):
+        raise UsageError("--delete-records and --offset-json-file go together")
+    if action == "delete_records" and args.topic:
+        raise UsageError("--delete-records takes its topics from --offset-json-file, not --topic")
     if action in ("create", "alter", "delete") and not args.topic:
         raise UsageError(f"--{action} needs --topic")
     if action == "alter" and args.partitions is None:
@@ -72,6 +78,8 @@ def _or_dash(value: int | None) -> str:
 
 
 def _run(client: KafkaWireClient, action: str, args: argparse.Namespace) -> int:
+    if action == "delete_records":
+        return delete_records_cli.run(client, args.offsets)
     if action == "list":
         names = topic_admin.list_topics(client, include_internal=not args.exclude_internal)
         if args.topic:
@@ -111,11 +119,16 @@ def _run(client: KafkaWireClient, action: str, args: argparse.Namespace) -> int:
 def _handle(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
+        if action == "delete_records":  # the file is checked before anything is sent
+            args.offsets = delete_records_cli.read_offset_file(args.offset_json_file)
         with connect_tool(args.bootstrap_server, args.command_config) as client:
             return run_to_pipe(lambda: _run(client, action, args))
     except UsageError as exc:
         print(f"kgroups topics: error: {exc}", file=sys.stderr)
         return 2
+    except delete_records_cli.OffsetFileError as exc:
+        print(f"kgroups topics: error: {exc}", file=sys.stderr)
+        return 1
     except (WireError, AdminError) as exc:
         print(f"Error while executing topic command : {exc}", file=sys.stderr)
         return 1
@@ -126,8 +139,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "topics", help="kafka-topics over the Kafka wire: create, list, describe, alter, "
                        "delete topics",
         formatter_class=DefaultsShown,
-        description="Kafka's kafka-topics for any Kafka-compatible broker. Name one action: "
-                    "--create, --list, --describe, --alter or --delete.")
+        description="Kafka's kafka-topics (and kafka-delete-records) for any Kafka-compatible "
+                    "broker. Name one action: --create, --list, --describe, --alter, --delete "
+                    "or --delete-records.")
     add = parser.add_argument
     add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT", help="broker to connect to")
@@ -139,6 +153,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
              "settings (every topic, or --topic)")
     add("--alter", action="store_true", help="add partitions to a topic (--partitions)")
     add("--delete", action="store_true", help="delete a topic and its data")
+    add("--delete-records", action="store_true",
+        help="kafka-delete-records: delete the records below an offset in each partition "
+             "--offset-json-file names (the partition's log start moves there)")
+    add("--offset-json-file", type=Path, metavar="FILE",
+        help='with --delete-records: kafka-delete-records\' file, {"partitions": [{"topic": '
+             '"t", "partition": 0, "offset": 5}], "version": 1}; offset -1 deletes up to the '
+             'high watermark')
     add("--topic", metavar="TOPIC", help="the topic to act on")
     add("--partitions", type=int, metavar="N",
         help="with --create: the partition count (the broker's num.partitions if not given); "

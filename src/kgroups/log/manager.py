@@ -1,5 +1,9 @@
 """Every partition log under one data directory, named `<topic>-<partition>` as Kafka names them.
 
+The log start offsets DeleteRecords moved are kept in the data directory's
+`log-start-offset-checkpoint`, Kafka's file (see start_offsets.py): written before a new start
+is applied, read when a partition opens.
+
 A partition whose log cannot be opened (a damaged older segment, an I/O error) is kept offline:
 asking for it raises PartitionOfflineError, Kafka's KAFKA_STORAGE_ERROR, instead of retrying
 the open on every request; the cause is logged once. Its files are left untouched for an
@@ -12,11 +16,13 @@ import logging
 import re
 import shutil
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from kgroups.log.batch import BatchCorruptError
 from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
+from kgroups.log.start_offsets import read_log_start_offsets, write_log_start_offsets
 from kgroups.log.topic_ids import new_topic_id, read_partition_metadata, write_partition_metadata
 
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
@@ -54,6 +60,9 @@ class LogManager:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._offline: dict[tuple[str, int], PartitionOfflineError] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
+        # What the log-start-offset checkpoint holds (a bad file stops the broker here, naming
+        # file and line: starting without it would bring deleted records back).
+        self._checkpointed = read_log_start_offsets(self.data_dir)
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic) or self.config.for_topic(topic)
@@ -109,8 +118,51 @@ class LogManager:
         self._topic_ids[topic] = topic_id
         return topic_id
 
+    def advance_log_starts(self, targets: Mapping[tuple[str, int], int]) -> None:
+        """Move open partitions' log start offsets up to their targets (DeleteRecords; the
+        caller checked each is within its log). The checkpoint is written first, so a start a
+        client is told about survives a crash, and an OSError writing it changes nothing;
+        then the segments left wholly below are deleted (or, failing that, by the next
+        retention check)."""
+        planned = self._checkpoint_entries()
+        moved = [(key, offset) for key, offset in targets.items()
+                 if offset > self._logs[key].log_start_offset]
+        if not moved:
+            return
+        planned.update(moved)
+        write_log_start_offsets(self.data_dir, planned)
+        self._checkpointed = planned
+        for key, offset in moved:
+            log = self._logs[key]
+            log.advance_log_start(offset)
+            try:
+                log.drop_segments_below_start()
+            except OSError as exc:
+                logger.error("deleting segments of %s-%d below its log start offset %d failed "
+                             "(%s): retention tries again", key[0], key[1], offset, exc)
+
+    def _checkpoint_entries(self) -> dict[tuple[str, int], int]:
+        """The starts the checkpoint must hold: each open log's where it lies above its first
+        segment, and what the file said of the partitions not opened since."""
+        entries = {key: start for key, start in self._checkpointed.items()
+                   if key not in self._logs}
+        for key, log in self._logs.items():
+            if log.log_start_offset > log.segments()[0].base_offset:
+                entries[key] = log.log_start_offset
+        return entries
+
     def delete_topic(self, topic: str) -> None:
         self._topic_ids.pop(topic, None)
+        if any(name == topic for name, _ in self._checkpointed):
+            # A topic created later under this name must not inherit the deleted one's start.
+            kept = {key: start for key, start in self._checkpoint_entries().items()
+                    if key[0] != topic}
+            try:
+                write_log_start_offsets(self.data_dir, kept)
+                self._checkpointed = kept
+            except OSError as exc:
+                logger.error("could not remove %s from the log start offset checkpoint (%s)",
+                             topic, exc)
         for name, partition in self.partitions():
             if name != topic:
                 continue
@@ -138,7 +190,8 @@ class LogManager:
             raise offline
         try:
             log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic),
-                                    check_older_segments=topic != OFFSETS_TOPIC)
+                                    check_older_segments=topic != OFFSETS_TOPIC,
+                                    log_start_offset=self._checkpointed.get((topic, partition), 0))
         except (BatchCorruptError, OSError) as exc:
             offline = PartitionOfflineError(topic, partition, exc)
             self._offline[(topic, partition)] = offline

@@ -63,11 +63,15 @@ class PartitionLog:
     concurrently with them. A reader in another thread must not overlap compaction or
     retention of the same log, which close and replace segment files."""
 
-    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
+    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment],
+                 log_start_offset: int = 0) -> None:
         self.directory = directory
         self.config = config
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
+        # Where DeleteRecords put the start (Kafka's logStartOffset); the first segment's base
+        # when that is higher (retention deleted past it): the start never moves back.
+        self._start_offset = log_start_offset
         self._dirty: set[Segment] = set()
         self._directory_dirty = False
         self._sync_lock = threading.Lock()
@@ -83,12 +87,16 @@ class PartitionLog:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig, *, check_older_segments: bool = True
+        cls, directory: Path, config: LogConfig, *, check_older_segments: bool = True,
+        log_start_offset: int = 0,
     ) -> PartitionLog:
         """Open (creating if needed) the log in `directory`. `check_older_segments=False` skips
         the framing walk of segments whose index fits, for a log whose every byte its reader
         checks anyway right after (the coordinator's load of __consumer_offsets, CRC included,
-        naming file and byte too): the walk costs ~0.3 us per batch."""
+        naming file and byte too): the walk costs ~0.3 us per batch. `log_start_offset` is the
+        start DeleteRecords left (the log-start-offset checkpoint); a log that ends below it
+        (a crash cut the tail it was moved into) starts over, empty, at it, so that no offset
+        a consumer was told is gone is handed out again."""
         directory.mkdir(parents=True, exist_ok=True)
         for leftover in directory.iterdir():
             if leftover.name.endswith(_LEFTOVER_SUFFIX):
@@ -112,7 +120,15 @@ class PartitionLog:
                 segment.close()
             raise
         _recover_active(segments[-1], config)
-        log = cls(directory, config, segments)
+        if log_start_offset > segments[-1].next_offset:
+            logger.warning("%s ends at offset %d, below its log start offset %d: its segments "
+                           "are deleted and it starts over, empty, at %d", directory,
+                           segments[-1].next_offset, log_start_offset, log_start_offset)
+            for segment in segments:
+                segment.delete()
+            segments = [Segment(directory, log_start_offset)]
+            segments[0].next_offset = log_start_offset
+        log = cls(directory, config, segments, log_start_offset)
         fsync_path(directory)
         return log
 
@@ -120,7 +136,39 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The first offset a consumer may read: the first segment's base, or above it where
+        DeleteRecords moved it."""
+        return max(self._start_offset, self._segments[0].base_offset)
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords); a lower offset changes
+        nothing. Returns whether it moved. Beyond the log end raises OffsetOutOfRangeError.
+        The segments it leaves wholly below stay until `drop_segments_below_start`, so the
+        caller can first make the new start durable."""
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is beyond the log end offset {self.log_end_offset}")
+        if offset <= self.log_start_offset:
+            return False
+        self._start_offset = offset
+        return True
+
+    def drop_segments_below_start(self) -> int:
+        """Delete the segments whose every offset is below the log start offset (never the
+        active one: Kafka deletes a segment once the next one starts at or below the start).
+        Returns how many went."""
+        deleted = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self._start_offset:
+            oldest = self._segments[0]
+            with self._sync_lock:
+                self._dirty.discard(oldest)
+                oldest.delete()
+                del self._segments[0]
+                del self._bases[0]
+            deleted += 1
+        if deleted:
+            fsync_path(self.directory)
+        return deleted
 
     @property
     def log_end_offset(self) -> int:
@@ -249,16 +297,20 @@ class PartitionLog:
         return b""
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """The first offset whose record timestamp is >= `timestamp` (ListOffsets by time)."""
+        """The first offset at or above the log start whose record timestamp is >= `timestamp`
+        (ListOffsets by time)."""
+        start = self.log_start_offset
         for segment in self._segments:
             if segment.max_timestamp() < timestamp:
                 continue
-            for position, _base, _last, size in segment.batch_positions():
+            for position, _base, last, size in segment.batch_positions():
+                if last < start:
+                    continue
                 batch, _ = decode_batch(segment.pread(size, position))
                 if batch.max_timestamp < timestamp:
                     continue
                 for record in batch.records:
-                    if record.timestamp >= timestamp:
+                    if record.timestamp >= timestamp and record.offset >= start:
                         return record.offset
         return None
 
