@@ -1,5 +1,7 @@
 """ACL scenarios shared by the kgroups-only ACL tests and the differential test against Kafka:
-the bindings, and the requests a restricted user sends, reduced to their error codes.
+the bindings, and the requests a restricted user sends, reduced to their error codes, at every
+version of each API the broker serves (an old version answers through other fields, and the
+authorization of each has gone wrong on its own before).
 
 `admin` is a super user (ANONYMOUS on the PLAINTEXT listener, as Kafka's controller and the
 tests' admin connection); `alice` authenticates with PLAIN on SASL_PLAINTEXT."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.create_acls.v3 import request as create_acls
@@ -17,7 +20,6 @@ from tests.broker.broker_wire_helpers import (
     create_topic,
     metadata_request,
     nested_of,
-    produce_request,
     request_of,
 )
 
@@ -123,165 +125,316 @@ def regex_assignment(client: KafkaWireClient) -> list[str]:
     return sorted(names.get(t.topic_id, "?") for t in assigned)
 
 
-def observe(client: KafkaWireClient) -> dict[str, Any]:
-    """alice's view: each API's error codes for the scenario's groups and topics."""
-    seen: dict[str, Any] = {}
+# (api key, version, what was asked) -> the answer, reduced to what authorization decides.
+Observations = dict[tuple[int, int, str], Any]
+Probe = Callable[[KafkaWireClient, int], dict[str, Any]]
+NO_WAIT = datetime.timedelta(0)
+KEEP_DEFAULT_RETENTION = datetime.timedelta(milliseconds=-1)  # OffsetCommit v2-v4's -1
+
+
+def _find_coordinator(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    if version < 4:
+        return {group: int(client.call(request_of(10, version, key=group, key_type=0)).error_code)
+                for group in GROUPS}
+    found = client.call(request_of(10, version, key_type=0, coordinator_keys=GROUPS))
+    return {"all groups": sorted((c.key, int(c.error_code)) for c in found.coordinators)}
+
+
+def _join_group(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """From v4 a first join is told MEMBER_ID_REQUIRED; before, it would join and wait for the
+    rebalance, so it asks with a session timeout below the minimum (INVALID_SESSION_TIMEOUT),
+    which Kafka checks after the group's authorization too."""
+    session = datetime.timedelta(seconds=10) if version >= 4 else datetime.timedelta(
+        milliseconds=1)
+    return {group: int(client.call(request_of(
+        11, version, group_id=group, session_timeout=session, rebalance_timeout=session,
+        member_id="", group_instance_id=None, protocol_type="consumer", reason=None,
+        protocols=(nested_of(11, version, "JoinGroupRequestProtocol", name="range",
+                             metadata=b""),))).error_code) for group in GROUPS}
+
+
+def _heartbeat(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    return {group: int(client.call(request_of(
+        12, version, group_id=group, generation_id=1, member_id="nobody",
+        group_instance_id=None)).error_code) for group in GROUPS}
+
+
+def _sync_group(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    return {group: int(client.call(request_of(
+        14, version, group_id=group, generation_id=1, member_id="nobody",
+        group_instance_id=None, protocol_type="consumer", protocol_name="range",
+        assignments=())).error_code) for group in GROUPS}
+
+
+def _leave_group(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen = {}
     for group in GROUPS:
-        found = client.call(request_of(10, 4, key_type=0, coordinator_keys=(group,)))
-        seen[f"find_coordinator {group}"] = codes(found, "coordinators")
-        joined = client.call(request_of(
-            11, 5, group_id=group, session_timeout=datetime.timedelta(seconds=10),
-            rebalance_timeout=datetime.timedelta(seconds=10), member_id="",
-            group_instance_id=None, protocol_type="consumer", protocols=(
-                nested_of(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),)))
-        seen[f"join {group}"] = int(joined.error_code)
-        beat = client.call(request_of(12, 4, group_id=group, generation_id=1,
-                                      member_id="nobody", group_instance_id=None))
-        seen[f"heartbeat {group}"] = int(beat.error_code)
-        commit = client.call(request_of(8, 8, group_id=group, generation_id_or_member_epoch=-1,
-                                        member_id="", group_instance_id=None, topics=tuple(
-            nested_of(8, 8, "OffsetCommitRequestTopic", name=topic, partitions=(
-                nested_of(8, 8, "OffsetCommitRequestPartition", partition_index=0,
-                          committed_offset=0, committed_leader_epoch=-1,
-                          committed_metadata=""),)) for topic in TOPICS)))
-        seen[f"commit {group}"] = sorted((t.name, codes(t, "partitions")) for t in commit.topics)
-        fetched = client.call(request_of(9, 7, group_id=group, require_stable=False, topics=tuple(
-            nested_of(9, 7, "OffsetFetchRequestTopic", name=topic, partition_indexes=(0,))
-            for topic in TOPICS)))
-        seen[f"offset_fetch {group}"] = (int(fetched.error_code), sorted(
-            (t.name, codes(t, "partitions")) for t in fetched.topics))
-        all_fetched = client.call(request_of(9, 7, group_id=group, require_stable=False,
-                                             topics=None))
-        seen[f"offset_fetch_all {group}"] = (int(all_fetched.error_code), sorted(
-            t.name for t in all_fetched.topics))
-        deleted = client.call(request_of(47, 0, group_id=group, topics=tuple(
-            nested_of(47, 0, "OffsetDeleteRequestTopic", name=topic, partitions=(
-                nested_of(47, 0, "OffsetDeleteRequestPartition", partition_index=0),))
-            for topic in TOPICS)))
-        seen[f"offset_delete {group}"] = (int(deleted.error_code), sorted(
-            (t.name, codes(t, "partitions")) for t in deleted.topics))
-    described = client.call(request_of(15, 5, groups=GROUPS, include_authorized_operations=False))
-    seen["describe_groups"] = sorted((g.group_id, int(g.error_code)) for g in described.groups)
-    listed = client.call(request_of(16, 4, states_filter=()))
-    seen["list_groups"] = sorted(g.group_id for g in listed.groups if g.group_id in GROUPS)
-    metadata = client.call(metadata_request(*TOPICS, "nonexistent-t", auto_create=False))
-    seen["metadata"] = sorted((t.name, int(t.error_code)) for t in metadata.topics)
-    everything = client.call(metadata_request(all_topics=True))
-    seen["metadata_all"] = sorted(t.name for t in everything.topics if t.name in TOPICS)
-    offsets = client.call(request_of(2, 7, replica_id=-1, isolation_level=0, topics=tuple(
-        nested_of(2, 7, "ListOffsetsTopic", name=topic, partitions=(
-            nested_of(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
-                      timestamp=-1),)) for topic in TOPICS)))
-    seen["list_offsets"] = sorted((t.name, codes(t, "partitions")) for t in offsets.topics)
-    fetch_topics = tuple(nested_of(1, 12, "FetchTopic", topic=topic, partitions=(nested_of(
-        1, 12, "FetchPartition", partition=0, current_leader_epoch=-1, fetch_offset=0,
-        last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1024),))
-        for topic in TOPICS)
-    fetched = client.call(request_of(
-        1, 12, cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0,
-        max_bytes=1024, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
-        forgotten_topics_data=(), topics=fetch_topics))
-    seen["fetch"] = sorted((t.topic, codes(t, "partitions")) for t in fetched.responses)
-    for version in (0, 1, 2):  # Delete on each topic (alice has it on denied-t only)
-        deleted_records = client.call(request_of(
-            21, version, timeout=datetime.timedelta(seconds=5), topics=tuple(nested_of(
-                21, version, "DeleteRecordsTopic", name=topic, partitions=(nested_of(
-                    21, version, "DeleteRecordsPartition", partition_index=0, offset=0),))
-                for topic in (*TOPICS, "nonexistent-t"))))
-        seen[f"delete_records v{version}"] = sorted(
-            (t.name, [(int(p.error_code), int(p.low_watermark)) for p in t.partitions])
-            for t in deleted_records.topics)
-    created = client.call(request_of(19, 7, timeout=datetime.timedelta(seconds=5),
-                                     validate_only=True, topics=(nested_of(
-        19, 7, "CreatableTopic", name="new-t", num_partitions=1, replication_factor=1,
-        assignments=(), configs=()),)))
-    seen["create_topics"] = codes(created, "topics")
-    for topic in TOPICS:
-        produced = client.call(produce_request(topic, 0, build_batch([(None, b"v", 1)])))
-        seen[f"produce {topic}"] = codes(produced, "responses", "partition_responses")
-    for group, subscribed in (("team-cg", ("orders",)), ("team-cg2", ("orders", "secret")),
-                              ("g-none", ("orders",))):
-        beat = client.call(request_of(
-            68, 0, group_id=group, member_id="m-" + group, member_epoch=0, instance_id=None,
-            rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
-            subscribed_topic_names=subscribed, server_assignor=None, topic_partitions=()))
-        seen[f"consumer_heartbeat {group}"] = int(beat.error_code)
-    seen["regex subscription"] = regex_assignment(client)
-    mixed = client.call(request_of(69, 0, group_ids=(MIXED_GROUP,),
-                                   include_authorized_operations=False)).groups[0]
-    seen["consumer_group_describe of a group holding an undescribable topic"] = (
-        int(mixed.error_code), mixed.error_message, len(mixed.members), mixed.group_state,
-        int(mixed.group_epoch), int(mixed.assignment_epoch), mixed.assignor_name)
-    cg_described = client.call(request_of(69, 0, group_ids=("team-cg", "g-none"),
-                                          include_authorized_operations=False))
-    seen["consumer_group_describe"] = sorted((g.group_id, int(g.error_code))
-                                             for g in cg_described.groups)
-    configs = client.call(request_of(32, 4, include_synonyms=False, include_documentation=False,
-                                     resources=tuple(nested_of(
-        32, 4, "DescribeConfigsResource", resource_type=kind, resource_name=name,
-        configuration_keys=("cleanup.policy",) if kind == 2 else ("num.partitions",))
-        for kind, name in ((2, "orders"), (2, "secret"), (4, "1")))))
-    seen["describe_configs"] = sorted((r.resource_name, int(r.error_code))
-                                      for r in configs.results)
-    altered = client.call(request_of(44, 1, validate_only=True, resources=tuple(nested_of(
-        44, 1, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=(nested_of(
-            44, 1, "AlterableConfig", name="retention.ms", config_operation=0,
-            value="86400000"),)) for topic in TOPICS)))
-    seen["incremental_alter_configs"] = sorted((r.resource_name, int(r.error_code))
-                                               for r in altered.responses)
-    legacy = client.call(request_of(33, 2, validate_only=True, resources=tuple(nested_of(
-        33, 2, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=(nested_of(
-            33, 2, "AlterableConfig", name="retention.ms", value="86400000"),))
-        for topic in TOPICS)))
-    seen["alter_configs"] = sorted((r.resource_name, int(r.error_code))
-                                   for r in legacy.responses)
-    group_configs = client.call(request_of(32, 4, include_synonyms=False,
-                                           include_documentation=False, resources=tuple(
-        nested_of(32, 4, "DescribeConfigsResource", resource_type=32, resource_name=group,
-                  configuration_keys=("consumer.session.timeout.ms",))
-        for group in GROUPS)))
-    seen["describe_configs of groups"] = sorted(
-        (r.resource_name, int(r.error_code), [(c.name, c.value) for c in r.configs])
-        for r in group_configs.results)
-    acls = client.call(describe_acls.DescribeAclsRequest(
-        resource_type_filter=ResourceType.ANY, resource_name_filter=None,
-        pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
-        operation=Operation.ANY, permission_type=Permission.ANY))
-    seen["describe_acls"] = int(acls.error_code)
-    seen.update(authorized_operations(client))
-    deleted_groups = client.call(request_of(42, 2, groups_names=GROUPS))
-    seen["delete_groups"] = sorted((r.group_id, int(r.error_code))
-                                   for r in deleted_groups.results)
+        members = () if version < 3 else (nested_of(
+            13, version, "MemberIdentity", member_id="nobody", group_instance_id=None,
+            reason=None),)
+        left = client.call(request_of(13, version, group_id=group, member_id="nobody",
+                                      members=members))
+        seen[group] = (int(left.error_code), codes(left, "members") if version >= 3 else None)
     return seen
 
 
-def authorized_operations(client: KafkaWireClient) -> dict[str, Any]:
-    """The bitfields of allowed operations the principal is told when it asks for them, on the
-    scenario's groups, topics and the cluster (and Integer.MIN_VALUE when it does not ask)."""
+def _offset_commit(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen = {}
+    for group in GROUPS:
+        commit = client.call(request_of(
+            8, version, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+            group_instance_id=None, retention_time=KEEP_DEFAULT_RETENTION, topics=tuple(
+                nested_of(8, version, "OffsetCommitRequestTopic", name=topic, partitions=(
+                    nested_of(8, version, "OffsetCommitRequestPartition", partition_index=0,
+                              committed_offset=0, committed_leader_epoch=-1,
+                              committed_metadata=""),)) for topic in TOPICS)))
+        seen[group] = sorted((t.name, codes(t, "partitions")) for t in commit.topics)
+    return seen
+
+
+def _offset_fetch(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """One group a request before v8 (asked topics, then all, which v1 cannot ask), all groups
+    in one from v8; before v2 a group's error is only in its partitions."""
+    def topics(cls: str) -> tuple[Any, ...]:
+        return tuple(nested_of(9, version, cls, name=topic, partition_indexes=(0,))
+                     for topic in TOPICS)
+
+    def reduced(answer: Any) -> Any:
+        return (int(getattr(answer, "error_code", -1)),
+                sorted((t.name, codes(t, "partitions")) for t in answer.topics))
+
+    seen = {}
+    if version < 8:
+        for group in GROUPS:
+            for name, asked in (("", topics("OffsetFetchRequestTopic")), ("all", None)):
+                if asked is None and version < 2:
+                    continue
+                seen[f"{group} {name}".strip()] = reduced(client.call(request_of(
+                    9, version, group_id=group, require_stable=False, topics=asked)))
+        return seen
+    for name, asked in (("", topics("OffsetFetchRequestTopics")), ("all", None)):
+        fetched = client.call(request_of(9, version, require_stable=False, groups=tuple(
+            nested_of(9, version, "OffsetFetchRequestGroup", group_id=group, member_id=None,
+                      member_epoch=-1, topics=asked) for group in GROUPS)))
+        seen.update({f"{g.group_id} {name}".strip(): reduced(g) for g in fetched.groups})
+    return seen
+
+
+def _offset_delete(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen = {}
+    for group in GROUPS:
+        deleted = client.call(request_of(47, version, group_id=group, topics=tuple(
+            nested_of(47, version, "OffsetDeleteRequestTopic", name=topic, partitions=(
+                nested_of(47, version, "OffsetDeleteRequestPartition", partition_index=0),))
+            for topic in TOPICS)))
+        seen[group] = (int(deleted.error_code), sorted(
+            (t.name, codes(t, "partitions")) for t in deleted.topics))
+    return seen
+
+
+def _list_groups(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    listed = client.call(request_of(16, version, states_filter=(), types_filter=()))
+    return {"": (int(listed.error_code),
+                 sorted(g.group_id for g in listed.groups if g.group_id in GROUPS))}
+
+
+def _metadata(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """Named topics (and, from v4 where auto-creation can be refused, a missing one), only
+    denied ones, and all topics (an empty list in v0, null after); the operations bitfields
+    where the version has them, asked for and not."""
+    def ask(names: Sequence[str] | None, operations: bool = False) -> Any:
+        if names is None and version == 0:
+            names = ()
+        return client.call(request_of(
+            3, version, allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=operations,
+            include_topic_authorized_operations=operations, topics=None if names is None else tuple(
+                nested_of(3, version, "MetadataRequestTopic", topic_id=None, name=name)
+                for name in names)))
+
+    def reduced(answer: Any) -> Any:
+        return (getattr(answer, "cluster_authorized_operations", None), sorted(
+            (t.name, int(t.error_code), getattr(t, "topic_authorized_operations", None))
+            for t in answer.topics))
+
+    named = (*TOPICS, "nonexistent-t") if version >= 4 else TOPICS
+    seen = {"named": reduced(ask(named)), "only denied": reduced(ask(("secret",))),
+            "all": sorted(t.name for t in ask(None).topics if t.name in TOPICS)}
+    if version >= 8:
+        seen["named, operations asked"] = reduced(ask(named, operations=True))
+    return seen
+
+
+def _list_offsets(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    offsets = client.call(request_of(2, version, replica_id=-1, isolation_level=0,
+                                     timeout=NO_WAIT, topics=tuple(
+        nested_of(2, version, "ListOffsetsTopic", name=topic, partitions=(
+            nested_of(2, version, "ListOffsetsPartition", partition_index=0,
+                      current_leader_epoch=-1, timestamp=-1, max_num_offsets=1),))
+        for topic in TOPICS)))
+    return {"": sorted((t.name, codes(t, "partitions")) for t in offsets.topics)}
+
+
+def _fetch(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    fetched = client.call(request_of(
+        1, version, cluster_id=None, replica_id=-1, max_wait=NO_WAIT, min_bytes=0,
+        max_bytes=1024, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+        forgotten_topics_data=(), topics=tuple(nested_of(
+            1, version, "FetchTopic", topic=topic, partitions=(nested_of(
+                1, version, "FetchPartition", partition=0, current_leader_epoch=-1,
+                fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=1024),)) for topic in TOPICS)))
+    return {"": sorted((t.topic, codes(t, "partitions")) for t in fetched.responses)}
+
+
+def _create_topics(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    created = client.call(request_of(19, version, timeout=datetime.timedelta(seconds=5),
+                                     validate_only=True, topics=(nested_of(
+        19, version, "CreatableTopic", name="new-t", num_partitions=1, replication_factor=1,
+        assignments=(), configs=()),)))
+    return {"": codes(created, "topics")}
+
+
+def _produce(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen = {}
+    for topic in TOPICS:
+        produced = client.call(request_of(
+            0, version, transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=5),
+            topic_data=(nested_of(0, version, "TopicProduceData", name=topic, partition_data=(
+                nested_of(0, version, "PartitionProduceData", index=0,
+                          records=build_batch([(None, b"v", 1)])),)),)))
+        seen[topic] = codes(produced, "responses", "partition_responses")
+    return seen
+
+
+def _consumer_heartbeat(client: KafkaWireClient, version: int) -> dict[str, Any]:
     seen: dict[str, Any] = {}
+    for group, subscribed in (("team-cg", ("orders",)), ("team-cg2", ("orders", "secret")),
+                              ("g-none", ("orders",))):
+        beat = client.call(request_of(
+            68, version, group_id=group, member_id=f"m-{group}-v{version}", member_epoch=0,
+            instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+            subscribed_topic_names=subscribed, subscribed_topic_regex=None,
+            server_assignor=None, topic_partitions=()))
+        seen[group] = int(beat.error_code)
+    if version >= 1:
+        seen["regex subscription"] = regex_assignment(client)
+    return seen
+
+
+def _consumer_group_describe(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    mixed = client.call(request_of(69, version, group_ids=(MIXED_GROUP,),
+                                   include_authorized_operations=False)).groups[0]
+    seen: dict[str, Any] = {"a group holding an undescribable topic": (
+        int(mixed.error_code), mixed.error_message, len(mixed.members), mixed.group_state,
+        int(mixed.group_epoch), int(mixed.assignment_epoch), mixed.assignor_name)}
     for asked in (True, False):
-        described = client.call(request_of(15, 5, groups=(*GROUPS, "team-cg"),
+        described = client.call(request_of(69, version, group_ids=("team-cg", "g-none", "g-ok"),
                                            include_authorized_operations=asked))
-        seen[f"describe_groups operations asked={asked}"] = sorted(
+        seen[f"operations asked={asked}"] = sorted(
             (g.group_id, int(g.error_code), int(g.authorized_operations))
             for g in described.groups)
-        cg = client.call(request_of(69, 0, group_ids=("team-cg", "g-none", "g-ok"),
-                                    include_authorized_operations=asked))
-        seen[f"consumer_group_describe operations asked={asked}"] = sorted(
-            (g.group_id, int(g.error_code), int(g.authorized_operations)) for g in cg.groups)
-        metadata = client.call(request_of(
-            3, 10, allow_auto_topic_creation=False, include_cluster_authorized_operations=asked,
-            include_topic_authorized_operations=asked, topics=tuple(
-                nested_of(3, 10, "MetadataRequestTopic", topic_id=None, name=name)
-                for name in (*TOPICS, "nonexistent-t"))))
-        seen[f"metadata operations asked={asked}"] = (
-            int(metadata.cluster_authorized_operations), sorted(
-                (t.name, int(t.error_code), int(t.topic_authorized_operations))
-                for t in metadata.topics))
-    newest = client.call(request_of(3, 12, allow_auto_topic_creation=False,
-                                    include_topic_authorized_operations=True, topics=tuple(
-        nested_of(3, 12, "MetadataRequestTopic", topic_id=None, name=name)
-        for name in TOPICS)))
-    seen["metadata v12 topic operations"] = sorted(
-        (t.name, int(t.topic_authorized_operations)) for t in newest.topics)
+    return seen
+
+
+def _describe_groups(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen = {}
+    for asked in (True, False) if version >= 3 else (False,):
+        described = client.call(request_of(15, version, groups=(*GROUPS, "team-cg"),
+                                           include_authorized_operations=asked))
+        seen[f"operations asked={asked}"] = sorted(
+            (g.group_id, int(g.error_code), getattr(g, "authorized_operations", None))
+            for g in described.groups)
+    return seen
+
+
+def _describe_configs(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    configs = client.call(request_of(
+        32, version, include_synonyms=False, include_documentation=False, resources=tuple(
+            nested_of(32, version, "DescribeConfigsResource", resource_type=kind,
+                      resource_name=name, configuration_keys=(
+                          ("cleanup.policy",) if kind == 2 else ("num.partitions",)))
+            for kind, name in ((2, "orders"), (2, "secret"), (4, "1")))))
+    groups = client.call(request_of(
+        32, version, include_synonyms=False, include_documentation=False, resources=tuple(
+            nested_of(32, version, "DescribeConfigsResource", resource_type=32,
+                      resource_name=group, configuration_keys=("consumer.session.timeout.ms",))
+            for group in GROUPS)))
+    return {"": sorted((r.resource_name, int(r.error_code)) for r in configs.results),
+            "groups": sorted((r.resource_name, int(r.error_code),
+                              [(c.name, c.value) for c in r.configs]) for r in groups.results)}
+
+
+def _incremental_alter_configs(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    altered = client.call(request_of(44, version, validate_only=True, resources=tuple(nested_of(
+        44, version, "AlterConfigsResource", resource_type=2, resource_name=topic,
+        configs=(nested_of(44, version, "AlterableConfig", name="retention.ms",
+                           config_operation=0, value="86400000"),)) for topic in TOPICS)))
+    return {"": sorted((r.resource_name, int(r.error_code), r.error_message)
+                       for r in altered.responses)}
+
+
+def _delete_records(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """Delete on each topic (alice has it on denied-t only), a missing topic too."""
+    deleted = client.call(request_of(
+        21, version, timeout=datetime.timedelta(seconds=5), topics=tuple(nested_of(
+            21, version, "DeleteRecordsTopic", name=topic, partitions=(nested_of(
+                21, version, "DeleteRecordsPartition", partition_index=0, offset=0),))
+            for topic in (*TOPICS, "nonexistent-t"))))
+    return {"": sorted((t.name, [(int(p.error_code), int(p.low_watermark)) for p in t.partitions])
+                       for t in deleted.topics)}
+
+
+def _alter_configs(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    altered = client.call(request_of(33, version, validate_only=True, resources=tuple(nested_of(
+        33, version, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=(
+            nested_of(33, version, "AlterableConfig", name="retention.ms", value="86400000"),))
+        for topic in TOPICS)))
+    return {"": sorted((r.resource_name, int(r.error_code)) for r in altered.responses)}
+
+
+def _describe_acls(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    acls = client.call(request_of(
+        29, version, resource_type_filter=ResourceType.ANY, resource_name_filter=None,
+        pattern_type_filter=PatternType.ANY, principal_filter=None, host_filter=None,
+        operation=Operation.ANY, permission_type=Permission.ANY))
+    return {"": int(acls.error_code)}
+
+
+def _delete_groups(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    deleted = client.call(request_of(42, version, groups_names=GROUPS))
+    return {"": sorted((r.group_id, int(r.error_code)) for r in deleted.results)}
+
+
+# In the order they are sent: commits before the fetches that read them, consumer groups
+# formed before they are described, deletion last.
+PROBES: dict[int, Probe] = {
+    10: _find_coordinator, 11: _join_group, 12: _heartbeat, 14: _sync_group, 13: _leave_group,
+    8: _offset_commit, 9: _offset_fetch, 47: _offset_delete, 16: _list_groups, 3: _metadata,
+    2: _list_offsets, 1: _fetch, 19: _create_topics, 0: _produce, 68: _consumer_heartbeat,
+    69: _consumer_group_describe, 15: _describe_groups, 32: _describe_configs,
+    44: _incremental_alter_configs, 33: _alter_configs, 21: _delete_records,
+    29: _describe_acls, 42: _delete_groups,
+}
+
+
+def served_versions(client: KafkaWireClient,
+                    limit: Mapping[int, Sequence[int]] | None = None) -> dict[int, list[int]]:
+    """Every version of each probed API the broker advertises (within `limit` when given:
+    the versions another broker serves too)."""
+    versions = {}
+    for api_key in PROBES:
+        served = client.api_versions[api_key]
+        versions[api_key] = [v for v in range(served.min_version, served.max_version + 1)
+                             if limit is None or v in limit[api_key]]
+    return versions
+
+
+def observe(client: KafkaWireClient, versions: Mapping[int, Sequence[int]]) -> Observations:
+    """The principal's view: each probed API's answers at each of the given versions."""
+    seen: Observations = {}
+    for api_key, probe in PROBES.items():
+        for version in versions[api_key]:
+            seen.update({(api_key, version, what): answer
+                         for what, answer in probe(client, version).items()})
     return seen

@@ -18,6 +18,7 @@ def test_kafka_defaults() -> None:
     assert config.num_partitions == 1
     assert config.auto_create_topics is True
     assert config.socket_request_max_bytes == 104857600
+    assert config.sasl_server_max_receive_size == 524288
     assert config.offsets_topic_num_partitions == 50
     assert config.message_max_bytes == 1048588
 
@@ -39,6 +40,8 @@ def test_properties_file_then_overrides_win(tmp_path: Path) -> None:
      ("num.partitions=0", "num.partitions"),
      ("auto.create.topics.enable=yes", "auto.create.topics.enable"),
      ("log.segment.bytes=tiny", "log.segment.bytes"),
+     ("sasl.server.max.receive.size=big", "sasl.server.max.receive.size"),
+     ("sasl.server.max.receive.size=0", "sasl.server.max.receive.size"),
      ("advertised.listeners=somewhere", "advertised.listeners"),
      ("novalue", "key=value")],
 )

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.delete_acls.v3 import request as delete_acls
 from kio.schema.describe_acls.v3 import request as describe_acls
 from tests.broker import acl_scenarios
+from tests.broker.acl_scenarios import codes
 from tests.broker.broker_wire_helpers import (
     create_topic,
     nested_of,
@@ -241,6 +244,95 @@ def test_delete_records_needs_delete_on_the_topic(acl_broker: InProcessBroker,
         as_alice = delete_records(alice)
     assert as_super_user == [(missing, 0, 3, -1), (other, 0, 0, 1), (allowed, 0, 0, 1)]
     assert as_alice == [(missing, 0, 29, -1), (other, 0, 29, -1), (allowed, 0, 0, 1)]
+
+
+@pytest.fixture(scope="module")
+def every_version(acl_broker: InProcessBroker, certs: Certificates) -> dict[str, Any]:
+    """alice's view, then the super user's, at every version kgroups serves of each probed
+    API (observe fails on a closed connection)."""
+    with KafkaWireClient("127.0.0.1", port_of(acl_broker, "PLAINTEXT")) as admin:
+        acl_scenarios.set_up(admin)
+    views = {}
+    for user, password in (("alice", "alice-secret"), ("admin", "admin-secret")):
+        security = client_security(certs, "SASL_PLAINTEXT", user=user, password=password)
+        with security.connect("127.0.0.1", port_of(acl_broker, "SASL_PLAINTEXT")) as client:
+            views[user] = acl_scenarios.observe(client, acl_scenarios.served_versions(client))
+    return views
+
+
+def test_every_served_version_is_authorized_without_closing(
+        every_version: dict[str, Any]) -> None:
+    """Older versions answer through other fields (no authorized operations before
+    DescribeGroups v3, no group error before OffsetFetch v2, kgroups' own classes for Fetch
+    v0-v3 and ListOffsets v0): each is answered, for a restricted user and a super user."""
+    for view in every_version.values():
+        assert {(api, version) for api, version, _ in view} >= {
+            (15, 0), (15, 1), (15, 2), (9, 1), (1, 0), (1, 3), (2, 0), (3, 0)}
+    alice = every_version["alice"]
+    assert alice[(15, 0, "operations asked=False")] == alice[(15, 2, "operations asked=False")]
+    assert [(g, code) for g, code, _ in alice[(15, 0, "operations asked=False")]] == [
+        ("g-denied", 0), ("g-none", 30), ("g-ok", 0), ("team-a", 0), ("team-cg", 0)]
+
+
+def test_offset_fetch_v1_denied_group_is_an_error_in_each_partition(
+        every_version: dict[str, Any]) -> None:
+    """v1 has no group-level error: Kafka puts GROUP_AUTHORIZATION_FAILED in every partition
+    asked for, where kgroups used to answer no topics at all."""
+    assert every_version["alice"][(9, 1, "g-none")] == (
+        -1, [(topic, [30]) for topic in sorted(acl_scenarios.TOPICS)])
+    assert every_version["admin"][(9, 1, "g-none")] == (
+        -1, [(topic, [0]) for topic in sorted(acl_scenarios.TOPICS)])
+
+
+def test_versions_kafka_4_removed_answer_as_the_oldest_it_serves(
+        every_version: dict[str, Any]) -> None:
+    """Fetch v0-v3 and ListOffsets v0 (served for Burrow) decide per topic as Fetch v4 and
+    ListOffsets v1 do, which the differential test compares with Kafka."""
+    for view in every_version.values():
+        for api, legacy, oldest in ((1, range(4), 4), (2, range(1), 1)):
+            for version in legacy:
+                assert view[(api, version, "")] == view[(api, oldest, "")]
+    assert every_version["alice"][(1, 0, "")] == [
+        ("denied-t", [29]), ("orders", [0]), ("pre-x", [0]), ("secret", [29])]
+
+
+def test_refusals_answer_as_kafka_does(every_version: dict[str, Any]) -> None:
+    """Metadata v0 naming only denied topics lists just those (an empty v0 list would mean
+    every topic); IncrementalAlterConfigs says why it refused."""
+    alice = every_version["alice"]
+    assert alice[(3, 0, "only denied")] == (None, [("secret", 29, None)])
+    for version in (0, 1):
+        assert [(name, code, message) for name, code, message in alice[(44, version, "")]
+                if code == 29] == [(name, 29, "Topic authorization failed.")
+                                   for name in ("orders", "pre-x", "secret")]
+
+
+@pytest.mark.filterwarnings(r"ignore:list_groups\(\) is deprecated:DeprecationWarning")
+def test_librdkafka_lists_groups_under_an_authorizer(tmp_path: Path) -> None:
+    """rd_kafka_list_groups() (librdkafka's 0019_list_groups) asks ListGroups, then
+    DescribeGroups at an old version: under an authorizer that closed the connection for every
+    principal, super users and allow.everyone.if.no.acl.found included."""
+    settings = {"authorizer.class.name": acl_scenarios.AUTHORIZER,
+                "allow.everyone.if.no.acl.found": "true", "super.users": "User:ANONYMOUS",
+                "group.initial.rebalance.delay.ms": "0"}
+    with running_broker(tmp_path, settings) as handle, \
+            KafkaWireClient("127.0.0.1", handle.port) as client:
+        create_topic(client, "listed-t")
+        for group in ("listed-a", "listed-b"):
+            commit = request_of(8, 9, group_id=group, generation_id_or_member_epoch=-1,
+                                member_id="", group_instance_id=None, topics=(nested_of(
+                8, 9, "OffsetCommitRequestTopic", name="listed-t", partitions=(nested_of(
+                    8, 9, "OffsetCommitRequestPartition", partition_index=0, committed_offset=1,
+                    committed_leader_epoch=-1, committed_metadata=""),)),))
+            for _ in range(100):  # COORDINATOR_LOAD_IN_PROGRESS while the broker starts
+                if codes(client.call(commit), "topics", "partitions") != [14]:
+                    break
+                time.sleep(0.05)
+            assert codes(client.call(commit), "topics", "partitions") == [0]
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{handle.port}"})
+        groups = admin.list_groups(timeout=15)
+    assert {(g.id, g.error.code() if g.error else 0) for g in groups} >= {
+        ("listed-a", 0), ("listed-b", 0)}
 
 
 def test_acl_apis_answer_security_disabled_without_an_authorizer(tmp_path: Path) -> None:

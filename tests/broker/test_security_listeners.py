@@ -181,6 +181,28 @@ def test_nothing_but_api_versions_and_sasl_before_authentication(
     assert int(answers[0].error_code) == 34 and not closed  # type: ignore[attr-defined]
 
 
+def test_sasl_server_max_receive_size_limits_frames_until_authenticated(
+        tmp_path: Path, certs: Certificates, caplog: pytest.LogCaptureFixture) -> None:
+    """A frame over the setting closes an unauthenticated SASL connection at its size prefix
+    (test_sasl_state_vs_kafka.py compares the default with Kafka's on both socket paths); a
+    larger one is read once the client has authenticated, and on other listeners."""
+    settings = secure_settings(certs, **{"sasl.server.max.receive.size": "1024"})
+    big = metadata_request(*(f"topic-{index}" for index in range(200)), auto_create=False)
+    assert len(encode_request(1, "t", big)) > 1024
+    with running_broker(tmp_path, settings) as handle, \
+            caplog.at_level(logging.WARNING, logger="kgroups"):
+        with socket.create_connection(("127.0.0.1", port_of(handle, "SASL_PLAINTEXT")),
+                                      timeout=10) as sock:
+            sock.sendall(struct.pack(">i", 1025))
+            assert sock.recv(4) == b""  # closed without waiting for the frame
+        assert logged(caplog, "reason=sasl_receive_size_exceeded", 1) == 1
+        with client_security(certs, "SASL_PLAINTEXT").connect(
+                "127.0.0.1", port_of(handle, "SASL_PLAINTEXT")) as client:
+            assert len(client.call(big).topics) == 200
+        with KafkaWireClient("127.0.0.1", port_of(handle, "PLAINTEXT")) as client:
+            assert len(client.call(big).topics) == 200
+
+
 def test_many_malformed_tokens_leave_other_clients_served(
         secure_broker: InProcessBroker, certs: Certificates,
         caplog: pytest.LogCaptureFixture) -> None:

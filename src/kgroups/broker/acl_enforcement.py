@@ -27,7 +27,7 @@ from kgroups.broker.authorizer import (
     ResourceType,
 )
 from kgroups.broker.events import log_event
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.authorizer")
@@ -79,10 +79,17 @@ class Check:
         return self.authorizer.allowed_operations(self.principal, self.host, kind, name)
 
     def with_group_operations(self, group: Any) -> Any:
+        """The group with its operations narrowed (unchanged in a version without them:
+        DescribeGroups v0-v2)."""
+        if not has_field(type(group), "authorized_operations"):
+            return group
         return dataclasses.replace(group, authorized_operations=self.operations(
             int(group.authorized_operations), ResourceType.GROUP, group.group_id))
 
     def with_topic_operations(self, topic: Any) -> Any:
+        """The topic with its operations narrowed (unchanged before Metadata v8)."""
+        if not has_field(type(topic), "topic_authorized_operations"):
+            return topic
         return dataclasses.replace(topic, topic_authorized_operations=self.operations(
             int(topic.topic_authorized_operations), ResourceType.TOPIC, topic.name))
 
@@ -212,15 +219,20 @@ def _fetch_topics(ctx: RequestContext, check: Check, topics: Any, answered: Any,
 @rule(9)
 async def _offset_fetch(ctx: RequestContext, request: Any, inner: Inner, check: Check) -> Any:
     if ctx.api_version < 8:
-        if not check.group(Operation.DESCRIBE, request.group_id):
-            return _response(ctx, error_code=kio_error(GROUP_DENIED), topics=())
         asked = request.topics
+        if not check.group(Operation.DESCRIBE, request.group_id):
+            if ctx.api_version < 2:  # no group-level error yet: each partition carries it
+                return _response(ctx, topics=tuple(_nested(
+                    ctx, "OffsetFetchResponseTopic", name=t.name, partitions=_partition_entries(
+                        ctx, "OffsetFetchResponsePartition", t, GROUP_DENIED, **_NO_OFFSET))
+                    for t in asked))
+            return _response(ctx, error_code=kio_error(GROUP_DENIED), topics=())
         allowed = None if asked is None else tuple(
             t for t in asked if check.topic(Operation.DESCRIBE, t.name))
         answered: tuple[Any, ...] = ()
         if allowed is None or allowed:
             response = await inner(ctx, dataclasses.replace(request, topics=allowed))
-            if int(response.error_code) != 0:
+            if int(getattr(response, "error_code", ErrorCode.NONE)) != 0:
                 return response
             answered = tuple(response.topics)
         return dataclasses.replace(
@@ -461,8 +473,10 @@ async def _metadata(ctx: RequestContext, request: Any, inner: Inner, check: Chec
 
     passed, denied = _split(asked, allowed)
     response = await inner(ctx, dataclasses.replace(request, topics=passed))
-    kept = tuple(t for t in response.topics
-                 if t.name is None or check.topic(Operation.DESCRIBE, t.name))
+    # v0 reads an empty list as every topic: when all named ones were denied, only the
+    # brokers of that answer are wanted.
+    kept = () if not passed and ctx.api_version == 0 else tuple(
+        t for t in response.topics if t.name is None or check.topic(Operation.DESCRIBE, t.name))
     denied_topics = tuple(_nested(ctx, "MetadataResponseTopic", error_code=kio_error(TOPIC_DENIED),
                                   name=t.name, topic_id=None, is_internal=False, partitions=(),
                                   topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
@@ -476,8 +490,6 @@ def _metadata_operations(check: Check, response: Any, topics: tuple[Any, ...]) -
     if cluster is not None:
         response = dataclasses.replace(response, cluster_authorized_operations=check.operations(
             int(cluster), ResourceType.CLUSTER, CLUSTER_NAME))
-    if topics and not hasattr(topics[0], "topic_authorized_operations"):
-        return dataclasses.replace(response, topics=topics)
     return dataclasses.replace(response, topics=tuple(
         check.with_topic_operations(t) for t in topics))
 
@@ -567,7 +579,8 @@ async def _incremental_alter_configs(ctx: RequestContext, request: Any, inner: I
         key = (int(resource.resource_type), resource.resource_name)
         responses.append(answered[key] if error is None and key in answered else _nested(
             ctx, "AlterConfigsResourceResponse", error_code=kio_error(error or ErrorCode.NONE),
-            error_message=None, resource_type=resource.resource_type,
+            error_message=MESSAGES.get(error) if error else None,
+            resource_type=resource.resource_type,
             resource_name=resource.resource_name))
     return _response(ctx, responses=tuple(responses))
 

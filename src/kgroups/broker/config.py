@@ -24,6 +24,8 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
         "num.partitions": "1",
         "auto.create.topics.enable": "true",
         "socket.request.max.bytes": "104857600",
+        # The largest frame a SASL listener reads before the client has authenticated.
+        "sasl.server.max.receive.size": "524288",
         "socket.send.buffer.bytes": "102400",
         "socket.receive.buffer.bytes": "102400",
         # Kafka's default is -1 (no limit); kgroups holds answers in memory until clients read
@@ -167,6 +169,7 @@ class BrokerConfig:
             if problem is not None:
                 raise ConfigError(f"{key}={raw}: {problem}")
         for key in ("node.id", "num.partitions", "socket.request.max.bytes",
+                    "sasl.server.max.receive.size",
                     "connections.max.idle.ms", "queued.max.requests", "message.max.bytes",
                     "offsets.topic.num.partitions", "log.retention.check.interval.ms",
                     "max.connections", "max.connections.per.ip", "socket.send.buffer.bytes",
@@ -223,6 +226,9 @@ class BrokerConfig:
         if self.socket_request_max_bytes < 1:
             raise ConfigError("socket.request.max.bytes must be >= 1, got "
                               f"{self.socket_request_max_bytes}")
+        if self.sasl_server_max_receive_size < 1:
+            raise ConfigError("sasl.server.max.receive.size must be >= 1, got "
+                              f"{self.sasl_server_max_receive_size}")
         budget = self.queued_max_request_bytes
         if budget != -1 and budget < self.socket_request_max_bytes:
             raise ConfigError(
@@ -299,6 +305,13 @@ class BrokerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return self.int_value("socket.request.max.bytes")
+
+    @property
+    def sasl_server_max_receive_size(self) -> int:
+        """Kafka's limit on each frame a SASL connection sends before it has authenticated
+        (ApiVersions, SaslHandshake, SaslAuthenticate): a larger one closes the connection at
+        its size prefix, so an unauthenticated client cannot make the broker hold more."""
+        return self.int_value("sasl.server.max.receive.size")
 
     @property
     def socket_send_buffer_bytes(self) -> int:

@@ -5,7 +5,8 @@ per request) and by network processes (network_front: each frame relayed to the 
 process). Either way a slow request (a Fetch long poll, a JoinGroup waiting for the rebalance)
 does not stop the next one from being *processed*, while responses still leave in the order
 the requests came, as Kafka clients require. Memory per connection is bounded: a frame over
-socket.request.max.bytes is refused before it is read, at most queued.max.requests requests
+socket.request.max.bytes (sasl.server.max.receive.size until a SASL client has authenticated)
+is refused before it is read, at most queued.max.requests requests
 are in flight, and reading pauses while the client leaves its responses unread; TCP then
 pushes back on the client.
 
@@ -91,6 +92,7 @@ class Connection(abc.ABC):
         self.client_host = peer[0] if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._max_frame = config.socket_request_max_bytes
+        self._max_frame_unauthenticated = config.sasl_server_max_receive_size
         self._idle_timeout = config.connections_max_idle_ms / 1000
         self._max_in_flight = max(1, config.queued_max_requests)
         # Requests in arrival order; the head is the next response owed to the client.
@@ -133,6 +135,11 @@ class Connection(abc.ABC):
     @abc.abstractmethod
     def _failed(self, error: BaseException) -> None:
         """A request raised: close the connection, logging why."""
+
+    @abc.abstractmethod
+    def _authenticating(self) -> bool:
+        """Whether this is a SASL connection whose client has not authenticated yet: its
+        frames are then limited to sasl.server.max.receive.size."""
 
     @abc.abstractmethod
     def _closes_after(self) -> bool:
@@ -248,6 +255,13 @@ class Connection(abc.ABC):
         self._close(logging.WARNING, "idle", idle_ms=int(self._idle_timeout * 1000))
 
     async def _read_frame(self) -> bytes | memoryview | None:
+        if self._in_flight and self._authenticating():
+            # Until the client has authenticated, Kafka takes one frame at a time: each is
+            # decided, and limited, in the state the ones before it left (a SaslAuthenticate
+            # pipelined behind its handshake, a large request behind the SaslAuthenticate).
+            await self._all_answered.wait()
+            if self._closed:
+                return None
         try:
             prefix = await self._reader.readexactly(4)
         except asyncio.IncompleteReadError as exc:
@@ -257,6 +271,9 @@ class Connection(abc.ABC):
         (size,) = _SIZE.unpack(prefix)
         if size < 0 or size > self._max_frame:
             raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
+        if size > self._max_frame_unauthenticated and self._authenticating():
+            raise self._refuse("sasl_receive_size_exceeded", size=size,
+                               limit=self._max_frame_unauthenticated)
         if not self._budget.allows(size, self._light):
             await self._budget.wait_for(
                 lambda: self._closed or self._budget.allows(size, self._light))

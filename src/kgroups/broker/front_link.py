@@ -76,6 +76,8 @@ class RelayedConnection:
         self._closed = False
         self._untaken = 0  # answer bytes sent to the network process, not yet taken by the kernel
         self._counted: set[asyncio.Future[bytes | None]] = set()  # answers counted by _dispatch
+        # A SASL client yet to authenticate: the network process limits its frames until told.
+        self._authenticating = not session.authenticated
 
     def taken(self, count: int) -> None:
         self._untaken -= count
@@ -138,6 +140,9 @@ class RelayedConnection:
                 level, reason, fields = failed_request(error, self.peer)
                 self.close(level, reason, **fields)
                 return
+            if self._authenticating and self.session.authenticated:
+                self._authenticating = False
+                self._send(Kind.AUTHENTICATED, b"")
             self._send(Kind.ANSWER, head.result() or b"")
             close = failed_session(self.session)
             if close is not None:

@@ -317,8 +317,10 @@ class DescribeGroupsHandler(_GroupApi):
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups)
-        # v3+: asked for, every group (a dead one too) carries the operations allowed on it:
-        # all of them here; with an authorizer, acl_enforcement narrows them to the principal's.
+        # v3+: asked for, every group answered without error (a dead one too, before v6 tells
+        # it is missing) carries the operations allowed on it: all of them here; with an
+        # authorizer, acl_enforcement narrows them to the principal's. One in error carries
+        # Integer.MIN_VALUE, as in Kafka 4.3.1.
         operations = (all_operations(ResourceType.GROUP)
                       if getattr(request, "include_authorized_operations", False)
                       else OPERATIONS_NOT_REQUESTED)
@@ -339,7 +341,8 @@ class DescribeGroupsHandler(_GroupApi):
                 group_state=g.state,
                 protocol_type=g.protocol_type,
                 protocol_data=g.protocol_data,
-                authorized_operations=operations,
+                authorized_operations=(operations if g.error == ErrorCode.NONE
+                                       else OPERATIONS_NOT_REQUESTED),
                 members=tuple(
                     build(member_type, member_id=m.member_id,
                           group_instance_id=m.group_instance_id, client_id=m.client_id,

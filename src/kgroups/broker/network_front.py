@@ -43,10 +43,13 @@ class RelayingConnection(Connection):
 
     def __init__(self, link: BrokerLink, connection_id: int, config: BrokerConfig,
                  budget: MemoryBudget, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter, sasl: bool) -> None:
         super().__init__(config, budget, reader, writer)
         self._link = link
         self._id = connection_id
+        # A SASL listener's client authenticates in the broker process, which says so
+        # (AUTHENTICATED) before the answer that authenticated it.
+        self._unauthenticated = sasl
         self._taken = 0  # answer bytes the kernel took, not yet reported to the broker process
 
     def _start(self, frame: bytes | memoryview) -> asyncio.Future[bytes | None]:
@@ -54,6 +57,12 @@ class RelayingConnection(Connection):
 
     def _failed(self, error: BaseException) -> None:
         self._close(logging.ERROR, "relay_failed", error=repr(error))
+
+    def _authenticating(self) -> bool:
+        return self._unauthenticated
+
+    def authenticated(self) -> None:
+        self._unauthenticated = False
 
     def _closes_after(self) -> bool:
         return False  # the broker process says so with CLOSE
@@ -119,6 +128,10 @@ class BrokerLink:
             connection = self._connections.get(connection_id)
             if connection is not None:
                 connection.abort()
+        elif kind == Kind.AUTHENTICATED:
+            connection = self._connections.get(connection_id)
+            if connection is not None:
+                connection.authenticated()
         elif kind == Kind.ADMIT or kind == Kind.CLOSE:
             admission = self._admissions.pop(connection_id, None)
             if admission is not None:
@@ -164,7 +177,7 @@ class BrokerLink:
         if connection_id is None:
             writer.close()
             return
-        await self._serve(connection_id, reader, writer)
+        await self._serve(connection_id, reader, writer, listener.uses_sasl)
 
     async def serve_tls(self, listener: Listener, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter, connection_id: int) -> None:
@@ -172,7 +185,7 @@ class BrokerLink:
         principal = tls_principal(listener, writer)
         if principal is not None:
             self.send(Kind.IDENTITY, connection_id, principal.encode())
-        await self._serve(connection_id, reader, writer)
+        await self._serve(connection_id, reader, writer, listener.uses_sasl)
 
     def _track(self) -> None:
         task = asyncio.current_task()
@@ -181,9 +194,9 @@ class BrokerLink:
         task.add_done_callback(self.tasks.discard)
 
     async def _serve(self, connection_id: int, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:
+                     writer: asyncio.StreamWriter, sasl: bool) -> None:
         connection = RelayingConnection(self, connection_id, self._config, self._budget, reader,
-                                        writer)
+                                        writer, sasl)
         self._connections[connection_id] = connection
         self._answers[connection_id] = deque()
         try:

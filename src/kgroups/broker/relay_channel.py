@@ -42,6 +42,7 @@ class Kind(enum.IntEnum):
     ANSWER = 12  # the next answer owed, framed; empty when the request gets none (acks=0)
     CLOSE = 13  # close once the answers sent before this are written; the broker logged why
     ABORT = 14  # close at once, dropping what is unsent (memory budget); the broker logged why
+    AUTHENTICATED = 15  # the SASL client authenticated: sent before the answer that did it
 
 
 # kind (a Kind's value), connection id, payload

@@ -4,8 +4,9 @@ Shared by the two places a frame can arrive: a client socket served in the broke
 (`server.Connection`) and a frame relayed from the network process (`front_link`). Both must
 refuse the same frames for the same reasons and run handlers the same way, so the rules live
 here once: a frame too short for a header, an API the connection may not use before it has
-authenticated, an unknown API key or version (ApiVersions excepted: it is answered at v0 with
-the supported list, as Kafka does), a body that does not decode.
+authenticated (after a SASL handshake, answered with its error response first, as Kafka
+does), an unknown API key or version (ApiVersions excepted: it is answered at v0 with the
+supported list, as Kafka does), a body that does not decode.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kgroups.broker.connection import Refusal
 from kgroups.broker.events import log_event
 from kgroups.broker.security import PRE_AUTH_API_KEYS
 from kgroups.broker.wire import (
+    DecodedRequest,
     FrameDecodeError,
     decode_request,
     encode_response,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("kgroups.server")
 
 API_VERSIONS_KEY = 18
+SASL_AUTHENTICATE = 36
 SIZE_PREFIX_BYTES = 4
 
 Answer = Coroutine[Any, Any, bytes | None]
@@ -53,9 +56,8 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
         api_key, api_version, correlation_id = peek_header(frame)
     except FrameDecodeError:
         raise Refusal("frame_too_short", size=len(frame)) from None
-    if not session.authenticated and api_key not in PRE_AUTH_API_KEYS:
-        raise Refusal("unauthenticated_request", api_key=api_key,
-                      listener=session.listener.name)
+    if not session.authenticated:
+        _check_sasl_sequence(session, api_key)
     registry = broker.registry
     handler = registry.get(api_key)
     if handler is None:
@@ -75,9 +77,32 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
     if request.unused_bytes:
         log_event(logger, logging.DEBUG, "request_trailing_bytes", peer=peer, api_key=api_key,
                   version=api_version, unused=request.unused_bytes)
+    if not session.authenticated and session.mechanism is not None and api_key != SASL_AUTHENTICATE:
+        return _out_of_sequence(session, request)
     ctx = RequestContext(api_key, api_version, correlation_id, request.client_id, client_host,
                          broker, session)
     return dispatch(handler, ctx, request.body)
+
+
+def _check_sasl_sequence(session: Session, api_key: int) -> None:
+    """Before authentication Kafka takes ApiVersions and SaslHandshake, then (after the
+    handshake) SaslAuthenticate: anything else before the handshake, SaslAuthenticate
+    included, closes the connection without an answer."""
+    if api_key not in PRE_AUTH_API_KEYS:
+        if session.mechanism is None:
+            raise Refusal("unauthenticated_request", api_key=api_key,
+                          listener=session.listener.name)
+    elif api_key == SASL_AUTHENTICATE and session.mechanism is None:
+        raise Refusal("sasl_authenticate_before_handshake", listener=session.listener.name)
+
+
+async def _out_of_sequence(session: Session, request: DecodedRequest) -> bytes:
+    """After the handshake only SaslAuthenticate is expected: the request's error response,
+    then the connection closes; without one, it closes at once."""
+    response = sasl.out_of_sequence(session, request.api_key, request.api_version, request.body)
+    if response is None:
+        raise CloseConnection("unexpected_request_during_sasl")
+    return encode_response(request.correlation_id, response)
 
 
 async def answer(handler: Any, ctx: RequestContext, body: Any) -> bytes | None:

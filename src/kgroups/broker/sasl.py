@@ -1,8 +1,10 @@
 """SaslHandshake (17) and SaslAuthenticate (36): PLAIN and SCRAM-SHA-256/512 as Kafka serves them.
 
-The server lets nothing but ApiVersions and these two through before a SASL connection has
-authenticated (server.py). A handshake names the mechanism; SaslAuthenticate carries its tokens
-(one for PLAIN, two for SCRAM). Any failure answers the error, as Kafka words it, after
+Before a SASL connection has authenticated the server lets nothing but ApiVersions and these
+two through, in Kafka's order (request_intake.py): a request out of it closes the connection,
+after a handshake with the request's error response (ILLEGAL_SASL_STATE), as Kafka does. A
+handshake names the mechanism; SaslAuthenticate carries its tokens (one for PLAIN, two for
+SCRAM). Any failure answers the error, as Kafka words it, after
 connection.failed.authentication.delay.ms, and the connection then closes (Session.failure),
 so one connection gets one attempt and a guesser one attempt per delay.
 """
@@ -15,9 +17,10 @@ import hmac
 from typing import Any
 
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED
 from kgroups.broker.scram import ScramExchange, ScramFailure
 from kgroups.broker.security import Session
-from kgroups.broker.wire import build, kio_error, response_type
+from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 NO_LIFETIME = datetime.timedelta(0)
@@ -37,11 +40,6 @@ async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     mechanisms = session.mechanisms
     if session.authenticated:
         # Kafka's answer once authenticated, or on a listener without SASL; the connection stays.
-        return build(response_cls, error_code=kio_error(ErrorCode.ILLEGAL_SASL_STATE),
-                     mechanisms=mechanisms)
-    session.handshakes += 1
-    if session.handshakes > 1:
-        session.failure = {"reason": "sasl_handshake_repeated"}
         return build(response_cls, error_code=kio_error(ErrorCode.ILLEGAL_SASL_STATE),
                      mechanisms=mechanisms)
     if request.mechanism not in mechanisms:
@@ -130,11 +128,35 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
 
     if session.authenticated:
         return answer(ErrorCode.ILLEGAL_SASL_STATE, _AFTER_AUTH)
-    if session.mechanism is None:
-        session.failure = {"reason": "sasl_authenticate_before_handshake"}
-        return answer(ErrorCode.ILLEGAL_SASL_STATE,
-                      "Unexpected SaslAuthenticate request before SaslHandshake")
+    assert session.mechanism is not None, "request_intake closes before a handshake"
     return answer(*await authenticate(session, bytes(request.auth_bytes)))
+
+
+def out_of_sequence(session: Session, api_key: int, api_version: int, request: Any) -> Any:
+    """The answer to a request other than SaslAuthenticate after a SaslHandshake (v1) and
+    before authentication: Kafka answers the request's error response with
+    ILLEGAL_SASL_STATE, then closes (Session.failure). Only the requests a client sends
+    while it logs in have one here (ApiVersions, SaslHandshake again, Metadata); any other is
+    None: the connection closes without an answer."""
+    session.failure = {"reason": "unexpected_request_during_sasl", "api_key": str(api_key)}
+    error = kio_error(ErrorCode.ILLEGAL_SASL_STATE)
+    response_cls = response_type(api_key, api_version)
+    if api_key == 18:
+        return build(response_cls, error_code=error, api_keys=(), throttle_time=NO_LIFETIME,
+                     supported_features=(), finalized_features_epoch=-1,
+                     finalized_features=(), zk_migration_ready=False)
+    if api_key == 17:
+        return build(response_cls, error_code=error, mechanisms=())
+    if api_key == 3:
+        topic_cls = sibling(response_cls, "MetadataResponseTopic")
+        return build(response_cls, throttle_time=NO_LIFETIME, brokers=(), cluster_id=None,
+                     controller_id=-1, cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
+                     topics=tuple(build(
+                         topic_cls, error_code=error, name=topic.name,
+                         topic_id=getattr(topic, "topic_id", None), is_internal=False,
+                         partitions=(), topic_authorized_operations=OPERATIONS_NOT_REQUESTED)
+                         for topic in request.topics or ()))
+    return None
 
 
 def install(registry: HandlerRegistry) -> None:

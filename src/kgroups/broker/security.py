@@ -106,7 +106,6 @@ class Session:
     scram: ScramExchange | None = None
     # Set when authentication failed: the connection answers, then closes, logging these.
     failure: dict[str, str] | None = None
-    handshakes: int = 0
     # After a v0 SaslHandshake: the next frames are bare SASL tokens, not Kafka requests.
     raw_tokens: bool = False
 

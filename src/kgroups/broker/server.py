@@ -64,6 +64,9 @@ class LocalConnection(Connection):
         level, reason, fields = failed_request(error, self.peer)
         self._close(level, reason, **fields)
 
+    def _authenticating(self) -> bool:
+        return not self.session.authenticated
+
     def _closes_after(self) -> bool:
         close = failed_session(self.session)
         if close is None:

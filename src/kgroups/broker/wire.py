@@ -13,7 +13,7 @@ import pkgutil
 import struct
 import sys
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -21,6 +21,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
+from kgroups.broker import legacy_schemas
 from kgroups.broker.fast_writer import Encoder, entity_encoder
 from kgroups.broker.frame_check import FrameCheckError, check_request
 from kgroups.broker.legacy_schemas import LEGACY_SCHEMAS
@@ -162,15 +163,24 @@ def _field_names(entity: type[Any]) -> frozenset[str]:
 
 @cache
 def _names_in_any_version(entity: type[Any]) -> frozenset[str]:
-    """The fields of `entity`'s class in every version of its message (kio generates one
-    module per version, e.g. kio.schema.join_group.v9.response, each with the same class
-    names); a name outside them is a misspelling, not a field some version lacks."""
-    api_package, _version, kind = entity.__module__.rsplit(".", 2)
-    names: set[str] = set()
-    for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__):
-        module = importlib.import_module(f"{api_package}.{version.name}.{kind}")
+    """The fields of `entity`'s class in every version of its message: kio generates one
+    module per version (e.g. kio.schema.join_group.v9.response), legacy_schemas.py holds the
+    versions kio lacks, all under the same class names. A name outside them is a misspelling,
+    not a field some version lacks."""
+    api_key = int(entity.__api_key__)
+    kind = "request" if entity.__header_schema__.__name__ == "RequestHeader" else "response"
+    api_package = f"kio.schema.{api_key_map[api_key]}"
+    versions = [importlib.import_module(f"{api_package}.{version.name}.{kind}")
+                for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__)]
+    names: set[str] = set(_field_names(entity))
+    for module in versions:
         same_class = getattr(module, entity.__name__, None)
         if same_class is not None:
+            names |= _field_names(same_class)
+    for (legacy_key, _version), (request, response) in LEGACY_SCHEMAS.items():
+        top = request if kind == "request" else response
+        same_class = {top.__name__: top, **_reachable(top)}.get(entity.__name__)
+        if legacy_key == api_key and same_class is not None:
             names |= _field_names(same_class)
     return frozenset(names)
 
@@ -197,8 +207,27 @@ def build(entity: type[Any], **values: Any) -> Any:
 
 
 def sibling(entity: type[Any], name: str) -> type[Any]:
-    """A nested kio class of the same API version (e.g. the topic class of a response)."""
+    """A nested kio class of the same API version (e.g. the topic class of a response); for
+    a version kio lacks, found among the classes `entity`'s fields hold (legacy_schemas.py
+    builds one set per version under the same names, so they are not module attributes)."""
+    if entity.__module__ == legacy_schemas.__name__:
+        return _reachable(entity)[name]
     return getattr(sys.modules[entity.__module__], name)  # type: ignore[no-any-return]
+
+
+@cache
+def _reachable(entity: type[Any]) -> dict[str, type[Any]]:
+    """The classes nested in `entity`'s fields, at any depth, by name."""
+    found: dict[str, type[Any]] = {}
+    pending = [entity]
+    while pending:
+        for item in dataclasses.fields(pending.pop()):
+            for candidate in (item.type, *get_args(item.type)):
+                if dataclasses.is_dataclass(candidate) and isinstance(candidate, type) \
+                        and candidate.__name__ not in found:
+                    found[candidate.__name__] = candidate
+                    pending.append(candidate)
+    return found
 
 
 def has_field(entity: type[Any], name: str) -> bool:
