@@ -114,10 +114,10 @@ def run_analysis(
         written.append("rebalance_causes")
         lag = None
         notes: list[str] = []
+        # The run's "now": --until, else the newest record of any partition.
+        now_ms = window.until_ms if window.until_ms is not None else (
+            pc.max(parts["stats"]["max_record_ts"]).as_py() or 0)
         if topic_logs is not None:
-            stats = parts["stats"]["max_record_ts"]
-            now_ms = window.until_ms if window.until_ms is not None else (
-                pc.max(stats).as_py() or 0)
             lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms,
                                    topic_logs)
             lag = lag_seconds.add_lag_seconds(lag, parts["lag_windows"], batches,
@@ -143,7 +143,7 @@ def run_analysis(
             segments=len(inputs.offsets_segments) + len(inputs.topic_segments),
             records=records,
             seconds=time.monotonic() - started,
-            commits_per_minute=_commits_per_minute(parts["commit_minutes"]),
+            commits_per_minute=commits_per_minute(parts["commit_minutes"], now_ms),
             lag_over_time=None if topic_logs is None else tables.sorted_by(
                 parts["lag_minutes"], "group", "minute").to_pandas(),
             rebalances=tables.sorted_by(parts["rebalances"], "ts").to_pandas(),
@@ -165,7 +165,17 @@ def run_analysis(
     )
 
 
-def _commits_per_minute(commit_minutes: pa.Table) -> pd.DataFrame:
+def commits_per_minute(commit_minutes: pa.Table, until_ms: int | None = None) -> pd.DataFrame:
+    """Commits summed over groups per minute, every minute from the first commit's to the last
+    one's (or to `until_ms`, the run's "now") included: a minute without a commit is a 0, so a
+    plot never carries the last rate on across consumers that stopped."""
     summed = commit_minutes.group_by("minute").aggregate([("commits", "sum")])
     per_minute = summed.select(["minute", "commits_sum"]).rename_columns(["minute", "commits"])
-    return tables.sorted_by(per_minute, "minute").to_pandas()
+    frame = tables.sorted_by(per_minute, "minute").to_pandas()
+    if frame.empty:
+        return frame
+    last = frame["minute"].iloc[-1]
+    if until_ms is not None:
+        last = max(last, pd.Timestamp(until_ms // 60_000 * 60_000, unit="ms", tz="UTC"))
+    every = pd.date_range(frame["minute"].iloc[0], last, freq="min", name="minute")
+    return frame.set_index("minute").reindex(every, fill_value=0).reset_index()

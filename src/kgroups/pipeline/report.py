@@ -106,6 +106,11 @@ def rebalance_timeline(frame: pd.DataFrame) -> str:
 def moved_chart(frame: pd.DataFrame) -> str:
     if frame.empty:
         return _empty("No rebalances in the analysed window.")
+    if not frame["partitions_moved"].fillna(0).any():
+        # A chart of zeros is an empty frame on a meaningless axis: say it instead.
+        kept = int(frame["partitions_kept"].fillna(0).sum())
+        return _empty(f"No partitions moved in {len(frame)} rebalance(s); {kept} partition "
+                      "assignment(s) stayed with their member.")
     ordered = frame.sort_values("ts")
     figure, axes = plt.subplots(figsize=(10, 3))
     positions = range(len(ordered))
@@ -162,12 +167,25 @@ def _heading(column: str) -> str:
     return "_<wbr>".join(html.escape(part) for part in column.split("_"))
 
 
+# A text column whose every value is a single word this short (a state, a status, a protocol,
+# a cause) is never broken inside a word, only after a hyphen or underscore and between the
+# parts of a CamelCase word: names long enough to widen the table may wrap anywhere.
+MAX_WORD = 24
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _words(frame: pd.DataFrame, column: str) -> bool:
+    values = [str(v) for v in frame[column] if not _is_missing(v)]
+    return bool(values) and all(len(v) <= MAX_WORD and not any(c.isspace() for c in v)
+                                for v in values)
+
+
 def _numeric(frame: pd.DataFrame, column: str) -> bool:
     return pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(
         frame[column])
 
 
-def _row(columns: list[str], numeric: set[str], values: tuple[Any, ...],
+def _row(columns: list[str], numeric: set[str], words: set[str], values: tuple[Any, ...],
          links: dict[str, str]) -> str:
     cells = []
     for column, value in zip(columns, values, strict=True):
@@ -175,6 +193,9 @@ def _row(columns: list[str], numeric: set[str], values: tuple[Any, ...],
         classes = []
         if column in numeric:
             classes.append("num")
+        elif column in words:
+            classes.append("word")
+            text = _CAMEL.sub("<wbr>", text)
         if column == "group":
             classes.append("name")
         if column in ("status", "group_status") and text in _STATUS_CLASSES:
@@ -193,6 +214,7 @@ def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
         return _empty("None.")
     columns = [str(c) for c in frame.columns]
     numeric = {c for c in columns if _numeric(frame, c)}
+    words = {c for c in columns if c not in numeric and _words(frame, c)}
     head = "".join(f'<th{" class=num" if c in numeric else ""}>{_heading(c)}</th>'
                    for c in columns)
     group_at = columns.index("group") if "group" in columns else None
@@ -201,7 +223,7 @@ def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
         links = {}
         if link_lag is not None and group_at is not None and values[group_at] in link_lag:
             links["total_lag"] = _lag_anchor(str(values[group_at]))
-        rows.append(_row(columns, numeric, values, links))
+        rows.append(_row(columns, numeric, words, values, links))
     return (f"<table class=table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -250,7 +272,7 @@ h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em}
 vertical-align:top;overflow-wrap:anywhere}
 .table th{background:#f4f4f4;overflow-wrap:normal}
 .table .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
+.table td.word{overflow-wrap:normal} .nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
 .ok{color:#060} .warn{color:#a60;font-weight:bold} .err{color:#a00;font-weight:bold}
 .table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:8em}
 details{margin:.3em 0} details>summary{cursor:pointer} details .table{margin:.3em 0 .8em 1.2em;
