@@ -103,9 +103,11 @@ def analyze_partition(
                           f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
     events_by_group = _by_group(events)
-    consumer_generations, consumer_rebalances = _consumer_history(consumer_records, uris, window)
+    consumer = _consumer_history(consumer_records, uris, window)
     found_rebalances = tables.concat(
-        [_rebalances(events_by_group, window), consumer_rebalances], tables.REBALANCES)
+        [_rebalances(events_by_group, window),
+         pa.Table.from_pylist(consumer.rebalances, schema=tables.REBALANCES)],
+        tables.REBALANCES)
     commit_minutes = _commit_minutes(history_rows)
     lag_parts = None if topic_logs is None else _lag(
         committed, window.up_to_until(live, "record_ts"), topic_logs, window)
@@ -113,11 +115,14 @@ def analyze_partition(
         records=records,
         max_record_ts=_max_record_ts(commits, events),
         committed_offsets=committed,
-        group_generations=tables.concat([_generations(events, window), consumer_generations],
-                                        tables.GROUP_GENERATIONS),
+        group_generations=tables.concat(
+            [_generations(events, window),
+             pa.Table.from_pylist(consumer.generations, schema=tables.GROUP_GENERATIONS)],
+            tables.GROUP_GENERATIONS),
         rebalances=found_rebalances,
         commit_minutes=commit_minutes,
-        summary=_summary(events_by_group, committed, commit_minutes, found_rebalances),
+        summary=_summary(events_by_group, consumer.ends, committed, commit_minutes,
+                         found_rebalances),
         errors=pa.Table.from_pylist(
             [{"file": e.file, "error_position": e.position, "error": e.message}
              for e in errors],
@@ -126,10 +131,26 @@ def analyze_partition(
         current_lag=None if lag_parts is None else lag_parts[0],
         lag_windows=None if lag_parts is None else lag_parts[1],
         lag_minutes=None if lag_parts is None else lag_parts[2],
-        rebalance_causes=rebalance_causes.infer(
-            events_by_group, rebalance_causes.commit_times(
-                window.up_to_until(live, "record_ts"), events_by_group), window),
+        rebalance_causes=_causes(events_by_group, consumer, window.up_to_until(live, "record_ts"),
+                                 window),
     )
+
+
+def _causes(events_by_group: dict[str, list[dict[str, Any]]],
+            consumer: consumer_history.ConsumerHistory, live: pa.Table,
+            window: TimeWindow) -> pa.Table:
+    """rebalance_causes rows of the classic groups' generations and of the consumer groups'
+    target epochs, both read by `rebalance_causes.compare`."""
+    times = rebalance_causes.commit_times(
+        live, set(events_by_group) | {t.group for t in consumer.transitions})
+    classic = rebalance_causes.infer(events_by_group, times, window)
+    if not consumer.transitions:
+        return classic
+    rows = [row for t in consumer.transitions
+            for row in rebalance_causes.compare(t.group, t.previous, t.current,
+                                                times.get(t.group, {}))]
+    return pa.concat_tables(
+        [classic, pa.Table.from_pylist(rows, schema=rebalance_causes.REBALANCE_CAUSES)])
 
 
 def _applied(records: pa.Table, markers: list[TransactionMarker]) -> pa.Table:
@@ -226,14 +247,12 @@ def _generations(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
 
 
 def _consumer_history(records: list[consumer_history.ConsumerRecord], uris: list[str],
-                      window: TimeWindow) -> tuple[pa.Table, pa.Table]:
-    """group_generations and rebalances rows of the partition's KIP-848 consumer groups."""
+                      window: TimeWindow) -> consumer_history.ConsumerHistory:
+    """The history of the partition's KIP-848 consumer groups (consumer_history.py)."""
     if not records:
-        return tables.GROUP_GENERATIONS.empty_table(), tables.REBALANCES.empty_table()
+        return consumer_history.ConsumerHistory([], [], [], {})
     names = consumer_history.topic_names_near(uris[0])
-    generations, rebalances = consumer_history.history_rows(records, window, names)
-    return (pa.Table.from_pylist(generations, schema=tables.GROUP_GENERATIONS),
-            pa.Table.from_pylist(rebalances, schema=tables.REBALANCES))
+    return consumer_history.history_rows(records, window, names)
 
 
 def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -341,13 +360,16 @@ def _lag(committed: pa.Table, state_rows: pa.Table, topic_logs: TopicLogs,
     return pa.Table.from_pylist(current, schema=tables.CURRENT_LAG), windows, minutes
 
 
-def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
+def _summary(per_group: dict[str, list[dict[str, Any]]],
+             consumer_ends: dict[str, consumer_history.GroupEnd], committed: pa.Table,
              commit_minutes: pa.Table, found_rebalances: pa.Table) -> pa.Table:
     """One row per group seen in the partition: latest state and totals.
 
-    State: "Dead" when the last group record is a tombstone and no offsets survive it,
-    "Stable" when the last generation has members, "Empty" otherwise (including groups that
-    only ever committed offsets, which a coordinator loads as Empty groups).
+    Classic groups: "Dead" when the last group record is a tombstone and no offsets survive
+    it, "Stable" when the last generation has members, "Empty" otherwise (including groups that
+    only ever committed offsets, which a coordinator loads as Empty groups). Consumer groups
+    (KIP-848): the state their records tell (consumer_history.GroupEnd), their target epoch as
+    the generation and their group epoch; "Dead" likewise once deleted.
     """
     commit_totals = commit_minutes.group_by("group", use_threads=False).aggregate(
         [("commits", "sum"), ("last_commit_ts", "max")]
@@ -366,28 +388,16 @@ def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
         totals[1] += row["partitions_moved"]
         totals[2] = max(totals[2], row["ts"])
     rows = []
-    for group in sorted(set(per_group) | set(commits) | set(committed_partitions)):
-        own = per_group.get(group, [])
-        last = own[-1] if own else None
-        live = last is not None and not last["tombstone"]
-        members = len(last["members"] or []) if live and last is not None else 0
+    every = set(per_group) | set(consumer_ends) | set(commits) | set(committed_partitions)
+    for group in sorted(every):
         survived = committed_partitions.get(group, 0) > 0
-        if last is not None and last["tombstone"] and not survived:
-            state = "Dead"
-        elif live and members > 0:
-            state = "Stable"
-        else:
-            state = "Empty"
+        end = consumer_ends.get(group)
+        row = (_consumer_state(end, survived) if end is not None
+               else _classic_state(per_group.get(group, []), survived))
         moved = rebalance_totals.get(group, [0, 0, None])
         rows.append({
             "group": group,
-            "state": state,
-            "protocol_type": last["protocol_type"] if live and last else None,
-            "protocol": last["protocol"] if live and last else None,
-            "generation": last["generation"] if live and last else None,
-            "leader": last["leader"] if live and last else None,
-            "member_count": members,
-            "generations": sum(1 for row in own if not row["tombstone"]),
+            **row,
             "rebalances": moved[0],
             "partitions_moved": moved[1],
             "last_rebalance_ts": moved[2],
@@ -396,6 +406,43 @@ def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
             "last_commit_ts": last_commit.get(group),
         })
     return pa.Table.from_pylist(rows, schema=tables.PARTIAL_SUMMARY)
+
+
+def _classic_state(own: list[dict[str, Any]], survived: bool) -> dict[str, Any]:
+    last = own[-1] if own else None
+    live = last is not None and not last["tombstone"]
+    members = len(last["members"] or []) if live and last is not None else 0
+    if last is not None and last["tombstone"] and not survived:
+        state = "Dead"
+    elif live and members > 0:
+        state = "Stable"
+    else:
+        state = "Empty"
+    return {
+        "state": state,
+        "group_type": "classic",
+        "protocol_type": last["protocol_type"] if live and last else None,
+        "protocol": last["protocol"] if live and last else None,
+        "generation": last["generation"] if live and last else None,
+        "group_epoch": None,
+        "leader": last["leader"] if live and last else None,
+        "member_count": members,
+        "generations": sum(1 for row in own if not row["tombstone"]),
+    }
+
+
+def _consumer_state(end: consumer_history.GroupEnd, survived: bool) -> dict[str, Any]:
+    return {
+        "state": "Dead" if end.deleted and not survived else end.state,
+        "group_type": consumer_history.GROUP_TYPE,
+        "protocol_type": consumer_history.GROUP_TYPE,
+        "protocol": end.protocol,
+        "generation": end.generation,
+        "group_epoch": end.group_epoch,
+        "leader": None,
+        "member_count": end.member_count,
+        "generations": end.generations,
+    }
 
 
 def _text(names: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -122,9 +122,11 @@ PARTIAL_SUMMARY = pa.schema(
     [
         ("group", pa.string()),
         ("state", pa.string()),
+        ("group_type", pa.string()),  # classic, or consumer (KIP-848)
         ("protocol_type", pa.string()),
         ("protocol", pa.string()),
-        ("generation", pa.int32()),
+        ("generation", pa.int32()),  # consumer groups: the target assignment epoch
+        ("group_epoch", pa.int32()),  # consumer groups only
         ("leader", pa.string()),
         ("member_count", pa.int32()),
         ("generations", pa.int64()),
