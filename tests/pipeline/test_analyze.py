@@ -4,6 +4,7 @@ rewrites, transactions, generations), plus the time window and the report."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -286,6 +287,38 @@ def test_cli_prints_the_time_its_user_waited(scenario, tmp_path):
     printed, job = float(found[1]), float(found[2])
     assert waited - 0.5 <= printed <= waited + 0.05
     assert printed > job + 1.0  # the JVM's launch and the imports are in it
+
+
+@pytest.mark.slow
+def test_cli_first_run_says_what_it_pays_and_shows_each_step(scenario, tmp_path):
+    """The first `kgroups analyze` on a machine (an empty cache: no class archive yet), its
+    stderr a file as under CI or cron: before the JVM's wait it says what the wait is and what
+    the first run pays once, then one line as each step starts and ends, then the archive."""
+    environment = {**os.environ, "KGROUPS_CACHE_DIR": str(tmp_path / "cache")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "kgroups.cli", "analyze", str(scenario.data_dir), "--out",
+         str(tmp_path / "out"), "--master", "local[1]"],
+        capture_output=True, text=True, timeout=600, check=False, env=environment)
+    assert completed.returncode == 0, completed.stderr
+    ours = [line for line in completed.stderr.splitlines()
+            if line.startswith("kgroups analyze: ")]
+    expected = [
+        r"starting Spark \(its driver JVM",
+        r"first run on this machine: .* class archive .* about 20-30 s more, once",
+        r"Spark started in [\d.]+ s$",
+        r"reading topic partition logs \.\.\.$",
+        r"reading topic partition logs: \d+ Spark tasks, [\d.]+ s$",
+        r"analysing __consumer_offsets partitions \.\.\.$",
+        r"analysing __consumer_offsets partitions: \d+ Spark tasks, [\d.]+ s$",
+        r"writing tables \.\.\.$", r"writing tables: [\d.]+ s$",
+        r"report \.\.\.$", r"report: [\d.]+ s$",
+        r"saving Spark's classes",
+    ]
+    assert len(ours) == len(expected), ours
+    for line, pattern in zip(ours, expected, strict=True):
+        assert re.search(pattern, line.removeprefix("kgroups analyze: ")), (pattern, line)
+    assert list((tmp_path / "cache").glob("spark-driver-*.jsa"))  # what the wait was for
+    assert "\x1b[" not in completed.stderr  # plain lines, no terminal codes
 
 
 def test_cli_rejects_missing_path_before_starting_spark(tmp_path):

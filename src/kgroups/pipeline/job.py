@@ -94,7 +94,12 @@ def run_analysis(
             ["file", "error_position", "error"]).cast(tables.ERRORS)
     shared_logs = spark.sparkContext.broadcast(topic_logs)
 
+    # The tables the tasks write themselves, one part each.
     tables.clear_table(out, "offset_commits")
+    if topic_logs is not None:
+        tables.clear_table(out, "partition_lag_minutes")
+    else:
+        tables.remove_table(out, "partition_lag_minutes")
     plan = tasks.plan_tasks(inputs.offsets_segments,
                             TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
     task = tasks.partition_task(plan, window, shared_logs, out)
@@ -111,7 +116,10 @@ def run_analysis(
             written.append(name)
         causes = tables.sorted_by(parts["rebalance_causes"], "group", "ts", "cause", "member_id")
         tables.write_table(causes, out, "rebalance_causes")
-        written.append("rebalance_causes")
+        owners = tables.sorted_by(parts["partition_owners"], "group", "topic", "partition",
+                                  "from_ts")
+        tables.write_table(owners, out, "partition_owners")
+        written.extend(["rebalance_causes", "partition_owners"])
         lag = None
         notes: list[str] = []
         # The run's "now": --until, else the newest record of any partition.
@@ -123,7 +131,7 @@ def run_analysis(
             lag = lag_seconds.add_lag_seconds(lag, parts["lag_windows"], batches,
                                               inputs.topic_segments, now_ms)
             tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
-            written.append("lag")
+            written.extend(["lag", "partition_lag_minutes"])
         else:
             notes.append("No topic partition logs were found next to __consumer_offsets, so "
                          "the lag table and lag statuses are not produced.")
@@ -146,8 +154,12 @@ def run_analysis(
             commits_per_minute=commits_per_minute(parts["commit_minutes"], now_ms),
             lag_over_time=None if topic_logs is None else tables.sorted_by(
                 parts["lag_minutes"], "group", "minute").to_pandas(),
+            partition_lag_over_time=None if topic_logs is None else tables.sorted_by(
+                parts["report_partition_lag"], "group", "topic", "partition", "minute"
+            ).to_pandas(),
             rebalances=tables.sorted_by(parts["rebalances"], "ts").to_pandas(),
             rebalance_causes=causes.to_pandas(),
+            partition_owners=owners.to_pandas(),
             summary=summary.to_pandas(),
             errors=error_rows,
             notes=notes,

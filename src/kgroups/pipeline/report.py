@@ -47,6 +47,9 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     partition_lag: pd.DataFrame | None = None  # the lag table (None: no topic logs found)
     rebalance_causes: pd.DataFrame | None = None  # the rebalance_causes table
+    # group, topic, partition, minute, lag: each group's most lagging partitions over time
+    partition_lag_over_time: pd.DataFrame | None = None
+    partition_owners: pd.DataFrame | None = None  # the partition_owners table
 
 
 def _png(figure: plt.Figure) -> str:
@@ -133,7 +136,7 @@ def moved_chart(frame: pd.DataFrame) -> str:
 
 # The summary's columns an operator reads first, in this order; every other column follows in
 # the table's own order.
-_LEADING_COLUMNS = ("group", "status", "state", "total_lag")
+_LEADING_COLUMNS = ("group", "status", "state", "total_lag", "max_lag_seconds")
 _STATUS_CLASSES = {"OK": "ok", "WARN": "warn", "ERR": "err", "STOP": "err", "STALL": "err",
                    "REWIND": "err"}
 
@@ -238,43 +241,106 @@ def _summary_columns(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[leading + [c for c in summary.columns if c not in leading]]
 
 
-def partition_lag(frame: pd.DataFrame | None) -> str:
-    """Every committed partition's lag and Burrow status, one closed <details> per group: the
-    summary line says the group's status, total lag and worst partition, a click opens its
-    partitions."""
+def _duration(seconds: float) -> str:
+    """Seconds as an operator says them: 45 s, 12 min, 3.2 h, 2.1 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def partition_lag_chart(rows: pd.DataFrame) -> str:
+    """One group's partitions' lag over time, a line each."""
+    figure, axes = plt.subplots(figsize=(9, 2.6))
+    for (topic, partition), series in rows.groupby(["topic", "partition"], sort=True):
+        axes.plot(series["minute"], series["lag"], drawstyle="steps-post",
+                  label=f"{topic}-{partition}")
+    axes.set_ylabel("lag (records)")
+    axes.legend(fontsize="x-small", loc="upper left", ncols=2)
+    return _png(figure)
+
+
+def partition_lag(frame: pd.DataFrame | None, over_time: pd.DataFrame | None = None) -> str:
+    """Every committed partition's lag, lag in seconds and Burrow status, one closed <details>
+    per group: the summary line says the group's status, total lag, how far behind in time its
+    worst partition is and which partition is most behind; a click opens its partitions, and
+    for the MAX_LAG_LINES groups with the most lag a chart of their most lagging partitions'
+    lag over time."""
     if frame is None:
         return _empty("No topic partition logs next to __consumer_offsets: lag is unknown.")
     if frame.empty:
         return _empty("No commits of topics whose logs are present.")
+    totals = frame.groupby("group")["lag"].sum()
+    charted = set(totals[totals > 0].nlargest(MAX_LAG_LINES).index)
     blocks = []
     for group, rows in frame.groupby("group", sort=True):
         rows = rows.sort_values(["topic", "partition"])
         worst = rows.loc[rows["lag"].idxmax()]
         status = str(rows["group_status"].iloc[0])
         shown = rows.drop(columns=["group", "group_status"])
+        behind = rows["lag_seconds"].max() if "lag_seconds" in rows else None
+        in_time = "" if _is_missing(behind) else f", up to {_duration(float(behind))} behind"
+        chart = ""
+        if over_time is not None and group in charted:
+            own = over_time[over_time["group"] == group]
+            if not own.empty:
+                chart = partition_lag_chart(own)
         blocks.append(
             f'<details id="{_lag_anchor(str(group))}"><summary><b>{html.escape(str(group))}'
             f'</b> <span class="{_STATUS_CLASSES.get(status, "")}">{html.escape(status)}</span>'
-            f", total lag {int(rows['lag'].sum())} over {len(rows)} partition(s); most behind: "
-            f"{html.escape(str(worst['topic']))}-{int(worst['partition'])} "
-            f"({int(worst['lag'])})</summary>{_table(shown)}</details>"
+            f", total lag {int(rows['lag'].sum())} over {len(rows)} partition(s){in_time}; "
+            f"most behind: {html.escape(str(worst['topic']))}-{int(worst['partition'])} "
+            f"({int(worst['lag'])})</summary>{chart}{_table(shown)}</details>"
         )
-    return "".join(blocks)
+    note = ("<p>Lag over time is charted for the groups with the most lag (their most lagging "
+            "partitions); the partition_lag_minutes table has every partition.</p>"
+            if over_time is not None else "")
+    return note + "".join(blocks)
+
+
+# A group's ownership table stops at this many stretches (its newest); the table has all.
+MAX_OWNER_ROWS = 200
+
+
+def owners_section(owners: pd.DataFrame | None) -> str:
+    """Who held which partition when (the partition_owners table), one closed <details> per
+    group."""
+    if owners is None or owners.empty:
+        return _empty("No assignments recorded in the analysed window (groups that only "
+                      "commit, or protocols other than consumer).")
+    blocks = []
+    for group, rows in owners.groupby("group", sort=True):
+        changes = len(rows) - rows[["topic", "partition"]].drop_duplicates().shape[0]
+        members = rows["member_id"].nunique()
+        shown = rows.sort_values("from_ts").tail(MAX_OWNER_ROWS)
+        cut = (f"<p>The newest {MAX_OWNER_ROWS} of {len(rows)}.</p>"
+               if len(rows) > MAX_OWNER_ROWS else "")
+        shown = shown.sort_values(["topic", "partition", "from_ts"]).drop(columns=["group"])
+        blocks.append(
+            f"<details><summary><b>{html.escape(str(group))}</b>: "
+            f"{rows[['topic', 'partition']].drop_duplicates().shape[0]} partition(s), "
+            f"{members} member(s), {changes} change(s) of owner</summary>{cut}"
+            f"{_table(shown)}</details>")
+    return ("<p>One row per stretch of time a member held a partition (until_ts blank: "
+            "still held when the log ends).</p>" + "".join(blocks))
 
 
 # Tables take the page's width and no more: at 1400 px every column must stay on screen, so
 # cells wrap (names anywhere, a time between date and clock) instead of widening the table.
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}
+body{font-family:system-ui,sans-serif;margin:1em;max-width:1400px}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em}
-.table{border-collapse:collapse;font-size:.8em;width:100%;table-layout:auto}
-.table td,.table th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left;
+.table{border-collapse:collapse;font-size:.76em;width:100%;table-layout:auto}
+.table td,.table th{padding:2px 3px;border-bottom:1px solid #ddd;text-align:left;
 vertical-align:top;overflow-wrap:anywhere}
 .table th{background:#f4f4f4;overflow-wrap:normal}
 .table .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .table td.word{overflow-wrap:normal} .nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
 .ok{color:#060} .warn{color:#a60;font-weight:bold} .err{color:#a00;font-weight:bold}
-.table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:8em}
+.table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:7em}
 details{margin:.3em 0} details>summary{cursor:pointer} details .table{margin:.3em 0 .8em 1.2em;
 width:auto;max-width:calc(100% - 1.2em)}
 img{max-width:100%}
@@ -321,7 +387,9 @@ def render(data: ReportData) -> str:
         "a group is ERR when a partition is STOP, STALL or REWIND); total_lag links to the "
         "group's partitions.</p>",
         _table(_summary_columns(data.summary), lagging),
-        "<h2>Lag per partition</h2>", partition_lag(data.partition_lag),
+        "<h2>Lag per partition</h2>",
+        partition_lag(data.partition_lag, data.partition_lag_over_time),
+        "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
         "<h2>Damaged segments</h2>", _table(data.errors),
         _OPEN_LINKED_DETAILS,
         "</body></html>",
