@@ -174,6 +174,16 @@ def test_lag_against_topic_log_ends_with_burrow_status(full_run, scenario):
     assert group_status["orders"] == "OK"
 
 
+def test_lag_over_time_of_a_consumer_that_stopped_grows_with_its_topic(full_run):
+    out, _ = full_run
+    rows = [r for r in table(out, "partition_lag_minutes") if r["group"] == "simple"]
+    # simple committed 3 once, at T+6 s; events-0 held 25 records then, 40 from T+100 s.
+    assert {(r["topic"], r["partition"]) for r in rows} == {("events", 0)}
+    assert rows[0]["lag"] == 25 - 3 and rows[-1]["lag"] == EVENTS_END - 3
+    assert {r["committed_offset"] for r in rows} == {3}
+    assert [r["lag"] for r in rows] == sorted(r["lag"] for r in rows)
+
+
 def test_group_summary_one_row_per_group(full_run):
     out, _ = full_run
     summary = {r["group"]: r for r in table(out, "group_summary")}
@@ -191,8 +201,14 @@ def test_group_summary_one_row_per_group(full_run):
 def test_report_is_self_contained(full_run):
     out, _ = full_run
     page = (out / "report.html").read_text()
-    # commits, lag, rebalance timeline, partitions moved, rebalance causes
-    assert page.count("data:image/png;base64,") == 5
+    # commits, lag, rebalance timeline, partitions moved, rebalance causes, and the lag over
+    # time of the partitions of each group behind (billing, old, orders, simple; not txn)
+    assert page.count("data:image/png;base64,") == 5 + 4
+    lagging = page.split("<h2>Lag per partition</h2>")[1].split("<h2>")[0]
+    assert lagging.split("<b>txn</b>")[1].split("</details>")[0].count("<img") == 0
+    # Who held which partition: orders' and billing's generations.
+    owners = page.split("<h2>Who held which partition</h2>")[1].split("<h2>")[0]
+    assert "<b>orders</b>: 4 partition(s), 2 member(s)" in owners
     assert "Why groups rebalance" in page
     assert "src=\"http" not in page and "<link" not in page
     for group in ("orders", "billing", "old", "simple", "txn"):

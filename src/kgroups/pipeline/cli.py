@@ -157,6 +157,6 @@ def run(args: argparse.Namespace) -> int:
         if running is None:
             if writes_class_archive() and not args.quiet:
                 print("kgroups analyze: saving Spark's classes to the cache for faster later runs "
-                      "(once, about 10 s)", file=sys.stderr, flush=True)
+                      "(once, about 10-15 s; more on a busy machine)", file=sys.stderr, flush=True)
             stop_session(spark)
     return 0
