@@ -217,7 +217,7 @@ def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
         return _empty("None.")
     columns = [str(c) for c in frame.columns]
     numeric = {c for c in columns if _numeric(frame, c)}
-    words = {c for c in columns if c not in numeric and _words(frame, c)}
+    words = {c for c in columns if c not in numeric and c != "group" and _words(frame, c)}
     head = "".join(f'<th{" class=num" if c in numeric else ""}>{_heading(c)}</th>'
                    for c in columns)
     group_at = columns.index("group") if "group" in columns else None
