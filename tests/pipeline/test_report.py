@@ -8,12 +8,13 @@ import base64
 import re
 import struct
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from kgroups.pipeline.job import commits_per_minute
-from kgroups.pipeline.report import MAX_TIMELINE_GROUPS, moved_chart, rebalance_timeline
+from kgroups.pipeline.report import MAX_TIMELINE_GROUPS, _steps, moved_chart, rebalance_timeline
 from kgroups.pipeline.tables import COMMIT_MINUTES
 
 MINUTE = 60_000
@@ -65,3 +66,17 @@ def test_rebalances_that_moved_nothing_say_so_instead_of_an_empty_chart():
     assert "<img" not in page
     assert "No partitions moved in 3 rebalance(s); 8" in page
     assert "<img" in moved_chart(rebalances(3, 1))  # something moved: the chart
+
+
+def test_the_last_value_of_a_step_line_spans_its_bucket():
+    """steps-post draws a value up to the next point: the last one (a stopped consumer's lag
+    now, a group with one sample) gets its bucket's width, or it would not show."""
+    figure, axes = plt.subplots()
+    minutes = pd.date_range("2024-01-01", periods=3, freq="5min")
+    _steps(axes, minutes, pd.Series([1, 2, 40]))
+    _steps(axes, minutes[:1], pd.Series([7]))
+    many, one = axes.lines
+    assert list(many.get_ydata()) == [1, 2, 40, 40]
+    assert pd.Timestamp(many.get_xdata()[-1]) == minutes[-1] + pd.Timedelta(minutes=5)
+    assert pd.Timestamp(one.get_xdata()[-1]) == minutes[0] + pd.Timedelta(minutes=1)
+    plt.close(figure)

@@ -61,6 +61,20 @@ def _png(figure: plt.Figure) -> str:
     return f'<img alt="" src="data:image/png;base64,{encoded}">'
 
 
+def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
+    """A step line whose every value, the last included, spans its bucket: steps-post draws a
+    value from its time to the next, so the last one (and a series of one point) would
+    otherwise have no width at all."""
+    times = pd.Series(x).reset_index(drop=True)
+    values = pd.Series(y).reset_index(drop=True)
+    width = times.diff().min() if len(times) > 1 else pd.NaT
+    if pd.isna(width) or width <= pd.Timedelta(0):
+        width = pd.Timedelta(minutes=1)
+    times = pd.concat([times, pd.Series([times.iloc[-1] + width])], ignore_index=True)
+    values = pd.concat([values, values.iloc[-1:]], ignore_index=True)
+    axes.plot(times, values, drawstyle="steps-post", **style)
+
+
 def _empty(message: str) -> str:
     return f"<p class=empty>{html.escape(message)}</p>"
 
@@ -69,8 +83,9 @@ def commits_chart(frame: pd.DataFrame) -> str:
     if frame.empty:
         return _empty("No offset commits in the analysed window.")
     figure, axes = plt.subplots(figsize=(10, 3))
-    axes.plot(frame["minute"], frame["commits"], drawstyle="steps-post")
+    _steps(axes, frame["minute"], frame["commits"])
     axes.set_ylabel("commits / minute")
+    axes.set_ylim(bottom=0)
     return _png(figure)
 
 
@@ -83,8 +98,9 @@ def lag_chart(frame: pd.DataFrame | None) -> str:
     heaviest = frame.groupby("group")["lag"].max().nlargest(MAX_LAG_LINES).index
     for group in sorted(heaviest):
         rows = frame[frame["group"] == group]
-        axes.plot(rows["minute"], rows["lag"], drawstyle="steps-post", label=group)
+        _steps(axes, rows["minute"], rows["lag"], label=group)
     axes.set_ylabel("lag (records)")
+    axes.set_ylim(bottom=0)
     axes.legend(fontsize="small", loc="upper left")
     return _png(figure)
 
@@ -256,9 +272,9 @@ def partition_lag_chart(rows: pd.DataFrame) -> str:
     """One group's partitions' lag over time, a line each."""
     figure, axes = plt.subplots(figsize=(9, 2.6))
     for (topic, partition), series in rows.groupby(["topic", "partition"], sort=True):
-        axes.plot(series["minute"], series["lag"], drawstyle="steps-post",
-                  label=f"{topic}-{partition}")
+        _steps(axes, series["minute"], series["lag"], label=f"{topic}-{partition}")
     axes.set_ylabel("lag (records)")
+    axes.set_ylim(bottom=0)
     axes.legend(fontsize="x-small", loc="upper left", ncols=2)
     return _png(figure)
 
