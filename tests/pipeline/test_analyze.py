@@ -201,9 +201,10 @@ def test_group_summary_one_row_per_group(full_run):
 def test_report_is_self_contained(full_run):
     out, _ = full_run
     page = (out / "report.html").read_text()
-    # commits, lag, rebalance timeline, partitions moved, rebalance causes, and the lag over
-    # time of the partitions of each group behind (billing, old, orders, simple; not txn)
-    assert page.count("data:image/png;base64,") == 5 + 4
+    # commits, lag in records and in seconds, rebalance timeline, partitions moved, rebalance
+    # causes, and the lag over time of the partitions of each group behind (billing, old,
+    # orders, simple; not txn)
+    assert page.count("data:image/png;base64,") == 6 + 4
     lagging = page.split("<h2>Lag per partition</h2>")[1].split("<h2>")[0]
     assert lagging.split("<b>txn</b>")[1].split("</details>")[0].count("<img") == 0
     # Who held which partition: orders' and billing's generations.

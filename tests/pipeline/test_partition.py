@@ -120,8 +120,13 @@ def test_lag_over_time_keeps_a_stopped_consumers_lag_growing(tmp_path):
     assert lags[1] == [0, 0, 10, 20, 30, 40]
     assert [r["committed_offset"] for r in per_partition if r["partition"] == 1] == [
         10, 20, 20, 20, 20, 20]
+    # Behind since the batch written at minute 2's start, at each minute's end; the last
+    # minute ends with the data, at the last commit (minute 5 + 1 s).
+    behind = [0.0, 0.0, 59.999, 119.999, 179.999, 181.0]
+    assert [r["lag_seconds"] for r in per_partition if r["partition"] == 1] == behind
     minutes = result.lag_minutes.to_pylist()
     assert [r["lag"] for r in minutes] == [0, 0, 10, 20, 30, 40]
+    assert [r["max_lag_seconds"] for r in minutes] == behind
     assert [r["minute"].timestamp() * 1000 for r in minutes] == [
         start + m * minute for m in range(6)]
     # The report's share: both partitions, the lagging one included.

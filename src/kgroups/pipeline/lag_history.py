@@ -10,6 +10,13 @@ commit (or --since) to the end of the data (--until, else the newest record the 
 __consumer_offsets or of the group's topic partitions); a span longer than MAX_POINTS minutes
 takes wider buckets (a whole number of minutes), so a partition has at most MAX_POINTS rows.
 The group's lag at a bucket is the sum over its partitions that had committed by then.
+
+Lag in seconds at a bucket is how long before its end the first record the group had not
+consumed was written: the time of the first batch that took the log past the committed offset
+(its max timestamp; a batch's records were all written by then, so this reads at most a
+batch's span short). The topic scan reads batch headers only, so the exact record's time, which
+the `lag` table's lag_seconds reads back for "now", is not at hand here. A group's figure is its
+worst partition's (kafka-lag-exporter's max time lag).
 """
 
 from __future__ import annotations
@@ -80,16 +87,29 @@ def lag_history(commits: pd.DataFrame, topic_logs: TopicLogs, window: TimeWindow
             rows.append(pd.DataFrame({
                 "group": str(group), "topic": key[0], "partition": key[1],
                 "minute": buckets[held], "committed_offset": committed,
-                "log_end_offset": ends, "lag": np.maximum(ends - committed, 0)}))
+                "log_end_offset": ends, "lag": np.maximum(ends - committed, 0),
+                "lag_seconds": _seconds_behind(topic_logs, key, committed, ends, at[held])}))
     if not rows:
         return LagHistory(tables.PARTITION_LAG_MINUTES.empty_table(),
                           tables.LAG_MINUTES.empty_table(),
                           tables.REPORT_PARTITION_LAG.empty_table())
     frame = pd.concat(rows, ignore_index=True)
     partitions = _arrow(frame, tables.PARTITION_LAG_MINUTES)
-    groups = frame.groupby(["group", "minute"], sort=True)["lag"].sum().reset_index()
+    groups = frame.groupby(["group", "minute"], sort=True).agg(
+        lag=("lag", "sum"), max_lag_seconds=("lag_seconds", "max")).reset_index()
     return LagHistory(partitions, _arrow(groups, tables.LAG_MINUTES),
                       _arrow(_for_report(frame), tables.REPORT_PARTITION_LAG))
+
+
+def _seconds_behind(topic_logs: TopicLogs, key: tuple[str, int], committed: np.ndarray,
+                    ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Seconds from the first batch past each committed offset to its bucket's end (0 where
+    the group was caught up)."""
+    growth = topic_logs.growth[key]
+    behind = ends > committed
+    first = np.searchsorted(growth.ends, committed, side="right")
+    written = growth.times[np.minimum(first, len(growth.times) - 1)]
+    return np.where(behind, np.maximum(at - written, 0) / 1000.0, 0.0)
 
 
 def _for_report(frame: pd.DataFrame) -> pd.DataFrame:

@@ -89,17 +89,20 @@ def commits_chart(frame: pd.DataFrame) -> str:
     return _png(figure)
 
 
-def lag_chart(frame: pd.DataFrame | None) -> str:
+def lag_chart(frame: pd.DataFrame | None, column: str = "lag",
+              label: str = "lag (records)") -> str:
+    """The MAX_LAG_LINES groups with the most of `column` (lag in records, or the worst
+    partition's lag in seconds) over time, a line each."""
     if frame is None:
         return _empty("No topic partition logs next to __consumer_offsets: lag is unknown.")
     if frame.empty:
         return _empty("No commits of topics whose logs are present.")
     figure, axes = plt.subplots(figsize=(10, 3.5))
-    heaviest = frame.groupby("group")["lag"].max().nlargest(MAX_LAG_LINES).index
+    heaviest = frame.groupby("group")[column].max().nlargest(MAX_LAG_LINES).index
     for group in sorted(heaviest):
         rows = frame[frame["group"] == group]
-        _steps(axes, rows["minute"], rows["lag"], label=group)
-    axes.set_ylabel("lag (records)")
+        _steps(axes, rows["minute"], rows[column], label=group)
+    axes.set_ylabel(label)
     axes.set_ylim(bottom=0)
     axes.legend(fontsize="small", loc="upper left")
     return _png(figure)
@@ -393,6 +396,10 @@ def render(data: ReportData) -> str:
         error_note,
         "<h2>Commits per minute</h2>", commits_chart(data.commits_per_minute),
         "<h2>Lag over time per group</h2>", lag_chart(data.lag_over_time),
+        "<h2>Lag in seconds over time per group</h2>",
+        "<p>How long before each minute's end the oldest record a group had not consumed was "
+        "written (its worst partition; from the topic's batch times).</p>",
+        lag_chart(data.lag_over_time, "max_lag_seconds", "lag (seconds)"),
         "<h2>Rebalance timeline</h2>", rebalance_timeline(data.rebalances),
         "<h2>Partitions moved per rebalance</h2>", moved_chart(data.rebalances),
         "<h2>Why groups rebalance</h2>",

@@ -109,13 +109,14 @@ LAG_WINDOWS = pa.schema(
     [("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
      ("offset", pa.int64()), ("ts_ms", pa.int64()), ("lag", pa.int64())]
 )
-LAG_MINUTES = pa.schema([("group", pa.string()), ("minute", TIMESTAMP), ("lag", pa.int64())])
+LAG_MINUTES = pa.schema([("group", pa.string()), ("minute", TIMESTAMP), ("lag", pa.int64()),
+                         ("max_lag_seconds", pa.float64())])
 # Each committed partition's lag at the end of every minute (lag_history.py); written by the
 # tasks, as offset_commits is.
 PARTITION_LAG_MINUTES = pa.schema(
     [("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
      ("minute", TIMESTAMP), ("committed_offset", pa.int64()), ("log_end_offset", pa.int64()),
-     ("lag", pa.int64())]
+     ("lag", pa.int64()), ("lag_seconds", pa.float64())]
 )
 # What of it the report charts: each group's most lagging partitions, thinned.
 REPORT_PARTITION_LAG = pa.schema(
