@@ -62,7 +62,8 @@ def owner_stretches(generations: Iterable[Mapping[str, Any]],
                 member = owners.get(key)
                 if member is None or history.member_identity(member) != held[key]["identity"]:
                     held.pop(key)["row"]["until_ts"] = ts
-            assert row is not None or not owners
+            if row is None:  # the group's deletion: nothing is held after it
+                continue
             for key, member in owners.items():
                 if key in held:
                     continue
@@ -71,9 +72,8 @@ def owner_stretches(generations: Iterable[Mapping[str, Any]],
                     "member_id": member["member_id"], "instance_id": member.get("instance_id"),
                     "client_id": member.get("client_id"),
                     "client_host": member.get("client_host"),
-                    "from_generation": None if row is None else row["generation"],
-                    "from_ts": ts, "until_ts": None,
-                    "group_type": None if row is None else row["group_type"],
+                    "from_generation": row["generation"], "from_ts": ts, "until_ts": None,
+                    "group_type": row["group_type"],
                 }
                 held[key] = {"identity": history.member_identity(member), "row": stretch}
                 rows.append(stretch)
