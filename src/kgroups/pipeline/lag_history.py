@@ -7,7 +7,7 @@ in force until the next one. So a consumer that stops committing keeps its lag, 
 while producers write, instead of dropping out of the figures as it would if lag were only
 known at commits. Each group is sampled on one grid, at the end of every minute from its first
 commit (or --since) to the end of the data (--until, else the newest record the task saw of
-__consumer_offsets or of the group's topic partitions); a span longer than MAX_POINTS minutes
+__consumer_offsets or the newest batch of any topic); a span longer than MAX_POINTS minutes
 takes wider buckets (a whole number of minutes), so a partition has at most MAX_POINTS rows.
 The group's lag at a bucket is the sum over its partitions that had committed by then.
 
@@ -64,12 +64,13 @@ def lag_history(commits: pd.DataFrame, topic_logs: TopicLogs, window: TimeWindow
     """From `commits` (group, topic, partition, record_ts, offset: the live commits up to
     --until of topic partitions whose logs are present, in log order)."""
     rows: list[pd.DataFrame] = []
+    # The newest batch of any topic: every group's lag is followed up to it, so that groups
+    # of different tasks end together (and a stopped consumer's lag as long as producers write).
+    newest = max((int(growth.times[-1]) for growth in topic_logs.growth.values()), default=0)
     for group, own in commits.groupby("group", sort=True):
-        keys = list(dict.fromkeys(zip(own["topic"], own["partition"], strict=True)))
         end = window.until_ms
         if end is None:
-            newest = [int(topic_logs.growth[(str(t), int(p))].times[-1]) for t, p in keys]
-            end = max([data_end_ms or 0, int(own["record_ts"].max()), *newest])
+            end = max(data_end_ms or 0, int(own["record_ts"].max()), newest)
         start = int(own["record_ts"].min())
         if window.since_ms is not None:
             start = max(start, window.since_ms)
