@@ -9,6 +9,7 @@ import asyncio
 import datetime
 import json
 import logging
+import math
 import signal
 import subprocess
 import sys
@@ -245,6 +246,39 @@ def test_a_real_consumer_is_counted_and_its_join_and_leave_are_causes(
                   cause="member_left") == 1
     assert sample(samples, "kafka_consumergroup_members", group="live", protocol="classic") == 0
     assert describe(running, capsys, "live")["last_rebalance"]["cause"] == "member_left"
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_assigned_partitions_never_committed_have_series_with_unknown_lag(
+        running: Running, protocol: str) -> None:
+    """As kafka-lag-exporter reports them: every partition of the group's current assignment
+    has its series, NaN where nothing was committed (where the consumer starts is its
+    auto.offset.reset, unknown to the broker), beside the partition's log start and end."""
+    group = f"fresh-{protocol}"
+    consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{running.port}", "group.id": group,
+                         "group.protocol": protocol, "enable.auto.commit": False,
+                         "auto.offset.reset": "latest"})
+    consumer.subscribe(["orders"])
+    try:
+        deadline = time.monotonic() + 30
+        while len(consumer.assignment()) < 2 and time.monotonic() < deadline:
+            consumer.poll(0.1)
+        assert len(consumer.assignment()) == 2
+        samples = running.scrape()
+    finally:
+        consumer.close()
+    for partition in ("0", "1"):
+        names = {"group": group, "topic": "orders", "partition": partition}
+        for metric in ("kafka_consumergroup_group_offset", "kafka_consumergroup_group_lag",
+                       "kafka_consumergroup_group_lag_seconds"):
+            value = sample(samples, metric, **names)
+            assert value is not None and math.isnan(value), (metric, partition, value)
+        assert sample(samples, "kafka_partition_earliest_offset", topic="orders",
+                      partition=partition) == 0
+    assert sample(samples, "kafka_partition_latest_offset", topic="orders", partition="1") == 4
+    # A committed partition keeps its figures beside them.
+    assert sample(samples, "kafka_consumergroup_group_lag", group="audit", topic="orders",
+                  partition="0") == 4
 
 
 # -- one rebalance of each cause, by wire requests ------------------------------------------------

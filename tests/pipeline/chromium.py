@@ -19,6 +19,7 @@ document.querySelectorAll("details").forEach(function (d) { d.open = true; });
 var width = document.documentElement.clientWidth;
 var off = [];
 var headers = [];
+var broken = [];
 document.querySelectorAll("table").forEach(function (table) {
   table.querySelectorAll("th,td").forEach(function (cell) {
     var box = cell.getBoundingClientRect();
@@ -26,22 +27,48 @@ document.querySelectorAll("table").forEach(function (table) {
     if (box.right > width + 0.5 || box.left < 0 || box.width < 1) {
       off.push(cell.tagName + " " + cell.textContent.slice(0, 40) + " right=" + box.right);
     }
+    // A word (a state, a status, a protocol) cut across lines reads as two words: a line may
+    // only end after "-" or "_", or between the parts of a CamelCase word.
+    var text = cell.textContent.trim();
+    if (cell.tagName === "TD" && text && text.length <= 24 && !/\\s/.test(text)) {
+      var chars = [];
+      var walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (var i = 0; i < node.length; i++) {
+          var range = document.createRange();
+          range.setStart(node, i);
+          range.setEnd(node, i + 1);
+          var rects = range.getClientRects();
+          if (rects.length) { chars.push([node.data[i], Math.round(rects[0].top)]); }
+        }
+      }
+      for (var k = 1; k < chars.length; k++) {
+        var before = chars[k - 1][0], after = chars[k][0];
+        var allowed = before === "-" || before === "_" ||
+          (/[a-z]/.test(before) && /[A-Z]/.test(after));
+        if (chars[k][1] > chars[k - 1][1] && !allowed) { broken.push(text); break; }
+      }
+    }
   });
 });
 document.body.setAttribute("data-layout", JSON.stringify({
-  width: width, scrollWidth: document.documentElement.scrollWidth, headers: headers, off: off}));
+  width: width, scrollWidth: document.documentElement.scrollWidth, headers: headers, off: off,
+  broken: broken}));
 </script>
 """
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The window's width, the page's, every table heading, and each cell not fully visible."""
+    """The window's width, the page's, every table heading, each cell not fully visible, and
+    each one-word cell (up to 24 characters) broken across lines elsewhere than after a hyphen
+    or underscore or between the parts of a CamelCase word."""
 
     width: int
     scroll_width: int
     headers: list[str]
     off: list[str]
+    broken: list[str]
 
 
 def chromium() -> str:
@@ -69,7 +96,8 @@ def layout(page: Path, width: int, height: int = 1000) -> Layout:
     start = dom.index(marker) + len(marker)
     raw = dom[start:dom.index('"', start)]
     found = json.loads(html.unescape(raw))
-    return Layout(found["width"], found["scrollWidth"], found["headers"], found["off"])
+    return Layout(found["width"], found["scrollWidth"], found["headers"], found["off"],
+                  found["broken"])
 
 
 def screenshot(page: Path, png: Path, width: int, height: int = 1000) -> bytes:

@@ -4,6 +4,7 @@ rewrites, transactions, generations), plus the time window and the report."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -173,6 +174,16 @@ def test_lag_against_topic_log_ends_with_burrow_status(full_run, scenario):
     assert group_status["orders"] == "OK"
 
 
+def test_lag_over_time_of_a_consumer_that_stopped_grows_with_its_topic(full_run):
+    out, _ = full_run
+    rows = [r for r in table(out, "partition_lag_minutes") if r["group"] == "simple"]
+    # simple committed 3 once, at T+6 s; events-0 held 25 records then, 40 from T+100 s.
+    assert {(r["topic"], r["partition"]) for r in rows} == {("events", 0)}
+    assert rows[0]["lag"] == 25 - 3 and rows[-1]["lag"] == EVENTS_END - 3
+    assert {r["committed_offset"] for r in rows} == {3}
+    assert [r["lag"] for r in rows] == sorted(r["lag"] for r in rows)
+
+
 def test_group_summary_one_row_per_group(full_run):
     out, _ = full_run
     summary = {r["group"]: r for r in table(out, "group_summary")}
@@ -190,8 +201,15 @@ def test_group_summary_one_row_per_group(full_run):
 def test_report_is_self_contained(full_run):
     out, _ = full_run
     page = (out / "report.html").read_text()
-    # commits, lag, rebalance timeline, partitions moved, rebalance causes
-    assert page.count("data:image/png;base64,") == 5
+    # commits, lag in records and in seconds, rebalance timeline, partitions moved, rebalance
+    # causes, and the lag over time of the partitions of each group behind (billing, old,
+    # orders, simple; not txn)
+    assert page.count("data:image/png;base64,") == 6 + 4
+    lagging = page.split("<h2>Lag per partition</h2>")[1].split("<h2>")[0]
+    assert lagging.split("<b>txn</b>")[1].split("</details>")[0].count("<img") == 0
+    # Who held which partition: orders' and billing's generations.
+    owners = page.split("<h2>Who held which partition</h2>")[1].split("<h2>")[0]
+    assert "<b>orders</b>: 4 partition(s), 2 member(s)" in owners
     assert "Why groups rebalance" in page
     assert "src=\"http" not in page and "<link" not in page
     for group in ("orders", "billing", "old", "simple", "txn"):
@@ -286,6 +304,38 @@ def test_cli_prints_the_time_its_user_waited(scenario, tmp_path):
     printed, job = float(found[1]), float(found[2])
     assert waited - 0.5 <= printed <= waited + 0.05
     assert printed > job + 1.0  # the JVM's launch and the imports are in it
+
+
+@pytest.mark.slow
+def test_cli_first_run_says_what_it_pays_and_shows_each_step(scenario, tmp_path):
+    """The first `kgroups analyze` on a machine (an empty cache: no class archive yet), its
+    stderr a file as under CI or cron: before the JVM's wait it says what the wait is and what
+    the first run pays once, then one line as each step starts and ends, then the archive."""
+    environment = {**os.environ, "KGROUPS_CACHE_DIR": str(tmp_path / "cache")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "kgroups.cli", "analyze", str(scenario.data_dir), "--out",
+         str(tmp_path / "out"), "--master", "local[1]"],
+        capture_output=True, text=True, timeout=600, check=False, env=environment)
+    assert completed.returncode == 0, completed.stderr
+    ours = [line for line in completed.stderr.splitlines()
+            if line.startswith("kgroups analyze: ")]
+    expected = [
+        r"starting Spark \(its driver JVM",
+        r"first run on this machine: .* class archive .* about 20-30 s more, once",
+        r"Spark started in [\d.]+ s$",
+        r"reading topic partition logs \.\.\.$",
+        r"reading topic partition logs: \d+ Spark tasks, [\d.]+ s$",
+        r"analysing __consumer_offsets partitions \.\.\.$",
+        r"analysing __consumer_offsets partitions: \d+ Spark tasks, [\d.]+ s$",
+        r"writing tables \.\.\.$", r"writing tables: [\d.]+ s$",
+        r"report \.\.\.$", r"report: [\d.]+ s$",
+        r"saving Spark's classes",
+    ]
+    assert len(ours) == len(expected), ours
+    for line, pattern in zip(ours, expected, strict=True):
+        assert re.search(pattern, line.removeprefix("kgroups analyze: ")), (pattern, line)
+    assert list((tmp_path / "cache").glob("spark-driver-*.jsa"))  # what the wait was for
+    assert "\x1b[" not in completed.stderr  # plain lines, no terminal codes
 
 
 def test_cli_rejects_missing_path_before_starting_spark(tmp_path):

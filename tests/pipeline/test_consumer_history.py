@@ -1,7 +1,8 @@
 """KIP-848 consumer groups in `kgroups analyze`'s group_generations and rebalances: one row per
 target assignment epoch, partitions moved between targets, and how long the members took to
-reconcile, from records laid out as Kafka and kgroups write them (analysed outside Spark, as
-one partition task runs)."""
+reconcile; their group_summary row (protocol, epochs, state) and why their epochs moved
+(rebalance_causes), from records laid out as Kafka and kgroups write them (analysed outside
+Spark, as one partition task runs)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition
 
 from kgroups.log.topic_ids import write_partition_metadata
-from kgroups.pipeline.partition import analyze_partition
+from kgroups.pipeline.partition import PartitionResult, analyze_partition
 from kgroups.pipeline.tables import GROUP_GENERATIONS, REBALANCES, clear_table
 from kgroups.pipeline.window import TimeWindow
 from kgroups.records.consumer_group import (
@@ -87,6 +88,12 @@ def _two_members_reconcile(log: OffsetsLogBuilder) -> None:
 def _analyze(log: OffsetsLogBuilder, tmp_path: Path,
              window: TimeWindow = OPEN) -> tuple[list[dict[str, Any]],
                                                          list[dict[str, Any]]]:
+    result = _result(log, tmp_path, window)
+    return result.group_generations.to_pylist(), result.rebalances.to_pylist()
+
+
+def _result(log: OffsetsLogBuilder, tmp_path: Path,
+            window: TimeWindow = OPEN) -> PartitionResult:
     data = tmp_path / "data"
     segments = sorted(str(p) for p in log.write(data))
     (data / "t-0").mkdir()
@@ -96,7 +103,7 @@ def _analyze(log: OffsetsLogBuilder, tmp_path: Path,
     result = analyze_partition(coordinator_partition(G), segments, window, None, out)
     assert result.group_generations.schema == GROUP_GENERATIONS
     assert result.rebalances.schema == REBALANCES
-    return result.group_generations.to_pylist(), result.rebalances.to_pylist()
+    return result
 
 
 def test_one_generation_per_target_epoch_with_its_assignment(tmp_path: Path) -> None:
@@ -148,3 +155,34 @@ def test_a_deleted_group_starts_a_new_history(tmp_path: Path) -> None:
     generations, rebalances = _analyze(log, tmp_path)
     assert [g["generation"] for g in generations] == [1, 2, 3, 1]
     assert len(rebalances) == 2  # none from the deleted group's epoch 3 to the new epoch 1
+
+
+def test_summary_shows_the_consumer_protocol_and_the_group_epochs(tmp_path: Path) -> None:
+    log = OffsetsLogBuilder()
+    _two_members_reconcile(log)
+    [row] = _result(log, tmp_path).summary.to_pylist()
+    assert (row["group"], row["group_type"], row["protocol_type"], row["protocol"]) == (
+        G, "consumer", "consumer", "uniform")
+    # Target epoch 3 (group epoch 3), b not at it yet; three targets, two rebalances.
+    assert (row["generation"], row["group_epoch"], row["generations"], row["rebalances"],
+            row["member_count"], row["state"]) == (3, 3, 3, 2, 1, "Reconciling")
+    log.records(G, [_current("b", 3, 2, STABLE, (0, 1, 2, 3))], T + 11_000)
+    [row] = _result(log, tmp_path / "later").summary.to_pylist()
+    assert row["state"] == "Stable"
+    log.records(G, [(Current(G, "b"), None), (Target(G, "b"), None), (Member(G, "b"), None),
+                    (TargetEpoch(G), None), (Epoch(G), None)], T + 20_000)
+    [row] = _result(log, tmp_path / "deleted").summary.to_pylist()
+    assert row["state"] == "Dead"
+
+
+def test_each_target_epoch_has_its_causes(tmp_path: Path) -> None:
+    log = OffsetsLogBuilder()
+    _two_members_reconcile(log)
+    causes = _result(log, tmp_path).rebalance_causes.to_pylist()
+    assert [(c["from_generation"], c["to_generation"], c["cause"], c["member_id"],
+             c["client_id"]) for c in causes] == [
+        (1, 2, "new_member_joined", "b", "client-b"),
+        # a was last seen when epoch 2 was set, 9 s before: within its session, so it left.
+        (2, 3, "member_left", "a", "client-a")]
+    assert causes[1]["silent_seconds"] == 9.0
+    assert causes[1]["rebalance_timeout_ms"] == 45_000

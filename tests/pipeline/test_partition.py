@@ -27,6 +27,7 @@ def analyze(builder: OffsetsLogBuilder, group: str, tmp_path: Path,
     segments = sorted(str(p) for p in builder.write(tmp_path / "data"))
     out = str(tmp_path / "out")
     clear_table(out, "offset_commits")
+    clear_table(out, "partition_lag_minutes")
     result = analyze_partition(coordinator_partition(group), segments, window, topic_logs, out)
     written = pq.read_table(tmp_path / "out" / "offset_commits")
     # Readers see the documented schema: plain strings, UTC timestamps.
@@ -93,6 +94,48 @@ def test_lag_windows_and_minutes_follow_the_topic_log(tmp_path):
     assert {r["lag"] for r in window} == {5}
     assert result.lag_minutes is not None
     assert result.lag_minutes["lag"].to_pylist() == [5]
+
+
+def test_lag_over_time_keeps_a_stopped_consumers_lag_growing(tmp_path):
+    minute = 60_000
+    start = T // minute * minute + minute  # a whole minute
+    log = OffsetsLogBuilder()
+    # Partition 0 is consumed through minute 5; partition 1's consumer stops after minute 1.
+    for m in range(6):
+        log.commit("g", {("t", 0): 10 * (m + 1)}, start + m * minute + 1000)
+    for m in range(2):
+        log.commit("g", {("t", 1): 10 * (m + 1)}, start + m * minute + 2000)
+    # Both partitions grow by 10 records a minute, written at the start of each minute; a
+    # topic the group does not read is written to last, at minute 8.
+    batches = pa.Table.from_pylist(
+        [{"file": "f", "topic": "t", "partition": p, "base_offset": 10 * m,
+          "last_offset": 10 * m + 9, "max_timestamp": start + m * minute}
+         for p in (0, 1) for m in range(6)]
+        + [{"file": "f", "topic": "u", "partition": 0, "base_offset": 0, "last_offset": 0,
+            "max_timestamp": start + 8 * minute}], schema=TOPIC_ROW_SCHEMA)
+    logs = TopicLogs.from_batches(batches, (SegmentFile("f", "t", 0, 0, 1),
+                                            SegmentFile("f", "t", 1, 0, 1),
+                                            SegmentFile("f", "u", 0, 0, 1)))
+    result, _ = analyze(log, "g", tmp_path, topic_logs=logs)
+    per_partition = pq.read_table(tmp_path / "out" / "partition_lag_minutes").to_pylist()
+    lags = {p: [r["lag"] for r in per_partition if r["partition"] == p] for p in (0, 1)}
+    # Followed up to the newest batch of any topic (minute 8), as every group is.
+    assert lags[0] == [0] * 9
+    # Committed 20 at minute 1, then nothing: 10 behind at minute 2, 40 from minute 5 on.
+    assert lags[1] == [0, 0, 10, 20, 30, 40, 40, 40, 40]
+    assert [r["committed_offset"] for r in per_partition if r["partition"] == 1] == [
+        10, 20, 20, 20, 20, 20, 20, 20, 20]
+    # Behind since the batch written at minute 2's start, at each minute's end; the last
+    # minute ends with the data (minute 8).
+    behind = [0.0, 0.0, 59.999, 119.999, 179.999, 239.999, 299.999, 359.999, 360.0]
+    assert [r["lag_seconds"] for r in per_partition if r["partition"] == 1] == behind
+    minutes = result.lag_minutes.to_pylist()
+    assert [r["lag"] for r in minutes] == [0, 0, 10, 20, 30, 40, 40, 40, 40]
+    assert [r["max_lag_seconds"] for r in minutes] == behind
+    assert [r["minute"].timestamp() * 1000 for r in minutes] == [
+        start + m * minute for m in range(9)]
+    # The report's share: both partitions, the lagging one included.
+    assert {r["partition"] for r in result.report_partition_lag.to_pylist()} == {0, 1}
 
 
 def test_plan_keeps_partitions_whole_in_order_and_balances_bytes():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -95,20 +96,25 @@ class CoordinatorMetrics:
         summaries = runtime.core.group_summaries()
         now = time.time_ns() // 1_000_000  # record timestamps are wall-clock ms
         # Per partition, once per scrape: its log end and a reader of record timestamps.
-        partitions: dict[tuple[str, int], tuple[int, RecordTimes] | None] = {}
+        partitions: dict[tuple[str, int], tuple[int, RecordTimes, int] | None] = {}
         rows: list[OffsetRow] = []
         for summary in summaries:
-            for topic, partition, committed in summary.offsets:
-                key = (topic, partition)
+            committed_here = {(topic, partition): committed
+                              for topic, partition, committed in summary.offsets}
+            # The group's assigned partitions never committed have a row too, with no offset
+            # (kafka-lag-exporter's rule: the series exist, their values NaN).
+            never = [key for key in summary.assigned if key not in committed_here]
+            for key, committed in [*committed_here.items(), *((k, None) for k in never)]:
                 if key not in partitions:
-                    partitions[key] = self._partition(topic, partition)
+                    partitions[key] = self._partition(*key)
                 known = partitions[key]
-                if known is None:
-                    rows.append((summary.group_id, topic, partition, committed, None, None))
+                if known is None or committed is None:
+                    rows.append((summary.group_id, *key, committed,
+                                 None if known is None else known[0], None))
                     continue
-                log_end, times = known
+                log_end, times, _ = known
                 timestamp = times.first_unconsumed(committed) if committed < log_end else None
-                rows.append((summary.group_id, topic, partition, committed, log_end,
+                rows.append((summary.group_id, *key, committed, log_end,
                              lag_seconds(committed, log_end, timestamp, now)))
         return Snapshot(
             summaries=summaries,
@@ -117,20 +123,25 @@ class CoordinatorMetrics:
             offsets_expired=runtime.core.offsets_expired_total,
             load_seconds=dict(runtime.load_seconds),
             offsets=rows,
-            log_ends={key: known[0] for key, known in partitions.items() if known is not None})
+            log_ends={key: known[0] for key, known in partitions.items() if known is not None},
+            log_starts={key: known[2] for key, known in partitions.items()
+                        if known is not None})
 
-    def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes] | None:
-        """The partition's log end and timestamp reader; None if it has no log (deleted, or
-        offline)."""
+    def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes, int] | None:
+        """The partition's log end, timestamp reader and log start; None if it has no log
+        (deleted, or offline)."""
         try:
             log = self._logs.get(topic, partition)
         except OSError:
             return None
-        return None if log is None else (log.log_end_offset, RecordTimes(log))
+        if log is None:
+            return None
+        return log.log_end_offset, RecordTimes(log), log.log_start_offset
 
 
-# (group, topic, partition, committed offset, log end, lag in seconds); None: not known.
-OffsetRow = tuple[str, str, int, int, int | None, float | None]
+# (group, topic, partition, committed offset, log end, lag in seconds); None: not known (a
+# committed offset None: an assigned partition the group never committed).
+OffsetRow = tuple[str, str, int, int | None, int | None, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +152,7 @@ class Snapshot:
     load_seconds: dict[int, float]
     offsets: list[OffsetRow]
     log_ends: dict[tuple[str, int], int]
+    log_starts: dict[tuple[str, int], int]
 
 
 class SnapshotCollector(Collector):
@@ -199,28 +211,44 @@ class SnapshotCollector(Collector):
 
     def _offsets(self) -> Iterator[Metric]:
         labels = ["group", "topic", "partition"]
-        offset = GaugeMetricFamily("kafka_consumergroup_group_offset",
-                                   "Committed offset of each group's partition", labels=labels)
-        lag = GaugeMetricFamily("kafka_consumergroup_group_lag",
-                                "Records between the committed offset and the log end",
-                                labels=labels)
+        offset = GaugeMetricFamily(
+            "kafka_consumergroup_group_offset",
+            "Committed offset of each group's partition (NaN: assigned, never committed)",
+            labels=labels)
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_group_lag",
+            "Records between the committed offset and the log end (NaN: assigned, never "
+            "committed)", labels=labels)
         lag_time = GaugeMetricFamily(
             "kafka_consumergroup_group_lag_seconds",
-            "Age of the first unconsumed record (an estimate when it is gone: see docs)",
-            labels=labels)
+            "Age of the first unconsumed record (an estimate when it is gone: see docs; NaN: "
+            "assigned, never committed)", labels=labels)
         for group_id, topic, partition, committed, log_end, seconds in self._snapshot.offsets:
             names = [group_id, topic, str(partition)]
+            if committed is None:
+                # Where such a group starts reading is its consumers' auto.offset.reset, which
+                # the broker never sees: the lag is unknown, and said to be so.
+                for family in (offset, lag, lag_time):
+                    family.add_metric(names, math.nan)
+                continue
             offset.add_metric(names, committed)
             if log_end is not None:
                 lag.add_metric(names, max(log_end - committed, 0))
             if seconds is not None:
                 lag_time.add_metric(names, seconds)
-        latest = GaugeMetricFamily("kafka_partition_latest_offset",
-                                   "Log end offset of each partition a group committed on",
-                                   labels=["topic", "partition"])
+        latest = GaugeMetricFamily(
+            "kafka_partition_latest_offset",
+            "Log end offset of each partition a group committed on or is assigned",
+            labels=["topic", "partition"])
         for (topic, partition), log_end in sorted(self._snapshot.log_ends.items()):
             latest.add_metric([topic, str(partition)], log_end)
-        yield from (offset, lag, lag_time, latest)
+        earliest = GaugeMetricFamily(
+            "kafka_partition_earliest_offset",
+            "Log start offset of each partition a group committed on or is assigned",
+            labels=["topic", "partition"])
+        for (topic, partition), log_start in sorted(self._snapshot.log_starts.items()):
+            earliest.add_metric([topic, str(partition)], log_start)
+        yield from (offset, lag, lag_time, latest, earliest)
 
 
 class MetricsServer:

@@ -256,7 +256,7 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
 
     def group_summaries(self) -> list[GroupSummary]:
         """Every live group of the owned partitions, for metrics (Dead placeholders excluded)."""
-        return [summary_of(group) for group in self._groups.values()
+        return [summary_of(group, self.topic_name) for group in self._groups.values()
                 if group.offsets_partition in self._owned and group.state is not GroupState.DEAD]
 
     # -- admin APIs ---------------------------------------------------------------------------

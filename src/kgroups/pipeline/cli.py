@@ -13,6 +13,13 @@ from typing import Any
 
 # What `pip install 'kgroups[spark]'` adds; the broker and the other commands run without them.
 SPARK_EXTRA_MODULES = ("pyspark", "pandas", "pyarrow", "matplotlib")
+# What the very first run on a machine pays, and why (docs/pipeline.md, "Driver JVM class
+# archive"): said before the wait, not after it.
+FIRST_RUN_NOTE = (
+    "kgroups analyze: first run on this machine: Spark's JVM loads its ~280 jars' classes "
+    "unaided and records them into a class archive (about 150 MB, in the kgroups cache "
+    "directory), written when the run ends: about 20-30 s more, once; later runs start in "
+    "about half the time")
 
 
 def _epoch_ms(text: str) -> int:
@@ -111,7 +118,21 @@ def run(args: argparse.Namespace) -> int:
     # Inside a process that already runs Spark (a notebook, a test session) that session is
     # used and left running; starting a second JVM would cost more than the analysis.
     running = SparkSession.getActiveSession()
-    spark = running or build_session(args.master, executor_env=executor_env)
+    launched = time.monotonic()
+
+    def announce(first_run: bool) -> None:
+        if args.quiet:
+            return
+        print("kgroups analyze: starting Spark (its driver JVM: a few seconds, more on a busy "
+              "machine)", file=sys.stderr, flush=True)
+        if first_run:
+            print(FIRST_RUN_NOTE, file=sys.stderr, flush=True)
+
+    spark = running or build_session(args.master, executor_env=executor_env,
+                                     announce=announce)
+    if running is None and not args.quiet:
+        print(f"kgroups analyze: Spark started in {time.monotonic() - launched:.1f} s",
+              file=sys.stderr, flush=True)
     try:
         with StepProgress(spark, enabled=not args.quiet) as progress:
             result = run_analysis(spark, args.paths, out,
@@ -136,6 +157,6 @@ def run(args: argparse.Namespace) -> int:
         if running is None:
             if writes_class_archive() and not args.quiet:
                 print("kgroups analyze: saving Spark's classes to the cache for faster later runs "
-                      "(once, about 10 s)", file=sys.stderr, flush=True)
+                      "(once, about 10-15 s; more on a busy machine)", file=sys.stderr, flush=True)
             stop_session(spark)
     return 0

@@ -12,6 +12,10 @@ protocols compare on the same columns.
 
 Topics are named by id in these records; `topic_names_near` finds the names in the data
 directory's partition.metadata files, and an id stays the topic's name where none is found.
+
+The replay also hands back, per group, where it ended (`GroupEnd`: the group_summary's
+state, protocol, epochs and counts) and each change of target inside the window with the
+members on both sides (`Transition`), from which `rebalance_causes` tells why the epoch moved.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ CONSUMER_GROUP_KEYS = (
     ConsumerGroupCurrentMemberAssignmentKey,
 )
 _STABLE = 0  # Kafka's MemberState byte of a member at its target
+# Kafka's consumer group states (ListGroups, ConsumerGroupDescribe).
+EMPTY, ASSIGNING, RECONCILING, STABLE = "Empty", "Assigning", "Reconciling", "Stable"
+# A consumer group's session timeout is the broker's group.consumer.session.timeout.ms, which
+# no record holds: Kafka's default is taken to tell a member that timed out from one that left.
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,44 @@ class _Target:
     row: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class GroupEnd:
+    """Where a group's records left it (as of --until): what the group_summary shows. `state`
+    is Kafka's consumer group state as the records tell it (Empty, Assigning: the group epoch
+    is ahead of the target's, Reconciling: a member has not reached the target yet, Stable),
+    `deleted` when the last word was the group's tombstone."""
+
+    state: str
+    protocol: str | None
+    generation: int | None  # the target assignment epoch
+    group_epoch: int | None
+    member_count: int
+    generations: int  # target epochs seen
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A change of target assignment inside the window, both sides in the form
+    `rebalance_causes.compare` takes (generation, record_ts, members with their timeouts,
+    subscribed topics and assigned partitions)."""
+
+    group: str
+    previous: dict[str, Any]
+    current: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHistory:
+    """The replay's results: group_generations and rebalances rows, the targets' changes and
+    every group's end."""
+
+    generations: list[dict[str, Any]]
+    rebalances: list[dict[str, Any]]
+    transitions: list[Transition]
+    ends: dict[str, GroupEnd]
+
+
 @dataclass(slots=True)
 class _Group:
     """What the records have said so far about one group."""
@@ -82,7 +129,9 @@ class _Group:
     epochs: dict[str, int] = field(default_factory=dict)  # member -> member epoch (type 8)
     reconciled: set[str] = field(default_factory=set)  # members Stable at their epoch
     last: dict[str, Any] | None = None  # the previous generation row
+    last_causes: dict[str, Any] | None = None  # the same target as rebalance_causes reads it
     pending: _Target | None = None
+    deleted: bool = False
 
 
 def topic_names_near(segment_uri: str) -> dict[uuid.UUID, str]:
@@ -109,13 +158,13 @@ def topic_names_near(segment_uri: str) -> dict[uuid.UUID, str]:
 
 
 def history_rows(records: Iterable[ConsumerRecord], window: TimeWindow,
-                 topic_names: Mapping[uuid.UUID, str]
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(group_generations rows, rebalances rows) of every consumer group in `records`, inside
-    the window; records before --since still build the state the window starts from."""
+                 topic_names: Mapping[uuid.UUID, str]) -> ConsumerHistory:
+    """The group_generations and rebalances rows of every consumer group in `records` inside
+    the window, the targets' changes there, and where each group ended; records before --since
+    still build the state the window starts from."""
     groups: dict[str, _Group] = {}
-    generations: list[dict[str, Any]] = []
-    rebalances: list[dict[str, Any]] = []
+    targets_seen: dict[str, int] = {}
+    found = ConsumerHistory([], [], [], {})
     for record in sorted(records, key=lambda r: (r.log_partition, r.log_offset)):
         if not window.reached(record.ts):
             continue
@@ -124,10 +173,11 @@ def history_rows(records: Iterable[ConsumerRecord], window: TimeWindow,
         key, value = record.key, record.value
         if isinstance(key, ConsumerGroupMetadataKey):
             if value is None:  # the group was deleted: a new history starts
-                groups[name] = _Group()
+                groups[name] = _Group(deleted=True)
                 continue
             assert isinstance(value, ConsumerGroupMetadataValue)
             group.group_epoch = value.epoch
+            group.deleted = False
         elif isinstance(key, ConsumerGroupMemberMetadataKey):
             _set(group.members, key.member_id, value)
         elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
@@ -137,9 +187,29 @@ def history_rows(records: Iterable[ConsumerRecord], window: TimeWindow,
             _current(group, key.member_id, value, record.ts)
         elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey) and value is not None:
             assert isinstance(value, ConsumerGroupTargetAssignmentMetadataValue)
-            _new_target(name, group, value.assignment_epoch, record, topic_names,
-                        generations, rebalances, window)
-    return generations, rebalances
+            if _new_target(name, group, value.assignment_epoch, record, topic_names, found,
+                           window):
+                targets_seen[name] = targets_seen.get(name, 0) + 1
+    for name, group in groups.items():
+        found.ends[name] = _end(group, targets_seen.get(name, 0))
+    return found
+
+
+def _end(group: _Group, generations: int) -> GroupEnd:
+    last = group.last
+    members = 0 if last is None else last["member_count"]
+    if not group.members and members == 0:
+        state = EMPTY
+    elif last is None or (group.group_epoch or 0) > last["generation"]:
+        state = ASSIGNING
+    elif group.pending is not None:
+        state = RECONCILING
+    else:
+        state = STABLE
+    return GroupEnd(state=state, protocol=None if last is None else last["protocol"],
+                    generation=None if last is None else last["generation"],
+                    group_epoch=group.group_epoch, member_count=members,
+                    generations=generations, deleted=group.deleted)
 
 
 def _set(table: dict[str, Any], member_id: str, value: Any) -> None:
@@ -150,14 +220,17 @@ def _set(table: dict[str, Any], member_id: str, value: Any) -> None:
 
 
 def _new_target(name: str, group: _Group, epoch: int, record: ConsumerRecord,
-                topic_names: Mapping[uuid.UUID, str], generations: list[dict[str, Any]],
-                rebalances: list[dict[str, Any]], window: TimeWindow) -> None:
+                topic_names: Mapping[uuid.UUID, str], found: ConsumerHistory,
+                window: TimeWindow) -> bool:
+    """Take the target assignment written up to `record` as a new generation; False when it
+    repeats the current epoch."""
     if group.last is not None and group.last["generation"] == epoch:
-        return
+        return False
     members = []
+    cause_members = []
     for member_id in sorted(group.targets):
         meta = group.members.get(member_id)
-        members.append({
+        member = {
             "member_id": member_id,
             "instance_id": meta.instance_id if meta else None,
             "client_id": meta.client_id if meta else None,
@@ -168,7 +241,11 @@ def _new_target(name: str, group: _Group, epoch: int, record: ConsumerRecord,
                            for p in partitions],
             "topics": list(meta.subscribed_topic_names) if meta else None,
             "member_epoch": group.epochs.get(member_id),
-        })
+        }
+        members.append(member)
+        cause_members.append({
+            **member, "session_timeout": DEFAULT_SESSION_TIMEOUT_MS,
+            "rebalance_timeout": meta.rebalance_timeout_ms if meta else -1})
     assignors = {m.server_assignor for m in group.members.values() if m.server_assignor}
     row = {
         "group": name, "generation": epoch, "protocol_type": GROUP_TYPE,
@@ -177,9 +254,12 @@ def _new_target(name: str, group: _Group, epoch: int, record: ConsumerRecord,
         "log_partition": record.log_partition, "log_offset": record.log_offset,
         "ts": record.ts, "group_type": GROUP_TYPE, "group_epoch": group.group_epoch,
     }
-    if window.contains(record.ts):
-        generations.append(row)
+    causes = {"generation": epoch, "record_ts": record.ts, "members": cause_members}
+    inside = window.contains(record.ts)
+    if inside:
+        found.generations.append(row)
     previous, group.last = group.last, row
+    previous_causes, group.last_causes = group.last_causes, causes
     group.pending = _Target(epoch, record.ts, set(group.targets), {})
     if previous is not None:
         before = history.partition_owners(previous["members"])
@@ -197,10 +277,13 @@ def _new_target(name: str, group: _Group, epoch: int, record: ConsumerRecord,
             "seconds_since_previous": (record.ts - previous["ts"]) / 1000.0,
             "group_type": GROUP_TYPE, "seconds_to_reconcile": None,
         }
-        if window.contains(record.ts):
-            rebalances.append(group.pending.row)
+        if inside:
+            found.rebalances.append(group.pending.row)
+            assert previous_causes is not None
+            found.transitions.append(Transition(name, previous_causes, causes))
     group.pending.waiting -= {m for m in group.reconciled if group.epochs.get(m, -1) >= epoch}
     _maybe_reconciled(group)
+    return True
 
 
 def _current(group: _Group, member_id: str, value: Any, ts: int) -> None:

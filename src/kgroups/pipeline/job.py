@@ -94,7 +94,12 @@ def run_analysis(
             ["file", "error_position", "error"]).cast(tables.ERRORS)
     shared_logs = spark.sparkContext.broadcast(topic_logs)
 
+    # The tables the tasks write themselves, one part each.
     tables.clear_table(out, "offset_commits")
+    if topic_logs is not None:
+        tables.clear_table(out, "partition_lag_minutes")
+    else:
+        tables.remove_table(out, "partition_lag_minutes")
     plan = tasks.plan_tasks(inputs.offsets_segments,
                             TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
     task = tasks.partition_task(plan, window, shared_logs, out)
@@ -111,19 +116,22 @@ def run_analysis(
             written.append(name)
         causes = tables.sorted_by(parts["rebalance_causes"], "group", "ts", "cause", "member_id")
         tables.write_table(causes, out, "rebalance_causes")
-        written.append("rebalance_causes")
+        owners = tables.sorted_by(parts["partition_owners"], "group", "topic", "partition",
+                                  "from_ts")
+        tables.write_table(owners, out, "partition_owners")
+        written.extend(["rebalance_causes", "partition_owners"])
         lag = None
         notes: list[str] = []
+        # The run's "now": --until, else the newest record of any partition.
+        now_ms = window.until_ms if window.until_ms is not None else (
+            pc.max(parts["stats"]["max_record_ts"]).as_py() or 0)
         if topic_logs is not None:
-            stats = parts["stats"]["max_record_ts"]
-            now_ms = window.until_ms if window.until_ms is not None else (
-                pc.max(stats).as_py() or 0)
             lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms,
                                    topic_logs)
             lag = lag_seconds.add_lag_seconds(lag, parts["lag_windows"], batches,
                                               inputs.topic_segments, now_ms)
             tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
-            written.append("lag")
+            written.extend(["lag", "partition_lag_minutes"])
         else:
             notes.append("No topic partition logs were found next to __consumer_offsets, so "
                          "the lag table and lag statuses are not produced.")
@@ -143,11 +151,15 @@ def run_analysis(
             segments=len(inputs.offsets_segments) + len(inputs.topic_segments),
             records=records,
             seconds=time.monotonic() - started,
-            commits_per_minute=_commits_per_minute(parts["commit_minutes"]),
+            commits_per_minute=commits_per_minute(parts["commit_minutes"], now_ms),
             lag_over_time=None if topic_logs is None else tables.sorted_by(
                 parts["lag_minutes"], "group", "minute").to_pandas(),
+            partition_lag_over_time=None if topic_logs is None else tables.sorted_by(
+                parts["report_partition_lag"], "group", "topic", "partition", "minute"
+            ).to_pandas(),
             rebalances=tables.sorted_by(parts["rebalances"], "ts").to_pandas(),
             rebalance_causes=causes.to_pandas(),
+            partition_owners=owners.to_pandas(),
             summary=summary.to_pandas(),
             errors=error_rows,
             notes=notes,
@@ -165,7 +177,17 @@ def run_analysis(
     )
 
 
-def _commits_per_minute(commit_minutes: pa.Table) -> pd.DataFrame:
+def commits_per_minute(commit_minutes: pa.Table, until_ms: int | None = None) -> pd.DataFrame:
+    """Commits summed over groups per minute, every minute from the first commit's to the last
+    one's (or to `until_ms`, the run's "now") included: a minute without a commit is a 0, so a
+    plot never carries the last rate on across consumers that stopped."""
     summed = commit_minutes.group_by("minute").aggregate([("commits", "sum")])
     per_minute = summed.select(["minute", "commits_sum"]).rename_columns(["minute", "commits"])
-    return tables.sorted_by(per_minute, "minute").to_pandas()
+    frame = tables.sorted_by(per_minute, "minute").to_pandas()
+    if frame.empty:
+        return frame
+    last = frame["minute"].iloc[-1]
+    if until_ms is not None:
+        last = max(last, pd.Timestamp(until_ms // 60_000 * 60_000, unit="ms", tz="UTC"))
+    every = pd.date_range(frame["minute"].iloc[0], last, freq="min", name="minute")
+    return frame.set_index("minute").reindex(every, fill_value=0).reset_index()

@@ -18,7 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kgroups.log.transactions import TransactionMarker, committed_items
-from kgroups.pipeline import consumer_history, history, rebalance_causes, tables
+from kgroups.pipeline import (
+    consumer_history,
+    history,
+    lag_history,
+    ownership,
+    rebalance_causes,
+    tables,
+)
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
     GROUP_ROW_SCHEMA,
@@ -30,6 +37,7 @@ from kgroups.pipeline.window import TimeWindow
 _LAST = pc.ScalarAggregateOptions(skip_nulls=False)
 _KEY = ["group", "topic", "partition"]
 _LATEST_FIELDS = ("tombstone", "offset", "leader_epoch", "metadata", "commit_ts", "log_offset")
+PARTITION_LAG_DELTA_COLUMNS = ("minute", "committed_offset", "log_end_offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,8 @@ class PartitionResult:
     lag_windows: pa.Table | None
     lag_minutes: pa.Table | None
     rebalance_causes: pa.Table  # rebalance_causes.REBALANCE_CAUSES
+    partition_owners: pa.Table  # ownership.PARTITION_OWNERS
+    report_partition_lag: pa.Table | None = None  # tables.REPORT_PARTITION_LAG
 
     def tables(self) -> dict[str, pa.Table]:
         """The small tables by name (what travels back to the driver)."""
@@ -62,6 +72,8 @@ class PartitionResult:
             "lag_windows": self.lag_windows,
             "lag_minutes": self.lag_minutes,
             "rebalance_causes": self.rebalance_causes,
+            "partition_owners": self.partition_owners,
+            "report_partition_lag": self.report_partition_lag,
         }
         return {name: table for name, table in named.items() if table is not None}
 
@@ -103,21 +115,33 @@ def analyze_partition(
                           f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
     events_by_group = _by_group(events)
-    consumer_generations, consumer_rebalances = _consumer_history(consumer_records, uris, window)
+    consumer = _consumer_history(consumer_records, uris, window)
     found_rebalances = tables.concat(
-        [_rebalances(events_by_group, window), consumer_rebalances], tables.REBALANCES)
+        [_rebalances(events_by_group, window),
+         pa.Table.from_pylist(consumer.rebalances, schema=tables.REBALANCES)],
+        tables.REBALANCES)
     commit_minutes = _commit_minutes(history_rows)
+    generation_rows = _generations(events, window) + consumer.generations
+    max_record_ts = _max_record_ts(commits, events)
     lag_parts = None if topic_logs is None else _lag(
-        committed, window.up_to_until(live, "record_ts"), topic_logs, window)
+        committed, window.up_to_until(live, "record_ts"), topic_logs, window, max_record_ts)
+    if lag_parts is not None and lag_parts[2].partitions.num_rows:
+        tables.write_part(lag_parts[2].partitions, out, "partition_lag_minutes",
+                          f"{log_partition:05d}", PARTITION_LAG_DELTA_COLUMNS)
     return PartitionResult(
         records=records,
-        max_record_ts=_max_record_ts(commits, events),
+        max_record_ts=max_record_ts,
         committed_offsets=committed,
-        group_generations=tables.concat([_generations(events, window), consumer_generations],
-                                        tables.GROUP_GENERATIONS),
+        group_generations=pa.Table.from_pylist(generation_rows,
+                                               schema=tables.GROUP_GENERATIONS),
+        partition_owners=ownership.owner_stretches(generation_rows, {
+            group: [(r["log_partition"], r["log_offset"], r["record_ts"]) for r in own
+                    if r["tombstone"] and window.contains(r["record_ts"])]
+            for group, own in events_by_group.items()}),
         rebalances=found_rebalances,
         commit_minutes=commit_minutes,
-        summary=_summary(events_by_group, committed, commit_minutes, found_rebalances),
+        summary=_summary(events_by_group, consumer.ends, committed, commit_minutes,
+                         found_rebalances),
         errors=pa.Table.from_pylist(
             [{"file": e.file, "error_position": e.position, "error": e.message}
              for e in errors],
@@ -125,11 +149,28 @@ def analyze_partition(
         ),
         current_lag=None if lag_parts is None else lag_parts[0],
         lag_windows=None if lag_parts is None else lag_parts[1],
-        lag_minutes=None if lag_parts is None else lag_parts[2],
-        rebalance_causes=rebalance_causes.infer(
-            events_by_group, rebalance_causes.commit_times(
-                window.up_to_until(live, "record_ts"), events_by_group), window),
+        lag_minutes=None if lag_parts is None else lag_parts[2].groups,
+        report_partition_lag=None if lag_parts is None else lag_parts[2].report,
+        rebalance_causes=_causes(events_by_group, consumer, window.up_to_until(live, "record_ts"),
+                                 window),
     )
+
+
+def _causes(events_by_group: dict[str, list[dict[str, Any]]],
+            consumer: consumer_history.ConsumerHistory, live: pa.Table,
+            window: TimeWindow) -> pa.Table:
+    """rebalance_causes rows of the classic groups' generations and of the consumer groups'
+    target epochs, both read by `rebalance_causes.compare`."""
+    times = rebalance_causes.commit_times(
+        live, set(events_by_group) | {t.group for t in consumer.transitions})
+    classic = rebalance_causes.infer(events_by_group, times, window)
+    if not consumer.transitions:
+        return classic
+    rows = [row for t in consumer.transitions
+            for row in rebalance_causes.compare(t.group, t.previous, t.current,
+                                                times.get(t.group, {}))]
+    return pa.concat_tables(
+        [classic, pa.Table.from_pylist(rows, schema=rebalance_causes.REBALANCE_CAUSES)])
 
 
 def _applied(records: pa.Table, markers: list[TransactionMarker]) -> pa.Table:
@@ -198,8 +239,8 @@ def _committed_offsets(commits: pa.Table, events: list[dict[str, Any]]) -> pa.Ta
     return tables.sorted_by(found, *_KEY)
 
 
-def _generations(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
-    """One row per GroupMetadataValue record inside the window."""
+def _generations(events: list[dict[str, Any]], window: TimeWindow) -> list[dict[str, Any]]:
+    """One group_generations row per GroupMetadataValue record inside the window."""
     rows = []
     for row in events:
         if row["tombstone"] or not window.contains(row["record_ts"]):
@@ -222,18 +263,16 @@ def _generations(events: list[dict[str, Any]], window: TimeWindow) -> pa.Table:
             "ts": row["record_ts"],
             "group_type": "classic",
         })
-    return pa.Table.from_pylist(rows, schema=tables.GROUP_GENERATIONS)
+    return rows
 
 
 def _consumer_history(records: list[consumer_history.ConsumerRecord], uris: list[str],
-                      window: TimeWindow) -> tuple[pa.Table, pa.Table]:
-    """group_generations and rebalances rows of the partition's KIP-848 consumer groups."""
+                      window: TimeWindow) -> consumer_history.ConsumerHistory:
+    """The history of the partition's KIP-848 consumer groups (consumer_history.py)."""
     if not records:
-        return tables.GROUP_GENERATIONS.empty_table(), tables.REBALANCES.empty_table()
+        return consumer_history.ConsumerHistory([], [], [], {})
     names = consumer_history.topic_names_near(uris[0])
-    generations, rebalances = consumer_history.history_rows(records, window, names)
-    return (pa.Table.from_pylist(generations, schema=tables.GROUP_GENERATIONS),
-            pa.Table.from_pylist(rebalances, schema=tables.REBALANCES))
+    return consumer_history.history_rows(records, window, names)
 
 
 def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -286,15 +325,15 @@ def _commit_minutes(history_rows: pa.Table) -> pa.Table:
 
 
 def _lag(committed: pa.Table, state_rows: pa.Table, topic_logs: TopicLogs,
-         window: TimeWindow) -> tuple[pa.Table, pa.Table, pa.Table]:
+         window: TimeWindow, data_end_ms: int | None
+         ) -> tuple[pa.Table, pa.Table, lag_history.LagHistory]:
     """Lag now per committed partition of a present topic; the last BURROW_WINDOW commits of
     each (with the lag each had when committed: the log end when it was appended minus the
-    committed offset); and each group's lag per minute (the sum over its partitions of each
-    one's last lag in that minute).
+    committed offset); and lag over time per partition and per group (lag_history.py).
 
     `state_rows` are the live commits up to --until. The Burrow windows are taken from all of
     them, as Burrow (which reads the log from its start) holds a partition's last commits even
-    when they are older than --since; only the per-minute lag is history, kept inside the
+    when they are older than --since; only the lag over time is history, kept inside the
     window."""
     ends = topic_logs.log_end_offsets
     current = [
@@ -327,27 +366,25 @@ def _lag(committed: pa.Table, state_rows: pa.Table, topic_logs: TopicLogs,
         recent.rename(columns={"record_ts": "ts_ms"})[list(tables.LAG_WINDOWS.names)],
         schema=tables.LAG_WINDOWS, preserve_index=False,
     )
-    if window.since_ms is not None:
-        frame = frame[frame["record_ts"] >= window.since_ms]
-    frame["minute"] = frame["record_ts"] // 60_000 * 60_000
-    last_per_partition = frame.groupby([*_KEY, "minute"], sort=False)["lag"].last()
-    per_minute = last_per_partition.groupby(level=["group", "minute"]).sum().reset_index()
-    minutes = pa.Table.from_arrays(
-        [pa.array(per_minute["group"], pa.string()),
-         pc.cast(pa.array(per_minute["minute"], pa.int64()), tables.TIMESTAMP),
-         pa.array(per_minute["lag"], pa.int64())],
-        schema=tables.LAG_MINUTES,
-    )
-    return pa.Table.from_pylist(current, schema=tables.CURRENT_LAG), windows, minutes
+    # Partitions whose offset is served now (a deleted offset stops counting).
+    served = np.array([key in committed_keys for key in zip(
+        frame["group"], frame["topic"], frame["partition"], strict=True)], dtype=bool)
+    over_time = lag_history.lag_history(
+        frame[served][["group", "topic", "partition", "record_ts", "offset"]], topic_logs,
+        window, data_end_ms)
+    return pa.Table.from_pylist(current, schema=tables.CURRENT_LAG), windows, over_time
 
 
-def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
+def _summary(per_group: dict[str, list[dict[str, Any]]],
+             consumer_ends: dict[str, consumer_history.GroupEnd], committed: pa.Table,
              commit_minutes: pa.Table, found_rebalances: pa.Table) -> pa.Table:
     """One row per group seen in the partition: latest state and totals.
 
-    State: "Dead" when the last group record is a tombstone and no offsets survive it,
-    "Stable" when the last generation has members, "Empty" otherwise (including groups that
-    only ever committed offsets, which a coordinator loads as Empty groups).
+    Classic groups: "Dead" when the last group record is a tombstone and no offsets survive
+    it, "Stable" when the last generation has members, "Empty" otherwise (including groups that
+    only ever committed offsets, which a coordinator loads as Empty groups). Consumer groups
+    (KIP-848): the state their records tell (consumer_history.GroupEnd), their target epoch as
+    the generation and their group epoch; "Dead" likewise once deleted.
     """
     commit_totals = commit_minutes.group_by("group", use_threads=False).aggregate(
         [("commits", "sum"), ("last_commit_ts", "max")]
@@ -366,28 +403,16 @@ def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
         totals[1] += row["partitions_moved"]
         totals[2] = max(totals[2], row["ts"])
     rows = []
-    for group in sorted(set(per_group) | set(commits) | set(committed_partitions)):
-        own = per_group.get(group, [])
-        last = own[-1] if own else None
-        live = last is not None and not last["tombstone"]
-        members = len(last["members"] or []) if live and last is not None else 0
+    every = set(per_group) | set(consumer_ends) | set(commits) | set(committed_partitions)
+    for group in sorted(every):
         survived = committed_partitions.get(group, 0) > 0
-        if last is not None and last["tombstone"] and not survived:
-            state = "Dead"
-        elif live and members > 0:
-            state = "Stable"
-        else:
-            state = "Empty"
+        end = consumer_ends.get(group)
+        row = (_consumer_state(end, survived) if end is not None
+               else _classic_state(per_group.get(group, []), survived))
         moved = rebalance_totals.get(group, [0, 0, None])
         rows.append({
             "group": group,
-            "state": state,
-            "protocol_type": last["protocol_type"] if live and last else None,
-            "protocol": last["protocol"] if live and last else None,
-            "generation": last["generation"] if live and last else None,
-            "leader": last["leader"] if live and last else None,
-            "member_count": members,
-            "generations": sum(1 for row in own if not row["tombstone"]),
+            **row,
             "rebalances": moved[0],
             "partitions_moved": moved[1],
             "last_rebalance_ts": moved[2],
@@ -396,6 +421,43 @@ def _summary(per_group: dict[str, list[dict[str, Any]]], committed: pa.Table,
             "last_commit_ts": last_commit.get(group),
         })
     return pa.Table.from_pylist(rows, schema=tables.PARTIAL_SUMMARY)
+
+
+def _classic_state(own: list[dict[str, Any]], survived: bool) -> dict[str, Any]:
+    last = own[-1] if own else None
+    live = last is not None and not last["tombstone"]
+    members = len(last["members"] or []) if live and last is not None else 0
+    if last is not None and last["tombstone"] and not survived:
+        state = "Dead"
+    elif live and members > 0:
+        state = "Stable"
+    else:
+        state = "Empty"
+    return {
+        "state": state,
+        "group_type": "classic",
+        "protocol_type": last["protocol_type"] if live and last else None,
+        "protocol": last["protocol"] if live and last else None,
+        "generation": last["generation"] if live and last else None,
+        "group_epoch": None,
+        "leader": last["leader"] if live and last else None,
+        "member_count": members,
+        "generations": sum(1 for row in own if not row["tombstone"]),
+    }
+
+
+def _consumer_state(end: consumer_history.GroupEnd, survived: bool) -> dict[str, Any]:
+    return {
+        "state": "Dead" if end.deleted and not survived else end.state,
+        "group_type": consumer_history.GROUP_TYPE,
+        "protocol_type": consumer_history.GROUP_TYPE,
+        "protocol": end.protocol,
+        "generation": end.generation,
+        "group_epoch": end.group_epoch,
+        "leader": None,
+        "member_count": end.member_count,
+        "generations": end.generations,
+    }
 
 
 def _text(names: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -1,8 +1,13 @@
 """Progress while `kgroups analyze` runs: one line per step, with Spark's task counts for the
-step's running stages, so a long decode shows it is moving and how far it got."""
+step's running stages, so a long decode shows it is moving and how far it got.
+
+On a terminal the lines are live (rich: a spinner, a bar, the elapsed time). Anywhere else (a
+log file, CI, a pipe) a live display would only be printed when the run ends, so each step
+writes a plain line when it starts and one when it ends, with its tasks and seconds."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,14 +28,17 @@ class StepProgress:
                  console: Console | None = None) -> None:
         self._tracker = spark.sparkContext.statusTracker()
         self._enabled = enabled
+        console = console or Console(stderr=True)
+        self._plain = enabled and not console.is_terminal
+        self._console = console
         self._progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.completed}/{task.total} tasks"),
             TimeElapsedColumn(),
-            console=console or Console(stderr=True),
-            disable=not enabled,
+            console=console,
+            disable=not enabled or self._plain,
         )
 
     def __enter__(self) -> StepProgress:
@@ -49,9 +57,14 @@ class StepProgress:
                 total += info.numTasks
         return done, total
 
+    def _line(self, text: str) -> None:
+        print(f"kgroups analyze: {text}", file=self._console.file, flush=True)
+
     @contextmanager
     def step(self, description: str) -> Iterator[None]:
         """Run the body as one step; its Spark tasks are counted while it runs."""
+        if self._plain:
+            self._line(f"{description} ...")
         task = self._progress.add_task(description, total=None)
         finished = threading.Event()
 
@@ -77,3 +90,6 @@ class StepProgress:
                 task, description=f"{description} ({elapsed:.1f} s)",
                 completed=tasks_seen, total=tasks_seen,
             )
+            if self._plain and sys.exc_info()[0] is None:
+                tasks = f"{int(tasks_seen)} Spark tasks, " if tasks_seen else ""
+                self._line(f"{description}: {tasks}{elapsed:.1f} s")

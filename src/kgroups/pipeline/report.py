@@ -47,6 +47,9 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     partition_lag: pd.DataFrame | None = None  # the lag table (None: no topic logs found)
     rebalance_causes: pd.DataFrame | None = None  # the rebalance_causes table
+    # group, topic, partition, minute, lag: each group's most lagging partitions over time
+    partition_lag_over_time: pd.DataFrame | None = None
+    partition_owners: pd.DataFrame | None = None  # the partition_owners table
 
 
 def _png(figure: plt.Figure) -> str:
@@ -58,6 +61,20 @@ def _png(figure: plt.Figure) -> str:
     return f'<img alt="" src="data:image/png;base64,{encoded}">'
 
 
+def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
+    """A step line whose every value, the last included, spans its bucket: steps-post draws a
+    value from its time to the next, so the last one (and a series of one point) would
+    otherwise have no width at all."""
+    times = pd.Series(x).reset_index(drop=True)
+    values = pd.Series(y).reset_index(drop=True)
+    width = times.diff().min() if len(times) > 1 else pd.NaT
+    if pd.isna(width) or width <= pd.Timedelta(0):
+        width = pd.Timedelta(minutes=1)
+    times = pd.concat([times, pd.Series([times.iloc[-1] + width])], ignore_index=True)
+    values = pd.concat([values, values.iloc[-1:]], ignore_index=True)
+    axes.plot(times, values, drawstyle="steps-post", **style)
+
+
 def _empty(message: str) -> str:
     return f"<p class=empty>{html.escape(message)}</p>"
 
@@ -66,22 +83,27 @@ def commits_chart(frame: pd.DataFrame) -> str:
     if frame.empty:
         return _empty("No offset commits in the analysed window.")
     figure, axes = plt.subplots(figsize=(10, 3))
-    axes.plot(frame["minute"], frame["commits"], drawstyle="steps-post")
+    _steps(axes, frame["minute"], frame["commits"])
     axes.set_ylabel("commits / minute")
+    axes.set_ylim(bottom=0)
     return _png(figure)
 
 
-def lag_chart(frame: pd.DataFrame | None) -> str:
+def lag_chart(frame: pd.DataFrame | None, column: str = "lag",
+              label: str = "lag (records)") -> str:
+    """The MAX_LAG_LINES groups with the most of `column` (lag in records, or the worst
+    partition's lag in seconds) over time, a line each."""
     if frame is None:
         return _empty("No topic partition logs next to __consumer_offsets: lag is unknown.")
     if frame.empty:
         return _empty("No commits of topics whose logs are present.")
     figure, axes = plt.subplots(figsize=(10, 3.5))
-    heaviest = frame.groupby("group")["lag"].max().nlargest(MAX_LAG_LINES).index
+    heaviest = frame.groupby("group")[column].max().nlargest(MAX_LAG_LINES).index
     for group in sorted(heaviest):
         rows = frame[frame["group"] == group]
-        axes.plot(rows["minute"], rows["lag"], drawstyle="steps-post", label=group)
-    axes.set_ylabel("lag (records)")
+        _steps(axes, rows["minute"], rows[column], label=group)
+    axes.set_ylabel(label)
+    axes.set_ylim(bottom=0)
     axes.legend(fontsize="small", loc="upper left")
     return _png(figure)
 
@@ -106,6 +128,11 @@ def rebalance_timeline(frame: pd.DataFrame) -> str:
 def moved_chart(frame: pd.DataFrame) -> str:
     if frame.empty:
         return _empty("No rebalances in the analysed window.")
+    if not frame["partitions_moved"].fillna(0).any():
+        # A chart of zeros is an empty frame on a meaningless axis: say it instead.
+        kept = int(frame["partitions_kept"].fillna(0).sum())
+        return _empty(f"No partitions moved in {len(frame)} rebalance(s); {kept} partition "
+                      "assignment(s) stayed with their member.")
     ordered = frame.sort_values("ts")
     figure, axes = plt.subplots(figsize=(10, 3))
     positions = range(len(ordered))
@@ -128,7 +155,7 @@ def moved_chart(frame: pd.DataFrame) -> str:
 
 # The summary's columns an operator reads first, in this order; every other column follows in
 # the table's own order.
-_LEADING_COLUMNS = ("group", "status", "state", "total_lag")
+_LEADING_COLUMNS = ("group", "status", "state", "total_lag", "max_lag_seconds")
 _STATUS_CLASSES = {"OK": "ok", "WARN": "warn", "ERR": "err", "STOP": "err", "STALL": "err",
                    "REWIND": "err"}
 
@@ -162,12 +189,25 @@ def _heading(column: str) -> str:
     return "_<wbr>".join(html.escape(part) for part in column.split("_"))
 
 
+# A text column whose every value is a single word this short (a state, a status, a protocol,
+# a cause) is never broken inside a word, only after a hyphen or underscore and between the
+# parts of a CamelCase word: names long enough to widen the table may wrap anywhere.
+MAX_WORD = 24
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _words(frame: pd.DataFrame, column: str) -> bool:
+    values = [str(v) for v in frame[column] if not _is_missing(v)]
+    return bool(values) and all(len(v) <= MAX_WORD and not any(c.isspace() for c in v)
+                                for v in values)
+
+
 def _numeric(frame: pd.DataFrame, column: str) -> bool:
     return pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(
         frame[column])
 
 
-def _row(columns: list[str], numeric: set[str], values: tuple[Any, ...],
+def _row(columns: list[str], numeric: set[str], words: set[str], values: tuple[Any, ...],
          links: dict[str, str]) -> str:
     cells = []
     for column, value in zip(columns, values, strict=True):
@@ -175,6 +215,9 @@ def _row(columns: list[str], numeric: set[str], values: tuple[Any, ...],
         classes = []
         if column in numeric:
             classes.append("num")
+        elif column in words:
+            classes.append("word")
+            text = _CAMEL.sub("<wbr>", text)
         if column == "group":
             classes.append("name")
         if column in ("status", "group_status") and text in _STATUS_CLASSES:
@@ -193,6 +236,7 @@ def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
         return _empty("None.")
     columns = [str(c) for c in frame.columns]
     numeric = {c for c in columns if _numeric(frame, c)}
+    words = {c for c in columns if c not in numeric and c != "group" and _words(frame, c)}
     head = "".join(f'<th{" class=num" if c in numeric else ""}>{_heading(c)}</th>'
                    for c in columns)
     group_at = columns.index("group") if "group" in columns else None
@@ -201,7 +245,7 @@ def _table(frame: pd.DataFrame, link_lag: set[str] | None = None) -> str:
         links = {}
         if link_lag is not None and group_at is not None and values[group_at] in link_lag:
             links["total_lag"] = _lag_anchor(str(values[group_at]))
-        rows.append(_row(columns, numeric, values, links))
+        rows.append(_row(columns, numeric, words, values, links))
     return (f"<table class=table><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
@@ -216,43 +260,106 @@ def _summary_columns(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[leading + [c for c in summary.columns if c not in leading]]
 
 
-def partition_lag(frame: pd.DataFrame | None) -> str:
-    """Every committed partition's lag and Burrow status, one closed <details> per group: the
-    summary line says the group's status, total lag and worst partition, a click opens its
-    partitions."""
+def _duration(seconds: float) -> str:
+    """Seconds as an operator says them: 45 s, 12 min, 3.2 h, 2.1 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def partition_lag_chart(rows: pd.DataFrame) -> str:
+    """One group's partitions' lag over time, a line each."""
+    figure, axes = plt.subplots(figsize=(9, 2.6))
+    for (topic, partition), series in rows.groupby(["topic", "partition"], sort=True):
+        _steps(axes, series["minute"], series["lag"], label=f"{topic}-{partition}")
+    axes.set_ylabel("lag (records)")
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize="x-small", loc="upper left", ncols=2)
+    return _png(figure)
+
+
+def partition_lag(frame: pd.DataFrame | None, over_time: pd.DataFrame | None = None) -> str:
+    """Every committed partition's lag, lag in seconds and Burrow status, one closed <details>
+    per group: the summary line says the group's status, total lag, how far behind in time its
+    worst partition is and which partition is most behind; a click opens its partitions, and
+    for the MAX_LAG_LINES groups with the most lag a chart of their most lagging partitions'
+    lag over time."""
     if frame is None:
         return _empty("No topic partition logs next to __consumer_offsets: lag is unknown.")
     if frame.empty:
         return _empty("No commits of topics whose logs are present.")
+    totals = frame.groupby("group")["lag"].sum()
+    charted = set(totals[totals > 0].nlargest(MAX_LAG_LINES).index)
     blocks = []
     for group, rows in frame.groupby("group", sort=True):
         rows = rows.sort_values(["topic", "partition"])
         worst = rows.loc[rows["lag"].idxmax()]
         status = str(rows["group_status"].iloc[0])
         shown = rows.drop(columns=["group", "group_status"])
+        behind = rows["lag_seconds"].max() if "lag_seconds" in rows else None
+        in_time = "" if _is_missing(behind) else f", up to {_duration(float(behind))} behind"
+        chart = ""
+        if over_time is not None and group in charted:
+            own = over_time[over_time["group"] == group]
+            if not own.empty:
+                chart = partition_lag_chart(own)
         blocks.append(
             f'<details id="{_lag_anchor(str(group))}"><summary><b>{html.escape(str(group))}'
             f'</b> <span class="{_STATUS_CLASSES.get(status, "")}">{html.escape(status)}</span>'
-            f", total lag {int(rows['lag'].sum())} over {len(rows)} partition(s); most behind: "
-            f"{html.escape(str(worst['topic']))}-{int(worst['partition'])} "
-            f"({int(worst['lag'])})</summary>{_table(shown)}</details>"
+            f", total lag {int(rows['lag'].sum())} over {len(rows)} partition(s){in_time}; "
+            f"most behind: {html.escape(str(worst['topic']))}-{int(worst['partition'])} "
+            f"({int(worst['lag'])})</summary>{chart}{_table(shown)}</details>"
         )
-    return "".join(blocks)
+    note = ("<p>Lag over time is charted for the groups with the most lag (their most lagging "
+            "partitions); the partition_lag_minutes table has every partition.</p>"
+            if over_time is not None else "")
+    return note + "".join(blocks)
+
+
+# A group's ownership table stops at this many stretches (its newest); the table has all.
+MAX_OWNER_ROWS = 200
+
+
+def owners_section(owners: pd.DataFrame | None) -> str:
+    """Who held which partition when (the partition_owners table), one closed <details> per
+    group."""
+    if owners is None or owners.empty:
+        return _empty("No assignments recorded in the analysed window (groups that only "
+                      "commit, or protocols other than consumer).")
+    blocks = []
+    for group, rows in owners.groupby("group", sort=True):
+        changes = len(rows) - rows[["topic", "partition"]].drop_duplicates().shape[0]
+        members = rows["member_id"].nunique()
+        shown = rows.sort_values("from_ts").tail(MAX_OWNER_ROWS)
+        cut = (f"<p>The newest {MAX_OWNER_ROWS} of {len(rows)}.</p>"
+               if len(rows) > MAX_OWNER_ROWS else "")
+        shown = shown.sort_values(["topic", "partition", "from_ts"]).drop(columns=["group"])
+        blocks.append(
+            f"<details><summary><b>{html.escape(str(group))}</b>: "
+            f"{rows[['topic', 'partition']].drop_duplicates().shape[0]} partition(s), "
+            f"{members} member(s), {changes} change(s) of owner</summary>{cut}"
+            f"{_table(shown)}</details>")
+    return ("<p>One row per stretch of time a member held a partition (until_ts blank: "
+            "still held when the log ends).</p>" + "".join(blocks))
 
 
 # Tables take the page's width and no more: at 1400 px every column must stay on screen, so
 # cells wrap (names anywhere, a time between date and clock) instead of widening the table.
 _STYLE = """
-body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}
+body{font-family:system-ui,sans-serif;margin:1em;max-width:1400px}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em}
-.table{border-collapse:collapse;font-size:.8em;width:100%;table-layout:auto}
-.table td,.table th{padding:2px 6px;border-bottom:1px solid #ddd;text-align:left;
+.table{border-collapse:collapse;font-size:.76em;width:100%;table-layout:auto}
+.table td,.table th{padding:2px 3px;border-bottom:1px solid #ddd;text-align:left;
 vertical-align:top;overflow-wrap:anywhere}
 .table th{background:#f4f4f4;overflow-wrap:normal}
 .table .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
+.table td.word{overflow-wrap:normal} .nw{white-space:nowrap} .empty{color:#666} .bad{color:#a00}
 .ok{color:#060} .warn{color:#a60;font-weight:bold} .err{color:#a00;font-weight:bold}
-.table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:8em}
+.table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:7em}
 details{margin:.3em 0} details>summary{cursor:pointer} details .table{margin:.3em 0 .8em 1.2em;
 width:auto;max-width:calc(100% - 1.2em)}
 img{max-width:100%}
@@ -289,6 +396,10 @@ def render(data: ReportData) -> str:
         error_note,
         "<h2>Commits per minute</h2>", commits_chart(data.commits_per_minute),
         "<h2>Lag over time per group</h2>", lag_chart(data.lag_over_time),
+        "<h2>Lag in seconds over time per group</h2>",
+        "<p>How long before each minute's end the oldest record a group had not consumed was "
+        "written (its worst partition; from the topic's batch times).</p>",
+        lag_chart(data.lag_over_time, "max_lag_seconds", "lag (seconds)"),
         "<h2>Rebalance timeline</h2>", rebalance_timeline(data.rebalances),
         "<h2>Partitions moved per rebalance</h2>", moved_chart(data.rebalances),
         "<h2>Why groups rebalance</h2>",
@@ -299,7 +410,9 @@ def render(data: ReportData) -> str:
         "a group is ERR when a partition is STOP, STALL or REWIND); total_lag links to the "
         "group's partitions.</p>",
         _table(_summary_columns(data.summary), lagging),
-        "<h2>Lag per partition</h2>", partition_lag(data.partition_lag),
+        "<h2>Lag per partition</h2>",
+        partition_lag(data.partition_lag, data.partition_lag_over_time),
+        "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
         "<h2>Damaged segments</h2>", _table(data.errors),
         _OPEN_LINKED_DETAILS,
         "</body></html>",

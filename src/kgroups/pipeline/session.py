@@ -7,7 +7,7 @@ import atexit
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ _archive_write: _ArchiveWrite | None = None
 def build_session(
     master: str | None = None, shuffle_partitions: int | None = None,
     executor_env: Mapping[str, str] | None = None,
+    announce: Callable[[bool], None] | None = None,
 ) -> SparkSession:
     """Start (or reuse) a SparkSession for the pipeline.
 
@@ -50,6 +51,10 @@ def build_session(
 
     `executor_env` goes into the environment of every executor's Python workers
     (spark.executorEnv.*): on a cluster they do not inherit the driver's.
+
+    `announce` is called just before this call launches the driver JVM (not when one runs
+    already), with whether that JVM is the first on this machine, the one that writes the
+    class archive: a command tells its user what the wait is for.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -81,6 +86,8 @@ def build_session(
         builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
     for name, value in (executor_env or {}).items():
         builder = builder.config(f"spark.executorEnv.{name}", value)
+    if announce is not None and _launches_jvm():
+        announce(archive is not None and archive.part is not None)
     session = builder.getOrCreate()
     if archive is not None and archive.part is not None:
         _expect_archive_write(archive)

@@ -109,7 +109,20 @@ LAG_WINDOWS = pa.schema(
     [("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
      ("offset", pa.int64()), ("ts_ms", pa.int64()), ("lag", pa.int64())]
 )
-LAG_MINUTES = pa.schema([("group", pa.string()), ("minute", TIMESTAMP), ("lag", pa.int64())])
+LAG_MINUTES = pa.schema([("group", pa.string()), ("minute", TIMESTAMP), ("lag", pa.int64()),
+                         ("max_lag_seconds", pa.float64())])
+# Each committed partition's lag at the end of every minute (lag_history.py); written by the
+# tasks, as offset_commits is.
+PARTITION_LAG_MINUTES = pa.schema(
+    [("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+     ("minute", TIMESTAMP), ("committed_offset", pa.int64()), ("log_end_offset", pa.int64()),
+     ("lag", pa.int64()), ("lag_seconds", pa.float64())]
+)
+# What of it the report charts: each group's most lagging partitions, thinned.
+REPORT_PARTITION_LAG = pa.schema(
+    [("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+     ("minute", TIMESTAMP), ("lag", pa.int64())]
+)
 ERRORS = pa.schema([("file", pa.string()), ("error_position", pa.int64()),
                     ("error", pa.string())])
 
@@ -117,14 +130,16 @@ LAG = pa.schema(
     [*CURRENT_LAG, ("status", pa.string()), ("group_status", pa.string())]
 )
 
-# The summary as a partition knows it; the run adds total_lag and status (SUMMARY).
+# The summary as a partition knows it; the run adds the lag columns (SUMMARY).
 PARTIAL_SUMMARY = pa.schema(
     [
         ("group", pa.string()),
         ("state", pa.string()),
+        ("group_type", pa.string()),  # classic, or consumer (KIP-848)
         ("protocol_type", pa.string()),
         ("protocol", pa.string()),
-        ("generation", pa.int32()),
+        ("generation", pa.int32()),  # consumer groups: the target assignment epoch
+        ("group_epoch", pa.int32()),  # consumer groups only
         ("leader", pa.string()),
         ("member_count", pa.int32()),
         ("generations", pa.int64()),
@@ -136,7 +151,9 @@ PARTIAL_SUMMARY = pa.schema(
         ("last_commit_ts", TIMESTAMP),
     ]
 )
-SUMMARY = pa.schema([*PARTIAL_SUMMARY, ("total_lag", pa.int64()), ("status", pa.string())])
+SUMMARY = pa.schema([*PARTIAL_SUMMARY, ("total_lag", pa.int64()),
+                     # The worst partition's lag_seconds (kafka-lag-exporter's max time lag).
+                     ("max_lag_seconds", pa.float64()), ("status", pa.string())])
 
 
 def lag_table(current: pa.Table, windows: pa.Table, now_ms: int,
@@ -172,18 +189,24 @@ def lag_table(current: pa.Table, windows: pa.Table, now_ms: int,
 
 
 def summary_table(partial: pa.Table, lag: pa.Table | None) -> pa.Table:
-    """The partitions' summaries with the lag columns: total lag and the group's status (null
-    when no topic log was found)."""
+    """The partitions' summaries with the lag columns: total lag, the most any partition is
+    behind in seconds (where some partition's is known) and the group's status (null when no
+    topic log was found)."""
     totals: dict[str, int] = {}
+    seconds: dict[str, float] = {}
     statuses: dict[str, str] = {}
     if lag is not None:
-        for row in lag.select(["group", "lag", "group_status"]).to_pylist():
-            totals[row["group"]] = totals.get(row["group"], 0) + row["lag"]
-            statuses[row["group"]] = row["group_status"]
+        for row in lag.select(["group", "lag", "lag_seconds", "group_status"]).to_pylist():
+            group = row["group"]
+            totals[group] = totals.get(group, 0) + row["lag"]
+            statuses[group] = row["group_status"]
+            if row["lag_seconds"] is not None:
+                seconds[group] = max(seconds.get(group, 0.0), row["lag_seconds"])
     groups = partial["group"].to_pylist()
     return pa.Table.from_arrays(
         [*partial.columns,
          pa.array([totals.get(g) for g in groups], pa.int64()),
+         pa.array([seconds.get(g) for g in groups], pa.float64()),
          pa.array([statuses.get(g) for g in groups], pa.string())],
         schema=SUMMARY,
     )
@@ -209,6 +232,14 @@ def clear_table(out: str, name: str) -> None:
         filesystem.create_dir(path, recursive=True)
     else:
         filesystem.delete_dir_contents(path)
+
+
+def remove_table(out: str, name: str) -> None:
+    """Delete a table's directory, if any: a table this run does not produce is not left
+    behind from an earlier run into the same directory."""
+    filesystem, path = open_filesystem(table_dir(out, name))
+    if filesystem.get_file_info(path).type != fs.FileType.NotFound:
+        filesystem.delete_dir(path)
 
 
 def write_part(table: pa.Table, out: str, name: str, part: str,

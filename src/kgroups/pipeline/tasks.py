@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from kgroups.pipeline import rebalance_causes, tables
+from kgroups.pipeline import ownership, rebalance_causes, tables
 from kgroups.pipeline.decode import decode_topic_segment
 from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.partition import analyze_partition
@@ -38,6 +38,8 @@ PARTS = {
     "lag_windows": tables.LAG_WINDOWS,
     "lag_minutes": tables.LAG_MINUTES,
     "rebalance_causes": rebalance_causes.REBALANCE_CAUSES,
+    "report_partition_lag": tables.REPORT_PARTITION_LAG,
+    "partition_owners": ownership.PARTITION_OWNERS,
     "stats": STATS,
 }
 
