@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kgroups.broker.config import BrokerConfig, ConfigError, parse_override, parse_properties
+from kgroups.broker.security import plain_users
 
 
 def test_kafka_defaults() -> None:
@@ -74,3 +75,27 @@ def test_serve_refuses_a_bad_setting_with_exit_code_2(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "socket.request.max.bytes" in result.stderr
+
+
+def test_properties_continue_lines_and_unescape_as_java_reads_them(tmp_path: Path) -> None:
+    """Kafka's documented multi-line JAAS entry is one setting, and its users are read from it
+    (a continuation split it into junk settings before)."""
+    text = ("listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security"
+            ".plain.PlainLoginModule required \\\n"
+            '    username="admin" \\\n'
+            '    password="admin-secret" \\\n'
+            '    user_admin="admin-secret" \\\n'
+            '    user_alice="alice-secret";\n'
+            "# a comment ending in a backslash is not continued \\\n"
+            "path=C\\:\\\\data\\ttab\\u0041\n"
+            "ends.in.two.backslashes=x\\\\\n"
+            "next=1\n")
+    parsed = parse_properties(text)
+    assert parsed == {
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="admin" password="admin-secret" user_admin="admin-secret" '
+            'user_alice="alice-secret";'),
+        "path": "C:\\data\ttabA", "ends.in.two.backslashes": "x\\", "next": "1"}
+    assert plain_users(parsed["listener.name.sasl_plaintext.plain.sasl.jaas.config"]) == {
+        "admin": "admin-secret", "alice": "alice-secret"}

@@ -9,7 +9,8 @@ and the log get them from the one source.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -100,17 +101,66 @@ class ConfigError(ValueError):
 
 
 def parse_properties(text: str, source: str = "<text>") -> dict[str, str]:
-    """The `.properties` subset Kafka configs use: `key=value`, `key: value`, `#`/`!` comments."""
+    """A `.properties` file read as Java reads Kafka's: `key=value` or `key: value`, `#`/`!`
+    comments, a line ending in an odd number of backslashes continued on the next (whose
+    leading blanks are dropped: Kafka's documented multi-line `sasl.jaas.config`), and
+    `\\t`, `\\n`, `\\uXXXX` and `\\X` escapes. A line without `=` or `:` is refused, naming
+    the file and line, where Java would take its first word as a key."""
     properties: dict[str, str] = {}
-    for number, raw_line in enumerate(text.splitlines(), start=1):
-        line = raw_line.strip()
+    for number, line in _logical_lines(text):
+        separator = _separator(line)
+        if separator <= 0:
+            raise ConfigError(f"{source}:{number}: expected key=value, got {line!r}")
+        key = _unescaped(line[:separator].strip())
+        properties[key] = _unescaped(line[separator + 1 :].strip())
+    return properties
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number of its first line, text) of each line that is neither blank nor a comment,
+    continuation lines joined."""
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        number, line = index + 1, lines[index].lstrip()
+        index += 1
         if not line or line[0] in "#!":
             continue
-        separator = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if separator < 0:
-            raise ConfigError(f"{source}:{number}: expected key=value, got {raw_line!r}")
-        properties[line[:separator].strip()] = line[separator + 1 :].strip()
-    return properties
+        while _continues(line):
+            line = line[:-1]
+            if index == len(lines):
+                break
+            line += lines[index].lstrip()
+            index += 1
+        yield number, line
+
+
+def _continues(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _separator(line: str) -> int:
+    """Where the first `=` or `:` not escaped by a backslash is; -1 for none."""
+    escaped = False
+    for index, char in enumerate(line):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in "=:":
+            return index
+    return -1
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)")
+
+
+def _unescaped(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5
+                       else _ESCAPES.get(m[1], m[1]), text)
 
 
 def parse_override(text: str) -> tuple[str, str]:
