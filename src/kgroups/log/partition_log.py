@@ -212,8 +212,11 @@ class PartitionLog:
         return self.unflushed_messages >= self.config.flush_messages
 
     def flush(self) -> None:
-        """fsync everything appended so far (safe to call from a worker thread)."""
+        """fsync everything appended so far (safe to call from a worker thread). A closed log
+        (its topic deleted meanwhile) has nothing left to flush."""
         with self._sync_lock:
+            if self.closed:
+                return
             if self.sync_failure is not None:
                 raise self._offline()
             target = self._registered_end  # what the dirty segments below hold
@@ -324,6 +327,11 @@ class PartitionLog:
         if deleted:
             fsync_path(self.directory)
         return deleted
+
+    @property
+    def closed(self) -> bool:
+        """Closed (its topic deleted, or the broker stopping): no offsets, nothing to flush."""
+        return not self._segments
 
     def close(self) -> None:
         with self._sync_lock:
