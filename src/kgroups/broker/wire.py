@@ -165,10 +165,15 @@ def _names_in_any_version(entity: type[Any]) -> frozenset[str]:
     """The fields of `entity`'s class in every version of its message (kio generates one
     module per version, e.g. kio.schema.join_group.v9.response, each with the same class
     names); a name outside them is a misspelling, not a field some version lacks."""
-    api_package, _version, kind = entity.__module__.rsplit(".", 2)
+    api_package, own_version, kind = entity.__module__.rsplit(".", 2)
     names: set[str] = set()
-    for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__):
-        module = importlib.import_module(f"{api_package}.{version.name}.{kind}")
+    versions = [v.name for v in pkgutil.iter_modules(importlib.import_module(api_package).__path__)]
+    if own_version not in versions:
+        # pkgutil says nothing when it cannot list the package (EMFILE): raising keeps that
+        # empty answer out of the cache, which would refuse every answer of this class after.
+        raise OSError(f"cannot list the versions of {api_package}")
+    for version in versions:
+        module = importlib.import_module(f"{api_package}.{version}.{kind}")
         same_class = getattr(module, entity.__name__, None)
         if same_class is not None:
             names |= _field_names(same_class)

@@ -18,6 +18,7 @@ the active segment's CRC check decides what survived.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -37,7 +38,7 @@ from kgroups.log.batch import (
     set_base_offset,
 )
 from kgroups.log.config import LogConfig
-from kgroups.log.segment import SCAN_WINDOW, Segment, SegmentCorruptError
+from kgroups.log.segment import SCAN_WINDOW, Segment
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +99,10 @@ class PartitionLog:
             for match in (_SEGMENT_FILE.match(path.name) for path in directory.iterdir())
             if match
         )
-        segments = [Segment(directory, base) for base in bases] or [Segment(directory, 0)]
-        try:
+        segments: list[Segment] = []
+        try:  # whatever fails (damage, or no descriptor left: EMFILE), nothing stays open
+            for base in bases or [0]:
+                segments.append(Segment(directory, base))
             for segment, next_segment in pairwise(segments):
                 segment.next_offset = next_segment.base_offset
                 if segment.load_index():
@@ -107,14 +110,13 @@ class PartitionLog:
                         segment.check_framing()
                 else:
                     segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
-        except (SegmentCorruptError, OSError):
+            _recover_active(segments[-1], config)
+            fsync_path(directory)
+        except BaseException:
             for segment in segments:
                 segment.close()
             raise
-        _recover_active(segments[-1], config)
-        log = cls(directory, config, segments)
-        fsync_path(directory)
-        return log
+        return cls(directory, config, segments)
 
     # ----------------------------------------------------------------------------- offsets
 
@@ -184,7 +186,8 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         """Start a new segment at the log end, after syncing the old one, so that a crash can
-        only ever tear the newest segment."""
+        only ever tear the newest segment; the old one's index goes to its file now that it
+        is complete (see kgroups.log.segment)."""
         old = self._segments[-1]
         old.repair_tail()
         with self._sync_lock:
@@ -195,6 +198,7 @@ class PartitionLog:
                 raise
             self._dirty.discard(old)
             self._directory_dirty = True
+        old.write_index()  # failing, the roll (and its append) fails; the next append retries
         segment = Segment(self.directory, old.next_offset)
         segment.next_offset = old.next_offset
         self._segments.append(segment)
@@ -334,7 +338,13 @@ class PartitionLog:
         return not self._segments
 
     def close(self) -> None:
+        """Close the files, the active segment's index written first, so that a cleanly
+        closed log's index files are all whole (a reader other than kgroups may trust them;
+        kgroups rebuilds the active one's on open either way, hence no error for it)."""
         with self._sync_lock:
+            if self._segments:
+                with contextlib.suppress(OSError):
+                    self._segments[-1].write_index()
             for segment in self._segments:
                 segment.close()
             self._segments = []
@@ -373,7 +383,6 @@ def _recover_active(segment: Segment, config: LogConfig) -> None:
         os.fsync(segment.fd)
     segment.next_offset = batches[-1][2] + 1 if batches else segment.base_offset
     segment.rebuild_index(batches, config.index_interval_bytes)
-    os.fsync(segment.index_fd)
 
 
 def _find_batch(segment: Segment, offset: int) -> int | None:
