@@ -28,6 +28,7 @@ from kio.schema.list_groups.v4.request import ListGroupsRequest
 
 from conftest import ServerProcess
 from kgroups.broker import admin
+from kgroups.broker.descriptors import reserve
 from kgroups.broker.topics import TopicCatalog
 from kgroups.broker.wire_client import KafkaWireClient, WireError
 from kgroups.errors import ErrorCode
@@ -112,8 +113,23 @@ def test_a_create_that_would_exhaust_descriptors_is_refused_and_everyone_stays_s
         assert error == ErrorCode.POLICY_VIOLATION and "file descriptor" in (message or "")
         assert grow(client, "fits", 60)[0] == ErrorCode.NONE
         served(healthy, "healthy", 3)
+        # Up to two short of the limit less the reserve (slack for a descriptor the broker
+        # holds for a moment); three more partitions are one too many.
+        room = LIMIT - reserve(LIMIT) - held(pid) - 2
+        assert create_topic(client, "rest", partitions=room).error_code == ErrorCode.NONE  # type: ignore[attr-defined]
+        assert create_topic(client, "more", partitions=3).error_code == (  # type: ignore[attr-defined]
+            ErrorCode.POLICY_VIOLATION)
+        filled = 0  # the last descriptors short of the reserve, one partition at a time
+        while create_topic(client, f"one-{filled}").error_code == ErrorCode.NONE:  # type: ignore[attr-defined]
+            filled += 1
+            assert filled <= 3
+        # Metadata does not auto-create a topic either: LEADER_NOT_AVAILABLE, retriable.
+        (auto,) = client.call(metadata_request("auto")).topics
+        assert auto.error_code == ErrorCode.LEADER_NOT_AVAILABLE and not auto.partitions
+        assert not (limited_server.data_dir / "auto-0").exists()
+        served(healthy, "healthy", 5)
     with connect(limited_server.port) as newcomer:  # new connections are served too
-        served(newcomer, "newcomer", 4)
+        served(newcomer, "newcomer", 6)
     assert limited_server.network_processes(), "the network process is gone"
     assert "network_process_exited" not in limited_server.log_text()
 
@@ -123,6 +139,18 @@ def lowest_free(pid: int) -> int:
     it is taken and the next open fails with EMFILE (the limit bounds numbers, not a count)."""
     taken = {int(entry) for entry in os.listdir(f"/proc/{pid}/fd")}
     return next(n for n in itertools.count() if n not in taken)
+
+
+def exhaust(pid: int) -> None:
+    """Drop `pid`'s soft limit to its lowest free descriptor, again until no descriptor it
+    closes meanwhile (a connection just closed) leaves a hole below the limit."""
+    for _ in range(20):
+        free = lowest_free(pid)
+        set_soft_limit(pid, free)
+        time.sleep(0.2)
+        if lowest_free(pid) == free:
+            return
+    raise AssertionError(f"{pid} keeps closing descriptors")
 
 
 def set_soft_limit(pid: int, soft: int) -> None:
@@ -153,7 +181,7 @@ def test_exhausted_descriptors_then_freed_serve_again_without_a_restart(
         create_topic(healthy, "events")
         served(healthy, "healthy", 1)
         # The broker process runs out: its soft limit drops to what it holds.
-        set_soft_limit(pid, lowest_free(pid))
+        exhaust(pid)
         with connect(limited_server.port) as other:
             result = create_topic(other, "during", partitions=2)
             assert result.error_code == ErrorCode.POLICY_VIOLATION  # type: ignore[attr-defined]
@@ -170,7 +198,7 @@ def test_exhausted_descriptors_then_freed_serve_again_without_a_restart(
         assert {"healthy"} <= groups
 
     # The network process runs out (connections it accepts): it neither spins nor dies.
-    set_soft_limit(network.pid, lowest_free(network.pid))
+    exhaust(network.pid)
     spent = sum(network.cpu_times()[:2])
     with raw_socket(limited_server.port, timeout=5) as refused:
         # libuv frees the spare descriptor it keeps to accept the connection and close it.
