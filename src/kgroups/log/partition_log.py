@@ -340,11 +340,12 @@ class PartitionLog:
     def close(self) -> None:
         """Close the files, the active segment's index written first, so that a cleanly
         closed log's index files are all whole (a reader other than kgroups may trust them;
-        kgroups rebuilds the active one's on open either way, hence no error for it)."""
+        kgroups rebuilds the active one's on open either way, hence no fsync and no error for
+        it)."""
         with self._sync_lock:
             if self._segments:
                 with contextlib.suppress(OSError):
-                    self._segments[-1].write_index()
+                    self._segments[-1].write_index(durable=False)
             for segment in self._segments:
                 segment.close()
             self._segments = []

@@ -86,6 +86,7 @@ class Segment:
             raise
         self.index_offsets = array("q")  # absolute last offsets, for bisect
         self.index_positions = array("q")
+        self._index_file = bytearray()  # the same entries as the file holds them
         self.bytes_since_index = 0
         self.next_offset = base_offset
         self.cached_max_timestamp: int | None = None
@@ -137,6 +138,7 @@ class Segment:
     def _add_index_entry(self, last_offset: int, position: int) -> None:
         self.index_offsets.append(last_offset)
         self.index_positions.append(position)
+        self._index_file += INDEX_ENTRY.pack(last_offset - self.base_offset, position)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
@@ -145,17 +147,15 @@ class Segment:
     def sync(self) -> None:
         os.fsync(self.fd)
 
-    def write_index(self) -> None:
-        """Write the in-memory index to its file, whole, and fsync it (a descriptor held only
-        meanwhile)."""
-        entries = b"".join(
-            INDEX_ENTRY.pack(offset - self.base_offset, position)
-            for offset, position in zip(self.index_offsets, self.index_positions, strict=True)
-        )
+    def write_index(self, *, durable: bool = True) -> None:
+        """Write the in-memory index to its file, whole, and fsync it unless not `durable`
+        (a descriptor held only meanwhile). Its bytes are kept packed as entries are added, so
+        a roll of a 1 GiB segment writes its 2 MiB index without packing 262,144 entries."""
         fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, entries)
-            os.fsync(fd)
+            _write_all(fd, bytes(self._index_file))
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
 
@@ -257,6 +257,7 @@ class Segment:
             offsets.append(self.base_offset + relative)
             positions.append(position)
         self.index_offsets, self.index_positions = offsets, positions
+        self._index_file = bytearray(raw)
         return True
 
     def rebuild_index(self, batches: list[tuple[int, int, int, int]], interval: int) -> None:
@@ -264,6 +265,7 @@ class Segment:
         segment."""
         self.index_offsets = array("q")
         self.index_positions = array("q")
+        self._index_file = bytearray()
         since = 0
         for position, _base, last, size in batches:
             if since > interval:
