@@ -42,12 +42,13 @@ OVERRIDES = ("offsets.topic.num.partitions=4",)
 
 
 @contextlib.contextmanager
-def open_file_limit(limit: int) -> Iterator[None]:
-    """Processes started meanwhile run under `ulimit -n limit` (soft and hard)."""
+def open_file_limit(limit: int, hard: int | None = None) -> Iterator[None]:
+    """Processes started meanwhile run under `ulimit -n limit` (soft, and hard unless given)."""
     real = subprocess.Popen
+    limits = (limit, hard or limit)
 
     def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
-        kwargs["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+        kwargs["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limits)
         return real(*args, **kwargs)  # type: ignore[call-overload, no-any-return]
 
     subprocess.Popen = popen  # type: ignore[misc]
@@ -270,3 +271,17 @@ def test_a_creation_that_fails_half_way_leaves_no_partition_behind(
     assert catalog.create("orders", 4) is ErrorCode.NONE
     assert TopicCatalog(LogManager(tmp_path, LogConfig())).partition_counts() == {
         "events": 1, "orders": 4}
+
+
+@pytest.mark.slow
+def test_serve_raises_its_soft_limit_to_the_hard_one_as_the_jvm_does(tmp_path: Path) -> None:
+    """Kafka 4.3.1 started under `ulimit -n 1024:4096` runs with 4096 (bench/RESULTS.md)."""
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log", OVERRIDES)
+    with open_file_limit(LIMIT, hard=2 * LIMIT):
+        server.start()
+    try:
+        assert server.process is not None
+        assert resource.prlimit(server.process.pid, resource.RLIMIT_NOFILE) == (
+            2 * LIMIT, 2 * LIMIT)
+    finally:
+        server.close()
