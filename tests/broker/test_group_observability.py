@@ -96,12 +96,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         for partition, count in ((0, 10), (1, 4)):
             batch = build_batch([(None, b"o%d" % i, ORDERS_TS + i * 1000) for i in range(count)])
             client.call(produce_request("orders", partition, batch))
-        # "aged": retention deletes its day-old records (small segments), but not the newest.
-        create_topic(client, "aged", 1, configs={"segment.bytes": "400",
+        # "aged": retention deletes its day-old records, but not the newest. Each 600 KB
+        # record fills a segment of its own (Kafka's smallest segment.bytes is 1 MiB).
+        create_topic(client, "aged", 1, configs={"segment.bytes": "1048576",
                                                  "retention.ms": "3600000"})
         for i in range(10):
             stamp = DAY_AGO + i * 1000 if i < 9 else NOW_MS - 30_000
-            client.call(produce_request("aged", 0, build_batch([(None, b"a" * 100, stamp)])))
+            client.call(produce_request("aged", 0, build_batch([(None, b"a" * 600_000,
+                                                                  stamp)])))
         commit(client, "audit", {("orders", 0): 6, ("orders", 1): 4, ("aged", 0): 6})
     yield broker
     broker.stop()
@@ -145,9 +147,10 @@ def test_offsets_lag_and_lag_seconds_match_the_log(running: Running,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     with connect(running.port) as client:
         deadline = time.monotonic() + 10
-        while (start := _earliest(client, "aged")) <= 6 and time.monotonic() < deadline:
+        while (start := _earliest(client, "aged")) < 9 and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert 6 < start <= 9, "retention should have deleted aged's record 6"
+    # Each day-old record had a segment of its own: retention deletes all nine.
+    assert start == 9, "retention should have deleted aged's day-old records"
     samples = running.scrape()
     now = time.time()
     audit = {"group": "audit"}
@@ -166,7 +169,7 @@ def test_offsets_lag_and_lag_seconds_match_the_log(running: Running,
     assert sample(samples, "kafka_consumergroup_group_lag_seconds", **audit, topic="orders",
                   partition="1") == 0
     # Record 6 of aged is gone: the estimate is the age of the first record still held.
-    first_held = DAY_AGO + start * 1000 if start < 9 else NOW_MS - 30_000
+    first_held = NOW_MS - 30_000
     aged_seconds = sample(samples, "kafka_consumergroup_group_lag_seconds", **audit,
                           topic="aged", partition="0")
     assert aged_seconds == pytest.approx(now - first_held / 1000, abs=5)

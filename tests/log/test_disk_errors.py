@@ -1,7 +1,7 @@
 """Disk errors in the write path (injected): nothing acknowledged is lost or made unreadable.
 
-A short write followed by ENOSPC, an EIO, a failed index write, a cut back that fails too, and a
-failed fsync, each checked by what a reader (and a reopened log) sees afterwards.
+A short write followed by ENOSPC, an EIO, a failed index write at a roll, a cut back that fails
+too, and a failed fsync, each checked by what a reader (and a reopened log) sees afterwards.
 """
 
 from __future__ import annotations
@@ -109,25 +109,33 @@ def test_a_failed_append_leaves_the_segment_as_it_was(
     reopened.close()
 
 
-def test_a_failed_index_write_cuts_the_log_back_too(
+def test_a_failed_index_write_at_a_roll_fails_that_append_only(
     log: PartitionLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for n in range(3):
-        log.append_batch(batch(n))
-    active = log.segments()[-1]
-    sizes = (os.path.getsize(active.log_path), os.path.getsize(active.index_path))
-    entries = len(active.index_offsets)
+    """The index goes to its file when its segment rolls: an append whose roll cannot write
+    it fails and leaves the log as it was; the next append rolls."""
+    appended = 0
+    while log.segments()[-1].size + len(batch(appended)) <= SMALL.segment_bytes:
+        log.append_batch(batch(appended))
+        appended += 1
+    (active,) = log.segments()
+    size_before, end_before = active.size, log.log_end_offset
     monkeypatch.setattr(os, "write", fail_writes_to(".index", eio))
     with pytest.raises(OSError):
-        log.append_batch(batch(3))  # past index.interval.bytes: this one writes an index entry
-    assert (os.path.getsize(active.log_path), os.path.getsize(active.index_path)) == sizes
-    assert len(active.index_offsets) == entries
+        log.append_batch(batch(appended))  # past segment.bytes: this one rolls
+    assert log.segments() == [active] and active.size == size_before
+    assert log.log_end_offset == end_before
     monkeypatch.setattr(os, "write", real_write)
-    for n in range(3, 12):
+    for n in range(appended, appended + 10):
         log.append_batch(batch(n))
-    assert records(log) == expected(12)
-    # The index still leads reads to the right batch.
-    assert [r[0] for r in iter_records_raw(log.read(7, 1))] == [7]
+    assert len(log.segments()) >= 2
+    assert records(log) == expected(appended + 10)
+    log.close()
+    reopened = PartitionLog.open(log.directory, SMALL)
+    first = reopened.segments()[0]
+    assert first.load_index() and first.index_offsets == active.index_offsets
+    assert records(reopened) == expected(appended + 10)
+    reopened.close()
 
 
 def test_when_the_cut_back_fails_appends_stay_refused_until_it_succeeds(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kgroups.log.batch import build_batch
 from kgroups.log.config import LogConfig
-from kgroups.log.manager import LogManager
+from kgroups.log.manager import LogManager, PartitionOfflineError
 
 
 def test_partitions_live_in_kafka_named_directories_and_reopen(tmp_path: Path) -> None:
@@ -81,3 +84,50 @@ def test_properties_use_kafka_names_and_defaults() -> None:
 def test_bad_settings_name_the_key(properties: dict[str, str], words: str) -> None:
     with pytest.raises(ValueError, match=words.replace(".", r"\.")):
         LogConfig.from_properties(properties)
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_partition_holds_one_descriptor_per_segment(tmp_path: Path) -> None:
+    """As many as a Kafka broker holds (its indexes are memory-mapped, their files closed):
+    kgroups keeps a segment's index in memory and writes its file when the segment rolls."""
+    manager = LogManager(tmp_path, LogConfig(segment_bytes=200))
+    before = open_descriptors()
+    for partition in range(10):
+        manager.get_or_create("orders", partition)
+    assert open_descriptors() - before == 10
+    log = manager.get_or_create("orders", 0)
+    while len(log.segments()) < 3:
+        log.append_batch(build_batch([(b"k", b"v" * 50, 1)]))
+    assert open_descriptors() - before == 12
+    manager.close()
+    assert open_descriptors() == before
+
+
+def test_no_descriptor_left_fails_that_open_only_and_leaks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """EMFILE is not the log's fault: unlike a damaged log, the partition is not kept offline,
+    and what the failed open had opened is closed again."""
+    manager = LogManager(tmp_path, LogConfig())
+    manager.get_or_create("orders", 0).append_batch(build_batch([(b"k", b"v", 1)]))
+    manager.close()
+    manager = LogManager(tmp_path, LogConfig())
+    real_open = os.open
+    before = open_descriptors()
+
+    def exhausted(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path) == str(tmp_path / "orders-0"):  # the directory's fsync, after the segment
+            raise OSError(errno.EMFILE, "Too many open files", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", exhausted)
+    with pytest.raises(PartitionOfflineError, match="Too many open files"):
+        manager.get("orders", 0)
+    assert open_descriptors() == before
+    monkeypatch.setattr(os, "open", real_open)
+    log = manager.get("orders", 0)
+    assert log is not None and log.log_end_offset == 1
+    manager.close()

@@ -15,6 +15,7 @@ from kgroups.broker.wire import has_message_schema
 
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
+    from kgroups.broker.background import TaskCounts
     from kgroups.broker.config import BrokerConfig
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
@@ -47,6 +48,7 @@ class HandlerServices(Protocol):
     producer_states: ProducerStateTable
     not_served: NotServedLog
     advertised_host: str
+    task_counts: TaskCounts  # crashes and restarts of background work, network processes too
 
     @property
     def node_id(self) -> int: ...

@@ -26,7 +26,7 @@ from kgroups.broker import (
 from kgroups.broker.acl_enforcement import authorized_registry
 from kgroups.broker.api import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
-from kgroups.broker.background import BackgroundTasks
+from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
@@ -98,17 +98,20 @@ class Broker:
         self._server = BrokerServer(self, self.security)
         # Each listener's bound address, by listener name, once started.
         self.listener_addresses: dict[str, tuple[str, int]] = {}
-        self.background = BackgroundTasks()
+        # Crashes and restarts of every background task of this broker, by name (metrics).
+        self.task_counts = TaskCounts()
+        self.background = BackgroundTasks(self.task_counts)
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
-                                              self.group_commit)
+                                              self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
 
     def task_failures(self) -> dict[str, str]:
-        """Background work that crashed (name -> error): the broker's own tasks, the
-        coordinator's (its loader, its offsets cleaner) and the flusher (`group-commit`)."""
+        """Background work that crashed (name -> its last error): the broker's own tasks,
+        the coordinator's (its loader, its offsets cleaner) and fsyncs (`group-commit`). The
+        loops among them were started again (`BackgroundTasks.supervise`)."""
         failures = {**self.background.failures, **self.coordinator.background.failures}
         if self.group_commit.crash is not None:
             failures["group-commit"] = self.group_commit.crash
@@ -129,9 +132,9 @@ class Broker:
         the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
-        self.background.spawn(
-            "log-cleaner", run_cleaner(self.logs, self.config.log_retention_check_interval_ms))
-        self.background.spawn("log-flusher", flush_on_schedule(
+        self.background.supervise("log-cleaner", lambda: run_cleaner(
+            self.logs, self.config.log_retention_check_interval_ms))
+        self.background.supervise("log-flusher", lambda: flush_on_schedule(
             self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
         self.listener_addresses = await self._server.start()
         self.host, self.port = next(iter(self.listener_addresses.values()))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from kgroups.broker.config import BrokerConfig, ConfigError, served_network_processes
+from kgroups.broker.descriptors import raise_soft_limit
 from kgroups.broker.events import configure_logging
 from kgroups.broker.listeners import parse_listeners
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
@@ -147,8 +148,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except (ConfigError, StartupError) as exc:
         print(f"kgroups serve: {exc}", file=sys.stderr)
         return 2
-    # The process is the broker's alone: let the memory it frees leave it (see the module).
+    # The process is the broker's alone: let the memory it frees leave it (see the module),
+    # and take the open files its hard limit allows, as the JVM does for Kafka.
     fix_mmap_threshold()
+    raise_soft_limit()
     try:
         import uvloop
     except ImportError:

@@ -11,7 +11,8 @@ import logging
 import uuid
 from typing import Any
 
-from kgroups.broker.api import HandlerRegistry, RequestContext, handles
+from kgroups.broker import descriptors
+from kgroups.broker.api import HandlerRegistry, HandlerServices, RequestContext, handles
 from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
@@ -28,6 +29,31 @@ NOT_SERVED_KEY_TYPES = {TRANSACTION_KEY_TYPE: "transactions", SHARE_KEY_TYPE: "s
 INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the "
                         "client library or the message was sent to an incompatible broker. "
                         "See the broker logs for more details.")
+
+
+def _auto_create(broker: HandlerServices, name: str) -> ErrorCode:
+    """Create a topic a Metadata request named. Kafka reports a freshly auto-created topic as
+    LEADER_NOT_AVAILABLE once; the leader is known immediately here, so the partitions are
+    returned right away. When its partitions would exhaust the file descriptors (descriptors),
+    or cannot be created, nothing is created and the answer is LEADER_NOT_AVAILABLE, Kafka's
+    (retriable) answer for a topic whose auto-creation has not completed."""
+    partitions = broker.config.num_partitions
+    refusal = descriptors.refusal(partitions)
+    if refusal is None:
+        try:
+            created = broker.topics.create(name, partitions)
+        except OSError as exc:
+            refusal = str(exc)
+        else:
+            if created != ErrorCode.NONE:  # a name colliding with an existing topic's
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # Kafka's answer
+    if refusal is not None:
+        log_event(logger, logging.WARNING, "topic_not_created", topic=name,
+                  reason="auto_create", error=refusal)
+        return ErrorCode.LEADER_NOT_AVAILABLE
+    log_event(logger, logging.INFO, "topic_created", topic=name, partitions=partitions,
+              reason="auto_create")
+    return ErrorCode.NONE
 
 
 @handles(api_key=18, min_version=0, max_version=4)
@@ -106,14 +132,8 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
             if topic_name_error(name) is not None:
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
             elif _may_auto_create(ctx, request):
-                if broker.topics.create(name, broker.config.num_partitions) == ErrorCode.NONE:
-                    log_event(logger, logging.INFO, "topic_created", topic=name,
-                              partitions=broker.config.num_partitions, reason="auto_create")
-                else:  # a name colliding with an existing topic's: Kafka's answer
-                    error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                error = _auto_create(broker, name)
                 counts = broker.topics.partition_counts()
-                # Kafka reports a freshly auto-created topic as LEADER_NOT_AVAILABLE once; the
-                # leader is known immediately here, so the partitions are returned right away.
             else:
                 error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         partitions = tuple(

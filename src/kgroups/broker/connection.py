@@ -313,6 +313,9 @@ class Connection(abc.ABC):
                 work = self._start(frame)
             except Refusal as refusal:
                 raise self._refuse(refusal.reason, **refusal.fields) from None
+            except Exception as error:  # its schema could not be loaded (EMFILE), say
+                self._failed(error)
+                raise ConnectionClosed("handler_failed") from None
             await self._submit(work)
 
     async def _submit(self, work: Coroutine[Any, Any, bytes | None] |

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
-from kgroups.broker.background import BackgroundTasks
+from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.coordinator import (
@@ -115,7 +115,8 @@ class CoordinatorRuntime:
     __consumer_offsets) and the group commit, nothing else of the broker."""
 
     def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
-                 appends: AppendNotifier, group_commit: GroupCommit) -> None:
+                 appends: AppendNotifier, group_commit: GroupCommit,
+                 task_counts: TaskCounts | None = None) -> None:
         self._topics = topics
         self._logs = logs
         self._metrics_address = config.metrics_address
@@ -128,7 +129,7 @@ class CoordinatorRuntime:
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
-        self.background = BackgroundTasks()
+        self.background = BackgroundTasks(task_counts)
         self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
         self._loaded = asyncio.Event()
         self._cleaner_backoff_ms = int(
@@ -158,7 +159,8 @@ class CoordinatorRuntime:
             self.core.begin_loading(partition)
         self.background.spawn("offsets-loader", self._load_all(partitions),
                               on_crash=self._loader_crashed)
-        self.background.spawn("offsets-cleaner", self._compact_periodically(partitions))
+        self.background.supervise("offsets-cleaner",
+                                  lambda: self._compact_periodically(partitions))
         if self._metrics_address is not None:
             await self._serve_metrics(*self._metrics_address)
 

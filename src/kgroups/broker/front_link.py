@@ -8,8 +8,13 @@ max.connection.creation.rate), SASL, ACLs, every check and handler (`request_int
 relayed connection here is a `RelayedConnection`: frames in, answers out in request order,
 and a CLOSE when the rules close it (the close is logged here, once).
 
-A network process that dies is started again; its clients reconnect, as they would after any
-dropped connection. Stopping the broker closes the channels, which ends the processes.
+A network process that dies is started again, after a wait that doubles from half a second to
+ten while starts keep failing (say the broker process is out of file descriptors for the
+channel), and each exit and restart is counted (`network-process` in
+kgroups.broker.background.TaskCounts); its clients reconnect, as they would after any dropped
+connection. A relayed frame or event that fails here (a handler module that cannot be imported
+while descriptors are exhausted) closes that one client's connection, never the channel: the
+channel is every client's. Stopping the broker closes the channels, which ends the processes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgroups.broker.background import Backoff, describe
 from kgroups.broker.connection import Refusal
 from kgroups.broker.events import log_event
 from kgroups.broker.relay_channel import Channel, Kind
@@ -42,7 +48,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("kgroups.server")
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
-RESPAWN_DELAY_S = 1.0
+TASK_NAME = "network-process"
 
 
 class Admission(Protocol):
@@ -114,6 +120,10 @@ class RelayedConnection:
                                 self._dispatch)
         except Refusal as refusal:
             self.close(logging.WARNING, refusal.reason, **refusal.fields)
+            return
+        except Exception as error:  # its schema could not be loaded (EMFILE), say
+            level, reason, fields = failed_request(error, self.peer)
+            self.close(level, reason, **fields)
             return
         task = self._loop.create_task(work)
         self._in_flight.append(task)
@@ -204,6 +214,9 @@ class NetworkProcess:
             self._process = await asyncio.create_subprocess_exec(
                 *command, stdin=asyncio.subprocess.PIPE,
                 pass_fds=[theirs.fileno(), *listening])
+        except BaseException:
+            ours.close()  # the start is tried again: leak no descriptor on the way
+            raise
         finally:
             theirs.close()
         assert self._process.stdin is not None
@@ -220,6 +233,20 @@ class NetworkProcess:
             raise OSError("the network process did not start") from None
 
     def _received(self, kind: int, connection_id: int, payload: bytes) -> None:
+        """One message from the network process. What fails here fails its connection only
+        (an exception out of here would end the channel, and every client with it)."""
+        try:
+            self._receive(kind, connection_id, payload)
+        except Exception as error:
+            log_event(logger, logging.ERROR, "relay_message_failed", kind=kind,
+                      error=describe(error))
+            connection = self._connections.get(connection_id)
+            if connection is not None:
+                connection.close(logging.ERROR, "handler_failed", error=repr(error))
+            elif kind == Kind.OPEN:
+                self._send(connection_id, Kind.CLOSE)
+
+    def _receive(self, kind: int, connection_id: int, payload: bytes) -> None:
         connection = self._connections.get(connection_id)
         if kind == Kind.FRAME:
             if connection is not None:
@@ -299,7 +326,7 @@ class NetworkProcess:
 
 class NetworkFront:
     """`num.network.threads` network processes sharing the listening sockets; one that dies
-    is started again after RESPAWN_DELAY_S."""
+    is started again, with a backoff (see the module)."""
 
     def __init__(self, broker: HandlerServices, security: Security, admission: Admission,
                  count: int) -> None:
@@ -330,14 +357,25 @@ class NetworkFront:
             return
         await process.stop()
         self._processes.remove(process)
-        log_event(logger, logging.ERROR, "network_process_exited", code=process.exit_code)
+        counts = self._broker.task_counts
+        counts.crashes[TASK_NAME] += 1
+        backoff = Backoff()
+        delay = backoff.next_delay(0.0)
+        log_event(logger, logging.ERROR, "network_process_exited", code=process.exit_code,
+                  restart_in_s=delay)
         while not self._stopping:
-            await asyncio.sleep(RESPAWN_DELAY_S)
+            await asyncio.sleep(delay)
             try:
                 await self._spawn(listen)
-                return
             except OSError as exc:
-                log_event(logger, logging.ERROR, "network_process_start_failed", error=exc)
+                counts.crashes[TASK_NAME] += 1
+                delay = backoff.next_delay(0.0)
+                log_event(logger, logging.ERROR, "network_process_start_failed", error=exc,
+                          restart_in_s=delay)
+                continue
+            counts.restarts[TASK_NAME] += 1
+            log_event(logger, logging.WARNING, "network_process_restarted")
+            return
 
     async def stop(self) -> None:
         self._stopping = True

@@ -41,10 +41,28 @@ def with_lag_seconds(client: KafkaWireClient, description: GroupDescription,
 
 def first_timestamps(client: KafkaWireClient,
                      committed: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
-    """The timestamp of the first record at or after each committed offset (None: none)."""
+    """The timestamp of the first record at or after each committed offset (None: none).
+
+    One Fetch asks for every partition; a partition that came back without a whole batch
+    (its first batch is larger than the room the answer left it, which only the first partition
+    with data may exceed, as on Kafka) is asked for again on its own."""
     client.require(1, _FETCH_VERSION, "Fetch")
     starts = list_offsets(client, sorted(committed), EARLIEST_TIMESTAMP)
     positions = {key: max(offset, starts.get(key) or 0) for key, offset in committed.items()}
+    found: dict[tuple[str, int], int | None] = {}
+    fetched = _fetch(client, positions)
+    for key in sorted(positions):
+        records = fetched.get(key)
+        if records == b"" and len(positions) > 1:
+            records = _fetch(client, {key: positions[key]}).get(key)
+        if records is not None:
+            found[key], _ = first_timestamp(records, positions[key])
+    return found
+
+
+def _fetch(client: KafkaWireClient,
+           positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], bytes]:
+    """The bytes each partition's answer carried (those answered with an error left out)."""
     request = request_type(1, _FETCH_VERSION)
     topic_type = sibling(request, "FetchTopic")
     partition_type = sibling(request, "FetchPartition")
@@ -61,11 +79,22 @@ def first_timestamps(client: KafkaWireClient,
                   partition_max_bytes=i32(_PARTITION_BYTES))
             for p in sorted(partitions)))
             for topic, partitions in by_topic.items())))
-    found: dict[tuple[str, int], int | None] = {}
+    answered: dict[tuple[str, int], bytes] = {}
     for topic in response.responses:
         for data in topic.partitions:
             key = (topic.topic, int(data.partition_index))
-            if int(data.error_code) != ErrorCode.NONE or key not in positions:
-                continue
-            found[key], _ = first_timestamp(bytes(data.records or b""), positions[key])
-    return found
+            if int(data.error_code) == ErrorCode.NONE and key in positions:
+                answered[key] = _whole_batches(bytes(data.records or b""))
+    return answered
+
+
+def _whole_batches(records: bytes) -> bytes:
+    """The whole batches at the front of `records` (Kafka may end a partition's answer with
+    part of one)."""
+    position = 0
+    while position + 12 <= len(records):
+        size = 12 + int.from_bytes(records[position + 8:position + 12], "big")
+        if position + size > len(records):
+            break
+        position += size
+    return records[:position]

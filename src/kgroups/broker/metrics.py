@@ -9,7 +9,8 @@ Two kinds of figures:
 - counted as things happen (request latencies, rebalance durations): prometheus_client
   histograms the coordinator runtime feeds through `CoordinatorMetrics`;
 - read at scrape time (groups by state, members, rebalances by cause, offsets, lag, load times,
-  expired offsets): `CoordinatorMetrics.snapshot` walks the coordinator's summaries and the
+  expired offsets, crashes and restarts of background tasks, which are counted whether or not
+  metrics are served): `CoordinatorMetrics.snapshot` walks the coordinator's summaries and the
   logs, so an OffsetCommit costs nothing extra and a scrape sees one consistent moment.
 The HTTP server runs on the broker's event loop, so the snapshot reads the coordinator's state
 without locks, between two requests; a custom collector turns it into metric families and
@@ -36,6 +37,7 @@ from kgroups.broker.events import log_event
 from kgroups.broker.lag_time import RecordTimes, lag_seconds
 
 if TYPE_CHECKING:
+    from kgroups.broker.background import BackgroundTasks
     from kgroups.coordinator import GroupCoordinator, GroupSummary
     from kgroups.log.manager import LogManager
 
@@ -54,6 +56,7 @@ class CoordinatorState(Protocol):
     core: GroupCoordinator
     rebalance_counts: dict[str, Counter[str]]  # group -> cause -> rebalances started
     load_seconds: dict[int, float]  # offsets partition -> time to load it
+    background: BackgroundTasks  # its counts are the whole broker's (background.TaskCounts)
 
 
 class CoordinatorMetrics:
@@ -125,7 +128,9 @@ class CoordinatorMetrics:
             offsets=rows,
             log_ends={key: known[0] for key, known in partitions.items() if known is not None},
             log_starts={key: known[2] for key, known in partitions.items()
-                        if known is not None})
+                        if known is not None},
+            task_crashes=dict(runtime.background.counts.crashes),
+            task_restarts=dict(runtime.background.counts.restarts))
 
     def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes, int] | None:
         """The partition's log end, timestamp reader and log start; None if it has no log
@@ -153,6 +158,8 @@ class Snapshot:
     offsets: list[OffsetRow]
     log_ends: dict[tuple[str, int], int]
     log_starts: dict[tuple[str, int], int]
+    task_crashes: dict[str, int]  # background task name -> crashes since start
+    task_restarts: dict[str, int]  # background task name -> restarts after a crash
 
 
 class SnapshotCollector(Collector):
@@ -207,7 +214,24 @@ class SnapshotCollector(Collector):
         for partition, seconds in sorted(snapshot.load_seconds.items()):
             load.add_metric([str(partition)], seconds)
         yield load
+        yield from self._tasks()
         yield from self._offsets()
+
+    def _tasks(self) -> Iterator[Metric]:
+        """A crashed background task is started again (kgroups.broker.background): an alert
+        on these counters' rate finds a loop that keeps crashing, which no log scan would."""
+        crashes = CounterMetricFamily(
+            "kgroups_background_task_crashes",
+            "Crashes of the broker's background tasks (log cleaner, log flusher, offsets "
+            "loader and cleaner, network processes) since start", labels=["task"])
+        for task, count in sorted(self._snapshot.task_crashes.items()):
+            crashes.add_metric([task], count)
+        restarts = CounterMetricFamily(
+            "kgroups_background_task_restarts",
+            "Background tasks started again after a crash, since start", labels=["task"])
+        for task, count in sorted(self._snapshot.task_restarts.items()):
+            restarts.add_metric([task], count)
+        yield from (crashes, restarts)
 
     def _offsets(self) -> Iterator[Metric]:
         labels = ["group", "topic", "partition"]

@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from kgroups.broker import descriptors
 from kgroups.broker.api import HandlerRegistry, RequestContext, handles
 from kgroups.broker.cluster_handlers import NO_THROTTLE
 from kgroups.broker.config_handlers import TOPIC_CONFIG_SOURCE, topic_config_entries
@@ -22,7 +23,8 @@ USE_BROKER_DEFAULT = -1
 # Kafka's controller refuses a request that would write more than this many metadata records
 # (a topic, each of its partitions, each of its configs) or add more partitions at once:
 # POLICY_VIOLATION, with these messages (Kafka 4.3.1 on the wire). It also bounds what one
-# request can make this broker open: each partition holds open files.
+# request can make this broker open: each partition holds open files. Below that, a creation
+# whose partitions would leave too few file descriptors is refused the same way (descriptors).
 MAX_RECORDS_PER_REQUEST = 10_000
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 TOO_MANY_RECORDS = "Unable to perform excessively large batch operation."
@@ -62,8 +64,14 @@ def _create_one(
         topic_log_config(broker.log_config, configs)
     except TopicConfigError as exc:
         return ErrorCode.INVALID_CONFIG, str(exc), -1
+    no_room = descriptors.refusal(partitions)
+    if no_room is not None:
+        return ErrorCode.POLICY_VIOLATION, no_room, -1
     if not validate_only:
-        error = broker.topics.create(topic.name, partitions, configs)
+        try:
+            error = broker.topics.create(topic.name, partitions, configs)
+        except OSError as exc:  # the disk, or descriptors gone since the check: none created
+            return ErrorCode.KAFKA_STORAGE_ERROR, str(exc), -1
         if error != ErrorCode.NONE:
             return error, None, -1
         log_event(logger, logging.INFO, "topic_created", topic=topic.name, partitions=partitions,
@@ -166,8 +174,14 @@ def _grow_one(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[Err
         if any(tuple(int(b) for b in a.broker_ids) != (node,) for a in topic.assignments):
             return (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                     f"Each new partition must be assigned to broker {node}, the only one.")
+    no_room = descriptors.refusal(count - current)
+    if no_room is not None:
+        return ErrorCode.POLICY_VIOLATION, no_room
     if not validate_only:
-        ctx.broker.topics.add_partitions(topic.name, count)
+        try:
+            ctx.broker.topics.add_partitions(topic.name, count)
+        except OSError as exc:  # the disk, or descriptors gone since the check: none added
+            return ErrorCode.KAFKA_STORAGE_ERROR, str(exc)
         log_event(logger, logging.INFO, "partitions_added", topic=topic.name, partitions=count)
     return ErrorCode.NONE, None
 

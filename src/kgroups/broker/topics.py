@@ -115,7 +115,8 @@ class TopicCatalog:
         self, topic: str, num_partitions: int, configs: Mapping[str, str] | None = None
     ) -> ErrorCode:
         """Create every partition's log (with the topic's own log settings, if any); the error
-        Kafka's CreateTopics would give otherwise. Bad settings raise TopicConfigError."""
+        Kafka's CreateTopics would give otherwise. Bad settings raise TopicConfigError; a
+        partition that cannot be created (OSError) undoes the others and raises."""
         if topic_name_error(topic) is not None:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if num_partitions < 1:
@@ -131,8 +132,11 @@ class TopicCatalog:
             self._logs.set_topic_config(topic, log_config)
         else:
             self._forget_config(topic)
-        for partition in range(num_partitions):
-            self._logs.get_or_create(topic, partition)
+        try:
+            self._open_partitions(topic, 0, num_partitions)
+        except OSError:
+            self._forget_config(topic)
+            raise
         self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
         self._changed()
         return ErrorCode.NONE
@@ -174,12 +178,21 @@ class TopicCatalog:
 
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow an existing topic to `total` partitions (the caller checked it is an increase);
-        the new partitions start empty, as in Kafka."""
+        the new partitions start empty, as in Kafka. An OSError adds none."""
         current = self._counts[topic]
-        for partition in range(current, total):
-            self._logs.get_or_create(topic, partition)
+        self._open_partitions(topic, current, total)
         self._counts = dict(sorted({**self._counts, topic: total}.items()))
         self._changed()
+
+    def _open_partitions(self, topic: str, first: int, end: int) -> None:
+        """Create partitions first..end-1, all or none: those made before one that fails are
+        deleted again, or a restart would find them on disk and count them in."""
+        try:
+            for partition in range(first, end):
+                self._logs.get_or_create(topic, partition)
+        except OSError:
+            self._logs.delete_partitions(topic, range(first, end))
+            raise
 
     def _forget_config(self, topic: str) -> None:
         """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""

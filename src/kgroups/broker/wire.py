@@ -170,8 +170,13 @@ def _names_in_any_version(entity: type[Any]) -> frozenset[str]:
     api_key = int(entity.__api_key__)
     kind = "request" if entity.__header_schema__.__name__ == "RequestHeader" else "response"
     api_package = f"kio.schema.{api_key_map[api_key]}"
-    versions = [importlib.import_module(f"{api_package}.{version.name}.{kind}")
-                for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__)]
+    listed = [version.name
+              for version in pkgutil.iter_modules(importlib.import_module(api_package).__path__)]
+    if not listed:
+        # pkgutil says nothing when it cannot list the package (EMFILE): raising keeps that
+        # empty answer out of the cache, which would refuse every answer of this class after.
+        raise OSError(f"cannot list the versions of {api_package}")
+    versions = [importlib.import_module(f"{api_package}.{name}.{kind}") for name in listed]
     names: set[str] = set(_field_names(entity))
     for module in versions:
         same_class = getattr(module, entity.__name__, None)

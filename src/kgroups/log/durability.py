@@ -122,14 +122,18 @@ async def flush_on_schedule(group_commit: GroupCommit, logs: Callable[[], Iterab
     """Kafka's log flusher: fsync each log whose oldest unflushed append is older than its
     flush.ms. It looks every log.flush.scheduler.interval.ms, and at least as often as the
     smallest flush.ms of any log, so a log's flush.ms is honoured even when the scheduler
-    interval is left at its default (Kafka would then never look). Runs until cancelled."""
+    interval is left at its default (Kafka would then never look). Runs until cancelled.
+
+    The logs are listed again after each sleep, and each is skipped once closed: a topic
+    deleted meanwhile (even during another log's fsync) has nothing left to flush."""
     while True:
-        current = list(logs())
-        finite = [log.config.flush_ms for log in current if log.config.flush_ms < NEVER]
+        finite = [log.config.flush_ms for log in logs() if log.config.flush_ms < NEVER]
         interval_ms = min([scheduler_interval_ms, *finite, _IDLE_CHECK_MS])
         await asyncio.sleep(max(interval_ms, 1) / 1000)
         now = time.monotonic()
-        for log in current:
+        for log in list(logs()):
+            if log.closed:
+                continue
             age_ms = (now - log.last_flush) * 1000
             if log.unflushed_messages and age_ms >= log.config.flush_ms:
                 with contextlib.suppress(OSError):  # logged by the log; it went offline

@@ -7,16 +7,19 @@ is applied, read when a partition opens.
 A partition whose log cannot be opened (a damaged older segment, an I/O error) is kept offline:
 asking for it raises PartitionOfflineError, Kafka's KAFKA_STORAGE_ERROR, instead of retrying
 the open on every request; the cause is logged once. Its files are left untouched for an
-operator to look at; restarting the broker tries again.
+operator to look at; restarting the broker tries again. Running out of file descriptors
+(EMFILE, ENFILE) is not the log's fault: that open fails (KAFKA_STORAGE_ERROR too) and the next
+use tries again.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from kgroups.log.batch import BatchCorruptError
@@ -29,6 +32,7 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # Directories a Kafka log dir holds that are not topic partitions: KRaft's metadata log (a copy
 # of a Kafka broker's log dir must serve its topics, not the controller's Raft log).
 NOT_TOPICS = frozenset({"__cluster_metadata"})
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
 
 logger = logging.getLogger(__name__)
 
@@ -163,14 +167,16 @@ class LogManager:
             except OSError as exc:
                 logger.error("could not remove %s from the log start offset checkpoint (%s)",
                              topic, exc)
-        for name, partition in self.partitions():
-            if name != topic:
-                continue
-            self._offline.pop((name, partition), None)
-            log = self._logs.pop((name, partition), None)
+        self.delete_partitions(topic, [p for name, p in self.partitions() if name == topic])
+
+    def delete_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        """Close and remove these partitions of `topic` (a creation undone half-way)."""
+        for partition in partitions:
+            self._offline.pop((topic, partition), None)
+            log = self._logs.pop((topic, partition), None)
             if log is not None:
                 log.close()
-            shutil.rmtree(self._directory(name, partition), ignore_errors=True)
+            shutil.rmtree(self._directory(topic, partition), ignore_errors=True)
 
     def close(self) -> None:
         for log in self._logs.values():
@@ -192,13 +198,24 @@ class LogManager:
             log = PartitionLog.open(self._directory(topic, partition), self.config_for(topic),
                                     check_older_segments=topic != OFFSETS_TOPIC,
                                     log_start_offset=self._checkpointed.get((topic, partition), 0))
-        except (BatchCorruptError, OSError) as exc:
-            offline = PartitionOfflineError(topic, partition, exc)
-            self._offline[(topic, partition)] = offline
-            logger.error("partition %s-%d is offline: %s", topic, partition, exc)
-            raise offline from exc
+        except OSError as exc:
+            if exc.errno not in OUT_OF_DESCRIPTORS:
+                raise self._offline_for_good(topic, partition, exc) from exc
+            # Nothing is wrong with the log: it opens at a later use, once descriptors are free.
+            logger.warning("partition %s-%d cannot be opened now: %s", topic, partition, exc)
+            raise PartitionOfflineError(topic, partition, exc) from exc
+        except BatchCorruptError as exc:
+            raise self._offline_for_good(topic, partition, exc) from exc
         self._logs[(topic, partition)] = log
         known = self._topic_ids.get(topic)
         if known is not None and read_partition_metadata(log.directory) is None:
             write_partition_metadata(log.directory, known)  # a partition added to a known topic
         return log
+
+    def _offline_for_good(self, topic: str, partition: int,
+                          exc: Exception) -> PartitionOfflineError:
+        """Keep the partition offline until a restart (the module says why)."""
+        offline = PartitionOfflineError(topic, partition, exc)
+        self._offline[(topic, partition)] = offline
+        logger.error("partition %s-%d is offline: %s", topic, partition, exc)
+        return offline

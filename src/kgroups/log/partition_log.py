@@ -18,6 +18,7 @@ the active segment's CRC check decides what survived.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -37,7 +38,7 @@ from kgroups.log.batch import (
     set_base_offset,
 )
 from kgroups.log.config import LogConfig
-from kgroups.log.segment import SCAN_WINDOW, Segment, SegmentCorruptError
+from kgroups.log.segment import SCAN_WINDOW, Segment
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +107,10 @@ class PartitionLog:
             for match in (_SEGMENT_FILE.match(path.name) for path in directory.iterdir())
             if match
         )
-        segments = [Segment(directory, base) for base in bases] or [Segment(directory, 0)]
-        try:
+        segments: list[Segment] = []
+        try:  # whatever fails (damage, or no descriptor left: EMFILE), nothing stays open
+            for base in bases or [0]:
+                segments.append(Segment(directory, base))
             for segment, next_segment in pairwise(segments):
                 segment.next_offset = next_segment.base_offset
                 if segment.load_index():
@@ -115,22 +118,22 @@ class PartitionLog:
                         segment.check_framing()
                 else:
                     segment.rebuild_index(segment.batch_positions(), config.index_interval_bytes)
-        except (SegmentCorruptError, OSError):
+            _recover_active(segments[-1], config)
+            if log_start_offset > segments[-1].next_offset:
+                logger.warning("%s ends at offset %d, below its log start offset %d: its "
+                               "segments are deleted and it starts over, empty, at %d",
+                               directory, segments[-1].next_offset, log_start_offset,
+                               log_start_offset)
+                for segment in segments:
+                    segment.delete()
+                segments = [Segment(directory, log_start_offset)]
+                segments[0].next_offset = log_start_offset
+            fsync_path(directory)
+        except BaseException:
             for segment in segments:
                 segment.close()
             raise
-        _recover_active(segments[-1], config)
-        if log_start_offset > segments[-1].next_offset:
-            logger.warning("%s ends at offset %d, below its log start offset %d: its segments "
-                           "are deleted and it starts over, empty, at %d", directory,
-                           segments[-1].next_offset, log_start_offset, log_start_offset)
-            for segment in segments:
-                segment.delete()
-            segments = [Segment(directory, log_start_offset)]
-            segments[0].next_offset = log_start_offset
-        log = cls(directory, config, segments, log_start_offset)
-        fsync_path(directory)
-        return log
+        return cls(directory, config, segments, log_start_offset)
 
     # ----------------------------------------------------------------------------- offsets
 
@@ -159,16 +162,21 @@ class PartitionLog:
         Returns how many went."""
         deleted = 0
         while len(self._segments) > 1 and self._segments[1].base_offset <= self._start_offset:
-            oldest = self._segments[0]
-            with self._sync_lock:
-                self._dirty.discard(oldest)
-                oldest.delete()
-                del self._segments[0]
-                del self._bases[0]
+            self._delete_oldest_segment()
             deleted += 1
         if deleted:
             fsync_path(self.directory)
         return deleted
+
+    def _delete_oldest_segment(self) -> None:
+        """Remove the first segment (never the active one: callers keep one); the caller
+        fsyncs the directory once after its deletions."""
+        oldest = self._segments[0]
+        with self._sync_lock:
+            self._dirty.discard(oldest)
+            oldest.delete()
+            del self._segments[0]
+            del self._bases[0]
 
     @property
     def log_end_offset(self) -> int:
@@ -232,7 +240,8 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         """Start a new segment at the log end, after syncing the old one, so that a crash can
-        only ever tear the newest segment."""
+        only ever tear the newest segment; the old one's index goes to its file now that it
+        is complete (see kgroups.log.segment)."""
         old = self._segments[-1]
         old.repair_tail()
         with self._sync_lock:
@@ -243,6 +252,7 @@ class PartitionLog:
                 raise
             self._dirty.discard(old)
             self._directory_dirty = True
+        old.write_index()  # failing, the roll (and its append) fails; the next append retries
         segment = Segment(self.directory, old.next_offset)
         segment.next_offset = old.next_offset
         self._segments.append(segment)
@@ -260,8 +270,11 @@ class PartitionLog:
         return self.unflushed_messages >= self.config.flush_messages
 
     def flush(self) -> None:
-        """fsync everything appended so far (safe to call from a worker thread)."""
+        """fsync everything appended so far (safe to call from a worker thread). A closed log
+        (its topic deleted meanwhile) has nothing left to flush."""
         with self._sync_lock:
+            if self.closed:
+                return
             if self.sync_failure is not None:
                 raise self._offline()
             target = self._registered_end  # what the dirty segments below hold
@@ -369,18 +382,26 @@ class PartitionLog:
             if not (too_old or too_big):
                 break
             excess -= oldest.size
-            with self._sync_lock:
-                self._dirty.discard(oldest)
-                oldest.delete()
-                del self._segments[0]
-                del self._bases[0]
+            self._delete_oldest_segment()
             deleted += 1
         if deleted:
             fsync_path(self.directory)
         return deleted
 
+    @property
+    def closed(self) -> bool:
+        """Closed (its topic deleted, or the broker stopping): no offsets, nothing to flush."""
+        return not self._segments
+
     def close(self) -> None:
+        """Close the files, the active segment's index written first, so that a cleanly
+        closed log's index files are all whole (a reader other than kgroups may trust them;
+        kgroups rebuilds the active one's on open either way, hence no fsync and no error for
+        it)."""
         with self._sync_lock:
+            if self._segments:
+                with contextlib.suppress(OSError):
+                    self._segments[-1].write_index(durable=False)
             for segment in self._segments:
                 segment.close()
             self._segments = []
@@ -419,7 +440,6 @@ def _recover_active(segment: Segment, config: LogConfig) -> None:
         os.fsync(segment.fd)
     segment.next_offset = batches[-1][2] + 1 if batches else segment.base_offset
     segment.rebuild_index(batches, config.index_interval_bytes)
-    os.fsync(segment.index_fd)
 
 
 def _find_batch(segment: Segment, offset: int) -> int | None:

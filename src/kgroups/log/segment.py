@@ -5,9 +5,16 @@ byte position as int32), one per `index.interval.bytes` of log, each naming the 
 the batch that starts at that position. It is only a shortcut into the log: an index that does
 not make sense is rebuilt from the log rather than trusted.
 
+A segment holds one file descriptor, its `.log`, as a Kafka broker does (Kafka memory-maps its
+indexes and closes their files). The index lives in memory and goes to its file whole
+(`write_index`, fsynced) when the segment stops taking appends (a roll), when it is rebuilt, and
+when the log closes; the active segment's index file is never trusted anyway, since opening a
+log rebuilds it from the batches it checks. So a partition of one segment holds one descriptor,
+not two.
+
 A failed or short write (ENOSPC, EIO) must not leave part of a batch in the file: the next
 append would land after it and every batch from there on would be unreadable. So an append that
-fails cuts both files back to where they ended before it, and the in-memory size and index only
+fails cuts the file back to where it ended before it, and the in-memory size and index only
 move once the bytes are written. If even that cut fails, the segment remembers it and every
 later append tries the cut again first, failing until it succeeds.
 """
@@ -63,37 +70,39 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class Segment:
-    """File handles and the in-memory offset index of one segment."""
+    """The log file's descriptor and the in-memory offset index of one segment."""
 
     def __init__(self, directory: Path, base_offset: int) -> None:
         self.base_offset = base_offset
         self.log_path = directory / f"{segment_name(base_offset)}.log"
         self.index_path = directory / f"{segment_name(base_offset)}.index"
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        try:
+            self.size = os.fstat(self.fd).st_size
+            if not self.size and not self.index_path.exists():  # new: Kafka's pair of files
+                os.close(os.open(self.index_path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError:
+            os.close(self.fd)
+            raise
         self.index_offsets = array("q")  # absolute last offsets, for bisect
         self.index_positions = array("q")
+        self._index_file = bytearray()  # the same entries as the file holds them
         self.bytes_since_index = 0
         self.next_offset = base_offset
         self.cached_max_timestamp: int | None = None
-        self._unrepaired: tuple[int, int] | None = None  # (log size, index size) to cut back to
+        self._unrepaired: int | None = None  # the log size to cut back to
 
     # --------------------------------------------------------------------------- writing
 
     def append(self, data: bytes, last_offset: int, index_interval_bytes: int) -> None:
-        """Write one batch at the end; on any OSError the files are as they were before."""
+        """Write one batch at the end; on any OSError the file is as it was before."""
         self.repair_tail()
         position = self.size
-        index_size = len(self.index_offsets) * INDEX_ENTRY.size
         add_entry = self.bytes_since_index > index_interval_bytes
         try:
             _write_all(self.fd, data)
-            if add_entry:
-                _write_all(self.index_fd,
-                           INDEX_ENTRY.pack(last_offset - self.base_offset, position))
         except OSError:
-            self._cut_back(position, index_size)
+            self._cut_back(position)
             raise
         self.size += len(data)
         self.next_offset = last_offset + 1
@@ -103,12 +112,11 @@ class Segment:
             self.bytes_since_index = 0
         self.bytes_since_index += len(data)
 
-    def _cut_back(self, size: int, index_size: int) -> None:
+    def _cut_back(self, size: int) -> None:
         try:
             os.ftruncate(self.fd, size)
-            os.ftruncate(self.index_fd, index_size)
         except OSError as exc:
-            self._unrepaired = (size, index_size)
+            self._unrepaired = size
             logger.error("could not cut %s back to byte %d after a failed append (%s): no "
                          "appends to it until that cut succeeds", self.log_path, size, exc)
 
@@ -117,10 +125,9 @@ class Segment:
         UnrepairedTailError while it still cannot."""
         if self._unrepaired is None:
             return
-        size, index_size = self._unrepaired
+        size = self._unrepaired
         try:
             os.ftruncate(self.fd, size)
-            os.ftruncate(self.index_fd, index_size)
         except OSError as exc:
             raise UnrepairedTailError(
                 exc.errno, f"{self.log_path} still ends in a failed append past byte {size}: "
@@ -131,6 +138,7 @@ class Segment:
     def _add_index_entry(self, last_offset: int, position: int) -> None:
         self.index_offsets.append(last_offset)
         self.index_positions.append(position)
+        self._index_file += INDEX_ENTRY.pack(last_offset - self.base_offset, position)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
@@ -138,11 +146,21 @@ class Segment:
 
     def sync(self) -> None:
         os.fsync(self.fd)
-        os.fsync(self.index_fd)
+
+    def write_index(self, *, durable: bool = True) -> None:
+        """Write the in-memory index to its file, whole, and fsync it unless not `durable`
+        (a descriptor held only meanwhile). Its bytes are kept packed as entries are added, so
+        a roll of a 1 GiB segment writes its 2 MiB index without packing 262,144 entries."""
+        fd = os.open(self.index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, bytes(self._index_file))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         os.close(self.fd)
-        os.close(self.index_fd)
 
     def delete(self) -> None:
         self.close()
@@ -221,8 +239,12 @@ class Segment:
             position += pos
 
     def load_index(self) -> bool:
-        """Load the index file; False (and nothing loaded) when it does not fit this log."""
-        raw = os.pread(self.index_fd, os.fstat(self.index_fd).st_size, 0)
+        """Load the index file; False (and nothing loaded) when it is missing or does not fit
+        this log."""
+        try:
+            raw = self.index_path.read_bytes()
+        except FileNotFoundError:
+            return False
         if len(raw) % INDEX_ENTRY.size:
             return False
         previous = -1
@@ -235,12 +257,15 @@ class Segment:
             offsets.append(self.base_offset + relative)
             positions.append(position)
         self.index_offsets, self.index_positions = offsets, positions
+        self._index_file = bytearray(raw)
         return True
 
     def rebuild_index(self, batches: list[tuple[int, int, int, int]], interval: int) -> None:
-        """Recreate the index (memory and file) from the batch list of this segment."""
+        """Recreate the index (memory and file, fsynced) from the batch list of this
+        segment."""
         self.index_offsets = array("q")
         self.index_positions = array("q")
+        self._index_file = bytearray()
         since = 0
         for position, _base, last, size in batches:
             if since > interval:
@@ -248,12 +273,7 @@ class Segment:
                 since = 0
             since += size
         self.bytes_since_index = since
-        entries = b"".join(
-            INDEX_ENTRY.pack(offset - self.base_offset, position)
-            for offset, position in zip(self.index_offsets, self.index_positions, strict=True)
-        )
-        os.ftruncate(self.index_fd, 0)
-        os.write(self.index_fd, entries)
+        self.write_index()
 
     def start_position_for(self, offset: int) -> int:
         """A byte position at or before the batch holding `offset` (from the index)."""
