@@ -51,11 +51,12 @@ def _joins(count: int) -> bytes:
         topic_partitions=())) for index in range(count))
 
 
-def _read_answers(sock: socket.socket, count: int) -> list[Any]:
-    schema = response_type(68, 1)
+def _read_answers(sock: socket.socket, count: int, last: type[Any] | None = None) -> list[Any]:
+    """`count` heartbeat answers, the last one read as `last` when given."""
     reader = sock.makefile("rb")
     answers = []
-    for _ in range(count):
+    for index in range(count):
+        schema = last if last is not None and index == count - 1 else response_type(68, 1)
         (size,) = struct.unpack(">i", reader.read(4))
         answers.append(decode_response(schema, reader.read(size))[1])
     return answers
@@ -120,6 +121,23 @@ def test_one_group_gets_a_bounded_share_of_each_loop_turn(inprocess_broker: Any)
     assert {ErrorCode(int(a.error_code)) for a in answers} == {ErrorCode.NONE}
     assert sum(per_turn.values()) == joins
     assert max(per_turn.values()) <= 2 * GROUP_REQUESTS_PER_TURN, max(per_turn.values())
+
+
+def test_a_describe_pipelined_after_the_joins_sees_them_all(inprocess_broker: Any) -> None:
+    """Requests wait for their turn per group, in order: a ConsumerGroupDescribe sent behind a
+    burst of joins on the same connection is answered with every one of them, as Kafka
+    answers a connection's requests one after another."""
+    with connect(inprocess_broker.port) as admin:
+        create_topic(admin, TOPIC, 8)
+        _await_coordinator(admin)
+    joins = 300
+    describe = encode_request(joins + 1, "storm", build(
+        request_type(69, 1), group_ids=("storm-group",), include_authorized_operations=False))
+    with socket.create_connection(("127.0.0.1", inprocess_broker.port), timeout=30) as storm:
+        storm.sendall(_joins(joins) + describe)
+        answers = _read_answers(storm, joins + 1, response_type(69, 1))
+    (described,) = answers[-1].groups
+    assert len(described.members) == joins
 
 
 def test_a_join_storm_does_not_stall_another_client(kgroups_server: Any) -> None:

@@ -74,6 +74,17 @@ CoreRequest = (core.JoinGroupRequest | core.SyncGroupRequest | core.HeartbeatReq
                | ConsumerGroupDescribeRequest)
 
 
+def _groups_named(request: CoreRequest) -> tuple[str, ...]:
+    """The groups a request is about: a describe waits behind its groups' earlier requests
+    too, so it sees what they did (as Kafka answers a connection's requests in order)."""
+    group_id = getattr(request, "group_id", None)
+    if group_id is not None:
+        return (group_id,)
+    if isinstance(request, core.OffsetFetchRequest):
+        return tuple(dict.fromkeys(group.group_id for group in request.groups))
+    return tuple(dict.fromkeys(getattr(request, "group_ids", ())))
+
+
 def wall_clock_ms() -> int:
     """Group timestamps are persisted and compared across restarts, so they are wall-clock."""
     return time.time_ns() // 1_000_000
@@ -291,9 +302,9 @@ class CoordinatorRuntime:
         request_id = next(self._request_ids)
         started = time.monotonic()
         request = make_request(request_id)
-        group_id = getattr(request, "group_id", None)
-        if group_id is not None and not self._take_turn(group_id):
-            await self._wait_turn(group_id)
+        for group_id in _groups_named(request):
+            if not self._take_turn(group_id):
+                await self._wait_turn(group_id)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
