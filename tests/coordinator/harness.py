@@ -33,6 +33,14 @@ from kgroups.records.consumer_protocol import encode_subscription
 from kgroups.records.schema import ConsumerSubscription, OffsetsRecord
 
 
+def synchronous_config(**settings: object) -> GroupCoordinatorConfig:
+    """Settings under which a consumer group's target is computed in the very heartbeat that
+    moves its epoch (group.consumer.assignment.interval.ms=0: Kafka before 4.3, and the
+    Kafka the differential suite compares with), for tests that follow one step at a time."""
+    return GroupCoordinatorConfig(group_consumer_assignment_interval_ms=0,
+                                  **settings)  # type: ignore[arg-type]
+
+
 def subscription(*topics: str) -> bytes:
     return encode_subscription(ConsumerSubscription(topics=tuple(topics)))
 

@@ -4,9 +4,10 @@ fencing, timeouts, static members, assignors, offsets with member epochs, and re
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 
 import pytest
-from tests.coordinator.harness import Harness
+from tests.coordinator.harness import Harness, synchronous_config
 
 from kgroups.coordinator import (
     DeleteGroupsRequest,
@@ -27,8 +28,11 @@ T2 = uuid.UUID(int=0x2222)
 G = "cg"
 
 
+@dataclass
 class Session(Harness):
     """The harness plus heartbeats that report owned partitions as a real member would."""
+
+    config: GroupCoordinatorConfig = field(default_factory=synchronous_config)
 
     def hb(self, member: str, epoch: int, *, owned=(), topics=("t1",), instance=None,
            assignor=None, version: int = 1, full: bool = False,
@@ -224,7 +228,7 @@ def test_unreleased_instance_id(s: Session) -> None:
 
 
 def test_range_assignor_on_request_and_max_size() -> None:
-    s = Session(config=GroupCoordinatorConfig(group_consumer_max_size=2))
+    s = Session(config=synchronous_config(group_consumer_max_size=2))
     s.coordinator.set_topics(topics(t1=3, t2=3))
     a = s.hb("a", 0, topics=("t1", "t2"), assignor="range")
     b = s.hb("b", 0, topics=("t1", "t2"), assignor="range")
@@ -299,7 +303,7 @@ def test_replay_rebuilds_members_epochs_targets_and_owners(s: Session) -> None:
 
 
 def test_protocol_can_be_switched_off() -> None:
-    s = Session(config=GroupCoordinatorConfig(group_coordinator_rebalance_protocols=("classic",)))
+    s = Session(config=synchronous_config(group_coordinator_rebalance_protocols=("classic",)))
     refused = s.hb("a", 0)
     assert (refused.error, refused.error_message) == (ErrorCode.UNSUPPORTED_VERSION, None)
     rid = s.rid()
@@ -313,3 +317,23 @@ def test_an_empty_classic_group_becomes_a_consumer_group_with_its_offsets(s: Ses
     assert s.hb("a", 0).error == ErrorCode.NONE
     assert s.fetch(G) == {("t1", 0): 42}
     assert s.replayed()._groups[G].consumer == s.group()
+
+
+def test_describe_counts_partitions_pending_revocation_as_held(s: Session) -> None:
+    """As Kafka 4.3.1 describes a member asked to give partitions up: its assignment still
+    lists them until it reports them gone (tests/differential, test_diff_consumer_protocol.py
+    ::test_target_assignment_batching_as_kafka_43)."""
+    a = s.hb("a", 0)
+    s.hb("b", 0)
+    revoking = s.hb("a", a.member_epoch, owned=a.assignment)
+    assert count(revoking.assignment) == 3
+    rid = s.rid()
+    s.absorb(s.coordinator.consumer_group_describe(ConsumerGroupDescribeRequest(rid, (G,)), s.now))
+    (described,) = s.reply(rid).groups
+    held = {m.member_id: m.assignment for m in described.members}
+    assert held["a"] == ((T1, (0, 1, 2, 3, 4, 5)),)
+    s.hb("a", a.member_epoch, owned=revoking.assignment)
+    rid = s.rid()
+    s.absorb(s.coordinator.consumer_group_describe(ConsumerGroupDescribeRequest(rid, (G,)), s.now))
+    (described,) = s.reply(rid).groups
+    assert {m.member_id: count(m.assignment) for m in described.members}["a"] == 3

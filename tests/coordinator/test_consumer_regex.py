@@ -7,9 +7,10 @@ subscribed topic is created, grown or deleted, regex records (type 16) replayed.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 
 import pytest
-from tests.coordinator.harness import Harness
+from tests.coordinator.harness import Harness, synchronous_config
 
 from kgroups.coordinator import GroupCoordinatorConfig, ListGroupsRequest
 from kgroups.coordinator.consumer_api import (
@@ -34,7 +35,10 @@ def catalogue(**partitions: int) -> dict[str, TopicInfo]:
             for name, count in partitions.items()}
 
 
+@dataclass
 class Session(Harness):
+    config: GroupCoordinatorConfig = field(default_factory=synchronous_config)
+
     def hb(self, member: str, epoch: int, *, regex: str | None = None,
            names: tuple[str, ...] | None = None, owned=None) -> ConsumerGroupHeartbeatResponse:
         joining = epoch == 0
@@ -180,7 +184,7 @@ def test_replay_rebuilds_resolved_regexes_byte_for_byte(s: Session) -> None:
 
 
 def test_regexes_are_resolved_again_after_the_refresh_interval() -> None:
-    config = GroupCoordinatorConfig(group_consumer_regex_refresh_interval_ms=20_000)
+    config = synchronous_config(group_consumer_regex_refresh_interval_ms=20_000)
     s = Session(config=config)
     s.coordinator.set_topics(catalogue(orders_a=1))
     s.hb("m", 0, regex="orders-.*")

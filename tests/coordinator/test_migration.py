@@ -7,9 +7,10 @@ ways and every step survives a replay of the log."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 
 import pytest
-from tests.coordinator.harness import Harness
+from tests.coordinator.harness import Harness, synchronous_config
 
 from kgroups.coordinator import (
     GroupCoordinatorConfig,
@@ -67,8 +68,11 @@ def partitions_of(raw: bytes) -> tuple[int, ...]:
     return tuple(p for entry in decoded.assigned_partitions for p in entry.partitions)
 
 
+@dataclass
 class Session(Harness):
     """The harness, with a consumer-protocol member `hb` and a classic member `rejoin`."""
+
+    config: GroupCoordinatorConfig = field(default_factory=synchronous_config)
 
     def hb(self, member: str, epoch: int, *, owned: object = (),
            regex: str | None = None) -> ConsumerGroupHeartbeatResponse:
@@ -107,7 +111,7 @@ class Session(Harness):
 
 def classic_group(config: GroupCoordinatorConfig | None = None) -> tuple[Session, str]:
     """A Stable classic group: one member owning all 6 partitions of t1, generation 1."""
-    s = Session(config=config or GroupCoordinatorConfig())
+    s = Session(config=config or synchronous_config())
     s.coordinator.set_topics({"t1": TopicInfo(T1, 6)})
     first = s.reply(s.join(G, protocols=(("cooperative-sticky", subscription()),)))
     assert isinstance(first, JoinGroupResponse)
@@ -235,19 +239,19 @@ def test_a_classic_static_member_replacing_the_last_consumer_one_turns_the_group
 
 
 def test_policy_disabled_keeps_each_group_in_its_protocol() -> None:
-    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="downgrade"))
+    s, c = classic_group(synchronous_config(group_consumer_migration_policy="downgrade"))
     refused = s.hb("a", 0)
     assert (refused.error, refused.error_message) == (
         ErrorCode.GROUP_ID_NOT_FOUND,
         f"Cannot upgrade classic group {G} to consumer group because online upgrade is "
         "disabled.")
     assert s.coordinator._groups[G].members
-    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="upgrade"))
+    s, c = classic_group(synchronous_config(group_consumer_migration_policy="upgrade"))
     s.hb("a", 0)
     s.hb("a", -1)
     consumer = s.consumer()
     assert consumer is not None and list(consumer.members) == [c]
-    s, c = classic_group(GroupCoordinatorConfig(group_consumer_migration_policy="disabled"))
+    s, c = classic_group(synchronous_config(group_consumer_migration_policy="disabled"))
     assert refused_upgrade(s).endswith("because online upgrade is disabled.")
     s.leave(G, MemberIdentity(c))
     s.hb("a", 0)  # an empty classic group becomes a consumer group whatever the policy
@@ -310,13 +314,13 @@ def test_upgrade_refusals_say_why_as_kafka_does() -> None:
     assert "an unsupported custom assignor is in use" in refused_upgrade(s)
     s.coordinator._groups[G].members[c].assignment = b"\x00"
     assert refused_upgrade(s).endswith("the embedded consumer protocol is malformed.")
-    s, c = classic_group(GroupCoordinatorConfig(group_consumer_max_size=1))
+    s, c = classic_group(synchronous_config(group_consumer_max_size=1))
     s.join(G, "", version=3, protocols=(("cooperative-sticky", subscription()),))  # parked
     assert refused_upgrade(s).endswith("exceeds the consumer group maximum size.")
 
 
 def test_a_refused_joining_member_leaves_the_group_classic() -> None:
-    s, c = classic_group(GroupCoordinatorConfig(group_consumer_max_size=1))
+    s, c = classic_group(synchronous_config(group_consumer_max_size=1))
     written = len(s.log[s.coordinator.partition_of(G)])
     refused = s.hb("a", 0)
     assert (refused.error, refused.error_message) == (

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pprint
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from diff_dialog import Script, differences, normalise, render, run_both
 from diff_setup import TOPICS, create_topics
+from tests.broker.conftest import ServerProcess
+from tests.kafka_harness import KAFKA_TEST_SETTINGS, kgroups_overrides
 
 Known = dict[str, tuple[Any, Any]]
 Converse = Callable[..., dict[str, list[tuple[str, Any]]]]
@@ -23,6 +25,20 @@ def differential_ports(kafka_broker: Any, kgroups_broker: Any) -> dict[str, int]
     for broker in (kafka_broker, kgroups_broker):
         create_topics(broker.bootstrap)
     return {"kafka": kafka_broker.port, "kgroups": kgroups_broker.port}
+
+
+@pytest.fixture(scope="session")
+def synchronous_kgroups(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """kgroups computing a consumer group's target in the heartbeat that moves its epoch
+    (group.consumer.assignment.interval.ms=0), to pair with a Kafka so configured: the
+    conversations that follow every step of a reconciliation compare against it."""
+    workdir = tmp_path_factory.mktemp("kgroups-sync")
+    server = ServerProcess(workdir / "data", workdir / "server.log", kgroups_overrides(
+        {**KAFKA_TEST_SETTINGS, "group.consumer.assignment.interval.ms": "0"}))
+    server.start()
+    create_topics(server.bootstrap)
+    yield server
+    server.close()
 
 
 def group_name(request: pytest.FixtureRequest) -> str:

@@ -61,8 +61,8 @@ def migration_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaB
 
 
 @pytest.fixture
-def ports(migration_kafka: KafkaBroker, differential_ports: dict[str, int]) -> dict[str, int]:
-    return {"kafka": migration_kafka.port, "kgroups": differential_ports["kgroups"]}
+def ports(migration_kafka: KafkaBroker, synchronous_kgroups: ServerProcess) -> dict[str, int]:
+    return {"kafka": migration_kafka.port, "kgroups": synchronous_kgroups.port}
 
 
 @pytest.fixture(scope="module")

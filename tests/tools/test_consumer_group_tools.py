@@ -195,10 +195,11 @@ def _heartbeat(client: KafkaWireClient, group: str, member: str, epoch: int,
 
 def test_kgroups_groups_shows_members_still_reconciling(sides: list[Side], names: Names,
                                                        capsys: Any) -> None:
-    """kgroups computes a target in the heartbeat that moves the group epoch: member a holds
-    every partition, b joins, and until a heartbeats again a must revoke half and b waits for
-    them. `kgroups groups --describe --members --verbose` shows both epochs and targets, and
-    says on stderr which members are still reconciling."""
+    """kgroups computes a target in the heartbeat that moves the group epoch once
+    group.consumer.assignment.interval.ms (1 s) has passed since the last: member a holds
+    every partition, b joins a second later, and until a heartbeats again a must revoke half
+    and b waits for them. `kgroups groups --describe --members --verbose` shows both epochs
+    and targets, and says on stderr which members are still reconciling."""
     side = sides[1]
     with _client(side) as client:
         (topic,) = client.call(metadata_request(names.topic, auto_create=False)).topics
@@ -208,6 +209,7 @@ def test_kgroups_groups_shows_members_still_reconciling(sides: list[Side], names
         held = _heartbeat(client, names.rebalancing, a, int(first.member_epoch), everything,
                           names.topic)
         assert int(held.error_code) == 0
+        time.sleep(1.1)  # past the interval: b's join computes the target
         joined = _heartbeat(client, names.rebalancing, b, 0, [], names.topic)
         assert int(joined.error_code) == 0
         assert main(["groups", "--bootstrap-server", side.bootstrap, "--describe", "--group",

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -61,12 +61,28 @@ logger = logging.getLogger("kgroups.coordinator")
 
 # Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
 _DEFAULT_CLEANER_BACKOFF_MS = 15_000
+# Requests naming one group that the core takes per event-loop turn; the group's others wait,
+# in arrival order, for the next turn. A client pipelining thousands of joins into one group
+# gets them read in one turn; without the bound the core would run them all before anyone
+# else's request (other groups' commits and heartbeats, fetches) was looked at.
+GROUP_REQUESTS_PER_TURN = 32
 # Every request the core takes; `_handle` routes each type to its GroupCoordinator method.
 CoreRequest = (core.JoinGroupRequest | core.SyncGroupRequest | core.HeartbeatRequest
                | core.LeaveGroupRequest | core.OffsetCommitRequest | core.OffsetFetchRequest
                | core.OffsetDeleteRequest | core.DescribeGroupsRequest | core.ListGroupsRequest
                | core.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
                | ConsumerGroupDescribeRequest)
+
+
+def _groups_named(request: CoreRequest) -> tuple[str, ...]:
+    """The groups a request is about: a describe waits behind its groups' earlier requests
+    too, so it sees what they did (as Kafka answers a connection's requests in order)."""
+    group_id = getattr(request, "group_id", None)
+    if group_id is not None:
+        return (group_id,)
+    if isinstance(request, core.OffsetFetchRequest):
+        return tuple(dict.fromkeys(group.group_id for group in request.groups))
+    return tuple(dict.fromkeys(getattr(request, "group_ids", ())))
 
 
 def wall_clock_ms() -> int:
@@ -141,6 +157,13 @@ class CoordinatorRuntime:
         self._rebalancing_since: dict[str, float] = {}  # group -> monotonic start
         # Set by the broker when metrics are served; None keeps the request path free of them.
         self.metrics: CoordinatorMetrics | None = None
+        # The per-group bound of each loop turn (GROUP_REQUESTS_PER_TURN): requests taken this
+        # turn, requests waiting for a later one (in order), and requests let go at the turn's
+        # start whose tasks have not run yet (a newcomer must not overtake them).
+        self._taken: dict[str, int] = {}
+        self._waiting_turn: dict[str, deque[asyncio.Future[None]]] = {}
+        self._released: Counter[str] = Counter()
+        self._turn_ends: asyncio.Handle | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -279,10 +302,13 @@ class CoordinatorRuntime:
         """Hand one request to the core and wait for its reply (which may come much later:
         a JoinGroup is answered when the rebalance completes)."""
         request_id = next(self._request_ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = future
         started = time.monotonic()
         request = make_request(request_id)
+        for group_id in _groups_named(request):
+            if not self._take_turn(group_id):
+                await self._wait_turn(group_id)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
         try:
             self._apply(self._handle(request, wall_clock_ms()))
             return await future
@@ -291,6 +317,54 @@ class CoordinatorRuntime:
             if self.metrics is not None:
                 self.metrics.observe_request(type(request).__name__.removesuffix("Request"),
                                              time.monotonic() - started)
+
+    def _take_turn(self, group_id: str) -> bool:
+        """Count a request for `group_id` against this turn, if the group has room in it and
+        no earlier request of the group is still waiting or about to run."""
+        taken = self._taken.get(group_id, 0)
+        if taken >= GROUP_REQUESTS_PER_TURN or group_id in self._waiting_turn \
+                or self._released[group_id]:
+            return False
+        self._taken[group_id] = taken + 1
+        self._end_turn_later()
+        return True
+
+    async def _wait_turn(self, group_id: str) -> None:
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting_turn.setdefault(group_id, deque()).append(turn)
+        self._end_turn_later()
+        try:
+            await turn
+        finally:
+            if turn.done() and not turn.cancelled():
+                self._released[group_id] -= 1
+                if not self._released[group_id]:
+                    del self._released[group_id]
+
+    def _end_turn_later(self) -> None:
+        if self._turn_ends is None:
+            self._turn_ends = asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A new loop turn: every group's count starts again, and each group's waiting
+        requests go on, up to the bound, in the order they came."""
+        self._turn_ends = None
+        self._taken = {}
+        for group_id, queue in list(self._waiting_turn.items()):
+            taken = 0
+            while queue and taken < GROUP_REQUESTS_PER_TURN:
+                turn = queue.popleft()
+                if turn.done():  # its request was cancelled (the connection closed)
+                    continue
+                turn.set_result(None)
+                taken += 1
+            if not queue:
+                del self._waiting_turn[group_id]
+            if taken:
+                self._taken[group_id] = taken
+                self._released[group_id] += taken
+        if self._taken:
+            self._end_turn_later()
 
     def _handle(self, request: CoreRequest, now: int) -> Effects:
         core_api = self.core

@@ -41,6 +41,11 @@ class GroupCoordinatorConfig:
     group_consumer_min_session_timeout_ms: int = 45000
     group_consumer_max_session_timeout_ms: int = 60000
     group_consumer_max_size: int = _INT32_MAX
+    # KIP-1263 (Kafka 4.3): a group's target assignment is recomputed at most once per
+    # interval; members joining meanwhile reconcile towards the target as it was.
+    group_consumer_assignment_interval_ms: int = 1000
+    group_consumer_min_assignment_interval_ms: int = 0
+    group_consumer_max_assignment_interval_ms: int = 15000
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_regex_refresh_interval_ms: int = 600_000
     group_consumer_migration_policy: str = "bidirectional"
@@ -75,6 +80,13 @@ class GroupCoordinatorConfig:
             if not low <= value <= high:
                 raise ValueError(f"group.consumer.{name} must be within its min and max, got "
                                  f"{value} (min {low}, max {high})")
+        interval = self.group_consumer_assignment_interval_ms
+        if interval < self.group_consumer_min_assignment_interval_ms:
+            raise ValueError("group.consumer.assignment.interval.ms must be greater than or equal"
+                             " to group.consumer.min.assignment.interval.ms")
+        if interval > self.group_consumer_max_assignment_interval_ms:
+            raise ValueError("group.consumer.assignment.interval.ms must be less than or equal "
+                             "to group.consumer.max.assignment.interval.ms")
         if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below "
                              "group.consumer.session.timeout.ms")

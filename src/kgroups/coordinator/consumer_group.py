@@ -114,6 +114,9 @@ class ConsumerGroup:
     group_epoch: int = 0
     metadata_hash: int = 0
     assignment_epoch: int = 0
+    # When the target was last computed (wall-clock ms, as recorded; None: never): the next
+    # computation waits for group.consumer.assignment.interval.ms after it.
+    assignment_timestamp: int | None = None
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     targets: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
@@ -291,8 +294,10 @@ def apply_consumer_record(
     if isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         if isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
             consumer.assignment_epoch = value.assignment_epoch
+            consumer.assignment_timestamp = value.assignment_timestamp
         else:
             consumer.assignment_epoch = -1
+            consumer.assignment_timestamp = None
         return
     if isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         if isinstance(value, ConsumerGroupTargetAssignmentMemberValue):

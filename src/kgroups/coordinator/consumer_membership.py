@@ -289,7 +289,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
         if steps:
             self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
-        if consumer.group_epoch > consumer.assignment_epoch:
+        if self._target_due(consumer):
             self._update_target(group, consumer, records,
                                 newcomer=member.member_id if is_new else None)
         if refresh_due(consumer.subscribed_regexes(), resolved_before, self._now,
@@ -380,6 +380,21 @@ class ConsumerGroupHandlers(CoordinatorCore):
         self._member_removed(group, old.member_id, old.instance_id,
                              RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
         return consumer.members[new_id]
+
+    def _target_due(self, consumer: ConsumerGroup) -> bool:
+        """Whether the group's target is behind its epoch and may be computed in this request:
+        at most once per group.consumer.assignment.interval.ms (KIP-1263, Kafka 4.3's
+        batching), so N members joining within the interval cost one assignor run, not N.
+        As with Kafka no timer fires at the interval's end: the next heartbeat (or classic
+        join) after it computes the target; meanwhile members reconcile towards the target
+        as it was (a joiner gets the assignment epoch and nothing). A target stamped in the
+        future (a clock set back) does not hold the group up."""
+        if consumer.group_epoch <= consumer.assignment_epoch:
+            return False
+        if consumer.assignment_timestamp is None:
+            return True
+        elapsed = self._now - consumer.assignment_timestamp
+        return not 0 <= elapsed < self.config.group_consumer_assignment_interval_ms
 
     def _update_target(
         self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord],
@@ -617,11 +632,13 @@ class ConsumerGroupHandlers(CoordinatorCore):
                        else f"Group {group_id} is not a consumer group.")
             return DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, message)
         consumer = group.consumer
+        # A member's assignment, as Kafka 4.3.1 describes it, includes the partitions it has
+        # been asked to revoke and still holds.
         members = tuple(
             DescribedConsumerMember(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
                 m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-                to_list(m.assigned), to_list(consumer.targets.get(m.member_id, {})))
+                to_list(_held(m)), to_list(consumer.targets.get(m.member_id, {})))
             for m in consumer.members.values()
         )
         return DescribedConsumerGroup(
@@ -642,6 +659,16 @@ def _check_new_regex(consumer: ConsumerGroup | None, regex: str | None) -> None:
         compile_regex(regex)
     except InvalidRegexError as exc:
         raise HeartbeatError(ErrorCode.INVALID_REGULAR_EXPRESSION, str(exc)) from exc
+
+
+def _held(member: ConsumerMember) -> Assignment:
+    """What the member holds: its assignment and the partitions pending revocation."""
+    if not member.pending_revocation:
+        return member.assigned
+    held = dict(member.assigned)
+    for topic_id, parts in member.pending_revocation.items():
+        held[topic_id] = held.get(topic_id, frozenset()) | parts
+    return held
 
 
 def _not_a_member(member_id: str, group_id: str) -> str:

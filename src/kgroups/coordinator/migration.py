@@ -451,7 +451,7 @@ class MigrationHandlers(MembershipHandlers, ConsumerGroupHandlers):
         if steps:
             self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
-        if consumer.group_epoch > consumer.assignment_epoch:
+        if self._target_due(consumer):
             self._update_target(group, consumer, records)
         owned = self._ids_of(subscription.owned_partitions)
         self._maybe_reconcile(group, consumer, consumer.members[member.member_id], owned,
