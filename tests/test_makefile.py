@@ -65,3 +65,9 @@ def test_both_reinstall_when_pyproject_changes(checkout: Path) -> None:
     _stamps(checkout, ".installed", ".installed-serve", newer_than_pyproject=False)
     assert EXTRAS_INSTALL in _plan(checkout, "test")
     assert SERVE_INSTALL in _plan(checkout, "serve")
+
+
+def test_make_test_and_test_fast_run_the_type_checker(checkout: Path) -> None:
+    _stamps(checkout, ".installed", ".installed-serve")
+    for target in ("test", "test-fast", "typecheck"):
+        assert "\n.venv/bin/mypy\n" in _plan(checkout, target), target

@@ -18,6 +18,7 @@ from kgroups.records.codec import (
     record_to_json,
     value_version,
 )
+from kgroups.records.consumer_group import ConsumerGroupMetadataKey, ConsumerGroupMetadataValue
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import (
     ConsumerAssignment,
@@ -289,3 +290,14 @@ def test_malformed_group_metadata_names_the_member_field() -> None:
     with pytest.raises(RecordDecodeError, match=r"v3 members\[1\]\.assignment at byte") as caught:
         decode_value(GroupMetadataKey("g"), data[:-2])
     assert caught.value.position == len(data) - 3
+
+
+@pytest.mark.parametrize("record", [
+    OffsetsRecord(GroupMetadataKey("g"), ConsumerGroupMetadataValue(3)),
+    OffsetsRecord(ConsumerGroupMetadataKey("g"), GroupMetadataValue("consumer", 1, "range",
+                                                                   "m", 99, ())),
+])
+def test_json_of_a_record_whose_value_is_another_types_names_both(record: OffsetsRecord) -> None:
+    with pytest.raises(TypeError, match=f"{type(record.key).__name__} record cannot hold a "
+                                        f"{type(record.value).__name__}"):
+        record_to_json(record)

@@ -50,7 +50,7 @@ class AIOKafkaAssignor(AbstractPartitionAssignor):
         user_data = self._assignor.subscription_user_data(wanted) or b""
         return ConsumerProtocolMemberMetadata(0, sorted(wanted), user_data)
 
-    def assign(  # type: ignore[override]
+    def assign(
         self, cluster: Any, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
         subscriptions = [
@@ -68,7 +68,7 @@ class AIOKafkaAssignor(AbstractPartitionAssignor):
             for member_id, topics in result.as_dict().items()
         }
 
-    def on_assignment(  # type: ignore[override]
+    def on_assignment(
         self, assignment: ConsumerProtocolMemberAssignment
     ) -> None:
         owned = {topic: list(parts) for topic, parts in assignment.assignment}

@@ -61,6 +61,7 @@ def parse_cluster(topics: Any) -> ClusterMetadata:
     racks: dict[str, tuple[frozenset[str], ...]] = {}
     ids: dict[str, uuid.UUID] = {}
     for topic, spec in topics.items():
+        count: Any  # the scenario's JSON, checked just below
         if isinstance(spec, dict):
             count = spec.get("partitions")
             replica_racks = spec.get("racks")

@@ -56,7 +56,9 @@ class RackLayout:
         racked = member_rack[member_rack >= 0]
         members_per_rack = np.bincount(racked, minlength=len(index))
         local_members = replicas.astype(np.int64) @ members_per_rack
-        replica_racks = replicas.any(axis=0)
+        # Per rack, whether it holds any replica (np.any: the stub of ndarray.any types a
+        # reduction over one axis as possibly a scalar).
+        replica_racks: np.ndarray = np.any(replicas, axis=0)
         aware = bool(replica_racks[racked].any()) and not bool(
             (replicas == replica_racks).all()
         )

@@ -66,6 +66,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
                              int(getattr(creation, "resource_pattern_type", 3)),
                              creation.principal, creation.host, int(creation.operation),
                              int(creation.permission_type))
+        message: str | None
         if authorizer is None:
             error, message = ErrorCode.SECURITY_DISABLED, DISABLED
         else:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from kio.schema.create_acls.v3 import request as create_acls
 from kio.schema.delete_acls.v3 import request as delete_acls
 from kio.schema.describe_acls.v3 import request as describe_acls
+from kio.static.primitive import i8
 
 from kgroups.broker.authorizer import (
     CLUSTER_NAME,
@@ -102,9 +103,9 @@ def _bindings(args: argparse.Namespace) -> list[AclBinding]:
 def _describe(client: KafkaWireClient, kind: int = ResourceType.ANY, name: str | None = None,
               pattern: int = PatternType.ANY, principal: str | None = None) -> list[AclBinding]:
     response = client.call(describe_acls.DescribeAclsRequest(
-        resource_type_filter=kind, resource_name_filter=name, pattern_type_filter=pattern,
-        principal_filter=principal, host_filter=None, operation=Operation.ANY,
-        permission_type=Permission.ANY))
+        resource_type_filter=i8(kind), resource_name_filter=name,
+        pattern_type_filter=i8(pattern), principal_filter=principal, host_filter=None,
+        operation=i8(Operation.ANY), permission_type=i8(Permission.ANY)))
     if int(response.error_code) != 0:
         raise WireError(response.error_message or f"error {int(response.error_code)}")
     return [AclBinding(int(r.resource_type), r.resource_name, int(r.pattern_type),
@@ -115,7 +116,7 @@ def _describe(client: KafkaWireClient, kind: int = ResourceType.ANY, name: str |
 def _list(client: KafkaWireClient, args: argparse.Namespace) -> None:
     pattern = PATTERNS[args.resource_pattern_type]
     principals = args.principal or [None]
-    resources = _resources(args) or [(ResourceType.ANY, None)]
+    resources: Sequence[tuple[int, str | None]] = _resources(args) or [(ResourceType.ANY, None)]
     for principal in principals:
         found = [acl for kind, name in resources
                  for acl in _describe(client, kind, name, pattern, principal)]
@@ -133,9 +134,9 @@ def _list(client: KafkaWireClient, args: argparse.Namespace) -> None:
 
 def _filter_of(acl: AclBinding) -> delete_acls.DeleteAclsFilter:
     return delete_acls.DeleteAclsFilter(
-        resource_type_filter=acl.resource_type, resource_name_filter=acl.resource_name,
-        pattern_type_filter=acl.pattern_type, principal_filter=acl.principal,
-        host_filter=acl.host, operation=acl.operation, permission_type=acl.permission)
+        resource_type_filter=i8(acl.resource_type), resource_name_filter=acl.resource_name,
+        pattern_type_filter=i8(acl.pattern_type), principal_filter=acl.principal,
+        host_filter=acl.host, operation=i8(acl.operation), permission_type=i8(acl.permission))
 
 
 def _run(client: KafkaWireClient, args: argparse.Namespace) -> int:
@@ -146,10 +147,11 @@ def _run(client: KafkaWireClient, args: argparse.Namespace) -> int:
     if args.action == "add":
         _print_grouped("Adding ACLs for resource", bindings)
         results = client.call(create_acls.CreateAclsRequest(creations=tuple(
-            create_acls.AclCreation(resource_type=b.resource_type, resource_name=b.resource_name,
-                                    resource_pattern_type=b.pattern_type, principal=b.principal,
-                                    host=b.host, operation=b.operation,
-                                    permission_type=b.permission) for b in bindings))).results
+            create_acls.AclCreation(
+                resource_type=i8(b.resource_type), resource_name=b.resource_name,
+                resource_pattern_type=i8(b.pattern_type), principal=b.principal, host=b.host,
+                operation=i8(b.operation), permission_type=i8(b.permission))
+            for b in bindings))).results
     else:
         if not args.force:
             answer = input("Are you sure you want to remove ACLs: \n"
@@ -186,7 +188,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "acls", help="kafka-acls over the Kafka wire: add, list, remove ACLs",
         formatter_class=DefaultsShown,

@@ -19,6 +19,7 @@ from kio.schema.list_offsets.v5 import request as list_offsets_v5
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
+from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from kgroups.broker.rebalance_field import extended_response, rebalance_of
@@ -188,7 +189,7 @@ def describe_state(client: KafkaWireClient, group_id: str) -> str:
 def _describe_raw(client: KafkaWireClient, group_id: str) -> Any:
     client.require(15, 5, "DescribeGroups")
     response = client.call(
-        DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False),
+        DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False),
         extended_response(5)[0],  # a kgroups broker adds the last rebalance's cause
     )
     (group,) = response.groups
@@ -204,7 +205,8 @@ def last_rebalance(client: KafkaWireClient, group_id: str) -> RebalanceNote | No
 def committed_offsets(client: KafkaWireClient, group_id: str) -> dict[tuple[str, int], int]:
     """Every committed offset of the group (OffsetFetch with no topic list = all of them)."""
     client.require(9, 7, "OffsetFetch")
-    response = client.call(OffsetFetchRequest(group_id=group_id, topics=None, require_stable=False))
+    response = client.call(OffsetFetchRequest(group_id=GroupId(group_id), topics=None,
+                                              require_stable=False))
     _check(response.error_code, f"OffsetFetch({group_id})")
     offsets: dict[tuple[str, int], int] = {}
     for topic in response.topics:
@@ -226,11 +228,11 @@ def list_offsets(
     for topic, partition in partitions:
         by_topic.setdefault(topic, []).append(partition)
     request = list_offsets_v5.ListOffsetsRequest(
-        replica_id=i32(-1),
+        replica_id=BrokerId(-1),
         isolation_level=i8(0),
         topics=tuple(
             list_offsets_v5.ListOffsetsTopic(
-                name=topic,
+                name=TopicName(topic),
                 partitions=tuple(
                     list_offsets_v5.ListOffsetsPartition(
                         partition_index=i32(partition), timestamp=i64(timestamp)
@@ -336,7 +338,7 @@ def _node_id(client: KafkaWireClient) -> int:
 
 def delete_group(client: KafkaWireClient, group_id: str) -> None:
     client.require(42, 2, "DeleteGroups")
-    (result,) = client.call(DeleteGroupsRequest(groups_names=(group_id,))).results
+    (result,) = client.call(DeleteGroupsRequest(groups_names=(GroupId(group_id),))).results
     _check(result.error_code, f"DeleteGroups({group_id})")
 
 
@@ -383,7 +385,7 @@ def topic_partitions(client: KafkaWireClient, topic: str) -> list[int]:
     client.require(3, 9, "Metadata")
     response = client.call(
         metadata.MetadataRequest(
-            topics=(metadata.MetadataRequestTopic(name=topic),),
+            topics=(metadata.MetadataRequestTopic(name=TopicName(topic)),),
             allow_auto_topic_creation=False,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
@@ -401,13 +403,13 @@ def execute_reset(client: KafkaWireClient, group_id: str, plan: list[OffsetReset
     for reset in plan:
         by_topic.setdefault(reset.topic, []).append(reset)
     request = offset_commit.OffsetCommitRequest(
-        group_id=group_id,
+        group_id=GroupId(group_id),
         generation_id_or_member_epoch=i32(-1),
         member_id="",
         group_instance_id=None,
         topics=tuple(
             offset_commit.OffsetCommitRequestTopic(
-                name=topic,
+                name=TopicName(topic),
                 partitions=tuple(
                     offset_commit.OffsetCommitRequestPartition(
                         partition_index=i32(reset.partition),

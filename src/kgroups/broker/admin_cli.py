@@ -428,7 +428,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "groups", help="kafka-consumer-groups over the Kafka wire: list, describe, delete "
                        "groups, reset or delete their offsets",

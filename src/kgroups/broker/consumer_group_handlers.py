@@ -127,5 +127,5 @@ class ConsumerGroupDescribeHandler:
 
 
 def install(registry: HandlerRegistry) -> None:
-    registry.register(ConsumerGroupHeartbeatHandler())  # type: ignore[arg-type]
-    registry.register(ConsumerGroupDescribeHandler())  # type: ignore[arg-type]
+    registry.register(ConsumerGroupHeartbeatHandler())
+    registry.register(ConsumerGroupDescribeHandler())

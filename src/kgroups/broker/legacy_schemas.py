@@ -151,4 +151,4 @@ def nested(entity: type[Any], field_name: str) -> type[Any]:
     versions, so they are reached through their parent rather than by name)."""
     (element,) = [f.type for f in entity.__dataclass_fields__.values()
                   if f.name == field_name]
-    return element.__args__[0]  # type: ignore[no-any-return]
+    return element.__args__[0]

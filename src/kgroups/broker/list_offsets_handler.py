@@ -76,10 +76,10 @@ def _lookup(
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
         return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
     if timestamp == MAX_TIMESTAMP:
-        found = _max_timestamp_offset(log)
-        if found is None:
+        stamped = _max_timestamp_offset(log)
+        if stamped is None:
             return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
-        return ErrorCode.NONE, found[1], found[0]
+        return ErrorCode.NONE, stamped[1], stamped[0]
     if timestamp < 0:
         return ErrorCode.INVALID_REQUEST, NOT_FOUND, NO_TIMESTAMP
     found = log.offset_for_timestamp(timestamp)

@@ -149,9 +149,9 @@ async def _append_checked(
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    batches = split_batches(bytes(records or b""), log.config.max_message_bytes)
-    if not isinstance(batches, PartitionOutcome):
-        batches = await _apply_topic_policy(log, topic, partition, batches)
+    split = split_batches(bytes(records or b""), log.config.max_message_bytes)
+    batches = (split if isinstance(split, PartitionOutcome)
+               else await _apply_topic_policy(log, topic, partition, split))
     if isinstance(batches, PartitionOutcome):
         log_event(logger, logging.INFO, "produce_rejected", topic=topic, partition=partition,
                   error=batches.error.name, client=ctx.client_id)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
+from kio.static.primitive import i16
 
 from kgroups.broker import sasl
 from kgroups.broker.api import CloseConnection, RequestContext
@@ -121,7 +122,8 @@ async def _unsupported_api_versions(broker: HandlerServices, correlation_id: int
     response = ApiVersionsResponse(
         error_code=kio_error(ErrorCode.UNSUPPORTED_VERSION),
         api_keys=tuple(
-            ApiVersion(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+            ApiVersion(api_key=i16(h.api_key), min_version=i16(h.min_version),
+                       max_version=i16(h.max_version))
             for h in broker.registry
         ),
     )

@@ -114,8 +114,7 @@ class BrokerServer:
                 context = self._security.ssl_contexts[listener.name]
                 server = await asyncio.get_running_loop().create_server(
                     functools.partial(TlsAcceptor, context, listener,
-                                      lambda reader, writer, _admission, serve=serve:
-                                      serve(reader, writer),
+                                      functools.partial(self._accept_tls, listener),
                                       self._handshakes, functools.partial(self._admit_tls,
                                                                           listener)),
                     listener.host, listener.port, reuse_address=True)
@@ -168,6 +167,11 @@ class BrokerServer:
     async def _admit_tls(self, listener: Listener, _transport: asyncio.Transport) -> bool:
         await self.admit(listener)
         return True
+
+    def _accept_tls(self, listener: Listener, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter, _admission: Any) -> Coroutine[Any, Any, None]:
+        """A TLS connection once its handshake is done (admitted before the handshake)."""
+        return self._accept(listener, reader, writer)
 
     async def _accept(self, listener: Listener, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:

@@ -134,7 +134,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "topics", help="kafka-topics over the Kafka wire: create, list, describe, alter, "
                        "delete topics",

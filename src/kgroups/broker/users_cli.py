@@ -11,6 +11,7 @@ import sys
 
 from kio.schema.alter_user_scram_credentials.v0 import request as alter
 from kio.schema.describe_user_scram_credentials.v0 import request as describe
+from kio.static.primitive import i8
 
 from kgroups.broker.cli_output import DefaultsShown, parse_bootstrap, table
 from kgroups.broker.client_security import add_command_config_option, connect_tool
@@ -34,14 +35,14 @@ def _alter(client: KafkaWireClient, args: argparse.Namespace) -> None:
         for mechanism in mechanisms:
             salt = os.urandom(32)
             upsertions.append(alter.ScramCredentialUpsertion(
-                name=args.add, mechanism=MECHANISM_IDS[mechanism], iterations=args.iterations,
+                name=args.add, mechanism=i8(MECHANISM_IDS[mechanism]), iterations=args.iterations,
                 salt=salt, salted_password=salted_password(mechanism, password, salt,
                                                            args.iterations)))
         request = alter.AlterUserScramCredentialsRequest(deletions=(),
                                                          upsertions=tuple(upsertions))
     else:
         request = alter.AlterUserScramCredentialsRequest(upsertions=(), deletions=tuple(
-            alter.ScramCredentialDeletion(name=args.delete, mechanism=MECHANISM_IDS[m])
+            alter.ScramCredentialDeletion(name=args.delete, mechanism=i8(MECHANISM_IDS[m]))
             for m in mechanisms))
     for result in client.call(request).results:
         if int(result.error_code) != 0:
@@ -80,7 +81,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 1
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "users", help="SCRAM users over the Kafka wire: add, delete, list credentials",
         formatter_class=DefaultsShown,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import Any
 
 from kgroups.log.batch import (
     COMPRESSION_MASK,
@@ -72,21 +73,23 @@ class LatestPerKey:
                     continue
                 self.records_seen += len(rows)
                 if attributes & TRANSACTIONAL:
-                    self._pending.hold(header.producer_id, rows)  # type: ignore[arg-type]
+                    self._pending.hold(header.producer_id, rows)
                 else:
                     for row in rows:
-                        located.pop(row[2], None)
-                        latest[row[2]] = row
+                        key = row[2]
+                        located.pop(key, None)
+                        if key is not None:  # keyless records are not state
+                            latest[key] = row
                 pos = end
         finally:
             # Whatever was read before a failure stays: nothing whole is lost.
             for offset, timestamp, key, start, length in located.values():
-                value = None if length < 0 else data[start : start + length]
-                latest[key] = (offset, timestamp, key, value)
-        latest.pop(None, None)  # type: ignore[call-overload]  # keyless records are not state
+                if key is not None:  # keyless records are not state
+                    value = None if length < 0 else data[start : start + length]
+                    latest[key] = (offset, timestamp, key, value)
 
     def _end_transaction(
-        self, producer_id: int, rows: list[tuple[object, ...]], located: _Located
+        self, producer_id: int, rows: list[tuple[Any, ...]], located: _Located
     ) -> None:
         commits = next((c for row in rows if (c := marker_commits(row[2])) is not None), False)
         self._commit(self._pending.end(producer_id, commits), located)

@@ -87,6 +87,11 @@ def _index(batches: pa.Table, segments: Sequence[SegmentFile]) -> dict[TopicPart
     return found
 
 
+def _timestamp_at(where: tuple[str, int] | None, offset: int) -> int | None:
+    """record_timestamp at a batch `_Batches.locate` found; None where it found none."""
+    return None if where is None else record_timestamp(*where, offset)
+
+
 def record_timestamp(uri: str, position: int, offset: int) -> int | None:
     """The timestamp of the first record at or after `offset` in the batch at `position` of
     segment `uri` (two ranged reads: its length, then the batch); None if unreadable."""
@@ -130,10 +135,8 @@ def add_lag_seconds(lag: pa.Table, windows: pa.Table, batches: pa.Table,
         for row in lagging
     ]
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        stamps = list(pool.map(
-            lambda item: None if item[0] is None else record_timestamp(*item[0], item[1]),
-            [(where, row["committed_offset"]) for where, row in zip(located, lagging,
-                                                                       strict=True)]))
+        stamps = list(pool.map(_timestamp_at, located,
+                               [row["committed_offset"] for row in lagging]))
     points: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for point in windows.sort_by("ts_ms").to_pylist():
         points.setdefault(_key(point), []).append(point)

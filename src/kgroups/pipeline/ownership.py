@@ -43,9 +43,9 @@ def owner_stretches(generations: Iterable[Mapping[str, Any]],
     partition, log offset, ts), the partition_owners rows, ordered by group, topic, partition
     and time."""
     by_group: dict[str, list[tuple[int, int, int, Mapping[str, Any] | None]]] = {}
-    for row in generations:
-        by_group.setdefault(row["group"], []).append(
-            (row["log_partition"], row["log_offset"], row["ts"], row))
+    for generation in generations:
+        by_group.setdefault(generation["group"], []).append(
+            (generation["log_partition"], generation["log_offset"], generation["ts"], generation))
     for group, deleted in deletions.items():
         if group in by_group:
             by_group[group].extend((part, offset, ts, None) for part, offset, ts in deleted)

@@ -286,7 +286,7 @@ def _rebalances(events_by_group: dict[str, list[dict[str, Any]]],
                 window: TimeWindow) -> pa.Table:
     """Consecutive generations of each group (see history.rebalances), inside the window. The
     events before --since still count, to know the generation a rebalance left."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for group, own in events_by_group.items():
         found = history.rebalances(
             history.GroupEvent(

@@ -58,7 +58,7 @@ def causes_chart(causes: pd.DataFrame, groups: list[str]) -> str:
     per_rebalance = causes.drop_duplicates(["group", "to_generation", "ts", "cause"])
     bucket = _bucket(per_rebalance["ts"].max() - per_rebalance["ts"].min())
     every_cause = sorted(per_rebalance["cause"].unique())
-    colours = dict(zip(every_cause, plt.get_cmap("tab10").colors, strict=False))
+    colours = dict(zip(every_cause, matplotlib.color_sequences["tab10"], strict=False))
     figure, axes = plt.subplots(len(groups), 1, sharex=True, squeeze=False,
                                 figsize=(10, 1.2 + 1.3 * len(groups)))
     width = pd.Timedelta(bucket) * 0.9

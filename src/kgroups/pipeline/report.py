@@ -300,7 +300,7 @@ def partition_lag(frame: pd.DataFrame | None, over_time: pd.DataFrame | None = N
         worst = rows.loc[rows["lag"].idxmax()]
         status = str(rows["group_status"].iloc[0])
         shown = rows.drop(columns=["group", "group_status"])
-        behind = rows["lag_seconds"].max() if "lag_seconds" in rows else None
+        behind: Any = rows["lag_seconds"].max() if "lag_seconds" in rows else None
         in_time = "" if _is_missing(behind) else f", up to {_duration(float(behind))} behind"
         chart = ""
         if over_time is not None and group in charted:

@@ -176,7 +176,7 @@ def lag_table(current: pa.Table, windows: pa.Table, now_ms: int,
         growth = None if topic_logs is None else topic_logs.growth.get(topic_partition)
         # Before the oldest batch still in the log its end is unknown, as it is to a Burrow
         # that was not running then.
-        if growth is not None and recent_at[0] >= growth.times[0]:
+        if topic_logs is not None and growth is not None and recent_at[0] >= growth.times[0]:
             recent_end = int(topic_logs.ends_at(topic_partition, recent_at)[0])
         status = history.partition_status(
             points.get((row["group"], *topic_partition), []), row["lag"], now_ms, recent_end

@@ -133,7 +133,7 @@ def _segment_files(path: Path) -> list[tuple[Path, int | None]]:
         (int(match.group(1)), child) for child in path.iterdir()
         if child.is_dir() and (match := _OFFSETS_PARTITION_DIR.match(child.name))
     )
-    found = [(file, number) for number, child in partitions
+    found: list[tuple[Path, int | None]] = [(file, number) for number, child in partitions
              for file in sorted(child.glob("*.log"))]
     if not found:
         raise _PathError(f"{path}: neither a segment (.log) file, a partition directory nor a "

@@ -26,6 +26,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupRegularExpressionKey,
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupValue,
     consumer_group_key_json,
     consumer_group_value_json,
     decode_consumer_group_key,
@@ -527,11 +528,13 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
             "key": {"type": key.version, "data": None, "note": "not a classic-protocol record"},
             "value": None,
         }
+    value = record.value
     if isinstance(key, _CONSUMER_GROUP_KEYS):
         value_json = None
-        if record.value is not None:
-            value_json = {"version": 0, "data": consumer_group_value_json(
-                record.value, _uuid_text)}  # type: ignore[arg-type]
+        if value is not None:
+            if not isinstance(value, ConsumerGroupValue):
+                raise _mismatched(key, value)
+            value_json = {"version": 0, "data": consumer_group_value_json(value, _uuid_text)}
         return {"key": consumer_group_key_json(key), "value": value_json}
     if isinstance(key, OffsetCommitKey):
         key_json: dict[str, Any] = {
@@ -540,7 +543,6 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
         }
     else:
         key_json = {"type": key.version, "data": {"group": key.group}}
-    value = record.value
     if value is None:
         return {"key": key_json, "value": None}
     if isinstance(value, OffsetCommitValue):
@@ -548,10 +550,17 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
         if version is None:
             version = 3 if value.expire_timestamp is None else 1
         data = _offset_commit_value_json(value, version)
-    else:
+    elif isinstance(value, GroupMetadataValue):
         version = 3 if value_version is None else value_version
         data = _group_metadata_value_json(value, version)
+    else:
+        raise _mismatched(key, value)
     return {"key": key_json, "value": {"version": version, "data": data}}
+
+
+def _mismatched(key: RecordKey, value: RecordValue) -> TypeError:
+    """A record built by hand with a value of another record type (decode never makes one)."""
+    return TypeError(f"a {type(key).__name__} record cannot hold a {type(value).__name__}")
 
 
 def _uuid_text(topic_id: Any) -> str:

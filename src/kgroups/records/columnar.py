@@ -22,6 +22,7 @@ codec's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +71,7 @@ OFFSET_COMMIT_SCHEMA = pa.schema(
 
 Positions = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
+_Scalar = TypeVar("_Scalar", bound=np.generic)
 
 _SCALAR_ONLY = COMPRESSION_MASK | TRANSACTIONAL | CONTROL
 # Zero bytes after the data: fixed-width reads a few bytes past a value's start (at most 14
@@ -314,7 +316,7 @@ def _to_arrow(positions: tuple[Positions, Positions], keys: _Keys, values: _Valu
               keep: Mask | None) -> pa.RecordBatch:
     """The kept records (every one when `keep` is None) as OFFSET_COMMIT_SCHEMA."""
 
-    def kept(array: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+    def kept(array: npt.NDArray[_Scalar]) -> npt.NDArray[_Scalar]:
         return array if keep is None else array[keep]
 
     def column(values_: Positions, kind: pa.DataType, dtype: np.dtype[np.generic],

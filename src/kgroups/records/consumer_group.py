@@ -538,7 +538,7 @@ def consumer_group_value_json(
             "partitionsPendingRevocation": _partitions_json(
                 value.partitions_pending_revocation, to_text, value.pending_epochs),
         }
-    data = {
+    data: dict[str, Any] = {
         "instanceId": value.instance_id,
         "rackId": value.rack_id,
         "clientId": value.client_id,
