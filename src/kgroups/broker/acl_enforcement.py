@@ -116,7 +116,8 @@ def _nested(ctx: RequestContext, class_name: str, /, **fields: Any) -> Any:
 
 
 def _split(items: Any, allowed: Callable[[Any], bool]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-    yes, no = [], []
+    yes: list[Any] = []
+    no: list[Any] = []
     for item in items:
         (yes if allowed(item) else no).append(item)
     return tuple(yes), tuple(no)

@@ -75,11 +75,17 @@ class RequestContext:
 
 
 class ApiHandler(Protocol):
-    """One Kafka API: decoded kio request in, kio response out (None = send nothing, acks=0)."""
+    """One Kafka API: decoded kio request in, kio response out (None = send nothing, acks=0).
+    The key and version range are read-only, as the frozen handlers hold them."""
 
-    api_key: int
-    min_version: int
-    max_version: int
+    @property
+    def api_key(self) -> int: ...
+
+    @property
+    def min_version(self) -> int: ...
+
+    @property
+    def max_version(self) -> int: ...
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any: ...
 

@@ -85,8 +85,8 @@ def _startup_failure(config: BrokerConfig, exc: OSError,
                             "in use (another broker?)")
     if isinstance(exc, socket.gaierror) or exc.errno in (errno.EADDRNOTAVAIL, errno.EACCES):
         return StartupError(f"cannot listen on {host}:{port}: {exc.strerror}")
-    where = f" ({exc.filename})" if exc.filename else ""
-    return StartupError(f"cannot start: {exc.strerror or exc}{where}")
+    path = f" ({exc.filename})" if exc.filename else ""
+    return StartupError(f"cannot start: {exc.strerror or exc}{path}")
 
 
 async def _serve(config: BrokerConfig) -> None:

@@ -87,7 +87,7 @@ def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID
 def _name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
     for name in broker.topics.partition_counts():
         if broker.logs.topic_id(name) == topic_id:
-            return name  # type: ignore[no-any-return]
+            return name
     return None
 
 

@@ -301,7 +301,7 @@ class Connection(abc.ABC):
         while len(body) < size:
             chunk = await self._reader.read(min(_CHUNK, size - len(body)))
             if not chunk:
-                raise asyncio.IncompleteReadError(body, size)
+                raise asyncio.IncompleteReadError(bytes(body), size)
             body += chunk
         view = memoryview(body).toreadonly()
         self._large_frame = (body, view)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
-from functools import cache
 from typing import Any
 
 from kio.serial._implicit_defaults import get_tagged_field_default
@@ -33,6 +32,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.static.constants import uuid_zero
+
+from kgroups.broker.class_cache import class_cache
 
 # encode(entity, out): appends the entity's bytes to `out`, in pieces; b"".join(out) is the wire.
 Encoder = Callable[[Any, list[Any]], None]
@@ -228,7 +229,7 @@ def _tagged_section(out: _Emitter, tagged: list[tuple[int, Field[Any]]], flexibl
     out.line(1, "out.extend(t)")
 
 
-@cache
+@class_cache
 def entity_encoder(entity_type: type[Any]) -> Encoder:
     """The generated encoder of one kio class (a response, a header, or a struct in one)."""
     flexible = bool(entity_type.__flexible__)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import Field, fields
-from functools import cache
 from typing import Any
 
 from kio.serial._introspect import (
@@ -34,8 +33,10 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from kgroups.broker.class_cache import class_cache
+
 # (frame, position, end) -> position after the checked entity; raises FrameCheckError.
-Checker = Callable[[bytes, int, int], int]
+Checker = Callable[[bytes | memoryview, int, int], int]
 
 FIXED_SIZES: dict[str, int] = {
     "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2,
@@ -176,7 +177,7 @@ def _element_min_size(kind: Any, field: Field[Any], flexible: bool) -> tuple[int
     return FIXED_SIZES[kafka_type], True
 
 
-@cache
+@class_cache
 def _entity_min_size(entity: type[Any]) -> tuple[int, bool]:
     flexible: bool = entity.__flexible__
     total = 1 if flexible else 0
@@ -251,7 +252,7 @@ def _emit_field(out: _Emitter, indent: int, field: Field[Any], flexible: bool,
         out.pending_fixed += FIXED_SIZES[kafka_type]
 
 
-@cache
+@class_cache
 def entity_checker(entity: type[Any]) -> Checker:
     """The generated checker of one kio class (a request, its header, or a struct in one)."""
     flexible: bool = entity.__flexible__
@@ -280,10 +281,9 @@ def _tag_checker(field: Field[Any], flexible: bool, is_header: bool) -> Checker:
     return out.compile(f"tag {field.name}")
 
 
-def check_request(schema: type[Any], frame: bytes) -> int:
+def check_request(schema: type[Any], frame: bytes | memoryview) -> int:
     """Check header and body of one request frame (no size prefix); return the number of
     bytes they use, which may be fewer than the frame holds (Kafka ignores the rest)."""
     end = len(frame)
     pos = entity_checker(schema.__header_schema__)(frame, 0, end)
-    # A class is hashable; mypy does not see that type[Any] is (python/mypy#11470).
-    return entity_checker(schema)(frame, pos, end)  # type: ignore[arg-type]
+    return entity_checker(schema)(frame, pos, end)

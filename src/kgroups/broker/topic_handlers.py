@@ -101,6 +101,7 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     results = []
     seen: set[str] = set()
     for topic in request.topics:
+        message: str | None
         if topic.name in seen:
             error, message, partitions = (ErrorCode.INVALID_REQUEST,
                                           "Duplicate topic name in the request.", -1)
@@ -193,6 +194,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     names = [topic.name for topic in request.topics]
     results = []
     for topic in request.topics:
+        message: str | None
         if names.count(topic.name) > 1:
             error, message = ErrorCode.INVALID_REQUEST, "Duplicate topic name."
         else:

@@ -22,6 +22,7 @@ from kio.serial import entity_reader
 from kio.static.constants import EntityType
 
 from kgroups.broker import legacy_schemas
+from kgroups.broker.class_cache import class_cache
 from kgroups.broker.fast_writer import Encoder, entity_encoder
 from kgroups.broker.frame_check import FrameCheckError, check_request
 from kgroups.broker.legacy_schemas import LEGACY_SCHEMAS
@@ -47,7 +48,7 @@ class DecodedRequest(NamedTuple):
     unused_bytes: int  # left after the last field; Kafka ignores them, and so does kgroups
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the prefix every request header version shares."""
     if len(frame) < _API_KEY_VERSION_CORRELATION.size:
         raise FrameDecodeError(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -79,7 +80,7 @@ def response_type(api_key: int, api_version: int) -> type[Any]:
     return legacy[1] if legacy is not None else load_response_schema(api_key, api_version)
 
 
-@cache
+@class_cache
 def _reader(entity: type[Any]) -> Any:
     return entity_reader(entity)
 
@@ -88,7 +89,7 @@ def _encoder(entity: type[Any]) -> Encoder:
     return entity_encoder(entity)
 
 
-@cache
+@class_cache
 def _response_head(response: type[Any]) -> tuple[struct.Struct, int]:
     """The packer of size prefix + response header, and the header's size: the correlation id,
     then (header v1, flexible responses) an empty tagged-field section."""
@@ -96,7 +97,7 @@ def _response_head(response: type[Any]) -> tuple[struct.Struct, int]:
     return struct.Struct(">iix" if flexible else ">ii"), 5 if flexible else 4
 
 
-def decode_request(frame: bytes) -> DecodedRequest:
+def decode_request(frame: bytes | memoryview) -> DecodedRequest:
     """Parse header and body of one frame (no size prefix).
 
     Every length and count is first checked against the frame (frame_check), so no client can
@@ -156,12 +157,12 @@ def decode_response(response_schema: type[Any], frame: bytes) -> tuple[int, Any]
     return header.correlation_id, body
 
 
-@cache
+@class_cache
 def _field_names(entity: type[Any]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(entity))
 
 
-@cache
+@class_cache
 def _names_in_any_version(entity: type[Any]) -> frozenset[str]:
     """The fields of `entity`'s class in every version of its message: kio generates one
     module per version (e.g. kio.schema.join_group.v9.response), legacy_schemas.py holds the
@@ -217,10 +218,11 @@ def sibling(entity: type[Any], name: str) -> type[Any]:
     builds one set per version under the same names, so they are not module attributes)."""
     if entity.__module__ == legacy_schemas.__name__:
         return _reachable(entity)[name]
-    return getattr(sys.modules[entity.__module__], name)  # type: ignore[no-any-return]
+    found: type[Any] = getattr(sys.modules[entity.__module__], name)
+    return found
 
 
-@cache
+@class_cache
 def _reachable(entity: type[Any]) -> dict[str, type[Any]]:
     """The classes nested in `entity`'s fields, at any depth, by name."""
     found: dict[str, type[Any]] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kgroups.coordinator.api import RequestId
+from kgroups.coordinator.api import RequestId, Response
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
@@ -84,3 +84,7 @@ class DescribedConsumerGroup:
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupDescribeResponse:
     groups: tuple[DescribedConsumerGroup, ...]
+
+
+# Every answer the coordinator gives: the classic protocol's and the consumer protocol's.
+AnyResponse = Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse

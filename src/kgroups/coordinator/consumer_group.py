@@ -265,7 +265,7 @@ def _read_epochs(
 ) -> dict[tuple[uuid.UUID, int], int]:
     """Kafka's reading: a topic whose epochs are missing or do not match its partitions takes
     the member epoch (never below 0) for each."""
-    result = {}
+    result: dict[tuple[uuid.UUID, int], int] = {}
     for index, (topic_id, parts) in enumerate(topics):
         listed = epochs[index] if index < len(epochs) else None
         if listed is None or len(listed) != len(parts):
@@ -324,13 +324,13 @@ def apply_consumer_record(
             if value.instance_id is not None:
                 consumer.static_members[value.instance_id] = key.member_id
         else:
-            member = consumer.members.pop(key.member_id, None)
-            if member is not None:
-                consumer.count_subscription(member, -1)
-                _release(consumer, member)
-                if member.instance_id is not None and \
-                        consumer.static_members.get(member.instance_id) == key.member_id:
-                    del consumer.static_members[member.instance_id]
+            gone = consumer.members.pop(key.member_id, None)
+            if gone is not None:
+                consumer.count_subscription(gone, -1)
+                _release(consumer, gone)
+                if gone.instance_id is not None and \
+                        consumer.static_members.get(gone.instance_id) == key.member_id:
+                    del consumer.static_members[gone.instance_id]
         return
     if isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
         if isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
@@ -352,15 +352,15 @@ def apply_consumer_record(
                     for partition in parts:
                         consumer.partition_owners[(topic_id, partition)] = key.member_id
         else:
-            member = consumer.members.get(key.member_id)
-            if member is not None:
-                _release(consumer, member)
-                member.member_epoch = LEAVE_EPOCH
-                member.previous_member_epoch = LEAVE_EPOCH
-                member.state = MemberState.STABLE
-                member.assigned = {}
-                member.pending_revocation = {}
-                member.epochs = {}
+            left = consumer.members.get(key.member_id)
+            if left is not None:
+                _release(consumer, left)
+                left.member_epoch = LEAVE_EPOCH
+                left.previous_member_epoch = LEAVE_EPOCH
+                left.state = MemberState.STABLE
+                left.assigned = {}
+                left.pending_revocation = {}
+                left.epochs = {}
 
 
 def _member(consumer: ConsumerGroup, member_id: str) -> ConsumerMember:

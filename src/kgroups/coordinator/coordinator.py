@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from typing import assert_never
@@ -193,9 +194,10 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
             for member in group.members.values():
                 self._refresh_session(group, member)
             if group.consumer is not None:  # silent consumer-protocol members expire too
-                for member_id, member in group.consumer.members.items():
+                for member_id, consumer_member in group.consumer.members.items():
+                    classic = consumer_member.classic
                     timeout = (self.config.group_consumer_session_timeout_ms
-                               if member.classic is None else member.classic.session_timeout_ms)
+                               if classic is None else classic.session_timeout_ms)
                     self._timers.schedule(consumer_session_timer(group.group_id, member_id),
                                           self._now + timeout)
             if len(group.members) > self.config.group_max_size:
@@ -277,10 +279,10 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
         # A consumer-protocol group is described by ConsumerGroupDescribe; DescribeGroups
         # answers about it as about a missing group, as Kafka does (admin clients fall back
         # from one API to the other on this answer).
-        missing = group is None or group.state is GroupState.DEAD
-        if missing or group.consumer is not None:
+        if group is None or group.state is GroupState.DEAD or group.consumer is not None:
             if version >= 6:
-                why = "not found" if missing else "is not a classic group"
+                why = ("is not a classic group" if group is not None
+                       and group.state is not GroupState.DEAD else "not found")
                 return DescribedGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND,
                                       error_message=f"Group {group_id} {why}.")
             return DescribedGroup(group_id, ErrorCode.NONE)
@@ -367,8 +369,8 @@ class GroupCoordinator(OffsetHandlers, MigrationHandlers):
             self._write_at_once(
                 partition,
                 [r for g in groups for r in _deletion_records(g, self._commits_in_flight)],
-                lambda groups=groups: settle(groups, ErrorCode.NONE),
-                lambda error, groups=groups: settle(groups, error),
+                functools.partial(settle, groups, ErrorCode.NONE),
+                functools.partial(settle, groups),
                 revertible=True,
             )
 

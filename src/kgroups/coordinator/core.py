@@ -22,8 +22,9 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from kgroups.coordinator.api import RequestId, Response
+from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.config import GroupCoordinatorConfig
+from kgroups.coordinator.consumer_api import AnyResponse
 from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
@@ -165,8 +166,8 @@ class GroupSnapshot:
                 for name in _MEMBER_FIELDS:
                     if getattr(before, name) == getattr(earlier_after, name):
                         setattr(before, name, getattr(earlier_before, name))
-        for key, before in self.offsets_before.items():
-            if key in earlier.offsets_before and before == earlier.offsets_after[key]:
+        for key, offset_before in self.offsets_before.items():
+            if key in earlier.offsets_before and offset_before == earlier.offsets_after[key]:
                 self.offsets_before[key] = earlier.offsets_before[key]
 
 
@@ -235,7 +236,7 @@ class CoordinatorCore(ABC):
     def _on_timer(self, key: Hashable) -> None:
         """Act on a timer that came due (dispatch lives with the handlers that arm them)."""
 
-    def _reply(self, request_id: RequestId, response: Response) -> None:
+    def _reply(self, request_id: RequestId, response: AnyResponse) -> None:
         self._fx.replies.append(Reply(request_id, response))
 
     def _write_when_durable(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kgroups.coordinator.api import RequestId, Response
+from kgroups.coordinator.api import RequestId
+from kgroups.coordinator.consumer_api import AnyResponse
 from kgroups.coordinator.rebalance_cause import RebalanceCause
 from kgroups.records.schema import OffsetsRecord
 
@@ -18,7 +19,7 @@ from kgroups.records.schema import OffsetsRecord
 @dataclass(frozen=True, slots=True)
 class Reply:
     request_id: RequestId
-    response: Response
+    response: AnyResponse
 
 
 @dataclass(frozen=True, slots=True)

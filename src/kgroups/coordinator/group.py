@@ -143,7 +143,7 @@ class ClassicGroup:
     def set_member_field(self, member: Member, name: str, value: object) -> None:
         """Set any field of `member` of this group (a write's revert puts fields back)."""
         if name == "join_request":
-            self.set_join_request(member, value)  # type: ignore[arg-type]
+            self.set_join_request(member, value)
         elif name == "protocols":
             self.set_protocols(member, value)  # type: ignore[arg-type]
         else:

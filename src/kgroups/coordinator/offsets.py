@@ -339,10 +339,10 @@ class OffsetHandlers(MembershipHandlers):
     ) -> list[tuple[str, int]]:
         if group.consumer is not None and group.consumer.members:
             since_empty = False  # a live consumer-protocol group keeps its topics' offsets
-            keep = group.consumer.subscribed_topics()
+            keep: frozenset[str] = group.consumer.subscribed_topics()
         elif group.protocol_type is None:
             since_empty = False  # a "simple" group: offsets age from their commit
-            keep: frozenset[str] = frozenset()
+            keep = frozenset()
         elif group.state is GroupState.EMPTY:
             since_empty = group.state_timestamp >= 0
             keep = frozenset()

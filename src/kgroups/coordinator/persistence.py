@@ -314,17 +314,16 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
         for key, consumer_value in image.consumer_values.items():
             if key.version != record_type or consumer_value is None:
                 continue
-            group = groups.get(key.group)
-            if group is None:
-                group = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY, -1)
-                groups[key.group] = group
+            if key.group not in groups:
+                groups[key.group] = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY,
+                                                 -1)
+            group = groups[key.group]
             apply_record(group, OffsetsRecord(key, consumer_value), 0)
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue
-        group = groups.get(group_id)
-        if group is None:
-            group = ClassicGroup(group_id, offsets_partition, GroupState.EMPTY, -1)
-            groups[group_id] = group
+        if group_id not in groups:
+            groups[group_id] = ClassicGroup(group_id, offsets_partition, GroupState.EMPTY, -1)
+        group = groups[group_id]
         apply_offset(group, topic, partition, offset)
     return groups
