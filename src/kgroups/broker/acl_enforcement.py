@@ -83,8 +83,13 @@ class Check:
             int(group.authorized_operations), ResourceType.GROUP, group.group_id))
 
     def with_topic_operations(self, topic: Any) -> Any:
-        return dataclasses.replace(topic, topic_authorized_operations=self.operations(
-            int(topic.topic_authorized_operations), ResourceType.TOPIC, topic.name))
+        """The topic entry as it was when its operations stay (not asked for, the common
+        case): an all-topics Metadata answer keeps its cached entries without a copy each."""
+        answered = int(topic.topic_authorized_operations)
+        narrowed = self.operations(answered, ResourceType.TOPIC, topic.name)
+        if narrowed == answered:
+            return topic
+        return dataclasses.replace(topic, topic_authorized_operations=narrowed)
 
 
 Rule = Callable[[RequestContext, Any, Inner, Check], Awaitable[Any]]
