@@ -1,9 +1,9 @@
 """A Metadata answer assembled from topic entries encoded once, not rebuilt for every request.
 
-A client with a regex subscription (librdkafka, the Java consumer) asks for every topic, and
-on a broker with a thousand topics building a kio object per partition and encoding it again
-took ~20 ms per answer, long enough to change what a consumer group does: a second static
-member's JoinGroup came after the first generation had completed. What a topic's entry holds
+A client with a regex subscription (librdkafka, the Java consumer) asks for every topic before
+it joins its group and at every refresh; on a broker with a thousand topics, building a kio
+object per partition and encoding it again took ~20 ms of CPU per answer, several times Kafka's
+time, on the one event loop every group shares (bench/metadata.py). What a topic's entry holds
 (its name, id, partitions, leader and replicas) depends only on the topic and the Metadata
 version, so each is encoded once and reused while the topic keeps its partition count and id.
 The one principal-dependent field, topic_authorized_operations (v8+), is left out of the cached
