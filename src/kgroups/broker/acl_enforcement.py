@@ -87,11 +87,16 @@ class Check:
             int(group.authorized_operations), ResourceType.GROUP, group.group_id))
 
     def with_topic_operations(self, topic: Any) -> Any:
-        """The topic with its operations narrowed (unchanged before Metadata v8)."""
+        """The topic with its operations narrowed (unchanged before Metadata v8), the entry
+        itself when they stay (not asked for, the common case): an all-topics Metadata answer
+        keeps its cached entries without a copy each."""
         if not has_field(type(topic), "topic_authorized_operations"):
             return topic
-        return dataclasses.replace(topic, topic_authorized_operations=self.operations(
-            int(topic.topic_authorized_operations), ResourceType.TOPIC, topic.name))
+        answered = int(topic.topic_authorized_operations)
+        narrowed = self.operations(answered, ResourceType.TOPIC, topic.name)
+        if narrowed == answered:
+            return topic
+        return dataclasses.replace(topic, topic_authorized_operations=narrowed)
 
 
 Rule = Callable[[RequestContext, Any, Inner, Check], Awaitable[Any]]

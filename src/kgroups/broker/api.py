@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
     from kgroups.broker.memory_budget import MemoryBudget
+    from kgroups.broker.metadata_answer import TopicEntryCache
     from kgroups.broker.not_served import NotServedLog
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security import Session
@@ -39,6 +40,7 @@ class HandlerServices(Protocol):
     dynamic_configs: DynamicBrokerConfigs
     registry: HandlerRegistry
     topics: TopicCatalog
+    metadata_entries: TopicEntryCache
     logs: LogManager
     coordinator: CoordinatorRuntime
     group_commit: GroupCommit

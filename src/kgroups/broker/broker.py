@@ -33,6 +33,7 @@ from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.memory_budget import MemoryBudget
+from kgroups.broker.metadata_answer import TopicEntryCache
 from kgroups.broker.not_served import NotServedLog
 from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
 from kgroups.broker.security import Security
@@ -82,6 +83,10 @@ class Broker:
         self.logs = LogManager(config.data_dir, self.log_config)
         self.group_commit = GroupCommit()
         self.topics = TopicCatalog(self.logs)
+        # Metadata's encoded topic entries, kept to the topics that exist.
+        self.metadata_entries = TopicEntryCache()
+        self.topics.on_change(
+            lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
         self.appends = AppendNotifier()
         self.producer_ids = ProducerIdAllocator()
         self.producer_states = ProducerStateTable()

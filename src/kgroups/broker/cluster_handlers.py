@@ -9,12 +9,19 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import descriptors
 from kgroups.broker.api import HandlerRegistry, HandlerServices, RequestContext, handles
 from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.events import log_event
+from kgroups.broker.metadata_answer import (
+    CachedTopic,
+    EncodedTopicWithOperations,
+    MetadataAnswer,
+    encoded_topic,
+)
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -96,12 +103,67 @@ def _may_auto_create(ctx: RequestContext, request: Any) -> bool:
     return bool(allowed_by_client) and ctx.broker.config.auto_create_topics
 
 
+def _topic_encoder(ctx: RequestContext, response_cls: type[Any]) -> Callable[[str], CachedTopic]:
+    """What encodes an existing topic's entry for this request's version (once per topic and
+    version, metadata_answer): its partitions all led by this node, operations left out."""
+    broker = ctx.broker
+    topic_cls = sibling(response_cls, "MetadataResponseTopic")
+    partition_cls = sibling(response_cls, "MetadataResponsePartition")
+    node = broker.node_id
+    none = kio_error(ErrorCode.NONE)
+
+    def encode(name: str) -> CachedTopic:
+        partitions = tuple(
+            build(partition_cls, error_code=none, partition_index=index, leader_id=node,
+                  leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
+                  offline_replicas=())
+            for index in range(broker.topics.partition_count(name) or 0))
+        return encoded_topic(build(
+            topic_cls, error_code=none, name=name, topic_id=broker.logs.topic_id(name),
+            is_internal=name in INTERNAL_TOPICS, partitions=partitions,
+            topic_authorized_operations=OPERATIONS_NOT_REQUESTED), ctx.api_version)
+
+    return encode
+
+
+def _with_operations(entry: CachedTopic, operations: int) -> CachedTopic:
+    if isinstance(entry, EncodedTopicWithOperations) and operations != OPERATIONS_NOT_REQUESTED:
+        return EncodedTopicWithOperations(entry.name, operations, entry.head, entry.tail)
+    return entry
+
+
+def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
+                 encode: Callable[[str], CachedTopic], operations: int) -> Any:
+    """The entry of a topic asked for by name or id: auto-created if missing and allowed."""
+    broker = ctx.broker
+    topic_cls = sibling(response_type(3, ctx.api_version), "MetadataResponseTopic")
+    if isinstance(wanted, uuid.UUID):
+        name = _name_of(broker, wanted)
+        if name is None:
+            return build(topic_cls, error_code=kio_error(ErrorCode.UNKNOWN_TOPIC_ID), name=None,
+                         topic_id=wanted, is_internal=False, partitions=())
+    else:
+        name = wanted
+    error = ErrorCode.NONE
+    if broker.topics.partition_count(name) is None:
+        if topic_name_error(name) is not None:
+            error = ErrorCode.INVALID_TOPIC_EXCEPTION
+        elif _may_auto_create(ctx, request):
+            error = _auto_create(broker, name)
+        else:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if error == ErrorCode.NONE:
+        return _with_operations(broker.metadata_entries.entry(ctx.api_version, name, encode),
+                                operations)
+    return build(topic_cls, error_code=kio_error(error), name=name, topic_id=None,
+                 is_internal=name in INTERNAL_TOPICS, partitions=(),
+                 topic_authorized_operations=operations)
+
+
 @handles(api_key=3, min_version=0, max_version=12)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(3, ctx.api_version)
-    topic_cls = sibling(response_cls, "MetadataResponseTopic")
-    partition_cls = sibling(response_cls, "MetadataResponsePartition")
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
     node = broker.node_id
 
@@ -113,46 +175,24 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     cluster_operations = (all_operations(ResourceType.CLUSTER)
                           if getattr(request, "include_cluster_authorized_operations", False)
                           else OPERATIONS_NOT_REQUESTED)
-    counts = broker.topics.partition_counts()
+    cache = broker.metadata_entries
+    encode = _topic_encoder(ctx, response_cls)
     requested = _requested_topics(ctx, request)
-    names = list(counts) if requested is None else requested
-    topics = []
-    for wanted in names:
-        if isinstance(wanted, uuid.UUID):
-            name = _name_of(broker, wanted)
-            if name is None:
-                topics.append(build(topic_cls, error_code=kio_error(ErrorCode.UNKNOWN_TOPIC_ID),
-                                    name=None, topic_id=wanted, is_internal=False,
-                                    partitions=()))
-                continue
-        else:
-            name = wanted
-        error = ErrorCode.NONE
-        if name not in counts:
-            if topic_name_error(name) is not None:
-                error = ErrorCode.INVALID_TOPIC_EXCEPTION
-            elif _may_auto_create(ctx, request):
-                error = _auto_create(broker, name)
-                counts = broker.topics.partition_counts()
-            else:
-                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        partitions = tuple(
-            build(partition_cls, error_code=kio_error(ErrorCode.NONE), partition_index=index,
-                  leader_id=node, leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
-                  offline_replicas=())
-            for index in range(counts.get(name, 0) if error == ErrorCode.NONE else 0)
-        )
-        topics.append(
-            build(topic_cls, error_code=kio_error(error), name=name,
-                  topic_id=broker.logs.topic_id(name) if error == ErrorCode.NONE else None,
-                  is_internal=name in INTERNAL_TOPICS, partitions=partitions,
-                  topic_authorized_operations=topic_operations)
-        )
+    topics: tuple[Any, ...]
+    if requested is None:
+        topics = cache.every_topic(ctx.api_version, encode)
+        if topic_operations != OPERATIONS_NOT_REQUESTED:
+            topics = tuple(_with_operations(topic, topic_operations) for topic in topics)
+    else:
+        topics = tuple(_asked_topic(ctx, request, wanted, encode, topic_operations)
+                       for wanted in requested)
     host, port = advertised(ctx)
     brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
-    return build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
-                 cluster_id=broker.config.cluster_id, controller_id=node, topics=tuple(topics),
-                 cluster_authorized_operations=cluster_operations)
+    frame = build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
+                  cluster_id=broker.config.cluster_id, controller_id=node, topics=(),
+                  cluster_authorized_operations=cluster_operations)
+    return MetadataAnswer(frame, topics,
+                          getattr(frame, "cluster_authorized_operations", None))
 
 
 @handles(api_key=10, min_version=0, max_version=6)

@@ -7,6 +7,7 @@ cached, since they sit on the hot path of every request.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import importlib
 import pkgutil
@@ -124,12 +125,39 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
                           len(frame) - used)
 
 
+class SelfEncodingResponse(abc.ABC):
+    """An answer that writes its own body rather than being one kio object: Metadata, whose
+    topic entries are kept encoded (metadata_answer). Its bytes must be those kio would write
+    for the `response_class` object it stands for."""
+
+    __slots__ = ()
+
+    @property
+    @abc.abstractmethod
+    def response_class(self) -> type[Any]:
+        """The kio response class: its header version frames the answer."""
+
+    @abc.abstractmethod
+    def write_body(self, out: list[Any]) -> None:
+        """Append the body's bytes to `out`, in pieces."""
+
+
+def encode_entity(entity: Any, out: list[Any]) -> None:
+    """Append the bytes of one kio object (a response or a struct in one) to `out`."""
+    _encoder(type(entity))(entity, out)
+
+
 def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size prefix + response header (the version kio ties to this response) + body, joined
     once from the pieces the generated encoder appends."""
     out: list[Any] = [b""]
-    _encoder(type(response))(response, out)
-    head, header_size = _response_head(type(response))
+    if isinstance(response, SelfEncodingResponse):
+        response_class = response.response_class
+        response.write_body(out)
+    else:
+        response_class = type(response)
+        _encoder(response_class)(response, out)
+    head, header_size = _response_head(response_class)
     out[0] = head.pack(sum(map(len, out)) + header_size, correlation_id)
     return b"".join(out)
 
