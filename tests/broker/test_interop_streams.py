@@ -1,0 +1,144 @@
+"""Kafka Streams 4.3.1 as a user runs it, against `kgroups serve` and against Kafka 4.3.1.
+
+A word count whose groupBy goes through a repartition topic: Streams creates its internal
+topics, joins its group (classic protocol, Streams' own assignor), counts exactly, and, after each
+commit, trims the repartition topic it has consumed with DeleteRecords. Before kgroups served
+DeleteRecords the counts came out right but the repartition topic's log start never moved: it
+grew forever (issue 29 item 10). The Streams application is tests/java WordCountStreams."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from group_interop_helpers import create_topic, produce, wait_until
+
+from java_harness import WordCountStreams
+
+pytestmark = pytest.mark.interop
+
+PARTITIONS = 2
+WORDS = ("apple", "banana", "cherry", "date", "elder", "fig", "grape")
+TIMEOUT_S = 40.0
+
+
+def _lines(start: int, count: int) -> list[str]:
+    """Lines of three words each, cycling through WORDS at different strides."""
+    return [" ".join(WORDS[(n * stride) % len(WORDS)] for stride in (1, 2, 3))
+            for n in range(start, start + count)]
+
+
+class OutputReader:
+    """Reads the output topic from the beginning: the latest count each word was given."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.counts: dict[str, int] = {}
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+                                   "enable.auto.commit": False})
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+
+    def pump(self) -> None:
+        for message in self._consumer.consume(500, timeout=0.2):
+            assert message.error() is None, message.error()
+            (count,) = struct.unpack(">q", message.value())
+            self.counts[message.key().decode()] = count
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start, end): ListOffsets earliest and latest."""
+        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                         timeout=10)
+        return int(low), int(high)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _topic_settings(bootstrap: str, topic: str) -> tuple[int, dict[str, str]]:
+    """(partitions, settings) as an admin client describes the topic."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=10)
+    return partitions, {name: entry.value for name, entry in entries.items()}
+
+
+@pytest.mark.slow
+def test_streams_counts_exactly_and_trims_its_repartition_topic(
+    any_broker: Any, tmp_path: Path
+) -> None:
+    bootstrap = any_broker.bootstrap
+    run = uuid.uuid4().hex[:8]
+    app_id, source, sink = f"wordcount-{run}", f"lines-{run}", f"counts-{run}"
+    repartition = f"{app_id}-words-repartition"
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, 1)
+    expected: collections.Counter[str] = collections.Counter()
+
+    def feed(lines: list[str]) -> None:
+        produce(bootstrap, source, [line.encode() for line in lines], PARTITIONS)
+        expected.update(word for line in lines for word in line.split())
+
+    feed(_lines(0, 200))
+    streams = WordCountStreams(source, sink, {
+        "bootstrap.servers": bootstrap,
+        "application.id": app_id,
+        "state.dir": tmp_path / "streams-state",
+        "processing.guarantee": "at_least_once",
+        "num.stream.threads": 1,
+        "commit.interval.ms": 100,
+        "repartition.purge.interval.ms": 100,
+        "consumer.auto.offset.reset": "earliest",
+    }, tmp_path / "streams.log")
+    reader = OutputReader(bootstrap, sink)
+
+    def read() -> None:
+        streams.assert_running()
+        reader.pump()
+
+    try:
+        wait_until(lambda: reader.counts == dict(expected), "the first counts",
+                   pump=read, timeout_s=TIMEOUT_S)
+        # Streams trims after a commit; keep it busy (a line at a time) until every
+        # repartition partition it consumed has a log start past 0.
+        more = itertools.count(200)
+
+        def trimmed() -> bool:
+            return all(reader.watermarks(repartition, p)[0] > 0 for p in range(PARTITIONS))
+
+        def keep_feeding() -> None:
+            feed(_lines(next(more), 1))
+            read()
+            time.sleep(0.2)
+
+        wait_until(trimmed, f"a log start past 0 in every partition of {repartition}",
+                   pump=keep_feeding, timeout_s=TIMEOUT_S)
+        wait_until(lambda: reader.counts == dict(expected), "the counts of every line",
+                   pump=read, timeout_s=TIMEOUT_S)
+        starts_and_ends = [reader.watermarks(repartition, p) for p in range(PARTITIONS)]
+        assert all(0 < start <= end for start, end in starts_and_ends), starts_and_ends
+        # The internal topics as Streams asked for them: the repartition topic keeps records
+        # until Streams deletes them, the store's changelog is compacted.
+        partitions, settings = _topic_settings(bootstrap, repartition)
+        assert (partitions, settings["retention.ms"], settings["cleanup.policy"]) == (
+            PARTITIONS, "-1", "delete")
+        partitions, settings = _topic_settings(bootstrap, f"{app_id}-counts-changelog")
+        assert (partitions, settings["cleanup.policy"]) == (PARTITIONS, "compact")
+        assert streams.errors == []
+        # Joining takes one rebalance, or two when the repartition topic Streams creates
+        # shows up in its metadata after the first (on Kafka as well); then RUNNING for good.
+        assert streams.states[-1] == "RUNNING", streams.states
+        assert streams.states.count("REBALANCING") <= 2, streams.states
+    finally:
+        reader.close()
+        code = streams.close()
+    assert code == 0, streams.log_text()[-4000:]
+    assert streams.states[-2:] == ["PENDING_SHUTDOWN", "NOT_RUNNING"], streams.states
+    assert " ERROR " not in streams.log_text(), streams.log_text()[-4000:]
