@@ -4,7 +4,9 @@ A word count whose groupBy goes through a repartition topic: Streams creates its
 topics, joins its group (classic protocol, Streams' own assignor), counts exactly, and, after each
 commit, trims the repartition topic it has consumed with DeleteRecords. Before kgroups served
 DeleteRecords the counts came out right but the repartition topic's log start never moved: it
-grew forever (issue 29 item 10). The Streams application is tests/java WordCountStreams."""
+grew forever (issue 29 item 10). Streams groups (`group.protocol=streams`, KIP-1071), which
+Kafka 4.3.1 serves, are not served by kgroups: such an application stops at once with Kafka's
+client error rather than hanging. The Streams application is tests/java WordCountStreams."""
 
 from __future__ import annotations
 
@@ -61,6 +63,22 @@ class OutputReader:
         self._consumer.close()
 
 
+def _word_count(bootstrap: str, app_id: str, source: str, sink: str, tmp_path: Path,
+                **settings: object) -> WordCountStreams:
+    """The word count with quick commits (100 ms) and a repartition purge after each one."""
+    return WordCountStreams(source, sink, {
+        "bootstrap.servers": bootstrap,
+        "application.id": app_id,
+        "state.dir": tmp_path / "streams-state",
+        "processing.guarantee": "at_least_once",
+        "num.stream.threads": 1,
+        "commit.interval.ms": 100,
+        "repartition.purge.interval.ms": 100,
+        "consumer.auto.offset.reset": "earliest",
+        **settings,
+    }, tmp_path / "streams.log")
+
+
 def _topic_settings(bootstrap: str, topic: str) -> tuple[int, dict[str, str]]:
     """(partitions, settings) as an admin client describes the topic."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -87,16 +105,7 @@ def test_streams_counts_exactly_and_trims_its_repartition_topic(
         expected.update(word for line in lines for word in line.split())
 
     feed(_lines(0, 200))
-    streams = WordCountStreams(source, sink, {
-        "bootstrap.servers": bootstrap,
-        "application.id": app_id,
-        "state.dir": tmp_path / "streams-state",
-        "processing.guarantee": "at_least_once",
-        "num.stream.threads": 1,
-        "commit.interval.ms": 100,
-        "repartition.purge.interval.ms": 100,
-        "consumer.auto.offset.reset": "earliest",
-    }, tmp_path / "streams.log")
+    streams = _word_count(bootstrap, app_id, source, sink, tmp_path)
     reader = OutputReader(bootstrap, sink)
 
     def read() -> None:
@@ -142,3 +151,43 @@ def test_streams_counts_exactly_and_trims_its_repartition_topic(
     assert code == 0, streams.log_text()[-4000:]
     assert streams.states[-2:] == ["PENDING_SHUTDOWN", "NOT_RUNNING"], streams.states
     assert " ERROR " not in streams.log_text(), streams.log_text()[-4000:]
+
+
+@pytest.mark.slow
+def test_the_streams_group_protocol_runs_on_kafka_and_stops_at_once_on_kgroups(
+    any_broker: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    bootstrap = any_broker.bootstrap
+    run = uuid.uuid4().hex[:8]
+    app_id, source, sink = f"wordcount-kip1071-{run}", f"lines-{run}", f"counts-{run}"
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, 1)
+    lines = _lines(0, 50)
+    produce(bootstrap, source, [line.encode() for line in lines], PARTITIONS)
+    expected = collections.Counter(word for line in lines for word in line.split())
+    streams = _word_count(bootstrap, app_id, source, sink, tmp_path,
+                          **{"group.protocol": "streams"})
+    reader = OutputReader(bootstrap, sink)
+    try:
+        if request.node.callspec.params["any_broker"] == "kafka":
+            def read() -> None:
+                streams.assert_running()
+                reader.pump()
+
+            wait_until(lambda: reader.counts == dict(expected), "the counts", pump=read,
+                       timeout_s=TIMEOUT_S)
+            assert streams.errors == []
+            assert streams.states[-1] == "RUNNING", streams.states
+        else:
+            # kgroups advertises no StreamsGroupHeartbeat, so the client refuses at once.
+            wait_until(lambda: streams.states[-1:] == ["ERROR"], "Streams in ERROR",
+                       pump=lambda: time.sleep(0.1), timeout_s=TIMEOUT_S)
+            assert streams.errors == [
+                "StreamsException: org.apache.kafka.common.errors.UnsupportedVersionException: "
+                "The cluster does not support the STREAMS group protocol or does not support the "
+                "versions of the STREAMS group protocol used by this client (used versions: 0 to "
+                "0)."], streams.errors
+            assert reader.counts == {}
+    finally:
+        reader.close()
+        streams.close()
