@@ -4,9 +4,11 @@ A word count whose groupBy goes through a repartition topic: Streams creates its
 topics, joins its group (classic protocol, Streams' own assignor), counts exactly, and, after each
 commit, trims the repartition topic it has consumed with DeleteRecords. Before kgroups served
 DeleteRecords the counts came out right but the repartition topic's log start never moved: it
-grew forever (issue 29 item 10). Streams groups (`group.protocol=streams`, KIP-1071), which
-Kafka 4.3.1 serves, are not served by kgroups: such an application stops at once with Kafka's
-client error rather than hanging. The Streams application is tests/java WordCountStreams."""
+grew forever (issue 29 item 10). A second instance shares the tasks, and the one left takes
+them all over, restoring their counts from the compacted changelog. Streams groups
+(`group.protocol=streams`, KIP-1071), which Kafka 4.3.1 serves, are not served by kgroups: such
+an application stops at once with Kafka's client error rather than hanging. The Streams
+application is tests/java WordCountStreams."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
-from group_interop_helpers import create_topic, produce, wait_until
+from group_interop_helpers import create_topic, describe, produce, wait_until
 
 from java_harness import WordCountStreams
 
@@ -64,19 +66,20 @@ class OutputReader:
 
 
 def _word_count(bootstrap: str, app_id: str, source: str, sink: str, tmp_path: Path,
-                **settings: object) -> WordCountStreams:
-    """The word count with quick commits (100 ms) and a repartition purge after each one."""
+                name: str = "streams", **settings: object) -> WordCountStreams:
+    """The word count with quick commits (100 ms) and a repartition purge after each one; `name`
+    tells instances apart (each its own state directory and log)."""
     return WordCountStreams(source, sink, {
         "bootstrap.servers": bootstrap,
         "application.id": app_id,
-        "state.dir": tmp_path / "streams-state",
+        "state.dir": tmp_path / f"{name}-state",
         "processing.guarantee": "at_least_once",
         "num.stream.threads": 1,
         "commit.interval.ms": 100,
         "repartition.purge.interval.ms": 100,
         "consumer.auto.offset.reset": "earliest",
         **settings,
-    }, tmp_path / "streams.log")
+    }, tmp_path / f"{name}.log")
 
 
 def _topic_settings(bootstrap: str, topic: str) -> tuple[int, dict[str, str]]:
@@ -191,3 +194,73 @@ def test_the_streams_group_protocol_runs_on_kafka_and_stops_at_once_on_kgroups(
     finally:
         reader.close()
         streams.close()
+
+
+@pytest.mark.slow
+def test_a_second_instance_shares_the_tasks_and_takes_them_all_over_with_their_state(
+    any_broker: Any, tmp_path: Path
+) -> None:
+    """Scaling out and back in (classic protocol, Streams' own assignor): the tasks split over
+    two instances, then the one left restores the leaving one's counts from the compacted
+    changelog. Exact counts throughout show nothing was lost or counted twice."""
+    bootstrap = any_broker.bootstrap
+    run = uuid.uuid4().hex[:8]
+    app_id, source, sink = f"wordcount-scale-{run}", f"lines-{run}", f"counts-{run}"
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, 1)
+    expected: collections.Counter[str] = collections.Counter()
+    more = itertools.count()
+
+    def feed(count: int) -> None:
+        lines = [line for _ in range(count) for line in _lines(next(more), 1)]
+        produce(bootstrap, source, [line.encode() for line in lines], PARTITIONS)
+        expected.update(word for line in lines for word in line.split())
+
+    # Streams' classic members send no LeaveGroup on close: the one left waits out the session.
+    quick = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+    first = _word_count(bootstrap, app_id, source, sink, tmp_path, "first", **quick)
+    second: WordCountStreams | None = None
+    reader = OutputReader(bootstrap, sink)
+    running = [first]
+
+    def read() -> None:
+        for streams in running:
+            streams.assert_running()
+        reader.pump()
+
+    def owned() -> list[int]:
+        """How many partitions each member of the group owns, as the coordinator says."""
+        return sorted(len(m.partitions) for m in describe(bootstrap, app_id).members)
+
+    def busy() -> None:
+        feed(1)
+        read()
+        time.sleep(0.2)
+
+    try:
+        feed(100)
+        wait_until(lambda: reader.counts == dict(expected), "the counts of one instance",
+                   pump=read, timeout_s=TIMEOUT_S)
+        second = _word_count(bootstrap, app_id, source, sink, tmp_path, "second", **quick)
+        running.append(second)
+        # Two source and two repartition partitions, two each.
+        wait_until(lambda: owned() == [2, 2], "the tasks split over two instances", pump=busy,
+                   timeout_s=TIMEOUT_S)
+        wait_until(lambda: reader.counts == dict(expected), "the counts of two instances",
+                   pump=read, timeout_s=TIMEOUT_S)
+        assert first.close() == 0
+        running.remove(first)
+        wait_until(lambda: owned() == [2 * PARTITIONS], "one instance owning every partition",
+                   pump=busy, timeout_s=TIMEOUT_S)
+        feed(20)
+        wait_until(lambda: reader.counts == dict(expected), "the counts after the takeover",
+                   pump=read, timeout_s=TIMEOUT_S)
+        assert first.errors == second.errors == []
+        assert second.states[-1] == "RUNNING", second.states
+    finally:
+        reader.close()
+        for streams in (first, second):
+            if streams is not None:
+                streams.close()
+    for streams in (first, second):
+        assert streams is not None and " ERROR " not in streams.log_text(), streams.log_path
