@@ -78,9 +78,9 @@ kafka: system-deps
 		echo "$$want" > $(KAFKA_HOME)/.stamp; \
 	fi
 
-# tests/java (Kafka's assignors as an oracle, a Java KafkaConsumer driven by pytest): its jar in
-# $(JAVA_HARNESS_HOME) and its dependencies in lib/. Maven runs only when the sources' checksum
-# differs from the stamp's.
+# tests/java (Kafka's assignors as an oracle, a Java KafkaConsumer driven by pytest, a Kafka
+# Streams word count): its jar in $(JAVA_HARNESS_HOME) and its dependencies in lib/. Maven runs
+# only when the sources' checksum differs from the stamp's.
 java-harness: system-deps
 	@want=$$(find tests/java/pom.xml tests/java/src -type f | sort | xargs cat | sha256sum | cut -d' ' -f1); \
 	if [ "$$(cat $(JAVA_HARNESS_HOME)/.stamp 2>/dev/null)" != "$$want" ]; then \

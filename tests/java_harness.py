@@ -1,6 +1,7 @@
 """The Java test peers built from tests/java by `make java-harness` (never committed):
-Kafka's own assignors as an oracle, and a classic-protocol Java KafkaConsumer that a test drives
-line by line. Both run on kafka-clients 4.3.1, the version kgroups is checked against.
+Kafka's own assignors as an oracle, a classic-protocol Java KafkaConsumer that a test drives
+line by line, and a Kafka Streams application. All run on Kafka's 4.3.1 jars, the version
+kgroups is checked against.
 
 - `run_kafka_assignors(scenarios)`: every scenario (the `kgroups assign` JSON shape plus a
   "strategy") through Kafka's RangeAssignor / RoundRobinAssignor / StickyAssignor /
@@ -8,6 +9,10 @@ line by line. Both run on kafka-clients 4.3.1, the version kgroups is checked ag
   "stable": bool} or {"error": ...} (see AssignorOracle.java for "stable").
 - `JavaConsumer(settings, log_path)`: one Java consumer process; `subscribe`, `poll`, `commit`,
   `assignment`, `close`, and `kill()` (SIGKILL).
+- `WordCountStreams(input_topic, output_topic, settings, log_path)`: Kafka Streams' word count
+  (a groupBy through the repartition topic `<application.id>-words-repartition`, counts written
+  to the output topic as String -> 8-byte big-endian Long) in its own JVM; `states` (every
+  state it entered, in order), `errors` (stream threads that died), `close()`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,3 +121,59 @@ class JavaConsumer:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+class WordCountStreams:
+    """Kafka Streams (tests/java WordCountStreams) in its own JVM; `settings` are Streams
+    properties (bootstrap.servers, application.id, state.dir, ...). Its log (slf4j at info) goes
+    to `log_path`; what it says on stdout (state changes, dead stream threads) is collected by a
+    thread, so a test reads `states` and `errors` while Streams runs."""
+
+    def __init__(self, input_topic: str, output_topic: str, settings: Mapping[str, object],
+                 log_path: Path) -> None:
+        self.log_path = log_path
+        self.states: list[str] = []
+        self.errors: list[str] = []
+        args = [input_topic, output_topic, *(f"{key}={value}" for key, value in settings.items())]
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                harness_command("kgroups.harness.WordCountStreams", *args, log_level="info"),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            (self.states if kind == "state" else self.errors).append(rest)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def assert_running(self) -> None:
+        """Fails at once, with the log's end, if the JVM has exited (e.g. a harness jar built
+        before WordCountStreams existed: `make java-harness` rebuilds it)."""
+        if self.process.poll() is not None:
+            raise AssertionError(f"Kafka Streams exited ({self.process.returncode}); log:\n"
+                                 + self.log_text()[-4000:])
+
+    def close(self) -> int:
+        """Streams' own close (commits, leaves the group), then the JVM's exit code."""
+        assert self.process.stdin is not None
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write("close\n")
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            code = self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        self._reader.join(timeout=COMMAND_TIMEOUT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return code
