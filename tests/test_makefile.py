@@ -24,9 +24,11 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def _plan(checkout: Path, target: str) -> str:
-    """The commands `make` would run for `target`, none of them run."""
+    """The commands `make` would run for `target`, none of them run (as from a shell: under
+    `make test` the outer make's variables would have it print directories and flags)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     return subprocess.run(["make", "-n", target], cwd=checkout, capture_output=True, text=True,
-                          check=True, timeout=60).stdout
+                          check=True, timeout=60, env=env).stdout
 
 
 def _stamps(checkout: Path, *names: str, newer_than_pyproject: bool = True) -> None:

@@ -60,6 +60,13 @@ def set_buffer(sock: Any, option: int, size: int) -> None:
             sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
+class FrameCutShortError(Exception):
+    """The client closed in the middle of a large frame, after `received` of its bytes."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"frame cut short after {received} bytes")
+        self.received = received
+
 class Refusal(Exception):
     """A frame closes its connection; `reason` and `fields` are what the close logs."""
 
@@ -288,11 +295,15 @@ class Connection(abc.ABC):
             else:
                 frame = await self._read_large_frame(size)
         except asyncio.IncompleteReadError as exc:
-            if self._closed:
-                return None
-            raise self._refuse("truncated_frame", size=size, received=len(exc.partial)) from None
-        self._last_activity = self._loop.time()
-        return frame
+            received = len(exc.partial)
+        except FrameCutShortError as exc:
+            received = exc.received
+        else:
+            self._last_activity = self._loop.time()
+            return frame
+        if self._closed:
+            return None
+        raise self._refuse("truncated_frame", size=size, received=received) from None
 
     async def _read_large_frame(self, size: int) -> memoryview:
         """The frame's bytes as they come (resident memory follows what the client really
@@ -300,8 +311,8 @@ class Connection(abc.ABC):
         body = bytearray()
         while len(body) < size:
             chunk = await self._reader.read(min(_CHUNK, size - len(body)))
-            if not chunk:
-                raise asyncio.IncompleteReadError(bytes(body), size)
+            if not chunk:  # the count alone: a copy of what came would double its memory
+                raise FrameCutShortError(len(body))
             body += chunk
         view = memoryview(body).toreadonly()
         self._large_frame = (body, view)
