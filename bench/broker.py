@@ -36,7 +36,6 @@ import math
 import ssl
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from tests.broker.security_helpers import Certificates, make_certificates
 
-from broker_data import free_port, tansu_broker, wait_for_port
+from broker_data import free_port, serving, tansu_broker
 from kafka_harness import KafkaBroker
 from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
 from kgroups.broker.wire import response_type as response_schema
@@ -390,13 +389,8 @@ def kgroups_broker(data_dir: Path, initial_delay_ms: int, fsync_each: bool,
         command += ["--override", f"num.network.threads={network_threads}"]
     if certificates is not None:
         command += ssl_listener_overrides(port, certificates)
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, process)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with serving(command, port) as served:
+        yield served
 
 
 # Probing this many group ids reaches every __consumer_offsets partition (Kafka's default 50)

@@ -67,6 +67,19 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
 
 
 @contextlib.contextmanager
+def serving(command: list[str], port: int, stop_timeout: float = 30) -> Iterator[int]:
+    """A broker started by `command` for the block: its port, once something listens on it;
+    stopped with SIGTERM at the end."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(timeout=stop_timeout)
+
+
+@contextlib.contextmanager
 def kgroups_broker(data_dir: Path) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(

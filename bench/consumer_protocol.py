@@ -52,7 +52,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from broker import PipelinedConnection, wait_coordinator_ready
-from broker_data import free_port, wait_for_port
+from broker_data import free_port, serving
 from kafka_harness import KafkaBroker
 from kgroups.assignors.server import ServerMember
 from kgroups.assignors.server import assign as assign_server
@@ -307,13 +307,8 @@ def kgroups_serve(data_dir: Path) -> Iterator[int]:
                str(data_dir), "--log-level", "WARNING"]
     for name, value in SETTINGS.items():
         command += ["--override", f"{name}={value}"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, process)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with serving(command, port) as served:
+        yield served
 
 
 @contextlib.contextmanager

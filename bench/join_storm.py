@@ -33,7 +33,6 @@ import contextlib
 import datetime
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker import PipelinedConnection, kafka_broker, negotiate, wait_coordinator_ready
-from broker_data import free_port, wait_for_port
+from broker_data import free_port, serving
 from kgroups.errors import ErrorCode
 from request_path import PROFILED
 
@@ -68,13 +67,8 @@ def kgroups_serve(data_dir: Path, overrides: list[str], profile_to: Path | None,
                str(data_dir), "--log-level", "WARNING"]
     for override in overrides:
         command += ["--override", override]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, process)
-        yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+    with serving(command, port, stop_timeout=60) as served:
+        yield served
 
 
 def create_topics(port: int, partitions: int) -> None:

@@ -19,6 +19,7 @@ from kgroups.broker.lag_time import first_timestamp, lag_seconds
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import BatchCorruptError, peek_batch_header
 
 _FETCH_VERSION = 11
 _PARTITION_BYTES = 64 * 1024  # a whole first batch comes back even if bigger
@@ -92,8 +93,11 @@ def _whole_batches(records: bytes) -> bytes:
     """The whole batches at the front of `records` (Kafka may end a partition's answer with
     part of one)."""
     position = 0
-    while position + 12 <= len(records):
-        size = 12 + int.from_bytes(records[position + 8:position + 12], "big")
+    while position < len(records):
+        try:
+            _, _, size = peek_batch_header(records, position)
+        except BatchCorruptError:
+            break
         if position + size > len(records):
             break
         position += size

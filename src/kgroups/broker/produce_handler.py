@@ -123,32 +123,27 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     is, in a worker thread, so the event loop serves other clients meanwhile; appends to a log
     pass its gate in arrival order, so a request waiting for its check is never overtaken by a
     later one (an uncontended gate costs no wait)."""
-    try:
-        log = ctx.broker.topics.log(topic, partition)
-    except OSError:
-        log = None  # _append_checked answers it
-    if log is None:
-        return await _append_checked(ctx, topic, partition, records, appended)
-    gate = _APPEND_GATES.get(log)
-    if gate is None:
-        gate = _APPEND_GATES[log] = asyncio.Lock()
-    async with gate:
-        return await _append_checked(ctx, topic, partition, records, appended)
-
-
-async def _append_checked(
-        ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-        appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
-    broker = ctx.broker
     if topic in INTERNAL_TOPICS:
         return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                 message=f"cannot produce to internal topic {topic}")
     try:
-        log = broker.topics.log(topic, partition)
+        log = ctx.broker.topics.log(topic, partition)
     except OSError as exc:  # the partition's log could not be opened (logged once, there)
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
         return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    gate = _APPEND_GATES.get(log)
+    if gate is None:
+        gate = _APPEND_GATES[log] = asyncio.Lock()
+    async with gate:
+        return await _append_to(ctx, log, topic, partition, records, appended)
+
+
+async def _append_to(
+        ctx: RequestContext, log: PartitionLog, topic: str, partition: int,
+        records: bytes | None, appended: list[tuple[PartitionLog, PartitionOutcome]],
+) -> PartitionOutcome:
+    broker = ctx.broker
     split = split_batches(bytes(records or b""), log.config.max_message_bytes)
     batches = (split if isinstance(split, PartitionOutcome)
                else await _apply_topic_policy(log, topic, partition, split))
