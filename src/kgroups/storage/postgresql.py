@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from kgroups.log.batch import check_batch, set_base_offset
+from kgroups.storage.columns import NOW_MS, Connection, as_bytes, as_int, as_str, as_uuid
+from kgroups.storage.catalog import Catalog, bump_catalog_version
+from kgroups.storage.registry import BROKER_SESSION_TIMEOUT_MS, BrokerRegistry
 from kgroups.storage.schema import ensure_schema
 
 CONNECT_TIMEOUT_S = 5
-_NOW_MS = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+# Each committed append announces "<partition>:<next offset>:<topic>" here (Kafka's topic names
+# hold no colon), so a Fetch long poll on any broker wakes when its partition grows.
+APPEND_CHANNEL = "kgroups_append"
 _PARTITION_LEADER_EPOCH = struct.Struct(">i")
 _PARTITION_LEADER_EPOCH_AT = 12
 
@@ -58,6 +63,16 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Leadership:
+    """A partition's leader and leader epoch, and whether its lease is running now."""
+    topic: str
+    partition: int
+    leader: int
+    epoch: int
+    current: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionState:
     leader: int
     epoch: int
@@ -76,11 +91,15 @@ def redacted(url: str) -> str:
 
 
 class PostgresStore:
-    def __init__(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
+    def __init__(self, connection: Connection,
+                 session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS) -> None:
         self._db = connection
+        self.registry = BrokerRegistry(connection, session_timeout_ms)
+        self.catalog = Catalog(connection)
 
     @classmethod
-    def open(cls, url: str) -> PostgresStore:
+    def open(cls, url: str, session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS
+             ) -> PostgresStore:
         """Connect and create the schema if the database has none; StorageUnavailableError
         naming the server (never its password) when that fails."""
         try:
@@ -90,7 +109,7 @@ class PostgresStore:
             raise StorageUnavailableError(
                 f"PostgreSQL at {redacted(url)} is unreachable: {reason}") from exc
         ensure_schema(connection)
-        return cls(connection)
+        return cls(connection, session_timeout_ms)
 
     def close(self) -> None:
         self._db.close()
@@ -104,10 +123,20 @@ class PostgresStore:
             with self._db.cursor() as cursor:
                 cursor.executemany("INSERT INTO partitions (topic, partition) VALUES (%s, %s)",
                                    [(name, index) for index in range(partitions)])
+            bump_catalog_version(self._db)
+
+    def delete_topic(self, name: str) -> bool:
+        """Drop the topic with its partitions, records and settings; False if it was not
+        there."""
+        with self._db.transaction():
+            deleted = self._db.execute("DELETE FROM topics WHERE name = %s", (name,)).rowcount
+            if deleted:
+                bump_catalog_version(self._db)
+        return deleted == 1
 
     def topics(self) -> dict[str, tuple[uuid.UUID, int]]:
         rows = self._db.execute("SELECT name, topic_id, partitions FROM topics ORDER BY name")
-        return {str(name): (_uuid(topic_id), _int(count))
+        return {str(name): (as_uuid(topic_id), as_int(count))
                 for name, topic_id, count in rows.fetchall()}
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
@@ -116,7 +145,7 @@ class PostgresStore:
             "WHERE topic = %s AND partition = %s", (topic, partition)).fetchone()
         if row is None:
             raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
-        return PartitionState(*(_int(value) for value in row))
+        return PartitionState(*(as_int(value) for value in row))
 
     # ------------------------------------------------------------------------ leases
 
@@ -126,16 +155,16 @@ class PostgresStore:
         row = self._db.execute(
             f"UPDATE partitions SET leader_epoch = CASE WHEN leader = %(node)s "
             f"THEN leader_epoch ELSE leader_epoch + 1 END, leader = %(node)s, "
-            f"lease_until_ms = {_NOW_MS} + %(lease)s "
+            f"lease_until_ms = {NOW_MS} + %(lease)s "
             f"WHERE topic = %(topic)s AND partition = %(partition)s "
-            f"AND (leader = %(node)s OR lease_until_ms <= {_NOW_MS}) "
+            f"AND (leader = %(node)s OR lease_until_ms <= {NOW_MS}) "
             f"RETURNING leader_epoch, lease_until_ms",
             {"node": node, "lease": lease_ms, "topic": topic, "partition": partition},
         ).fetchone()
         if row is None:
             self.partition_state(topic, partition)  # UnknownPartitionError if it is not there
             return None
-        return Lease(topic, partition, node, _int(row[0]), _int(row[1]))
+        return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
 
     def release_lease(self, lease: Lease) -> bool:
         """Give the partition up at once (a controlled shutdown); False if no longer ours."""
@@ -144,6 +173,56 @@ class PostgresStore:
             "AND leader = %s AND leader_epoch = %s",
             (lease.topic, lease.partition, lease.leader, lease.epoch))
         return result.rowcount == 1
+
+    def leadership(self) -> list[Leadership]:
+        """Every partition's leader and epoch, and whether its lease is running (the database's
+        clock): what placement, Metadata and FindCoordinator answer from."""
+        rows = self._db.execute(
+            f"SELECT topic, partition, leader, leader_epoch, lease_until_ms > {NOW_MS} "
+            f"FROM partitions ORDER BY topic, partition").fetchall()
+        return [Leadership(as_str(topic), as_int(partition), as_int(leader), as_int(epoch),
+                           bool(current))
+                for topic, partition, leader, epoch, current in rows]
+
+    def acquire_leases(self, partitions: Sequence[tuple[str, int]], node: int, lease_ms: int
+                       ) -> list[Lease]:
+        """Lead those of `partitions` whose lease is free or expired, each at the next epoch,
+        even where `node` led it before: a broker that did not hold the lease in memory (a
+        restart, a pause) must not share an epoch with what it wrote earlier. One statement."""
+        rows = self._db.execute(
+            f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
+            f"lease_until_ms = {NOW_MS} + %(lease)s "
+            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
+            f"WHERE p.topic = w.topic AND p.partition = w.partition "
+            f"AND p.lease_until_ms <= {NOW_MS} "
+            f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
+            {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
+             "indexes": [i for _, i in partitions]}).fetchall()
+        return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
+                for topic, index, epoch, until in rows]
+
+    def renew_leases(self, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
+        """Extend those of `leases` still held at their epoch (lapsed ones too, while nobody
+        took them over); the others are lost. One statement."""
+        rows = self._db.execute(
+            f"UPDATE partitions p SET lease_until_ms = {NOW_MS} + %(lease)s "
+            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[], %(leaders)s::integer[], "
+            f"%(epochs)s::integer[]) AS w (topic, partition, leader, epoch) "
+            f"WHERE p.topic = w.topic AND p.partition = w.partition AND p.leader = w.leader "
+            f"AND p.leader_epoch = w.epoch "
+            f"RETURNING p.topic, p.partition, p.leader, p.leader_epoch, p.lease_until_ms",
+            {"lease": lease_ms, "topics": [lease.topic for lease in leases],
+             "indexes": [lease.partition for lease in leases],
+             "leaders": [lease.leader for lease in leases],
+             "epochs": [lease.epoch for lease in leases]}).fetchall()
+        return [Lease(as_str(topic), as_int(index), as_int(leader), as_int(epoch),
+                      as_int(until)) for topic, index, leader, epoch, until in rows]
+
+    def release_leases(self, node: int) -> int:
+        """End every lease `node` holds at once (a controlled shutdown); how many."""
+        return self._db.execute(
+            f"UPDATE partitions SET lease_until_ms = 0 WHERE leader = %s "
+            f"AND lease_until_ms > {NOW_MS}", (node,)).rowcount
 
     # ------------------------------------------------------------------------ records
 
@@ -177,6 +256,8 @@ class PostgresStore:
             self._db.execute(
                 "UPDATE partitions SET next_offset = %s WHERE topic = %s AND partition = %s",
                 (last + 1, lease.topic, lease.partition))
+            self._db.execute("SELECT pg_notify(%s, %s)",
+                             (APPEND_CHANNEL, f"{lease.partition}:{last + 1}:{lease.topic}"))
         return base, last
 
     def set_log_start_offset(self, lease: Lease, offset: int) -> None:
@@ -199,7 +280,7 @@ class PostgresStore:
         is its current, unexpired lease."""
         row = self._db.execute(
             f"SELECT leader, leader_epoch, log_start_offset, next_offset, "
-            f"lease_until_ms > {_NOW_MS} FROM partitions WHERE topic = %s AND partition = %s "
+            f"lease_until_ms > {NOW_MS} FROM partitions WHERE topic = %s AND partition = %s "
             f"FOR UPDATE", (lease.topic, lease.partition)).fetchone()
         if row is None:
             raise UnknownPartitionError(f"{lease.topic}-{lease.partition} is not in the store")
@@ -209,7 +290,7 @@ class PostgresStore:
                 f"{lease.topic}-{lease.partition}: node {lease.leader} at epoch {lease.epoch} "
                 f"is not the leader (leader {leader}, epoch {epoch}"
                 f"{'' if current else ', lease expired'})")
-        return PartitionState(_int(leader), _int(epoch), _int(start), _int(next_offset))
+        return PartitionState(as_int(leader), as_int(epoch), as_int(start), as_int(next_offset))
 
     def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
         """Whole batches holding `offset` and after, up to `max_bytes` but at least one."""
@@ -231,22 +312,4 @@ class PostgresStore:
                 "SELECT data FROM batches WHERE topic = %s AND partition = %s "
                 "AND last_offset >= %s ORDER BY base_offset", (topic, partition, offset))
             for row in cursor:
-                yield _bytes(row[0])
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int):
-        raise TypeError(f"expected an integer column, got {value!r}")
-    return value
-
-
-def _uuid(value: object) -> uuid.UUID:
-    if not isinstance(value, uuid.UUID):
-        raise TypeError(f"expected a uuid column, got {value!r}")
-    return value
-
-
-def _bytes(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"expected a bytea column, got {type(value).__name__}")
-    return bytes(value)
+                yield as_bytes(row[0])

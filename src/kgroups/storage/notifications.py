@@ -1,0 +1,87 @@
+"""How a broker learns, within a bounded time, what other brokers changed: the catalog (topics,
+settings, ACLs, SCRAM users) and the ends of partition logs (to wake Fetch long polls).
+
+A listener holds a connection of its own that LISTENs on the catalog and append channels;
+PostgreSQL delivers a NOTIFY to every listener when the writing transaction commits, usually
+within milliseconds. Notifications are not stored, though: one sent while the listener's
+connection was down is lost. So each `poll` also reads the catalog's version counter once its
+poll interval has passed without a catalog notification (`kgroups.catalog.poll.interval.ms`,
+default 1000): a catalog change is seen within that interval even with no notification at
+all. Appends need no such fallback, since a long poll ends at its max.wait.ms and re-reads the
+log anyway.
+
+Blocking (psycopg's notifies generator): the broker runs `poll` on a thread of its own and
+hands the changes to its event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from kgroups.storage.catalog import CATALOG_CHANNEL, Catalog
+from kgroups.storage.columns import Connection
+from kgroups.storage.postgresql import APPEND_CHANNEL, CONNECT_TIMEOUT_S
+
+CATALOG_POLL_INTERVAL_MS = 1000  # kgroups.catalog.poll.interval.ms
+
+
+@dataclass
+class Changes:
+    """What moved since the last poll: the catalog version when it changed, and each
+    partition's newest announced next offset."""
+    catalog_version: int | None = None
+    log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+class ChangeListener:
+    def __init__(self, connection: Connection, catalog_version: int,
+                 poll_interval_ms: int = CATALOG_POLL_INTERVAL_MS) -> None:
+        self._db = connection
+        self._catalog = Catalog(connection)
+        self._known = catalog_version
+        self._poll_interval_s = poll_interval_ms / 1000
+        self._last_check = time.monotonic()
+
+    @classmethod
+    def open(cls, url: str, poll_interval_ms: int = CATALOG_POLL_INTERVAL_MS
+             ) -> ChangeListener:
+        """Listen on a new connection of its own, starting from the catalog's version now."""
+        connection = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        connection.execute(f"LISTEN {CATALOG_CHANNEL}")
+        connection.execute(f"LISTEN {APPEND_CHANNEL}")
+        return cls(connection, Catalog(connection).version(), poll_interval_ms)
+
+    def poll(self, timeout_s: float) -> Changes:
+        """Wait up to `timeout_s` (at most the poll interval) for changes, returning early at
+        the first notification; the catalog counter is read when the interval ran out without
+        one, so a lost notification delays a change by one interval at most."""
+        changes = Changes()
+        wait = max(0.0, min(timeout_s, self._poll_interval_s))
+        for notice in self._db.notifies(timeout=wait, stop_after=1):
+            self._note(notice, changes)
+        for notice in self._db.notifies(timeout=0):  # whatever else already arrived
+            self._note(notice, changes)
+        now = time.monotonic()
+        if changes.catalog_version is None and now - self._last_check >= self._poll_interval_s:
+            version = self._catalog.version()
+            if version != self._known:
+                changes.catalog_version = self._known = version
+        if changes.catalog_version is not None or now - self._last_check >= self._poll_interval_s:
+            self._last_check = now
+        return changes
+
+    def _note(self, notice: psycopg.Notify, changes: Changes) -> None:
+        if notice.channel == CATALOG_CHANNEL:
+            version = int(notice.payload)
+            if version > self._known:
+                changes.catalog_version = self._known = version
+        elif notice.channel == APPEND_CHANNEL:
+            partition, end, topic = notice.payload.split(":", 2)
+            key = (topic, int(partition))
+            changes.log_ends[key] = max(int(end), changes.log_ends.get(key, 0))
+
+    def close(self) -> None:
+        self._db.close()

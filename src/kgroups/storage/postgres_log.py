@@ -1,0 +1,84 @@
+"""A partition's log in PostgreSQL, for the broker that holds its lease: what the broker's
+Produce, Fetch, ListOffsets and DeleteRecords use of a log (log_seam.PartitionLogSeam).
+
+Every append is the store's fenced append, so once the lease is lost every write raises
+FencedError and writes nothing; the broker then answers NOT_LEADER_OR_FOLLOWER and drops this
+object. An append is durable when it returns (PostgreSQL committed it, and PostgreSQL's own
+replication is the partition's), so the high watermark is the log end and `flush` has nothing
+left to do. The offsets are kept here and moved by this object's own writes: only the lease
+holder writes the partition, so they cannot change under it.
+"""
+
+from __future__ import annotations
+
+from kgroups.log.batch import check_batch, iter_batches
+from kgroups.log.config import LogConfig
+from kgroups.log.partition_log import OffsetOutOfRangeError
+from kgroups.storage.postgresql import Lease, PostgresStore
+
+
+class PostgresPartitionLog:
+    def __init__(self, store: PostgresStore, lease: Lease, config: LogConfig) -> None:
+        self._store = store
+        self.lease = lease
+        self.config = config
+        self.closed = False
+        state = store.partition_state(lease.topic, lease.partition)
+        self._start = state.log_start_offset
+        self._end = state.next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def flush_due(self) -> bool:
+        """Never: every append is committed before it returns."""
+        return False
+
+    def flush(self) -> None:
+        """Nothing is ever pending: PostgreSQL committed every append already."""
+
+    def append_batch(self, batch: bytes) -> tuple[int, int]:
+        """FencedError (nothing written) once the lease is lost."""
+        base, last = self._store.append(self.lease, batch)
+        self._end = last + 1
+        return base, last
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+        if offset < self._start or offset > self._end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self._start}, {self._end}]")
+        if offset == self._end:
+            return b""
+        data = self._store.read(self.lease.topic, self.lease.partition, offset, max_bytes)
+        if not min_one and data and check_batch(data, 0)[1] > max_bytes:
+            return b""
+        return data
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        for data in self._store.batches(self.lease.topic, self.lease.partition):
+            for batch in iter_batches(data):
+                if batch.max_timestamp < timestamp:
+                    continue
+                for record in batch.records:
+                    if record.timestamp >= timestamp and record.offset >= self._start:
+                        return record.offset
+        return None
+
+    def advance_log_start(self, offset: int) -> bool:
+        if offset > self._end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is beyond the log end offset {self._end}")
+        if offset <= self._start:
+            return False
+        self._store.set_log_start_offset(self.lease, offset)
+        self._start = offset
+        return True
+
+    def close(self) -> None:
+        self.closed = True
