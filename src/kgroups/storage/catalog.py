@@ -59,19 +59,11 @@ class Catalog:
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
         """Each topic's overrides (topics without any are absent)."""
-        out: dict[str, dict[str, str]] = {}
-        for topic, name, value in self._db.execute(
-                "SELECT topic, name, value FROM topic_configs ORDER BY topic, name"):
-            out.setdefault(as_str(topic), {})[as_str(name)] = as_str(value)
-        return out
+        return self._settings("topic_configs", "topic")
 
     def set_topic_configs(self, topic: str, overrides: Mapping[str, str]) -> int:
         """Replace the topic's overrides with `overrides`; the new catalog version."""
-        with self._db.transaction():
-            self._db.execute("DELETE FROM topic_configs WHERE topic = %s", (topic,))
-            self._execute_many("INSERT INTO topic_configs (topic, name, value) VALUES (%s, %s, %s)",
-                         [(topic, name, value) for name, value in overrides.items()])
-            return bump_catalog_version(self._db)
+        return self._replace_settings("topic_configs", "topic", topic, overrides)
 
     # ------------------------------------------------------------------ ACLs
 
@@ -83,8 +75,9 @@ class Catalog:
     def add_acls(self, bindings: Iterable[AclRow]) -> int:
         """Add the bindings (ones already there stay once); the new catalog version."""
         with self._db.transaction():
-            self._execute_many(f"INSERT INTO acls ({_ACL_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                         f" ON CONFLICT DO NOTHING", list(bindings))
+            self._execute_many(f"INSERT INTO acls ({_ACL_COLUMNS}) VALUES "
+                               f"(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                               list(bindings))
             return bump_catalog_version(self._db)
 
     def remove_acls(self, bindings: Iterable[AclRow]) -> int:
@@ -92,7 +85,7 @@ class Catalog:
         `acls()`); the new catalog version."""
         with self._db.transaction():
             self._execute_many(f"DELETE FROM acls WHERE ({_ACL_COLUMNS}) = "
-                         f"(%s, %s, %s, %s, %s, %s, %s)", list(bindings))
+                               f"(%s, %s, %s, %s, %s, %s, %s)", list(bindings))
             return bump_catalog_version(self._db)
 
     # ------------------------------------------------------------------ SCRAM
@@ -112,8 +105,9 @@ class Catalog:
         """AlterUserScramCredentials' changes in one transaction, deletions first (as the
         broker's CredentialStore.apply); the new catalog version."""
         with self._db.transaction():
-            self._execute_many("DELETE FROM scram_credentials WHERE username = %s AND mechanism = %s",
-                         list(deletions))
+            self._execute_many(
+                "DELETE FROM scram_credentials WHERE username = %s AND mechanism = %s",
+                list(deletions))
             self._execute_many(
                 "INSERT INTO scram_credentials (username, mechanism, salt, stored_key, "
                 "server_key, iterations) VALUES (%s, %s, %s, %s, %s, %s) "
@@ -127,18 +121,26 @@ class Catalog:
 
     def broker_configs(self) -> dict[str, dict[str, str]]:
         """resource ("" the cluster default, else a node id) -> its dynamic settings."""
-        out: dict[str, dict[str, str]] = {}
-        for resource, name, value in self._db.execute(
-                "SELECT resource, name, value FROM broker_configs ORDER BY resource, name"):
-            out.setdefault(as_str(resource), {})[as_str(name)] = as_str(value)
-        return out
+        return self._settings("broker_configs", "resource")
 
     def set_broker_configs(self, resource: str, layer: Mapping[str, str]) -> int:
         """Replace one resource's dynamic settings with `layer`; the new catalog version."""
+        return self._replace_settings("broker_configs", "resource", resource, layer)
+
+    # `table` and `owner` are this module's constants, never a caller's text.
+    def _settings(self, table: str, owner: str) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for key, name, value in self._db.execute(
+                f"SELECT {owner}, name, value FROM {table} ORDER BY {owner}, name"):
+            out.setdefault(as_str(key), {})[as_str(name)] = as_str(value)
+        return out
+
+    def _replace_settings(self, table: str, owner: str, key: str,
+                          settings: Mapping[str, str]) -> int:
         with self._db.transaction():
-            self._db.execute("DELETE FROM broker_configs WHERE resource = %s", (resource,))
-            self._execute_many("INSERT INTO broker_configs (resource, name, value) VALUES (%s, %s, %s)",
-                         [(resource, name, value) for name, value in layer.items()])
+            self._db.execute(f"DELETE FROM {table} WHERE {owner} = %s", (key,))
+            self._execute_many(f"INSERT INTO {table} ({owner}, name, value) VALUES (%s, %s, %s)",
+                               [(key, name, value) for name, value in settings.items()])
             return bump_catalog_version(self._db)
 
     def _execute_many(self, statement: str, rows: Sequence[tuple[object, ...]]) -> None:

@@ -79,8 +79,8 @@ class ClusterMember:
         mine = {key for key, leader in preferred.items() if leader == self.node_id}
         for key in sorted(set(self.held) - mine):  # hand back to the preferred live broker
             self._store.release_lease(self.held[key])
-        renewed = self._store.renew_leases([self.held[key] for key in sorted(mine & set(self.held))],
-                                           self.lease_ms)
+        kept = [self.held[key] for key in sorted(mine & set(self.held))]
+        renewed = self._store.renew_leases(kept, self.lease_ms)
         acquired = self._store.acquire_leases(sorted(mine - set(self.held)), self.node_id,
                                               self.lease_ms)
         before = self.held

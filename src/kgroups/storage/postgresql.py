@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from kgroups.log.batch import check_batch, set_base_offset
-from kgroups.storage.columns import NOW_MS, Connection, as_bytes, as_int, as_str, as_uuid
 from kgroups.storage.catalog import Catalog, bump_catalog_version
+from kgroups.storage.columns import NOW_MS, Connection, as_bytes, as_int, as_str, as_uuid
 from kgroups.storage.registry import BROKER_SESSION_TIMEOUT_MS, BrokerRegistry
 from kgroups.storage.schema import ensure_schema
 
