@@ -255,3 +255,40 @@ def test_a_version_1_store_is_migrated_keeping_its_data(postgres_url: str) -> No
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         row = connection.execute("SELECT version FROM kgroups_schema").fetchone()
     assert row is not None and row[0] == SCHEMA_VERSION == 2
+
+
+def test_a_release_wakes_the_other_brokers_listeners(postgres_url: str) -> None:
+    store = _cluster_store(postgres_url)
+    listener = ChangeListener.open(postgres_url, poll_interval_ms=60_000)
+    one = ClusterMember.join(store, 1, "127.0.0.1", 9092)
+    one.step()
+    assert not listener.poll(0.1).leases_released
+    one.leave()
+    started = time.monotonic()
+    assert listener.poll(5.0).leases_released
+    assert time.monotonic() - started < 2
+    listener.close()
+
+
+def test_producer_id_blocks_never_overlap(postgres_url: str) -> None:
+    first, second = _open(postgres_url), _open(postgres_url)
+    blocks = [first.allocate_producer_ids(), second.allocate_producer_ids(),
+              first.allocate_producer_ids(10)]
+    ids = [pid for block in blocks for pid in block]
+    assert len(ids) == len(set(ids)) == 2010
+    assert min(ids) > 1_700_000_000_000  # above any id a single broker's clock handed out
+
+
+def test_the_postgresql_log_finds_headers_and_the_largest_timestamp(
+        postgres_url: str) -> None:
+    store = _cluster_store(postgres_url)
+    lease = store.take_lease("orders", 0, node=1, lease_ms=60_000)
+    assert lease is not None
+    log = PostgresPartitionLog(store, lease, LogConfig())
+    assert log.max_timestamp_offset() is None
+    log.append_batch(build_batch([(b"k", b"a", 10), (b"k", b"b", 50)]))
+    log.append_batch(build_batch([(b"k", b"c", 30), (b"k", b"d", 50)],
+                                 producer_id=7, producer_epoch=0, base_sequence=0))
+    assert log.max_timestamp_offset() == (50, 1)  # the first record with it
+    headers = list(log.batch_headers(2))
+    assert [(h.base_offset, h.producer_id, h.records_count) for h in headers] == [(2, 7, 2)]

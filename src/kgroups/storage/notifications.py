@@ -1,5 +1,7 @@
 """How a broker learns, within a bounded time, what other brokers changed: the catalog (topics,
-settings, ACLs, SCRAM users) and the ends of partition logs (to wake Fetch long polls).
+settings, ACLs, SCRAM users), the ends of partition logs (to wake Fetch long polls) and
+released leases (to take a handed-back or abandoned partition without waiting for the next
+heartbeat).
 
 A listener holds a connection of its own that LISTENs on the catalog and append channels;
 PostgreSQL delivers a NOTIFY to every listener when the writing transaction commits, usually
@@ -7,8 +9,8 @@ within milliseconds. Notifications are not stored, though: one sent while the li
 connection was down is lost. So each `poll` also reads the catalog's version counter once its
 poll interval has passed without a catalog notification (`kgroups.catalog.poll.interval.ms`,
 default 1000): a catalog change is seen within that interval even with no notification at
-all. Appends need no such fallback, since a long poll ends at its max.wait.ms and re-reads the
-log anyway.
+all. Appends and releases need no such fallback: a long poll ends at its max.wait.ms and
+re-reads the log anyway, and the lease step runs every heartbeat regardless.
 
 Blocking (psycopg's notifies generator): the broker runs `poll` on a thread of its own and
 hands the changes to its event loop.
@@ -23,17 +25,19 @@ import psycopg
 
 from kgroups.storage.catalog import CATALOG_CHANNEL, Catalog
 from kgroups.storage.columns import Connection
-from kgroups.storage.postgresql import APPEND_CHANNEL, CONNECT_TIMEOUT_S
+from kgroups.storage.postgresql import APPEND_CHANNEL, CONNECT_TIMEOUT_S, LEASE_CHANNEL
 
 CATALOG_POLL_INTERVAL_MS = 1000  # kgroups.catalog.poll.interval.ms
 
 
 @dataclass
 class Changes:
-    """What moved since the last poll: the catalog version when it changed, and each
-    partition's newest announced next offset."""
+    """What moved since the last poll: the catalog version when it changed, each partition's
+    newest announced next offset, and whether some broker released leases (run the lease
+    step now: a partition may be waiting for this broker)."""
     catalog_version: int | None = None
     log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    leases_released: bool = False
 
 
 class ChangeListener:
@@ -52,6 +56,7 @@ class ChangeListener:
         connection = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         connection.execute(f"LISTEN {CATALOG_CHANNEL}")
         connection.execute(f"LISTEN {APPEND_CHANNEL}")
+        connection.execute(f"LISTEN {LEASE_CHANNEL}")
         return cls(connection, Catalog(connection).version(), poll_interval_ms)
 
     def poll(self, timeout_s: float) -> Changes:
@@ -82,6 +87,8 @@ class ChangeListener:
             partition, end, topic = notice.payload.split(":", 2)
             key = (topic, int(partition))
             changes.log_ends[key] = max(int(end), changes.log_ends.get(key, 0))
+        elif notice.channel == LEASE_CHANNEL:
+            changes.leases_released = True
 
     def close(self) -> None:
         self._db.close()

@@ -11,7 +11,9 @@ holder writes the partition, so they cannot change under it.
 
 from __future__ import annotations
 
-from kgroups.log.batch import check_batch, iter_batches
+from collections.abc import Iterator
+
+from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import OffsetOutOfRangeError
 from kgroups.storage.postgresql import Lease, PostgresStore
@@ -61,7 +63,8 @@ class PostgresPartitionLog:
         return data
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        for data in self._store.batches(self.lease.topic, self.lease.partition):
+        for data in self._store.batches_from(self.lease.topic, self.lease.partition,
+                                             self._start):
             for batch in iter_batches(data):
                 if batch.max_timestamp < timestamp:
                     continue
@@ -69,6 +72,28 @@ class PostgresPartitionLog:
                     if record.timestamp >= timestamp and record.offset >= self._start:
                         return record.offset
         return None
+
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches holding `from_offset` and after, in offset order (the
+        producer state's rebuild reads the producer fields of the log's tail)."""
+        for data in self._store.batches_from(self.lease.topic, self.lease.partition,
+                                             max(from_offset, self._start)):
+            yield read_header(data)
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with the largest timestamp (ListOffsets
+        MAX_TIMESTAMP); None for an empty log. Decodes only the batch that holds it."""
+        largest, holder = -1, None
+        for data in self._store.batches_from(self.lease.topic, self.lease.partition,
+                                             self._start):
+            header = read_header(data)
+            if header.max_timestamp > largest:
+                largest, holder = header.max_timestamp, data
+        if holder is None:
+            return None
+        batch, _ = decode_batch(holder)
+        return largest, next((r.offset for r in batch.records if r.timestamp == largest),
+                             batch.base_offset)
 
     def advance_log_start(self, offset: int) -> bool:
         if offset > self._end:

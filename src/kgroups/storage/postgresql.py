@@ -30,9 +30,12 @@ from kgroups.storage.registry import BROKER_SESSION_TIMEOUT_MS, BrokerRegistry
 from kgroups.storage.schema import ensure_schema
 
 CONNECT_TIMEOUT_S = 5
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
 # Each committed append announces "<partition>:<next offset>:<topic>" here (Kafka's topic names
 # hold no colon), so a Fetch long poll on any broker wakes when its partition grows.
 APPEND_CHANNEL = "kgroups_append"
+# A lease was released (hand-back, controlled shutdown): brokers run their lease step now.
+LEASE_CHANNEL = "kgroups_leases"
 _PARTITION_LEADER_EPOCH = struct.Struct(">i")
 _PARTITION_LEADER_EPOCH_AT = 12
 
@@ -147,6 +150,16 @@ class PostgresStore:
             raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
         return PartitionState(*(as_int(value) for value in row))
 
+    def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
+        """A block of producer ids no other broker gets (as Kafka's controller hands brokers
+        blocks of 1000): InitProducerId draws from it and asks again when it runs out."""
+        row = self._db.execute(
+            "UPDATE producer_ids SET next_id = next_id + %s RETURNING next_id",
+            (count,)).fetchone()
+        assert row is not None  # the schema inserts the only row
+        end = as_int(row[0])
+        return range(end - count, end)
+
     # ------------------------------------------------------------------------ leases
 
     def take_lease(self, topic: str, partition: int, node: int, lease_ms: int) -> Lease | None:
@@ -167,12 +180,12 @@ class PostgresStore:
         return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
 
     def release_lease(self, lease: Lease) -> bool:
-        """Give the partition up at once (a controlled shutdown); False if no longer ours."""
-        result = self._db.execute(
+        """Give the partition up at once (a hand-back, a controlled shutdown); False if no
+        longer ours."""
+        return self._release(
             "UPDATE partitions SET lease_until_ms = 0 WHERE topic = %s AND partition = %s "
             "AND leader = %s AND leader_epoch = %s",
-            (lease.topic, lease.partition, lease.leader, lease.epoch))
-        return result.rowcount == 1
+            (lease.topic, lease.partition, lease.leader, lease.epoch)) == 1
 
     def leadership(self) -> list[Leadership]:
         """Every partition's leader and epoch, and whether its lease is running (the database's
@@ -220,9 +233,18 @@ class PostgresStore:
 
     def release_leases(self, node: int) -> int:
         """End every lease `node` holds at once (a controlled shutdown); how many."""
-        return self._db.execute(
-            f"UPDATE partitions SET lease_until_ms = 0 WHERE leader = %s "
-            f"AND lease_until_ms > {NOW_MS}", (node,)).rowcount
+        return self._release(f"UPDATE partitions SET lease_until_ms = 0 WHERE leader = %s "
+                             f"AND lease_until_ms > {NOW_MS}", (node,))
+
+    def _release(self, statement: str, params: tuple[object, ...]) -> int:
+        """Run a releasing UPDATE and, when it released anything, announce it on
+        LEASE_CHANNEL at commit, so the brokers waiting for those partitions step at once
+        instead of at their next heartbeat."""
+        with self._db.transaction():
+            released = self._db.execute(statement, params).rowcount
+            if released:
+                self._db.execute("SELECT pg_notify(%s, '')", (LEASE_CHANNEL,))
+        return released
 
     # ------------------------------------------------------------------------ records
 
@@ -295,7 +317,7 @@ class PostgresStore:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> bytes:
         """Whole batches holding `offset` and after, up to `max_bytes` but at least one."""
         out = bytearray()
-        for data in self._batches_from(topic, partition, offset):
+        for data in self.batches_from(topic, partition, offset):
             if out and len(out) + len(data) > max_bytes:
                 break
             out += data
@@ -303,9 +325,11 @@ class PostgresStore:
 
     def batches(self, topic: str, partition: int) -> Iterator[bytes]:
         """Every batch of the partition from its log start, in offset order."""
-        yield from self._batches_from(topic, partition, 0)
+        yield from self.batches_from(topic, partition, 0)
 
-    def _batches_from(self, topic: str, partition: int, offset: int) -> Iterator[bytes]:
+    def batches_from(self, topic: str, partition: int, offset: int) -> Iterator[bytes]:
+        """Each batch whose last offset is at or past `offset`, in offset order, streamed
+        through a server-side cursor (its transaction ends when the iteration does)."""
         with self._db.transaction(), self._db.cursor(name=f"read_{uuid.uuid4().hex}") as cursor:
             cursor.itersize = 256
             cursor.execute(

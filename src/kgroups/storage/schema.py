@@ -15,6 +15,8 @@ Version 2 (a cluster of brokers) adds, leaving version 1's tables as they were:
 - `topic_configs`, `acls`, `scram_credentials`, `broker_configs`: the catalog every broker
   serves, in the forms the broker keeps on disk.
 - `catalog_version`: one counter bumped by every catalog write, announced with NOTIFY.
+- `producer_ids`: the next producer id no broker has been handed, starting at the clock in
+  milliseconds (above what a single broker's wall-clock allocator handed out before).
 """
 
 from __future__ import annotations
@@ -98,6 +100,12 @@ CREATE TABLE IF NOT EXISTS catalog_version (
     version bigint NOT NULL
 );
 INSERT INTO catalog_version (version) VALUES (0) ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS producer_ids (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    next_id bigint NOT NULL
+);
+INSERT INTO producer_ids (next_id)
+    VALUES ((extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING;
 """
 
 # What each version adds over the one before (version 1's tables are created whenever missing);
