@@ -18,18 +18,7 @@ from tests.storage.conftest import postgres_server, postgres_url
 from kgroups.cli import main
 from kgroups.log.topic_ids import read_partition_metadata, write_partition_metadata
 from kgroups.pipeline.store_source import StoreSource, list_store
-from kgroups.records.consumer_group import (
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupCurrentMemberAssignmentValue,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupMemberMetadataValue,
-    ConsumerGroupMetadataKey,
-    ConsumerGroupMetadataValue,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupTargetAssignmentMemberValue,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataValue,
-)
+from kgroups.records import consumer_group as records
 
 __all__ = ["postgres_server", "postgres_url"]  # the storage tests' PostgreSQL fixtures
 
@@ -55,30 +44,29 @@ def _consumer_group(data_dir: Path) -> None:
         return ((events, partitions),)
 
     def member(name: str) -> tuple[object, object]:
-        return (ConsumerGroupMemberMetadataKey(group, name),
-                ConsumerGroupMemberMetadataValue(None, None, f"client-{name}", "/127.0.0.1",
-                                                 ("events",), None, 45_000, "uniform"))
+        return (records.ConsumerGroupMemberMetadataKey(group, name),
+                records.ConsumerGroupMemberMetadataValue(
+                    None, None, f"client-{name}", "/127.0.0.1", ("events",), None, 45_000,
+                    "uniform"))
+
+    def epochs(epoch: int, targets: dict[str, tuple[int, ...]]) -> list[tuple[object, object]]:
+        """The group epoch, each member's target and the target's epoch."""
+        return [(records.ConsumerGroupMetadataKey(group),
+                 records.ConsumerGroupMetadataValue(epoch)),
+                *((records.ConsumerGroupTargetAssignmentMemberKey(group, name),
+                   records.ConsumerGroupTargetAssignmentMemberValue(owned(*held)))
+                  for name, held in targets.items()),
+                (records.ConsumerGroupTargetAssignmentMetadataKey(group),
+                 records.ConsumerGroupTargetAssignmentMetadataValue(epoch))]
 
     def current(name: str, epoch: int, held: tuple[int, ...]) -> tuple[object, object]:
-        return (ConsumerGroupCurrentMemberAssignmentKey(group, name),
-                ConsumerGroupCurrentMemberAssignmentValue(epoch, epoch - 1, 0, owned(*held), ()))
+        return (records.ConsumerGroupCurrentMemberAssignmentKey(group, name),
+                records.ConsumerGroupCurrentMemberAssignmentValue(
+                    epoch, epoch - 1, 0, owned(*held), ()))
 
     log = OffsetsLogBuilder()
-    log.records(group, [member("a"), (ConsumerGroupMetadataKey(group),
-                                      ConsumerGroupMetadataValue(1)),
-                        (ConsumerGroupTargetAssignmentMemberKey(group, "a"),
-                         ConsumerGroupTargetAssignmentMemberValue(owned(0, 1))),
-                        (ConsumerGroupTargetAssignmentMetadataKey(group),
-                         ConsumerGroupTargetAssignmentMetadataValue(1)),
-                        current("a", 1, (0, 1))], T)
-    log.records(group, [member("b"), (ConsumerGroupMetadataKey(group),
-                                      ConsumerGroupMetadataValue(2)),
-                        (ConsumerGroupTargetAssignmentMemberKey(group, "a"),
-                         ConsumerGroupTargetAssignmentMemberValue(owned(0))),
-                        (ConsumerGroupTargetAssignmentMemberKey(group, "b"),
-                         ConsumerGroupTargetAssignmentMemberValue(owned(1))),
-                        (ConsumerGroupTargetAssignmentMetadataKey(group),
-                         ConsumerGroupTargetAssignmentMetadataValue(2)),
+    log.records(group, [member("a"), *epochs(1, {"a": (0, 1)}), current("a", 1, (0, 1))], T)
+    log.records(group, [member("b"), *epochs(2, {"a": (0,), "b": (1,)}),
                         current("a", 2, (0,)), current("b", 2, (1,))], T + 5_000)
     log.write(data_dir)
 

@@ -47,7 +47,7 @@ class AnalysisResult:
     records: int
     errors: int
     seconds: float
-    units: str = "segment files"
+    units: str = "segments"
 
 
 class LogSource(Protocol):
@@ -77,7 +77,7 @@ class LogSource(Protocol):
 class SegmentSource:
     """Segment files found by discovery.find_inputs, decoded by Spark tasks."""
 
-    units = "segment files"
+    units = "segments"
 
     def __init__(self, paths: list[str], inputs: LogInputs) -> None:
         self.inputs = inputs

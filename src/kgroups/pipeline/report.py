@@ -50,8 +50,8 @@ class ReportData:
     # group, topic, partition, minute, lag: each group's most lagging partitions over time
     partition_lag_over_time: pd.DataFrame | None = None
     partition_owners: pd.DataFrame | None = None  # the partition_owners table
-    # What `segments` counts: segment files, or a store's partitions.
-    units: str = "segment files"
+    # What `segments` counts: segment files ("segments"), or a store's partitions.
+    units: str = "segments"
 
 
 def _png(figure: plt.Figure) -> str:
