@@ -119,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
     from kgroups.pipeline.session import build_session, stop_session, writes_class_archive
-    from kgroups.pipeline.store_source import is_store_url
     from kgroups.pipeline.window import TimeWindow
+    from kgroups.storage.postgresql import is_store_url
     from kgroups.storage.schema import SchemaVersionError
 
     if args.since is not None and args.until is not None and args.since > args.until:

@@ -26,9 +26,10 @@ from kgroups.pipeline import decode, lag_seconds, tables, tasks
 from kgroups.pipeline.discovery import LogInputs, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
-from kgroups.pipeline.store_source import StoreInputs, StoreSource, is_store_url, list_store
+from kgroups.pipeline.store_source import StoreInputs, StoreSource, list_store
 from kgroups.pipeline.topic_logs import TopicLogs
 from kgroups.pipeline.window import TimeWindow
+from kgroups.storage.postgresql import is_store_url
 
 log = logging.getLogger("kgroups.analyze")
 

@@ -34,7 +34,6 @@ from kgroups.pipeline.topic_logs import TopicLogs, TopicPartition
 from kgroups.pipeline.window import TimeWindow
 from kgroups.storage.postgresql import PostgresStore, redacted
 
-URL_SCHEMES = ("postgresql://", "postgres://")
 # Rows the JDBC driver fetches at a time: batches are up to a megabyte or so each; without a
 # fetch size PostgreSQL's driver holds a partition's whole result in the JVM.
 FETCH_ROWS = 64
@@ -46,10 +45,6 @@ _MAX_TIMESTAMP = "('x' || encode(substring(data from 36 for 8), 'hex'))::bit(64)
 _TOPIC_BATCHES = (f"(SELECT topic, partition, base_offset, last_offset, "
                   f"{_MAX_TIMESTAMP} AS max_timestamp FROM batches "
                   f"WHERE topic <> '{OFFSETS_TOPIC}') AS topic_batches")
-
-
-def is_store_url(path: str) -> bool:
-    return path.startswith(URL_SCHEMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +60,7 @@ class StoreInputs:
 def list_store(url: str) -> StoreInputs:
     """The store's topics; StorageUnavailableError when it cannot be reached, and
     InputNotFoundError when it holds no __consumer_offsets, both naming it without password."""
+    jdbc_connection(url)  # a URL Spark could not use is refused before anything runs
     store = PostgresStore.open(url)
     try:
         topics = store.topics()

@@ -28,14 +28,19 @@ from kgroups.records.codec import (
     value_version,
 )
 from kgroups.records.schema import OffsetsRecord, UnknownKey
+from kgroups.storage.postgresql import (
+    PostgresStore,
+    StorageUnavailableError,
+    is_store_url,
+    redacted,
+)
+from kgroups.storage.schema import SchemaVersionError
 
 _PARTITION_DIR = re.compile(r"-(\d+)$")
 # The partition directories a data dir (kgroups' or a Kafka broker's log dir) holds for the
 # offsets topic; Kafka's `-delete` and `-future` directories do not match.
 _OFFSETS_PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 _OFFSETS_TOPIC = "__consumer_offsets"
-# A kgroups store's URL (kgroups.storage) in place of a PATH.
-STORE_URL_SCHEMES = ("postgresql://", "postgres://")
 
 
 class _InputError(Exception):
@@ -87,7 +92,7 @@ def run_decode(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
-    if any(path.startswith(STORE_URL_SCHEMES) for path in args.paths):
+    if any(is_store_url(path) for path in args.paths):
         return _run_store_dump(args.paths)
     # Every PATH is listed before the first line is printed, so that a mistyped last PATH does
     # not end a long dump.
@@ -109,9 +114,6 @@ def run_dump(args: argparse.Namespace) -> int:
 def _run_store_dump(paths: list[str]) -> int:
     """The dump of a kgroups PostgreSQL store's __consumer_offsets, partition by partition in
     offset order, as its segment files would print: the same batches, byte for byte."""
-    from kgroups.storage.postgresql import PostgresStore, StorageUnavailableError, redacted
-    from kgroups.storage.schema import SchemaVersionError
-
     if len(paths) != 1:
         print("kgroups offsets dump: a PostgreSQL URL is dumped alone, not with other PATHs: "
               + ", ".join(redacted(path) for path in paths), file=sys.stderr)

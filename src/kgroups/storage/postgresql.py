@@ -65,6 +65,11 @@ class PartitionState:
     next_offset: int
 
 
+def is_store_url(text: str) -> bool:
+    """Whether a command's argument names a store (libpq's two URL schemes) rather than a path."""
+    return text.startswith(("postgresql://", "postgres://"))
+
+
 def redacted(url: str) -> str:
     """The URL without its password, for messages and logs."""
     parts = urlsplit(url)
