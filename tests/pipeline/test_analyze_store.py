@@ -163,3 +163,15 @@ def test_a_store_that_cannot_be_reached_is_one_line_without_the_password(
     assert err.startswith(f"kgroups {command}: ")
     assert "kgroups:***@127.0.0.1:1/nowhere" in err
     assert PASSWORD not in err and "Traceback" not in err
+
+
+def test_analyze_refuses_a_store_it_could_not_read_before_starting_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"postgresql://kgroups:{PASSWORD}@127.0.0.1:1/db"
+    assert main(["analyze", url, str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "analysed alone" in capsys.readouterr().err
+    monkeypatch.setenv("KGROUPS_CACHE_DIR", str(tmp_path / "empty-cache"))
+    assert main(["analyze", url, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "make postgresql-jdbc" in err and PASSWORD not in err
