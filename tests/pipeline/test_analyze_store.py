@@ -17,8 +17,9 @@ from tests.storage.conftest import postgres_server, postgres_url
 
 from kgroups.cli import main
 from kgroups.log.topic_ids import read_partition_metadata, write_partition_metadata
-from kgroups.pipeline.store_source import StoreSource, list_store
+from kgroups.pipeline.store_source import StoreSource, jdbc_connection, list_store
 from kgroups.records import consumer_group as records
+from kgroups.storage.postgresql import redacted
 
 __all__ = ["postgres_server", "postgres_url"]  # the storage tests' PostgreSQL fixtures
 
@@ -175,3 +176,22 @@ def test_analyze_refuses_a_store_it_could_not_read_before_starting_spark(
     assert main(["analyze", url, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "make postgresql-jdbc" in err and PASSWORD not in err
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    (f"postgresql://kg:{PASSWORD}@db:5432/kgroups", "postgresql://kg:***@db:5432/kgroups"),
+    (f"postgresql://kg@db/kgroups?sslmode=require&password={PASSWORD}",
+     "postgresql://kg@db/kgroups?sslmode=require&password=***"),
+    (f"postgresql://kg:{PASSWORD}@db:port/kgroups", "postgresql://kg:***@db:port/kgroups"),
+])
+def test_messages_name_a_store_without_its_password(url: str, shown: str) -> None:
+    assert redacted(url) == shown
+
+
+def test_the_password_reaches_the_jdbc_driver_as_a_property_not_in_its_url() -> None:
+    jdbc_url, properties = jdbc_connection(
+        f"postgresql://kg@db.internal:5433/kgroups?sslmode=require&password={PASSWORD}")
+    assert jdbc_url == "jdbc:postgresql://db.internal:5433/kgroups?sslmode=require"
+    assert properties["user"] == "kg" and properties["password"] == PASSWORD
+    _, properties = jdbc_connection(f"postgresql://k%40g:{PASSWORD}@[::1]/kgroups")
+    assert properties["user"] == "k@g" and properties["password"] == PASSWORD

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,7 +51,7 @@ _TOPIC_BATCHES = (f"(SELECT topic, partition, base_offset, last_offset, "
 class StoreInputs:
     """What a run reads from a store, as listed before Spark starts."""
 
-    url: str
+    url: str = field(repr=False)  # may hold a password
     offsets_partitions: int
     topic_names: dict[uuid.UUID, str]
     log_ends: dict[TopicPartition, int]  # every other topic partition's next offset
@@ -76,19 +76,29 @@ def list_store(url: str) -> StoreInputs:
 
 
 def jdbc_connection(url: str) -> tuple[str, dict[str, str]]:
-    """The JDBC URL (host, port, database and query options) and the connection properties
-    (driver, fetch size, user, password) for a postgresql:// URL."""
+    """The JDBC URL (host, port, database and query options such as sslmode, which PostgreSQL's
+    JDBC driver reads under libpq's names) and the connection properties (driver, fetch size,
+    user, password, from the URL's user info or options) for a postgresql:// URL."""
     parts = urlsplit(url)
     if not parts.hostname:
         raise InputNotFoundError(f"{redacted(url)}: Spark's JDBC reader needs a host name")
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError as exc:
+        raise InputNotFoundError(f"{redacted(url)}: {exc}") from None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    port = f":{parts.port}" if parts.port else ""
-    query = f"?{parts.query}" if parts.query else ""
     properties = {"driver": DRIVER_CLASS, "fetchsize": str(FETCH_ROWS)}
+    options = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in ("user", "password"):
+            properties[name] = value
+        else:
+            options.append((name, value))
     if parts.username:
         properties["user"] = unquote(parts.username)
     if parts.password is not None:
         properties["password"] = unquote(parts.password)
+    query = f"?{urlencode(options)}" if options else ""
     return f"jdbc:postgresql://{host}{port}{parts.path}{query}", properties
 
 
