@@ -24,8 +24,13 @@ export KAFKA_HOME
 # The Java test peers (tests/java) are built into this cache, outside git.
 JAVA_HARNESS_HOME ?= $(HOME)/.cache/kgroups/java-harness
 export JAVA_HARNESS_HOME
+# PostgreSQL's JDBC driver, which `kgroups analyze postgresql://...` hands Spark (spark.jars):
+# copied by Maven into the kgroups cache, outside git; kgroups.pipeline.store_source pins the same
+# version and looks for the jar there.
+POSTGRESQL_JDBC_VERSION := 42.7.14
+POSTGRESQL_JDBC_DIR ?= $(HOME)/.cache/kgroups/postgresql-jdbc
 
-.PHONY: install system-deps kafka java-harness serve wheel test test-fast lint typecheck bench clean
+.PHONY: install system-deps kafka java-harness postgresql-jdbc serve wheel test test-fast lint typecheck bench clean
 
 install: $(STAMP) system-deps
 
@@ -94,6 +99,16 @@ java-harness: system-deps
 		echo "$$want" > $(JAVA_HARNESS_HOME)/.stamp; \
 	fi
 
+# The jar's name carries its version, so a new pin fetches the new jar; once there, Maven is
+# not run at all (offline-safe).
+postgresql-jdbc: system-deps
+	@if [ ! -f $(POSTGRESQL_JDBC_DIR)/postgresql-$(POSTGRESQL_JDBC_VERSION).jar ]; then \
+		echo "fetching PostgreSQL's JDBC driver $(POSTGRESQL_JDBC_VERSION) into $(POSTGRESQL_JDBC_DIR)"; \
+		mvn -q -B -Dstyle.color=never dependency:copy \
+			-Dartifact=org.postgresql:postgresql:$(POSTGRESQL_JDBC_VERSION) \
+			-DoutputDirectory=$(POSTGRESQL_JDBC_DIR); \
+	fi
+
 serve: $(SERVE_STAMP)
 	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(SERVE_ARGS)
 
@@ -112,7 +127,7 @@ typecheck: install
 	$(BIN)/mypy
 
 # Every test, slow interop and Spark ones included; coverage of the coordinator core must stay >= 95%.
-test: install lint typecheck kafka java-harness
+test: install lint typecheck kafka java-harness postgresql-jdbc
 	$(BIN)/python -m pytest --cov=kgroups --cov-report= $(PYTEST_ARGS)
 	$(BIN)/python -m coverage report --include='src/kgroups/coordinator/*' --fail-under=95
 

@@ -15,14 +15,16 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LAYERS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
     "log": frozenset({"errors"}),
-    "records": frozenset({"errors", "log"}),
+    # `kgroups offsets dump postgresql://...` reads a store's __consumer_offsets.
+    "records": frozenset({"errors", "log", "storage"}),
     # A cluster's store (PostgreSQL) beside the local log, whose formats it keeps.
     "storage": frozenset({"errors", "log"}),
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
     "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
-    "pipeline": frozenset({"errors", "log", "records"}),
+    # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
+    "pipeline": frozenset({"errors", "log", "records", "storage"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
                       "pipeline", "storage"}),
     # The broker for tests (serve_in_background, the pytest plugin).

@@ -73,3 +73,12 @@ def test_make_test_and_test_fast_run_the_type_checker(checkout: Path) -> None:
     _stamps(checkout, ".installed", ".installed-serve")
     for target in ("test", "test-fast", "typecheck"):
         assert "\n.venv/bin/mypy\n" in _plan(checkout, target), target
+
+
+def test_make_test_fetches_the_jdbc_driver_analyze_looks_for(checkout: Path) -> None:
+    from kgroups.pipeline.jdbc_driver import POSTGRESQL_JDBC_VERSION
+
+    _stamps(checkout, ".installed", ".installed-serve")
+    plan = _plan(checkout, "test")
+    assert f"-Dartifact=org.postgresql:postgresql:{POSTGRESQL_JDBC_VERSION}" in plan
+    assert f"postgresql-{POSTGRESQL_JDBC_VERSION}.jar" in plan

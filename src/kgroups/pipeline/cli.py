@@ -9,7 +9,10 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kgroups.pipeline.store_source import StoreInputs
 
 # What `pip install 'kgroups[spark]'` adds; the broker and the other commands run without them.
 SPARK_EXTRA_MODULES = ("pyspark", "pandas", "pyarrow", "matplotlib")
@@ -41,12 +44,15 @@ def register(subparsers: Any) -> None:
         help="analyse __consumer_offsets segment files with Spark into tables and a report",
         description=(
             "Read __consumer_offsets segments (a kgroups data dir or Kafka log dirs, local or "
-            "any filesystem pyarrow opens) with PySpark and write Parquet tables and "
-            "report.html under --out."
+            "any filesystem pyarrow opens), or a kgroups PostgreSQL store, with PySpark and "
+            "write Parquet tables and report.html under --out."
         ),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="data dir, log dir, partition dir or segment file")
+                        help="data dir, log dir, partition dir or segment file; or, alone, a "
+                        "kgroups store's URL, postgresql://USER[:PASSWORD]@HOST:PORT/DATABASE "
+                        "(read through Spark's JDBC source: `make postgresql-jdbc` fetches "
+                        "the driver)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master: local[N], spark://..., yarn (default: spark-submit's "
@@ -81,6 +87,23 @@ def missing_spark_extra() -> list[str]:
     return [name for name in SPARK_EXTRA_MODULES if importlib.util.find_spec(name) is None]
 
 
+def _store_inputs(paths: list[str]) -> StoreInputs:
+    """A store's listing (store_source.StoreInputs) for a lone PostgreSQL URL; InputNotFoundError
+    when the URL comes with other inputs or Spark would lack PostgreSQL's JDBC driver."""
+    from kgroups.pipeline.discovery import InputNotFoundError
+    from kgroups.pipeline.jdbc_driver import jdbc_jar
+    from kgroups.pipeline.store_source import list_store
+    from kgroups.storage.postgresql import redacted
+
+    if len(paths) != 1:
+        raise InputNotFoundError("a PostgreSQL URL is analysed alone, not with other PATHs: "
+                                 + ", ".join(redacted(path) for path in paths))
+    if not jdbc_jar().is_file():
+        raise InputNotFoundError(f"PostgreSQL's JDBC driver is not at {jdbc_jar()}: fetch it "
+                                 "with `make postgresql-jdbc`")
+    return list_store(paths[0])
+
+
 def run(args: argparse.Namespace) -> int:
     called = time.monotonic()
     missing = missing_spark_extra()
@@ -92,11 +115,13 @@ def run(args: argparse.Namespace) -> int:
     # run without the spark extra.
     from pyspark.sql import SparkSession
 
-    from kgroups.pipeline.discovery import InputNotFoundError, find_inputs
+    from kgroups.pipeline.discovery import InputNotFoundError, LogInputs, find_inputs
     from kgroups.pipeline.job import run_analysis
     from kgroups.pipeline.progress import StepProgress
     from kgroups.pipeline.session import build_session, stop_session, writes_class_archive
     from kgroups.pipeline.window import TimeWindow
+    from kgroups.storage.postgresql import is_store_url
+    from kgroups.storage.schema import SchemaVersionError
 
     if args.since is not None and args.until is not None and args.since > args.until:
         print("kgroups analyze: --since is after --until", file=sys.stderr)
@@ -106,10 +131,15 @@ def run(args: argparse.Namespace) -> int:
         # pyarrow's S3 filesystem reads it on the driver (listing) and in every Python worker
         # (each opens its segments itself), so no Hadoop S3 connector is involved.
         os.environ["AWS_ENDPOINT_URL"] = executor_env["AWS_ENDPOINT_URL"] = args.s3_endpoint
-    # Listing first means a wrong PATH is reported in a second, before a JVM starts.
+    # Listing first means a wrong PATH (or store URL) is reported in a second, before a JVM
+    # starts.
+    inputs: LogInputs | StoreInputs
     try:
-        inputs = find_inputs(args.paths)
-    except (InputNotFoundError, OSError) as exc:
+        if any(is_store_url(path) for path in args.paths):
+            inputs = _store_inputs(args.paths)
+        else:
+            inputs = find_inputs(args.paths)
+    except (InputNotFoundError, OSError, SchemaVersionError) as exc:
         print(f"kgroups analyze: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -143,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         if waited is None:
             waited = time.monotonic() - called
         print(
-            f"{result.records:,} records from {result.segments} segments in {waited:.1f} s "
+            f"{result.records:,} records from {result.segments} {result.units} in {waited:.1f} s "
             f"(Spark job {result.seconds:.1f} s); tables: {', '.join(result.tables)}; "
             f"report: {result.out.rstrip('/')}/report.html",
             flush=True,

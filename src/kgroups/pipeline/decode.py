@@ -318,12 +318,19 @@ def _finish(decoder: _RecordDecoder, columnar: pa.Table | None) -> DecodedSegmen
 
 def decode_offsets_segment(uri: str, log_partition: int) -> DecodedSegment:
     """Every record of one __consumer_offsets segment; damage becomes SegmentError entries."""
-    decoder = _RecordDecoder(uri, log_partition)
     try:
         data = read_file(uri)
     except OSError as exc:
+        decoder = _RecordDecoder(uri, log_partition)
         decoder.error(0, f"unreadable segment skipped: {exc}")
         return _finish(decoder, None)
+    return decode_offsets_log(data, uri, log_partition)
+
+
+def decode_offsets_log(data: bytes, source: str, log_partition: int) -> DecodedSegment:
+    """Every record of consecutive __consumer_offsets batches (a segment's bytes, or batches
+    read from a PostgreSQL store); errors name `source` and the byte position in `data`."""
+    decoder = _RecordDecoder(source, log_partition)
     try:
         columnar = decode_offset_commits(data)
     except BatchCorruptError:

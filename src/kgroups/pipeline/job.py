@@ -13,19 +13,23 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import Broadcast
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from kgroups.pipeline import decode, lag_seconds, tables, tasks
-from kgroups.pipeline.discovery import LogInputs, SegmentFile, find_inputs, open_filesystem
+from kgroups.pipeline.discovery import LogInputs, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
+from kgroups.pipeline.store_source import StoreInputs, StoreSource, list_store
 from kgroups.pipeline.topic_logs import TopicLogs
 from kgroups.pipeline.window import TimeWindow
+from kgroups.storage.postgresql import is_store_url
 
 log = logging.getLogger("kgroups.analyze")
 
@@ -40,19 +44,73 @@ class AnalysisResult:
 
     out: str
     tables: tuple[str, ...]
-    segments: int
+    segments: int  # or, read from a store, its partitions (`units` says which)
     records: int
     errors: int
     seconds: float
+    units: str = "segments"
 
 
-def _read_topic_logs(spark: SparkSession, segments: tuple[SegmentFile, ...]) -> pa.Table:
-    """One TOPIC_ROW_SCHEMA row per batch of every topic segment, decoded by Spark tasks."""
-    plan = tasks.plan_topic_tasks(segments,
-                                  TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
-    return spark.range(0, len(plan), 1, len(plan)).mapInArrow(
-        tasks.topic_task(plan), from_arrow_schema(decode.TOPIC_ROW_SCHEMA)
-    ).toArrow()
+class LogSource(Protocol):
+    """Where a run's logs are kept: segment files (`SegmentSource`) or a PostgreSQL store
+    (store_source.StoreSource). Each reads the same things its own way; the rest of the run is
+    the same."""
+
+    described: list[str]  # the inputs as the report names them
+    count: int  # how many `units` were read
+    units: str
+
+    def read_topic_batches(self, spark: SparkSession) -> pa.Table | None:
+        """decode.TOPIC_ROW_SCHEMA rows of every data topic batch; None without topic logs."""
+        ...
+
+    def topic_logs(self, batches: pa.Table) -> TopicLogs: ...
+
+    def analyse_partitions(self, spark: SparkSession, window: TimeWindow,
+                           topic_logs: Broadcast[TopicLogs | None], out: str) -> pa.Table:
+        """tasks.RESULT_SCHEMA rows of every __consumer_offsets partition."""
+        ...
+
+    def add_lag_seconds(self, lag: pa.Table, windows: pa.Table, batches: pa.Table,
+                        now_ms: int) -> pa.Table: ...
+
+
+class SegmentSource:
+    """Segment files found by discovery.find_inputs, decoded by Spark tasks."""
+
+    units = "segments"
+
+    def __init__(self, paths: list[str], inputs: LogInputs) -> None:
+        self.inputs = inputs
+        self.described = list(paths)
+        self.count = len(inputs.offsets_segments) + len(inputs.topic_segments)
+
+    def read_topic_batches(self, spark: SparkSession) -> pa.Table | None:
+        """One TOPIC_ROW_SCHEMA row per batch of every topic segment, decoded by Spark tasks."""
+        segments = self.inputs.topic_segments
+        if not segments:
+            return None
+        plan = tasks.plan_topic_tasks(segments,
+                                      TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
+        return spark.range(0, len(plan), 1, len(plan)).mapInArrow(
+            tasks.topic_task(plan), from_arrow_schema(decode.TOPIC_ROW_SCHEMA)
+        ).toArrow()
+
+    def topic_logs(self, batches: pa.Table) -> TopicLogs:
+        return TopicLogs.from_batches(batches, self.inputs.topic_segments)
+
+    def analyse_partitions(self, spark: SparkSession, window: TimeWindow,
+                           topic_logs: Broadcast[TopicLogs | None], out: str) -> pa.Table:
+        plan = tasks.plan_tasks(self.inputs.offsets_segments,
+                                TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
+        task = tasks.partition_task(plan, window, topic_logs, out)
+        return spark.range(0, len(plan), 1, len(plan)).mapInArrow(
+            task, from_arrow_schema(tasks.RESULT_SCHEMA)).toArrow()
+
+    def add_lag_seconds(self, lag: pa.Table, windows: pa.Table, batches: pa.Table,
+                        now_ms: int) -> pa.Table:
+        return lag_seconds.add_lag_seconds(lag, windows, batches, self.inputs.topic_segments,
+                                           now_ms)
 
 
 def _write_text(out: str, name: str, text: str) -> None:
@@ -67,29 +125,38 @@ def run_analysis(
     out: str,
     window: TimeWindow | None = None,
     progress: StepProgress | None = None,
-    inputs: LogInputs | None = None,
+    inputs: LogInputs | StoreInputs | None = None,
 ) -> AnalysisResult:
     """Analyse the __consumer_offsets segments under `paths` into `out`.
 
-    `inputs` saves a second listing when the caller already ran `find_inputs(paths)`. Raises
-    discovery.InputNotFoundError when there is nothing to analyse; damaged segments do not
-    raise, they are counted, logged and listed in the report.
+    `paths` may instead be one PostgreSQL URL (store_source): the history in a kgroups store.
+    `inputs` saves a second listing when the caller already ran `find_inputs(paths)` (or
+    `store_source.list_store`). Raises discovery.InputNotFoundError when there is nothing to
+    analyse; damaged segments do not raise, they are counted, logged and listed in the report.
     """
     window = window or TimeWindow()
     steps = progress or StepProgress(spark, enabled=False)
     started = time.monotonic()
-    if inputs is None:
-        with steps.step("finding segment files"):
-            inputs = find_inputs(paths)
-    log.info("%d __consumer_offsets segments, %d topic segments",
-             len(inputs.offsets_segments), len(inputs.topic_segments))
+    source: LogSource
+    if isinstance(inputs, StoreInputs):
+        source = StoreSource(inputs)
+    elif inputs is None and len(paths) == 1 and is_store_url(paths[0]):
+        with steps.step("listing the store"):
+            source = StoreSource(list_store(paths[0]))
+    else:
+        if inputs is None:
+            with steps.step("finding segment files"):
+                inputs = find_inputs(paths)
+        log.info("%d __consumer_offsets segments, %d topic segments",
+                 len(inputs.offsets_segments), len(inputs.topic_segments))
+        source = SegmentSource(paths, inputs)
 
     topic_logs = None
     topic_errors = tables.ERRORS.empty_table()
-    if inputs.topic_segments:
-        with steps.step("reading topic partition logs"):
-            batches = _read_topic_logs(spark, inputs.topic_segments)
-        topic_logs = TopicLogs.from_batches(batches, inputs.topic_segments)
+    with steps.step("reading topic partition logs"):
+        batches = source.read_topic_batches(spark)
+    if batches is not None:
+        topic_logs = source.topic_logs(batches)
         topic_errors = batches.filter(pc.is_valid(batches["error"])).select(
             ["file", "error_position", "error"]).cast(tables.ERRORS)
     shared_logs = spark.sparkContext.broadcast(topic_logs)
@@ -100,12 +167,8 @@ def run_analysis(
         tables.clear_table(out, "partition_lag_minutes")
     else:
         tables.remove_table(out, "partition_lag_minutes")
-    plan = tasks.plan_tasks(inputs.offsets_segments,
-                            TASKS_PER_CORE * spark.sparkContext.defaultParallelism)
-    task = tasks.partition_task(plan, window, shared_logs, out)
     with steps.step("analysing __consumer_offsets partitions"):
-        results = spark.range(0, len(plan), 1, len(plan)).mapInArrow(
-            task, from_arrow_schema(tasks.RESULT_SCHEMA)).toArrow()
+        results = source.analyse_partitions(spark, window, shared_logs, out)
     shared_logs.unpersist()
     parts = tasks.collect_parts(results)
 
@@ -125,11 +188,10 @@ def run_analysis(
         # The run's "now": --until, else the newest record of any partition.
         now_ms = window.until_ms if window.until_ms is not None else (
             pc.max(parts["stats"]["max_record_ts"]).as_py() or 0)
-        if topic_logs is not None:
+        if topic_logs is not None and batches is not None:
             lag = tables.lag_table(parts["current_lag"], parts["lag_windows"], now_ms,
                                    topic_logs)
-            lag = lag_seconds.add_lag_seconds(lag, parts["lag_windows"], batches,
-                                              inputs.topic_segments, now_ms)
+            lag = source.add_lag_seconds(lag, parts["lag_windows"], batches, now_ms)
             tables.write_table(tables.sorted_by(lag, "group", "topic", "partition"), out, "lag")
             written.extend(["lag", "partition_lag_minutes"])
         else:
@@ -147,8 +209,9 @@ def run_analysis(
         for row in error_rows.itertuples(index=False):
             log.warning("skipped %s at byte %d: %s", row.file, row.error_position, row.error)
         report = ReportData(
-            inputs=list(paths),
-            segments=len(inputs.offsets_segments) + len(inputs.topic_segments),
+            inputs=source.described,
+            segments=source.count,
+            units=source.units,
             records=records,
             seconds=time.monotonic() - started,
             commits_per_minute=commits_per_minute(parts["commit_minutes"], now_ms),
@@ -171,6 +234,7 @@ def run_analysis(
         out=out,
         tables=tuple(written),
         segments=report.segments,
+        units=report.units,
         records=records,
         errors=len(error_rows),
         seconds=time.monotonic() - started,

@@ -20,7 +20,7 @@ records, is unknown.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -87,11 +87,6 @@ def _index(batches: pa.Table, segments: Sequence[SegmentFile]) -> dict[TopicPart
     return found
 
 
-def _timestamp_at(where: tuple[str, int] | None, offset: int) -> int | None:
-    """record_timestamp at a batch `_Batches.locate` found; None where it found none."""
-    return None if where is None else record_timestamp(*where, offset)
-
-
 def record_timestamp(uri: str, position: int, offset: int) -> int | None:
     """The timestamp of the first record at or after `offset` in the batch at `position` of
     segment `uri` (two ranged reads: its length, then the batch); None if unreadable."""
@@ -100,8 +95,17 @@ def record_timestamp(uri: str, position: int, offset: int) -> int | None:
         with filesystem.open_input_file(path) as source:
             head = source.read_at(LOG_OVERHEAD, position)
             size = LOG_OVERHEAD + _LENGTH.unpack_from(head, 8)[0]
-            batch, _ = decode_batch(source.read_at(size, position))
-    except (OSError, ValueError, struct.error, BatchCorruptError):
+            return timestamp_in_batch(source.read_at(size, position), offset)
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def timestamp_in_batch(data: bytes, offset: int) -> int | None:
+    """The timestamp of the first record at or after `offset` in the batch `data`; None if it
+    holds none or does not decode."""
+    try:
+        batch, _ = decode_batch(data)
+    except (ValueError, struct.error, BatchCorruptError):
         return None
     return next((r.timestamp for r in batch.records if r.offset >= offset), None)
 
@@ -122,10 +126,13 @@ def _key(row: dict[str, Any]) -> tuple[str, str, int]:
 
 
 def add_lag_seconds(lag: pa.Table, windows: pa.Table, batches: pa.Table,
-                    segments: Sequence[SegmentFile], now_ms: int) -> pa.Table:
+                    segments: Sequence[SegmentFile], now_ms: int,
+                    read_at: Callable[[str, int, int], int | None] = record_timestamp
+                    ) -> pa.Table:
     """`lag` (tables.LAG rows) with lag_seconds and lag_seconds_source appended; `windows` are
     the partitions' last commits (tables.LAG_WINDOWS), `batches` the topic scan's rows
-    (decode.TOPIC_ROW_SCHEMA) over `segments`."""
+    (decode.TOPIC_ROW_SCHEMA) over `segments`. `read_at(uri, position, offset)` reads a
+    record's timestamp back (`record_timestamp` for segment files)."""
     rows = lag.to_pylist()
     index = _index(batches, segments)
     lagging = [row for row in rows if row["lag"] > 0]
@@ -134,8 +141,12 @@ def add_lag_seconds(lag: pa.Table, windows: pa.Table, batches: pa.Table,
         if (found := index.get((row["topic"], row["partition"]))) else None
         for row in lagging
     ]
+
+    def timestamp_at(where: tuple[str, int] | None, offset: int) -> int | None:
+        return None if where is None else read_at(*where, offset)
+
     with ThreadPoolExecutor(READ_THREADS) as pool:
-        stamps = list(pool.map(_timestamp_at, located,
+        stamps = list(pool.map(timestamp_at, located,
                                [row["committed_offset"] for row in lagging]))
     points: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for point in windows.sort_by("ts_ms").to_pylist():

@@ -9,7 +9,8 @@ small tables (latest offsets, generations, rebalances, per-minute counts, lag wi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from kgroups.pipeline import (
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
     GROUP_ROW_SCHEMA,
+    DecodedSegment,
     decode_offsets_segment,
 )
 from kgroups.pipeline.topic_logs import TopicLogs
@@ -86,12 +88,28 @@ def analyze_partition(
     out: str,
 ) -> PartitionResult:
     """Decode the partition's segments (`uris`, in base-offset order), write its offset_commits
-    part under `out` and return the rest."""
+    part under `out` and return the rest. KIP-848 records name topics by id: the names are
+    read from the partition.metadata files beside the segments."""
+    uris = list(uris)
+    return analyze_decoded(
+        log_partition, (decode_offsets_segment(uri, log_partition) for uri in uris),
+        lambda: consumer_history.topic_names_near(uris[0]), window, topic_logs, out)
+
+
+def analyze_decoded(
+    log_partition: int,
+    segments: Iterable[DecodedSegment],
+    topic_names: Callable[[], Mapping[uuid.UUID, str]],
+    window: TimeWindow,
+    topic_logs: TopicLogs | None,
+    out: str,
+) -> PartitionResult:
+    """`analyze_partition` over the partition's records already decoded, in log order, from
+    wherever they were kept (segment files, a PostgreSQL store); `topic_names` is asked for the
+    topic names only when the partition holds KIP-848 records."""
     commit_parts, group_parts, markers, errors = [], [], [], []
     consumer_records: list[consumer_history.ConsumerRecord] = []
-    uris = list(uris)
-    for uri in uris:
-        segment = decode_offsets_segment(uri, log_partition)
+    for segment in segments:
         commit_parts.append(segment.commits)
         group_parts.append(segment.groups)
         markers.extend(segment.markers)
@@ -115,7 +133,7 @@ def analyze_partition(
                           f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
     events_by_group = _by_group(events)
-    consumer = _consumer_history(consumer_records, uris, window)
+    consumer = _consumer_history(consumer_records, topic_names, window)
     found_rebalances = tables.concat(
         [_rebalances(events_by_group, window),
          pa.Table.from_pylist(consumer.rebalances, schema=tables.REBALANCES)],
@@ -266,13 +284,13 @@ def _generations(events: list[dict[str, Any]], window: TimeWindow) -> list[dict[
     return rows
 
 
-def _consumer_history(records: list[consumer_history.ConsumerRecord], uris: list[str],
+def _consumer_history(records: list[consumer_history.ConsumerRecord],
+                      topic_names: Callable[[], Mapping[uuid.UUID, str]],
                       window: TimeWindow) -> consumer_history.ConsumerHistory:
     """The history of the partition's KIP-848 consumer groups (consumer_history.py)."""
     if not records:
         return consumer_history.ConsumerHistory([], [], [], {})
-    names = consumer_history.topic_names_near(uris[0])
-    return consumer_history.history_rows(records, window, names)
+    return consumer_history.history_rows(records, window, topic_names())
 
 
 def _by_group(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

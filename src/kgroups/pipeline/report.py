@@ -50,6 +50,8 @@ class ReportData:
     # group, topic, partition, minute, lag: each group's most lagging partitions over time
     partition_lag_over_time: pd.DataFrame | None = None
     partition_owners: pd.DataFrame | None = None  # the partition_owners table
+    # What `segments` counts: segment files ("segments"), or a store's partitions.
+    units: str = "segments"
 
 
 def _png(figure: plt.Figure) -> str:
@@ -390,7 +392,7 @@ def render(data: ReportData) -> str:
         f"<style>{_STYLE}</style></head><body>",
         "<h1>kgroups analyze: consumer groups from __consumer_offsets</h1>",
         f"<p>Inputs: {html.escape(', '.join(data.inputs))}<br>",
-        f"{data.segments} segment files, {data.records:,} records analysed by Spark in "
+        f"{data.segments} {html.escape(data.units)}, {data.records:,} records analysed by Spark in "
         f"{data.seconds:.1f} s. Times are UTC.</p>",
         notes,
         error_note,

@@ -15,6 +15,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from kgroups.pipeline.class_archive import ClassArchive, finish_archive, plan_archive
+from kgroups.pipeline.jdbc_driver import jdbc_jar
 
 # How long the first run waits for its JVM to dump the class archive (150 MB) and exit: about
 # 12 s on a busy 2-core machine.
@@ -80,6 +81,9 @@ def build_session(
         # the first job of a run reaches its tasks about 0.8 s sooner.
         .config("spark.python.daemon.module", "kgroups.pipeline.spark_daemon")
     )
+    if jdbc_jar().is_file():
+        # For `kgroups analyze postgresql://...`; jars are given when the session starts.
+        builder = builder.config("spark.jars", str(jdbc_jar()))
     if master is not None:
         builder = builder.master(master)
     if shuffle_partitions is not None:

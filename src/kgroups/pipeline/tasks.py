@@ -7,15 +7,16 @@ driver-side one pulls in Spark SQL, pandas and matplotlib, a second of imports p
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from kgroups.pipeline import ownership, rebalance_causes, tables
-from kgroups.pipeline.decode import decode_topic_segment
-from kgroups.pipeline.discovery import SegmentFile
-from kgroups.pipeline.partition import analyze_partition
+from kgroups.pipeline.decode import DecodedSegment, decode_offsets_log, decode_topic_segment
+from kgroups.pipeline.discovery import OFFSETS_TOPIC, SegmentFile
+from kgroups.pipeline.partition import PartitionResult, analyze_decoded, analyze_partition
 from kgroups.pipeline.topic_logs import TopicLogs
 from kgroups.pipeline.window import TimeWindow
 
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
 # What a partition task sends back: one row per small table, its rows as an Arrow IPC stream.
 RESULT_SCHEMA = pa.schema([("name", pa.string()), ("log_partition", pa.int32()),
                            ("data", pa.binary())])
+# The columns of a store's batches a partition task reads (store_source.py).
+STORE_BATCH_SCHEMA = pa.schema([("base_offset", pa.int64()), ("data", pa.binary())])
+# How many bytes of a store's batches are decoded at once: like a segment, but smaller, as the
+# batches arrive as separate values and are joined for the decoder.
+STORE_CHUNK_BYTES = 64 << 20
 STATS = pa.schema([("records", pa.int64()), ("max_record_ts", pa.int64())])
 # Every table a task may send, by name.
 PARTS = {
@@ -65,19 +71,71 @@ def partition_task(
         for batch in batches:
             for task_id in batch.column("id").to_pylist():
                 for log_partition, uris in plan[task_id]:
-                    result = analyze_partition(log_partition, uris, window, logs, out)
-                    named = result.tables()
-                    named["stats"] = pa.Table.from_pylist(
-                        [{"records": result.records, "max_record_ts": result.max_record_ts}],
-                        schema=STATS,
-                    )
-                    yield pa.RecordBatch.from_pylist(
-                        [{"name": name, "log_partition": log_partition, "data": _ipc(table)}
-                         for name, table in named.items()],
-                        schema=RESULT_SCHEMA,
-                    )
+                    yield _result_rows(
+                        log_partition, analyze_partition(log_partition, uris, window, logs, out))
 
     return run
+
+
+def _result_rows(log_partition: int, result: PartitionResult) -> pa.RecordBatch:
+    """A partition's result as RESULT_SCHEMA rows: its small tables and its STATS."""
+    named = result.tables()
+    named["stats"] = pa.Table.from_pylist(
+        [{"records": result.records, "max_record_ts": result.max_record_ts}], schema=STATS)
+    return pa.RecordBatch.from_pylist(
+        [{"name": name, "log_partition": log_partition, "data": _ipc(table)}
+         for name, table in named.items()],
+        schema=RESULT_SCHEMA,
+    )
+
+
+def store_partition_task(
+    partitions: list[int], topic_names: dict[uuid.UUID, str], window: TimeWindow,
+    topic_logs: Broadcast[TopicLogs | None], out: str,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow body over a JDBC read of a store's __consumer_offsets batches (columns
+    base_offset and data), one Spark partition per offsets partition: the task's partition
+    index is its place in `partitions`, so an offsets partition with no batch still answers.
+    The batches are put in offset order and decoded as a segment's bytes would be."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            raise RuntimeError("store_partition_task runs inside a Spark task")
+        log_partition = partitions[context.partitionId()]
+        read = [batch.select(["base_offset", "data"]) for batch in batches]
+        rows = pa.Table.from_batches(read, STORE_BATCH_SCHEMA).sort_by("base_offset")
+        result = analyze_decoded(log_partition, _store_chunks(rows, log_partition),
+                                 lambda: topic_names, window, topic_logs.value, out)
+        yield _result_rows(log_partition, result)
+
+    return run
+
+
+def _store_chunks(rows: pa.Table, log_partition: int) -> Iterator[DecodedSegment]:
+    """Batches in offset order decoded STORE_CHUNK_BYTES at a time, as segments would be."""
+    chunk: list[bytes] = []
+    size = first = 0
+    for base_offset, data in zip(rows["base_offset"].to_pylist(), rows["data"].to_pylist(),
+                                 strict=True):
+        if chunk and size + len(data) > STORE_CHUNK_BYTES:
+            yield _decode_chunk(chunk, first, log_partition)
+            chunk, size = [], 0
+        if not chunk:
+            first = base_offset
+        chunk.append(data)
+        size += len(data)
+    if chunk:
+        yield _decode_chunk(chunk, first, log_partition)
+
+
+def _decode_chunk(chunk: list[bytes], first: int, log_partition: int) -> DecodedSegment:
+    # Errors name the store's partition and the chunk's first offset (never the store's URL,
+    # which may hold a password).
+    source = f"{OFFSETS_TOPIC}-{log_partition} (PostgreSQL) from offset {first}"
+    return decode_offsets_log(b"".join(chunk), source, log_partition)
 
 
 def _pack(sizes: list[int], tasks: int) -> list[list[int]]:

@@ -7,6 +7,7 @@ per batch, not the data."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,14 @@ class TopicLogs:
         for segment in segments:
             key = (segment.topic, segment.partition)
             ends[key] = max(ends.get(key, 0), segment.base_offset)
+        return cls.from_rows(batches, ends)
+
+    @classmethod
+    def from_rows(cls, batches: pa.Table, log_ends: Mapping[TopicPartition, int]) -> TopicLogs:
+        """From decode.TOPIC_ROW_SCHEMA rows and where each partition's log ends as far as its
+        container says (the newest segment's base offset, a store's next offset): the end is
+        the larger of that and the last batch's next offset."""
+        ends = dict(log_ends)
         good = batches.filter(pc.is_null(batches["error"]))
         growth: dict[TopicPartition, Growth] = {}
         if good.num_rows:

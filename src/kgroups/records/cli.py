@@ -4,6 +4,8 @@ Both print Kafka's field names (see `record_to_json`). Bad input ends the comman
 1 and one line on stderr naming what could not be read and at which byte; a dump prints every
 record it could read before that point, so nothing readable is lost. A PATH that is not there,
 or holds no segment, is a usage error: one line and exit code 2, before anything is printed.
+`offsets dump` also reads a kgroups PostgreSQL store (kgroups.storage) given by its URL; one that
+cannot be reached is a usage error too, named without its password.
 """
 
 from __future__ import annotations
@@ -26,11 +28,19 @@ from kgroups.records.codec import (
     value_version,
 )
 from kgroups.records.schema import OffsetsRecord, UnknownKey
+from kgroups.storage.postgresql import (
+    PostgresStore,
+    StorageUnavailableError,
+    is_store_url,
+    redacted,
+)
+from kgroups.storage.schema import SchemaVersionError
 
 _PARTITION_DIR = re.compile(r"-(\d+)$")
 # The partition directories a data dir (kgroups' or a Kafka broker's log dir) holds for the
 # offsets topic; Kafka's `-delete` and `-future` directories do not match.
 _OFFSETS_PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
+_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class _InputError(Exception):
@@ -60,10 +70,13 @@ def register(subparsers: Any) -> None:
         help="print every record of __consumer_offsets segments as JSON lines",
         description="Reads segment files, partition directories or a whole data dir (kgroups' "
         "or a Kafka broker's log dir: its __consumer_offsets-<partition> directories, in "
-        "partition order) and prints one JSON object per record.",
+        "partition order), or a kgroups PostgreSQL store by its URL, and prints one JSON object "
+        "per record.",
     )
     dump.add_argument("paths", nargs="+", metavar="PATH",
-                      help="segment .log file, __consumer_offsets partition directory or data dir")
+                      help="segment .log file, __consumer_offsets partition directory or data "
+                      "dir; or, alone, a kgroups store's URL, postgresql://USER[:PASSWORD]@HOST:"
+                      "PORT/DATABASE")
     dump.set_defaults(handler=run_dump)
 
 
@@ -79,6 +92,8 @@ def run_decode(args: argparse.Namespace) -> int:
 
 
 def run_dump(args: argparse.Namespace) -> int:
+    if any(is_store_url(path) for path in args.paths):
+        return _run_store_dump(args.paths)
     # Every PATH is listed before the first line is printed, so that a mistyped last PATH does
     # not end a long dump.
     try:
@@ -93,6 +108,37 @@ def run_dump(args: argparse.Namespace) -> int:
     except _InputError as error:
         sys.stdout.flush()
         return _fail("offsets dump", str(error))
+    return 0
+
+
+def _run_store_dump(paths: list[str]) -> int:
+    """The dump of a kgroups PostgreSQL store's __consumer_offsets, partition by partition in
+    offset order, as its segment files would print: the same batches, byte for byte."""
+    if len(paths) != 1:
+        print("kgroups offsets dump: a PostgreSQL URL is dumped alone, not with other PATHs: "
+              + ", ".join(redacted(path) for path in paths), file=sys.stderr)
+        return 2
+    try:
+        store = PostgresStore.open(paths[0])
+    except (StorageUnavailableError, SchemaVersionError) as error:
+        print(f"kgroups offsets dump: {error}", file=sys.stderr)
+        return 2
+    try:
+        found = store.topics().get(_OFFSETS_TOPIC)
+        if found is None:
+            print(f"kgroups offsets dump: no {_OFFSETS_TOPIC} topic in the store at "
+                  f"{redacted(paths[0])}", file=sys.stderr)
+            return 2
+        for partition in range(found[1]):
+            name = f"{_OFFSETS_TOPIC}-{partition} (PostgreSQL)"
+            for batch in store.batches(_OFFSETS_TOPIC, partition):
+                for line in _dump_records(batch, name, partition):
+                    sys.stdout.write(line)
+    except _InputError as error:
+        sys.stdout.flush()
+        return _fail("offsets dump", str(error))
+    finally:
+        store.close()
     return 0
 
 
@@ -152,19 +198,24 @@ def _dump_segment(path: Path, partition: int | None) -> Iterator[str]:
         if not handle.seek(0, 2):
             return
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield from _dump_records(data, str(path), partition)  # type: ignore[arg-type]
+
+
+def _dump_records(data: bytes, name: str, partition: int | None) -> Iterator[str]:
+    """One JSON line per record of the batches in `data`; errors say `name` and where."""
+    try:
+        for offset, timestamp, key, value in iter_records_raw(data):
+            if key is None:
+                raise _InputError(f"{name}: record at offset {offset} has no key")
             try:
-                for offset, timestamp, key, value in iter_records_raw(data):  # type: ignore[arg-type]
-                    if key is None:
-                        raise _InputError(f"{path}: record at offset {offset} has no key")
-                    try:
-                        record = _record_json(key, value)
-                    except _InputError as error:
-                        raise _InputError(f"{path}: record at offset {offset}: {error}") from None
-                    record = {"partition": partition, "offset": offset, "timestamp": timestamp,
-                              **record}
-                    yield json.dumps(record) + "\n"
-            except BatchCorruptError as error:
-                raise _InputError(f"{path}: {error}") from None
+                record = _record_json(key, value)
+            except _InputError as error:
+                raise _InputError(f"{name}: record at offset {offset}: {error}") from None
+            record = {"partition": partition, "offset": offset, "timestamp": timestamp,
+                      **record}
+            yield json.dumps(record) + "\n"
+    except BatchCorruptError as error:
+        raise _InputError(f"{name}: {error}") from None
 
 
 def _fail(command: str, message: str) -> int:

@@ -83,14 +83,21 @@ class PartitionState:
     next_offset: int
 
 
+def is_store_url(text: str) -> bool:
+    """Whether a command's argument names a store (libpq's two URL schemes) rather than a path."""
+    return text.startswith(("postgresql://", "postgres://"))
+
+
 def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
+    """The URL without its password (after the user name, or a `password=` option), for
+    messages and logs; taken apart as text, so that a malformed URL is shown too."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    user, at, host = parts.netloc.rpartition("@")
+    netloc = f"{user.split(':', 1)[0]}:***@{host}" if at and ":" in user else parts.netloc
+    query = "&".join(
+        f"{pair.split('=', 1)[0]}=***" if pair.split("=", 1)[0].lower() == "password" else pair
+        for pair in parts.query.split("&")) if parts.query else ""
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class PostgresStore:
