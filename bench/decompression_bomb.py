@@ -30,9 +30,9 @@ from broker_wire_helpers import create_topic, metadata_request, produce_request
 
 from kgroups.broker.legacy_schemas import nested
 from kgroups.broker.wire import request_type
-from kgroups.broker.wire_client import KafkaWireClient, WireError
 from kgroups.log.batch import _assemble, _varint
 from kgroups.log.compression import Compression, compress
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 
 def empty_records_batch(count: int) -> bytes:

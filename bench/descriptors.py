@@ -40,7 +40,7 @@ from kio.schema.create_topics.v7 import request as create_topics
 from tests.broker.conftest import ServerProcess
 from tests.kafka_harness import KafkaBroker
 
-from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 STEP = 100
 

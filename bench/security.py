@@ -3,7 +3,7 @@ PLAINTEXT and over SASL_SSL (SCRAM-SHA-256), kgroups (`kgroups serve`) and Apach
 side by side, in one run.
 
 Set-up: connect, (TLS handshake, SaslHandshake, two SaslAuthenticate), ApiVersions, close; the
-client is Python (kgroups.broker.client_security), the same for both brokers, and its own
+client is Python (kgroups.tools.client_security), the same for both brokers, and its own
 PBKDF2 (4096 iterations) is part of every SCRAM set-up. OffsetCommit: one connection, one
 partition, sequential round trips (a simple commit, generation -1).
 
@@ -29,8 +29,8 @@ from tests.broker.security_helpers import add_scram_user, jaas_users, make_certi
 
 from broker_data import free_port
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
-from kgroups.broker.client_security import ClientSecurity
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.client_security import ClientSecurity
+from kgroups.tools.wire_client import KafkaWireClient
 from startup import wait_ready
 
 PLAINTEXT = ClientSecurity()

@@ -30,8 +30,8 @@ from tests.broker.broker_wire_helpers import metadata_request, nested_of, reques
 from tests.broker.security_helpers import jaas_users, make_certificates
 
 from broker_data import free_port
-from kgroups.broker.client_security import ClientSecurity
 from kgroups.broker.wire import encode_request
+from kgroups.tools.client_security import ClientSecurity
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 

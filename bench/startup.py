@@ -30,7 +30,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from broker_data import free_port
 from kafka_harness import KafkaBroker
-from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 READY_TIMEOUT_S = 120.0
 
@@ -40,7 +40,7 @@ _FIRST_IN_PROCESS = """
 import time
 began = time.monotonic()
 import kgroups
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 with kgroups.serve_in_background() as broker:
     with KafkaWireClient(broker.host, broker.port, client_id="startup-bench") as client:

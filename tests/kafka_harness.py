@@ -52,7 +52,7 @@ import pytest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from tests.broker.conftest import ServerProcess
 
-from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 KAFKA_VERSION = "4.3.1"
 KAFKA_HOME = Path(os.environ.get(

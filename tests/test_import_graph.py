@@ -1,8 +1,8 @@
 """Dependencies point down: log at the bottom, records on it, the coordinator and the
-assignors above, the broker and the pipeline on top, the command line over everything; no
-module imports itself back through others. Imports are read from the source (every import
-statement, type-checking-only and function-local ones included), so neither can hide behind a
-lazy import."""
+assignors above, the broker and the pipeline on top, the admin tools over the broker, the
+command line over everything; no module imports itself back through others. Imports are read
+from the source (every import statement, type-checking-only and function-local ones included),
+so neither can hide behind a lazy import."""
 
 from __future__ import annotations
 
@@ -25,8 +25,11 @@ LAYERS: dict[str, frozenset[str]] = {
     "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
     "pipeline": frozenset({"errors", "log", "records", "storage"}),
+    # kgroups' own admin commands (groups, topics, acls, users) speak the Kafka wire as a client,
+    # with the broker's codec (wire), config reading, SCRAM and ACL types.
+    "tools": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
-                      "pipeline", "storage"}),
+                      "tools", "pipeline", "storage"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
     # The package itself: `kgroups.serve_in_background`, loaded on first use.

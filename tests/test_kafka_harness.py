@@ -9,7 +9,7 @@ import pytest
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 
 from kafka_harness import KafkaBroker, run_kafka_tool
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

@@ -23,9 +23,9 @@ from tests.broker.broker_wire_helpers import (
     request_of,
 )
 
-from kgroups.broker.authorizer import Operation, PatternType, Permission, ResourceType
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.broker.security.authorizer import Operation, PatternType, Permission, ResourceType
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 SUPER_USERS = "User:ANONYMOUS;User:admin"

@@ -21,7 +21,7 @@ from kgroups.broker.wire import (
     response_type,
     sibling,
 )
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 
 def request_of(api_key: int, version: int, **fields: Any) -> Any:

@@ -77,7 +77,7 @@ class ServerProcess:
         """Its network processes (num.network.threads), children of the broker process."""
         assert self.process is not None
         return [child for child in psutil.Process(self.process.pid).children()
-                if "kgroups.broker.network_front" in " ".join(child.cmdline())]
+                if "kgroups.broker.net.network_front" in " ".join(child.cmdline())]
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

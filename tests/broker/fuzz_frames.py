@@ -32,11 +32,11 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 
-from kgroups.broker.api import HandlerRegistry
+from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.broker import install_handlers
 from kgroups.broker.wire import build, encode_request, request_type, sibling
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
+from kgroups.tools.wire_client import KafkaWireClient
 
 _SAMPLES: dict[str, Any] = {
     "bool": False, "int8": 0, "uint8": 0, "int16": 1, "uint16": 1, "int32": 1, "uint32": 1,

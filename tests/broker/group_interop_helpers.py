@@ -9,8 +9,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kgroups.broker import admin
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient
 
 # No initial rebalance delay (one is only useful for real deployments) and short sessions allowed,
 # so groups form and dead members expire within seconds.

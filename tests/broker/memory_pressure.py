@@ -27,8 +27,8 @@ from broker_wire_helpers import (
 )
 
 from kgroups.broker.wire import encode_request
-from kgroups.broker.wire_client import WireError
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import WireError
 
 MIB = 1 << 20
 

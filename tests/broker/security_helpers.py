@@ -28,10 +28,10 @@ from kio.schema.alter_user_scram_credentials.v0 import request as scram_request
 from tests.broker.conftest import InProcessBroker
 
 from kgroups.broker.broker import Broker
-from kgroups.broker.client_security import ClientSecurity
 from kgroups.broker.config import BrokerConfig
-from kgroups.broker.scram import salted_password
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.broker.security.scram import salted_password
+from kgroups.tools.client_security import ClientSecurity
+from kgroups.tools.wire_client import KafkaWireClient
 
 CLIENT_SUBJECT = "CN=client-one,OU=Ops,O=kgroups test,C=NL"
 CLIENT_PRINCIPAL = "User:" + CLIENT_SUBJECT

@@ -12,9 +12,7 @@ import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
 
 from conftest import InProcessBroker
-from kgroups.broker.admin import AdminError
 from kgroups.broker.coordinator_runtime import read_partition_image
-from kgroups.broker.offset_reset import parse_datetime_ms
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
@@ -22,6 +20,8 @@ from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
 from kgroups.records.codec import encode_record
 from kgroups.records.schema import OffsetCommitKey, OffsetCommitValue, OffsetsRecord
+from kgroups.tools.admin import AdminError
+from kgroups.tools.offset_reset import parse_datetime_ms
 
 BASE_TS = 1_700_000_000_000
 

@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import InProcessBroker
 from kgroups.broker import log_cleaner
 from kgroups.broker.background import Backoff
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 FLUSH_MS = 300
 

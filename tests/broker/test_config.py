@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kgroups.broker.config import BrokerConfig, ConfigError, parse_override, parse_properties
-from kgroups.broker.security import plain_users
+from kgroups.broker.security.state import plain_users
 
 
 def test_kafka_defaults() -> None:

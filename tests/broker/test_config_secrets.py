@@ -21,7 +21,7 @@ from kio.schema.describe_configs.v4 import request as describe_v4
 
 from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.kafka_settings import kafka_settings
-from kgroups.broker.sensitive_settings import HIDDEN, is_sensitive, redacted
+from kgroups.broker.security.sensitive_settings import HIDDEN, is_sensitive, redacted
 from kgroups.broker.topic_configs import SET
 from kgroups.broker.wire import decode_response, encode_request, response_type
 from kgroups.errors import ErrorCode

@@ -15,7 +15,7 @@ from kio.schema.describe_configs.v4 import request as describe_v4
 from tests.broker.security_helpers import jaas_users, running_broker
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
 
-from kgroups.broker import admin, coordinator_runtime, log_cleaner
+from kgroups.broker import coordinator_runtime, log_cleaner
 from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient
 
 PARTITIONS = 4
 OVERRIDES = (f"offsets.topic.num.partitions={PARTITIONS}", "offsets.topic.segment.bytes=1024")

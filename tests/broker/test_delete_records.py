@@ -28,10 +28,10 @@ from tests.broker.conftest import InProcessBroker, ServerProcess
 from tests.kafka_harness import KafkaBroker
 
 from kgroups.broker.log_cleaner import clean_once
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log import manager
 from kgroups.log.batch import build_batch, iter_batches
+from kgroups.tools.wire_client import KafkaWireClient
 
 NOW_MS = int(time.time() * 1000)
 

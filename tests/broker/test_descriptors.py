@@ -28,13 +28,13 @@ from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 
 from conftest import ServerProcess
-from kgroups.broker import admin
 from kgroups.broker.descriptors import reserve
 from kgroups.broker.topics import TopicCatalog
-from kgroups.broker.wire_client import KafkaWireClient, WireError
 from kgroups.errors import ErrorCode
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 LIMIT = 256
 TOPIC_RESOURCE = 2

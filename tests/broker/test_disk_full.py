@@ -25,10 +25,10 @@ import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
 
 from conftest import ServerProcess
-from kgroups.broker import admin
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_records_raw
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient
 
 TOPIC = "events"
 GROUP = "committer"

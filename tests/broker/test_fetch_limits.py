@@ -13,9 +13,9 @@ from typing import Any
 from broker_wire_helpers import create_topic, produce_request
 from kio.schema.fetch.v12 import request as fetch
 
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 PARTITIONS = 3
 BATCH_VALUE = 300_000  # each partition holds two batches of a little over this

@@ -12,12 +12,12 @@ import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, nested_of, request_of
 
 from conftest import InProcessBroker
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import iter_batches
 from kgroups.records.codec import decode_record
 from kgroups.records.schema import OffsetCommitKey, OffsetCommitValue
+from kgroups.tools.wire_client import KafkaWireClient
 
 FAST = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=200")
 JOIN, SYNC, HEARTBEAT, LEAVE, COMMIT, FETCH = 11, 14, 12, 13, 8, 9

@@ -17,8 +17,8 @@ from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
 from kgroups.broker.group_configs import GROUP_SETTINGS
 from kgroups.broker.topic_configs import SET
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -35,11 +35,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig, ConfigError
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
 from kgroups.records.consumer_protocol import encode_subscription
 from kgroups.records.schema import ConsumerSubscription
+from kgroups.tools.wire_client import KafkaWireClient
 
 SETTINGS = ("kgroups.metrics.port=0", "group.initial.rebalance.delay.ms=0",
             "group.min.session.timeout.ms=100", "log.retention.check.interval.ms=50")

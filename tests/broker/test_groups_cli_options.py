@@ -15,12 +15,12 @@ import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
 
 from conftest import InProcessBroker
-from kgroups.broker import admin
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.cli import build_parser, main
 from kgroups.log.batch import build_batch
 from kgroups.records.consumer_protocol import encode_assignment
 from kgroups.records.schema import ConsumerAssignment, TopicPartitions
+from kgroups.tools import admin
 
 BASE_TS = 1_700_000_000_000  # 2023-11-14T22:13:20Z; records one second apart
 

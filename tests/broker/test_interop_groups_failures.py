@@ -23,7 +23,7 @@ from group_interop_helpers import (
 )
 
 from conftest import ServerProcess
-from kgroups.broker.admin import AdminError
+from kgroups.tools.admin import AdminError
 
 pytestmark = pytest.mark.interop
 

@@ -30,7 +30,7 @@ from tests.broker.security_helpers import (
 )
 from tests.java_harness import JavaConsumer
 
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.interop
 

@@ -15,7 +15,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from tests.broker.conftest import ServerProcess
 
 from kgroups.broker.events import LOGGER_NAME, configure_logging, log_event
-from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 FORGED = "\n2026-11-27T00:00:00 INFO kgroups.server forged_event admin=granted"
 HOSTILE = f"mallory\x00{FORGED}\x1b[31m\u2028red"

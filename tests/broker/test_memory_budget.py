@@ -27,7 +27,7 @@ from memory_pressure import (
 
 from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.config import BrokerConfig, ConfigError
-from kgroups.broker.memory_budget import MemoryBudget
+from kgroups.broker.net.memory_budget import MemoryBudget
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_batches
 

@@ -20,9 +20,11 @@ import pytest
 from broker_wire_helpers import nested_of, request_of
 from kio.serial import entity_writer
 
-from kgroups.broker.acl_enforcement import RULES, Check
-from kgroups.broker.api import RequestContext
-from kgroups.broker.authorizer import (
+from kgroups.broker.apis.contract import RequestContext
+from kgroups.broker.broker import Broker
+from kgroups.broker.config import BrokerConfig
+from kgroups.broker.security.acl_enforcement import RULES, Check
+from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
     AclBinding,
     Operation,
@@ -31,8 +33,6 @@ from kgroups.broker.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.broker import Broker
-from kgroups.broker.config import BrokerConfig
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import (
     build,

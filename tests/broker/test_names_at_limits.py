@@ -18,7 +18,7 @@ from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestP
 from kafka_harness import KafkaBroker
 from kgroups.broker.topic_configs import TopicConfigStore
 from kgroups.broker.wire import build, request_type, sibling
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 TOPIC_RESOURCE = 2
 

@@ -17,8 +17,8 @@ from tests.kafka_harness import run_kafka_tool
 
 import kgroups
 from kgroups.broker.not_served import NotServedLog
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
+from kgroups.tools.wire_client import KafkaWireClient
 
 
 class _Records(logging.Handler):

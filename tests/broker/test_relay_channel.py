@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kgroups.broker.relay_channel import HEADER, MESSAGES_PER_PASS, Channel, Kind
+from kgroups.broker.net.relay_channel import HEADER, MESSAGES_PER_PASS, Channel, Kind
 
 
 class RecordingTransport:

@@ -37,9 +37,10 @@ from tests.broker.security_helpers import (
 )
 from tests.kafka_harness import run_kafka_tool
 
-from kgroups.broker.acl_enforcement import RULES, UNCHECKED, AuthorizedHandler
-from kgroups.broker.api import CloseConnection, HandlerRegistry, RequestContext
-from kgroups.broker.authorizer import (
+from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext
+from kgroups.broker.broker import install_handlers
+from kgroups.broker.security.acl_enforcement import RULES, UNCHECKED, AuthorizedHandler
+from kgroups.broker.security.authorizer import (
     AclBinding,
     AclFilter,
     Authorizer,
@@ -48,9 +49,8 @@ from kgroups.broker.authorizer import (
     Permission,
     ResourceType,
 )
-from kgroups.broker.broker import install_handlers
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
 ALLOW, DENY = Permission.ALLOW, Permission.DENY

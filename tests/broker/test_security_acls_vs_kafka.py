@@ -21,10 +21,10 @@ from tests.broker.broker_wire_helpers import create_topic, nested_of, request_of
 from tests.broker.security_helpers import ClientSecurity, jaas_users, running_broker
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
-from kgroups.broker.api import HandlerRegistry
-from kgroups.broker.authorizer import Operation
+from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.broker import install_handlers
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.broker.security.authorizer import Operation
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

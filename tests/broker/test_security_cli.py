@@ -18,8 +18,8 @@ from tests.broker.security_helpers import (
 )
 from tests.kafka_harness import run_kafka_tool
 
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
+from kgroups.tools.wire_client import KafkaWireClient
 
 
 @pytest.fixture(scope="module")

@@ -30,13 +30,13 @@ from tests.broker.security_helpers import (
     secure_settings,
 )
 
-from kgroups.broker.client_security import ClientSecurity
 from kgroups.broker.config import BrokerConfig, ConfigError
-from kgroups.broker.listeners import certificate_principal
-from kgroups.broker.scram import CredentialStore, credential_from_password
-from kgroups.broker.security import Security
+from kgroups.broker.security.listeners import certificate_principal
+from kgroups.broker.security.scram import CredentialStore, credential_from_password
+from kgroups.broker.security.state import Security
 from kgroups.broker.wire import encode_request
-from kgroups.broker.wire_client import KafkaWireClient, WireError
+from kgroups.tools.client_security import ClientSecurity
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,10 @@ from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersio
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from conftest import InProcessBroker
-from kgroups.broker.api import FunctionHandler
+from kgroups.broker.apis.contract import FunctionHandler
 from kgroups.broker.wire import decode_response, encode_request
-from kgroups.broker.wire_client import WireError
 from kgroups.errors import ErrorCode
+from kgroups.tools.wire_client import WireError
 
 
 def _still_serves(port: int) -> None:

@@ -14,10 +14,10 @@ from broker_wire_helpers import create_topic, fetch_request, produce_request
 from config_wire_helpers import alter, alter_legacy, describe, own_settings
 
 from kgroups.broker.topic_configs import SET, TOPIC_SETTINGS
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, decode_batch
 from kgroups.log.compression import Compression
+from kgroups.tools.wire_client import KafkaWireClient
 
 TOPIC = 2
 HOUR_MS = 3_600_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgroups.broker.api import (
+from kgroups.broker.apis.contract import (
     DuplicateHandlerError,
     FunctionHandler,
     HandlerRegistry,

@@ -10,7 +10,7 @@ import time
 
 from tests.broker.broker_wire_helpers import create_topic, metadata_request
 
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 # Each conversation has groups of its own; these topics are shared.
 TOPICS = {"diff-t": 3, "diff-u": 2}

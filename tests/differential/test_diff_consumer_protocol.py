@@ -21,7 +21,6 @@ from tests.broker.conftest import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
 from kgroups.broker.wire import build, request_type, sibling
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
 from kgroups.log.batch import iter_batches
 from kgroups.records.codec import decode_record, encode_record
@@ -33,6 +32,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupTargetAssignmentMemberKey,
     ConsumerGroupTargetAssignmentMetadataKey,
 )
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

@@ -18,12 +18,12 @@ from tests.broker.broker_wire_helpers import (
 from tests.kafka_harness import run_kafka_tool
 
 from kgroups import serve_in_background
-from kgroups.broker import admin
 from kgroups.cli import main
 from kgroups.log.batch import build_batch, iter_batches
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
 from kgroups.log.topic_ids import read_partition_metadata
+from kgroups.tools import admin
 
 pytestmark = pytest.mark.postgresql
 

@@ -32,11 +32,11 @@ from kafka_tools import (
 )
 from tests.broker.broker_wire_helpers import metadata_request, produce_request
 
-from kgroups.broker import admin
 from kgroups.broker.wire import build, request_type, sibling
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 
@@ -105,7 +105,7 @@ def sides(kafka_broker: object, kgroups_broker: object, names: Names) -> Iterato
 
 def _wait_settled(sides: list[Side], group: str) -> None:
     """Until both groups are Stable with both members at the target and every offset
-    committed (lag 0), asked over the wire (kgroups.broker.admin: no tool JVM per poll)."""
+    committed (lag 0), asked over the wire (kgroups.tools.admin: no tool JVM per poll)."""
     deadline = time.monotonic() + 90
     for side in sides:
         with _client(side) as client:

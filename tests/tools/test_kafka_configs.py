@@ -14,9 +14,9 @@ from tests.broker.broker_wire_helpers import create_topic, fetch_request, produc
 from tests.broker.config_wire_helpers import alter, describe
 
 from kgroups.broker.topic_configs import APPEND, SUBTRACT
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import TIMESTAMP_LOG_APPEND, build_batch, decode_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

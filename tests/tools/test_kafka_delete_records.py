@@ -14,9 +14,9 @@ import pytest
 from kafka_tools import GET_OFFSETS, Side, on_both, run_tool, stdout_of
 from tests.broker.broker_wire_helpers import create_topic, produce_request
 
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

@@ -28,8 +28,8 @@ from kafka_tools import (
 )
 from tests.broker.broker_wire_helpers import produce_request
 
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

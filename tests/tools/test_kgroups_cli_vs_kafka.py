@@ -12,10 +12,10 @@ import pytest
 from kafka_tools import GROUPS, TOPICS, Side, run_tool
 from tests.broker.broker_wire_helpers import produce_request
 
-from kgroups.broker import admin
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.cli import main
 from kgroups.log.batch import build_batch
+from kgroups.tools import admin
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

@@ -36,7 +36,6 @@ from tests.broker.broker_wire_helpers import create_topic, produce_request
 from tests.broker.conftest import ServerProcess
 
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides, run_kafka_tool
-from kgroups.broker.wire_client import KafkaWireClient
 from kgroups.log.batch import build_batch
 from kgroups.pipeline.job import run_analysis
 from kgroups.records.codec import encode_key, encode_value
@@ -47,6 +46,7 @@ from kgroups.records.consumer_group import (
     ConsumerGroupRegularExpressionValue,
     SubscribedTopicMetadata,
 )
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

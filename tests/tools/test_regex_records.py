@@ -16,7 +16,7 @@ from tests.broker.broker_wire_helpers import create_topic
 from tests.broker.conftest import ServerProcess
 
 from kgroups.broker.wire import build, request_type
-from kgroups.broker.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient
 
 pytestmark = pytest.mark.kafka
 

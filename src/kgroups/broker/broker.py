@@ -9,22 +9,20 @@ from __future__ import annotations
 import logging
 import socket
 
-from kgroups.broker import (
-    acl_handlers,
-    cluster_handlers,
-    config_handlers,
-    delete_records_handler,
-    fetch_handler,
-    group_handlers,
-    list_offsets_handler,
-    produce_handler,
-    quota_handlers,
-    sasl,
-    scram_handlers,
-    topic_handlers,
+from kgroups.broker.apis import (
+    acls,
+    cluster,
+    configs,
+    delete_records,
+    fetch,
+    groups,
+    list_offsets,
+    produce,
+    quotas,
+    scram_credentials,
+    topics,
 )
-from kgroups.broker.acl_enforcement import authorized_registry
-from kgroups.broker.api import HandlerRegistry
+from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.config import BrokerConfig
@@ -32,12 +30,14 @@ from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
 from kgroups.broker.log_cleaner import run_cleaner
-from kgroups.broker.memory_budget import MemoryBudget
 from kgroups.broker.metadata_answer import TopicEntryCache
+from kgroups.broker.net.memory_budget import MemoryBudget
+from kgroups.broker.net.server import BrokerServer
 from kgroups.broker.not_served import NotServedLog
 from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
-from kgroups.broker.security import Security
-from kgroups.broker.server import BrokerServer
+from kgroups.broker.security import sasl
+from kgroups.broker.security.acl_enforcement import authorized_registry
+from kgroups.broker.security.state import Security
 from kgroups.broker.topics import TopicCatalog
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
@@ -46,18 +46,18 @@ logger = logging.getLogger("kgroups.broker")
 
 def install_handlers(registry: HandlerRegistry) -> None:
     """Every API the broker answers, module by module; ApiVersions advertises their union."""
-    cluster_handlers.install(registry)
-    topic_handlers.install(registry)
-    config_handlers.install(registry)
-    produce_handler.install(registry)
-    fetch_handler.install(registry)
-    list_offsets_handler.install(registry)
-    delete_records_handler.install(registry)
-    group_handlers.install(registry)
+    cluster.install(registry)
+    topics.install(registry)
+    configs.install(registry)
+    produce.install(registry)
+    fetch.install(registry)
+    list_offsets.install(registry)
+    delete_records.install(registry)
+    groups.install(registry)
     sasl.install(registry)
-    scram_handlers.install(registry)
-    acl_handlers.install(registry)
-    quota_handlers.install(registry)
+    scram_credentials.install(registry)
+    acls.install(registry)
+    quotas.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -93,7 +93,7 @@ class Broker:
         # What clients asked for that kgroups lacks, logged once per client.
         self.not_served = NotServedLog()
         self.registry = HandlerRegistry()
-        # Shared by every connection, and by Fetch long polls before they read (fetch_handler).
+        # Shared by every connection, and by Fetch long polls before they read (apis/fetch.py).
         self.memory = MemoryBudget(config.queued_max_request_bytes,
                                    config.memory_exhausted_close_ms / 1000)
         install_handlers(self.registry)

@@ -15,8 +15,8 @@ from pathlib import Path
 from kgroups.broker.config import BrokerConfig, ConfigError, served_network_processes
 from kgroups.broker.descriptors import raise_soft_limit
 from kgroups.broker.events import configure_logging
-from kgroups.broker.listeners import parse_listeners
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
+from kgroups.broker.security.listeners import parse_listeners
 from kgroups.log.start_offsets import CheckpointError
 
 

@@ -49,8 +49,8 @@ BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
 )
 
 
-# What the listeners and security read (kgroups.broker.listeners, security, authorizer); each
-# may also be given per listener as listener.name.<name>.<key>.
+# What the listeners and security read (kgroups.broker.security: listeners, state, authorizer);
+# each may also be given per listener as listener.name.<name>.<key>.
 SECURITY_SETTINGS = frozenset({
     "listeners", "listener.security.protocol.map", "sasl.enabled.mechanisms",
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",

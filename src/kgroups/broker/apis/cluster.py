@@ -1,0 +1,259 @@
+"""ApiVersions, Metadata, FindCoordinator and InitProducerId: what a client asks before anything.
+
+This broker is a one-node cluster: it is the controller, the leader of every partition and the
+coordinator of every group, so these answers all point back at itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kgroups.broker import descriptors
+from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
+from kgroups.broker.events import log_event
+from kgroups.broker.metadata_answer import (
+    CachedTopic,
+    EncodedTopicWithOperations,
+    MetadataAnswer,
+    encoded_topic,
+)
+from kgroups.broker.security.authorizer import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    all_operations,
+)
+from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+
+logger = logging.getLogger("kgroups.topics")
+
+NO_THROTTLE = datetime.timedelta(0)
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
+# FindCoordinator key types of features kgroups does not serve yet (logged once per client).
+NOT_SERVED_KEY_TYPES = {TRANSACTION_KEY_TYPE: "transactions", SHARE_KEY_TYPE: "share groups"}
+# Kafka's text for INVALID_REQUEST (Errors.INVALID_REQUEST), which it gives an unknown key type.
+INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the "
+                        "client library or the message was sent to an incompatible broker. "
+                        "See the broker logs for more details.")
+
+
+def _auto_create(broker: HandlerServices, name: str) -> ErrorCode:
+    """Create a topic a Metadata request named. Kafka reports a freshly auto-created topic as
+    LEADER_NOT_AVAILABLE once; the leader is known immediately here, so the partitions are
+    returned right away. When its partitions would exhaust the file descriptors (descriptors),
+    or cannot be created, nothing is created and the answer is LEADER_NOT_AVAILABLE, Kafka's
+    (retriable) answer for a topic whose auto-creation has not completed."""
+    partitions = broker.config.num_partitions
+    refusal = descriptors.refusal(partitions)
+    if refusal is None:
+        try:
+            created = broker.topics.create(name, partitions)
+        except OSError as exc:
+            refusal = str(exc)
+        else:
+            if created != ErrorCode.NONE:  # a name colliding with an existing topic's
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # Kafka's answer
+    if refusal is not None:
+        log_event(logger, logging.WARNING, "topic_not_created", topic=name,
+                  reason="auto_create", error=refusal)
+        return ErrorCode.LEADER_NOT_AVAILABLE
+    log_event(logger, logging.INFO, "topic_created", topic=name, partitions=partitions,
+              reason="auto_create")
+    return ErrorCode.NONE
+
+
+@handles(api_key=18, min_version=0, max_version=4)
+async def api_versions(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(18, ctx.api_version)
+    api_version_cls = sibling(response_cls, "ApiVersion")
+    keys = tuple(
+        api_version_cls(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
+        for h in ctx.broker.registry
+    )
+    return build(response_cls, error_code=kio_error(ErrorCode.NONE), api_keys=keys,
+                 throttle_time=NO_THROTTLE)
+
+
+def advertised(ctx: RequestContext) -> tuple[str, int]:
+    """The address of the listener the request came in on, as advertised to its clients."""
+    if ctx.session is not None:
+        return ctx.session.advertised
+    return ctx.broker.advertised_host, ctx.broker.advertised_port
+
+
+def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID] | None:
+    """None = all topics. Metadata v0 used an empty list for "all"; v1+ uses null. From v10 a
+    topic may be asked for by id alone (KIP-848 clients learn ids from their assignment)."""
+    if request.topics is None or (ctx.api_version == 0 and not request.topics):
+        return None
+    return [topic.name if topic.name is not None or getattr(topic, "topic_id", None) is None
+            else topic.topic_id for topic in request.topics]
+
+
+def _name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
+    for name in broker.topics.partition_counts():
+        if broker.logs.topic_id(name) == topic_id:
+            return name
+    return None
+
+
+def _may_auto_create(ctx: RequestContext, request: Any) -> bool:
+    allowed_by_client = getattr(request, "allow_auto_topic_creation", True)
+    return bool(allowed_by_client) and ctx.broker.config.auto_create_topics
+
+
+def _topic_encoder(ctx: RequestContext, response_cls: type[Any]) -> Callable[[str], CachedTopic]:
+    """What encodes an existing topic's entry for this request's version (once per topic and
+    version, metadata_answer): its partitions all led by this node, operations left out."""
+    broker = ctx.broker
+    topic_cls = sibling(response_cls, "MetadataResponseTopic")
+    partition_cls = sibling(response_cls, "MetadataResponsePartition")
+    node = broker.node_id
+    none = kio_error(ErrorCode.NONE)
+
+    def encode(name: str) -> CachedTopic:
+        partitions = tuple(
+            build(partition_cls, error_code=none, partition_index=index, leader_id=node,
+                  leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
+                  offline_replicas=())
+            for index in range(broker.topics.partition_count(name) or 0))
+        return encoded_topic(build(
+            topic_cls, error_code=none, name=name, topic_id=broker.logs.topic_id(name),
+            is_internal=name in INTERNAL_TOPICS, partitions=partitions,
+            topic_authorized_operations=OPERATIONS_NOT_REQUESTED), ctx.api_version)
+
+    return encode
+
+
+def _with_operations(entry: CachedTopic, operations: int) -> CachedTopic:
+    if isinstance(entry, EncodedTopicWithOperations) and operations != OPERATIONS_NOT_REQUESTED:
+        return EncodedTopicWithOperations(entry.name, operations, entry.head, entry.tail)
+    return entry
+
+
+def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
+                 encode: Callable[[str], CachedTopic], operations: int) -> Any:
+    """The entry of a topic asked for by name or id: auto-created if missing and allowed."""
+    broker = ctx.broker
+    topic_cls = sibling(response_type(3, ctx.api_version), "MetadataResponseTopic")
+    if isinstance(wanted, uuid.UUID):
+        name = _name_of(broker, wanted)
+        if name is None:
+            return build(topic_cls, error_code=kio_error(ErrorCode.UNKNOWN_TOPIC_ID), name=None,
+                         topic_id=wanted, is_internal=False, partitions=())
+    else:
+        name = wanted
+    error = ErrorCode.NONE
+    if broker.topics.partition_count(name) is None:
+        if topic_name_error(name) is not None:
+            error = ErrorCode.INVALID_TOPIC_EXCEPTION
+        elif _may_auto_create(ctx, request):
+            error = _auto_create(broker, name)
+        else:
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if error == ErrorCode.NONE:
+        return _with_operations(broker.metadata_entries.entry(ctx.api_version, name, encode),
+                                operations)
+    return build(topic_cls, error_code=kio_error(error), name=name, topic_id=None,
+                 is_internal=name in INTERNAL_TOPICS, partitions=(),
+                 topic_authorized_operations=operations)
+
+
+@handles(api_key=3, min_version=0, max_version=12)
+async def metadata(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    response_cls = response_type(3, ctx.api_version)
+    broker_cls = sibling(response_cls, "MetadataResponseBroker")
+    node = broker.node_id
+
+    # v8+ may ask for the operations allowed on each topic (a missing one too) and, until v10,
+    # on the cluster: all of them here; with an authorizer, acl_enforcement narrows them.
+    topic_operations = (all_operations(ResourceType.TOPIC)
+                        if getattr(request, "include_topic_authorized_operations", False)
+                        else OPERATIONS_NOT_REQUESTED)
+    cluster_operations = (all_operations(ResourceType.CLUSTER)
+                          if getattr(request, "include_cluster_authorized_operations", False)
+                          else OPERATIONS_NOT_REQUESTED)
+    cache = broker.metadata_entries
+    encode = _topic_encoder(ctx, response_cls)
+    requested = _requested_topics(ctx, request)
+    topics: tuple[Any, ...]
+    if requested is None:
+        topics = cache.every_topic(ctx.api_version, encode)
+        if topic_operations != OPERATIONS_NOT_REQUESTED:
+            topics = tuple(_with_operations(topic, topic_operations) for topic in topics)
+    else:
+        topics = tuple(_asked_topic(ctx, request, wanted, encode, topic_operations)
+                       for wanted in requested)
+    host, port = advertised(ctx)
+    brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
+    frame = build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
+                  cluster_id=broker.config.cluster_id, controller_id=node, topics=(),
+                  cluster_authorized_operations=cluster_operations)
+    return MetadataAnswer(frame, topics,
+                          getattr(frame, "cluster_authorized_operations", None))
+
+
+@handles(api_key=10, min_version=0, max_version=6)
+async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    response_cls = response_type(10, ctx.api_version)
+    key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
+    feature = NOT_SERVED_KEY_TYPES.get(key_type)
+    if feature is not None:
+        broker.not_served.report(ctx.client_host, ctx.client_id, feature,
+                                 f"FindCoordinator(key_type={key_type}) v{ctx.api_version}")
+
+    def answer(key: str) -> dict[str, Any]:
+        error = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if key_type == GROUP_KEY_TYPE:
+            # A group whose __consumer_offsets partition failed to load has no coordinator
+            # (Kafka's answer for a partition that is offline); the message says why.
+            failure = broker.coordinator.partition_failure(key)
+        elif key_type == TRANSACTION_KEY_TYPE:
+            # Kafka's answer while its transaction coordinator is unavailable, with the reason.
+            failure = "transactions are not supported"
+        else:
+            # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
+            # with no text from v4; a type it does not know gets INVALID_REQUEST's own text.
+            error = ErrorCode.INVALID_REQUEST
+            failure = ("" if key_type == SHARE_KEY_TYPE and ctx.api_version >= 4
+                       else INVALID_REQUEST_TEXT)
+        if failure is None:
+            # Kafka's text for success: the error's name before batching (v1-v3), empty after.
+            host, port = advertised(ctx)
+            return {"node_id": broker.node_id, "host": host,
+                    "port": port, "error_code": kio_error(ErrorCode.NONE),
+                    "error_message": "NONE" if ctx.api_version < 4 else ""}
+        return {"node_id": -1, "host": "", "port": -1, "error_code": kio_error(error),
+                "error_message": failure}
+
+    if ctx.api_version < 4:
+        return build(response_cls, throttle_time=NO_THROTTLE, **answer(request.key))
+    coordinator_cls = sibling(response_cls, "Coordinator")
+    coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
+                         for key in request.coordinator_keys)
+    return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+@handles(api_key=22, min_version=0, max_version=5)
+async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(22, ctx.api_version)
+    if request.transactional_id is not None:
+        ctx.broker.not_served.report(ctx.client_host, ctx.client_id, "transactions",
+                                     f"InitProducerId(transactional_id) v{ctx.api_version}")
+        return build(response_cls, throttle_time=NO_THROTTLE,
+                     error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                     producer_id=-1, producer_epoch=-1)
+    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
+                 producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
+
+
+def install(registry: HandlerRegistry) -> None:
+    for handler in (api_versions, metadata, find_coordinator, init_producer_id):
+        registry.register(handler)

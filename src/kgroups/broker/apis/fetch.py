@@ -1,0 +1,145 @@
+"""Fetch with Kafka's long poll: answer when min_bytes are available or max_wait has passed.
+
+Waiting is event driven (the broker's AppendNotifier fires on every append), so an idle consumer
+costs nothing between appends and a new record reaches a waiting consumer at once. Fetch
+sessions (KIP-227) are not kept: every response is a full one with session id 0, which clients
+accept as "no session".
+
+v0-v3, removed in Kafka 4 (KIP-896), are served for tools older than Kafka 0.11 (Burrow 1.2 with
+its sample configuration): the same reads, with the batches converted down to the message
+format those versions carry (down_convert.py), as Kafka 3.9 did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kgroups.broker.apis.cluster import NO_THROTTLE
+from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.down_convert import down_convert, fetch_magic
+from kgroups.broker.events import log_event
+from kgroups.broker.legacy_schemas import nested
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+from kgroups.log.partition_log import OffsetOutOfRangeError
+
+logger = logging.getLogger("kgroups.fetch")
+
+
+@dataclass(slots=True)
+class PartitionRead:
+    partition: int
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    fetch_offset: int = -1
+    max_bytes: int = 0
+
+
+def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
+                    budget: int, min_one: bool) -> PartitionRead:
+    """The partition's batches within its partition_max_bytes and what is left of the
+    request's max_bytes (`budget`); with `min_one` (no partition before it returned data), its
+    first batch whole even if larger, as Kafka answers."""
+    index = int(request_partition.partition)
+    try:
+        log = ctx.broker.topics.log(topic, index)
+    except OSError:  # the partition's log could not be opened (logged once, there)
+        return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR)
+    if log is None:
+        return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    start, end = log.log_start_offset, log.log_end_offset
+    offset = int(request_partition.fetch_offset)
+    if offset < start or offset > end:  # Kafka answers no watermarks beside this error
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
+    if offset == end or budget <= 0:
+        return PartitionRead(index, ErrorCode.NONE, end, start)
+    limit = min(int(request_partition.partition_max_bytes), budget)
+    try:
+        records = log.read(offset, max(limit, 1), min_one=min_one)
+    except OffsetOutOfRangeError:  # retention moved the start between the check and the read
+        return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "read_failed", topic=topic, partition=index, error=exc)
+        return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR, end, start)
+    return PartitionRead(index, ErrorCode.NONE, end, start, records, offset, limit)
+
+
+def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
+                                                          int, bool]:
+    """Every requested partition once: (results, bytes gathered, whether any partition errs).
+    The answer stays within the request's max_bytes and each partition's partition_max_bytes,
+    except for the first batch of the first partition with data, which goes whole."""
+    budget = min(int(getattr(request, "max_bytes", 2**31 - 1)), ctx.broker.config.fetch_max_bytes)
+    total = 0
+    failed = False
+    results = []
+    for topic in request.topics:
+        reads = []
+        for request_partition in topic.partitions:
+            read = _read_partition(ctx, topic.topic, request_partition, budget - total,
+                                   min_one=total == 0)
+            total += len(read.records)
+            failed = failed or read.error != ErrorCode.NONE
+            reads.append(read)
+        results.append((topic.topic, reads))
+    return results, total, failed
+
+
+def _legacy_response(version: int, results: list[tuple[str, list[PartitionRead]]]) -> Any:
+    """Fetch v0-v3: the records as old-format messages, no log start offset or session."""
+    response_cls = response_type(1, version)
+    topic_cls = nested(response_cls, "responses")
+    partition_cls = nested(topic_cls, "partitions")
+    magic = fetch_magic(version)
+    responses = tuple(
+        topic_cls(topic=name, partitions=tuple(
+            partition_cls(partition_index=read.partition, error_code=kio_error(read.error),
+                          high_watermark=read.high_watermark,
+                          records=down_convert(read.records, magic, read.fetch_offset,
+                                               read.max_bytes) if read.records else b"")
+            for read in reads))
+        for name, reads in results)
+    if version == 0:
+        return response_cls(responses=responses)
+    return response_cls(throttle_time=NO_THROTTLE, responses=responses)
+
+
+@handles(api_key=1, min_version=0, max_version=12)
+async def fetch(ctx: RequestContext, request: Any) -> Any:
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    min_bytes = int(request.min_bytes)
+    while True:
+        results, total, failed = _read_all(ctx, request)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or failed or remaining <= 0:
+            break
+        await ctx.broker.appends.wait(remaining)
+        # An append wakes every waiting Fetch at once: each reads only when the memory budget
+        # has room, so a crowd of unread long polls cannot all answer past it.
+        await ctx.broker.memory.wait_for(lambda: ctx.broker.memory.allows(0, light=False))
+
+    if ctx.api_version <= 3:
+        return _legacy_response(ctx.api_version, results)
+    response_cls = response_type(1, ctx.api_version)
+    topic_cls = sibling(response_cls, "FetchableTopicResponse")
+    partition_cls = sibling(response_cls, "PartitionData")
+    responses = tuple(
+        build(topic_cls, topic=name, partitions=tuple(
+            build(partition_cls, partition_index=read.partition,
+                  error_code=kio_error(read.error), high_watermark=read.high_watermark,
+                  last_stable_offset=read.high_watermark, log_start_offset=read.log_start_offset,
+                  aborted_transactions=None, preferred_read_replica=-1, records=read.records)
+            for read in reads))
+        for name, reads in results
+    )
+    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
+                 session_id=0, responses=responses)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(fetch)

@@ -1,0 +1,444 @@
+"""The group APIs on the wire: kio messages in every version <-> the coordinator core's types.
+
+The sans-IO core (`kgroups.coordinator`) knows nothing of API versions' field layouts; each
+handler here reads what its version carries, asks the coordinator runtime, and builds the
+response class of the same version (fields a version lacks are dropped by `wire.build`, as
+Kafka drops them). Version-dependent *behaviour* stays in the core, which gets `version`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+from kgroups.broker import rebalance_field
+from kgroups.broker.apis import consumer_groups
+from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.security.authorizer import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    all_operations,
+)
+from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
+from kgroups.coordinator import api as core
+from kgroups.errors import ErrorCode
+
+_NO_THROTTLE = datetime.timedelta(0)
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    """Kafka reports a member's host as InetAddress.toString(), i.e. with a leading slash."""
+    return "/" + ctx.client_host
+
+
+def _response(ctx: RequestContext) -> type[Any]:
+    return response_type(ctx.api_key, ctx.api_version)
+
+
+async def _ask(ctx: RequestContext, make: Callable[[core.RequestId], Any]) -> Any:
+    return await ctx.broker.coordinator.call(make)
+
+
+class _GroupApi:
+    """Common shape of a group API handler; subclasses set the key/versions and `__call__`."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+class JoinGroupHandler(_GroupApi):
+    api_key, min_version, max_version = 11, 0, 9
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        version = ctx.api_version
+        answer: core.JoinGroupResponse = await _ask(ctx, lambda request_id: core.JoinGroupRequest(
+            request_id=request_id,
+            group_id=request.group_id,
+            member_id=request.member_id,
+            protocol_type=request.protocol_type,
+            protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            session_timeout_ms=_ms(request.session_timeout),
+            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=ctx.client_id or "",
+            client_host=_client_host(ctx),
+            version=version,
+            reason=getattr(request, "reason", None),
+        ))
+        response = _response(ctx)
+        member_type = sibling(response, "JoinGroupResponseMember")
+        # ProtocolName is nullable only from v7; older versions carry "" instead of null.
+        protocol_name = answer.protocol_name
+        if protocol_name is None and version < 7:
+            protocol_name = ""
+        return build(
+            response,
+            throttle_time=_NO_THROTTLE,
+            error_code=kio_error(answer.error),
+            generation_id=answer.generation_id,
+            protocol_type=answer.protocol_type,
+            protocol_name=protocol_name,
+            leader=answer.leader,
+            skip_assignment=answer.skip_assignment,
+            member_id=answer.member_id,
+            members=tuple(
+                build(member_type, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                      metadata=m.metadata)
+                for m in answer.members
+            ),
+        )
+
+
+class SyncGroupHandler(_GroupApi):
+    api_key, min_version, max_version = 14, 0, 5
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version >= 5 and (request.protocol_type is None
+                                     or request.protocol_name is None):
+            # From v5 both are mandatory: Kafka refuses the request before the coordinator
+            # sees it, whatever the group's state.
+            return build(_response(ctx), throttle_time=_NO_THROTTLE,
+                         error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
+                         protocol_type=None, protocol_name=None, assignment=b"")
+        answer: core.SyncGroupResponse = await _ask(ctx, lambda request_id: core.SyncGroupRequest(
+            request_id=request_id,
+            group_id=request.group_id,
+            generation_id=int(request.generation_id),
+            member_id=request.member_id,
+            assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            version=ctx.api_version,
+        ))
+        return build(
+            _response(ctx),
+            throttle_time=_NO_THROTTLE,
+            error_code=kio_error(answer.error),
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol_name,
+            assignment=answer.assignment,
+        )
+
+
+class HeartbeatHandler(_GroupApi):
+    api_key, min_version, max_version = 12, 0, 4
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        answer: core.HeartbeatResponse = await _ask(ctx, lambda request_id: core.HeartbeatRequest(
+            request_id=request_id,
+            group_id=request.group_id,
+            generation_id=int(request.generation_id),
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+        ))
+        return build(_response(ctx), throttle_time=_NO_THROTTLE,
+                     error_code=kio_error(answer.error))
+
+
+class LeaveGroupHandler(_GroupApi):
+    api_key, min_version, max_version = 13, 0, 5
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        if ctx.api_version < 3:
+            members: tuple[core.MemberIdentity, ...] = (core.MemberIdentity(request.member_id),)
+        else:
+            members = tuple(
+                core.MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                for m in request.members
+            )
+        answer: core.LeaveGroupResponse = await _ask(ctx, lambda request_id: core.LeaveGroupRequest(
+            request_id=request_id, group_id=request.group_id, members=members,
+            version=ctx.api_version,
+        ))
+        response = _response(ctx)
+        results: tuple[Any, ...] = ()
+        if has_field(response, "members"):
+            member_type = sibling(response, "MemberResponse")
+            results = tuple(
+                build(member_type, member_id=r.member_id, group_instance_id=r.group_instance_id,
+                      error_code=kio_error(r.error))
+                for r in answer.members
+            )
+        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+                     members=results)
+
+
+def _partition_errors_response(
+    response: type[Any], topic_class: str, partition_class: str,
+    topics: tuple[core.TopicPartitionErrors, ...],
+) -> tuple[Any, ...]:
+    topic_type = sibling(response, topic_class)
+    partition_type = sibling(response, partition_class)
+    return tuple(
+        build(topic_type, name=topic.name, partitions=tuple(
+            build(partition_type, partition_index=p.partition, error_code=kio_error(p.error))
+            for p in topic.partitions
+        ))
+        for topic in topics
+    )
+
+
+class OffsetCommitHandler(_GroupApi):
+    # kio 0.6.5 ships OffsetCommit from v2 (Kafka 4 dropped v0/v1); v10 names topics by id,
+    # which a broker without topic ids cannot honour.
+    api_key, min_version, max_version = 8, 2, 9
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        # As Kafka's request handler does, partitions the cluster's metadata does not have are
+        # refused here (a partition whose log is offline is still known), and only the rest go
+        # to the coordinator (not at all if none are left).
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        known: list[core.OffsetCommitTopic] = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                count = ctx.broker.topics.partition_count(topic.name)
+                if count is None or not 0 <= int(p.partition_index) < count:
+                    errors[(topic.name, int(p.partition_index))] = (
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
+                    continue
+                partitions.append(core.OffsetCommitPartition(
+                    partition=int(p.partition_index),
+                    offset=int(p.committed_offset),
+                    metadata=p.committed_metadata,
+                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                ))
+            if partitions:
+                known.append(core.OffsetCommitTopic(topic.name, tuple(partitions)))
+        if known:
+            answer: core.OffsetCommitResponse = await _ask(
+                ctx,
+                lambda request_id: core.OffsetCommitRequest(
+                    request_id=request_id,
+                    group_id=request.group_id,
+                    topics=tuple(known),
+                    generation_id=int(request.generation_id_or_member_epoch),
+                    member_id=request.member_id,
+                    group_instance_id=getattr(request, "group_instance_id", None),
+                    retention_time_ms=_ms(getattr(request, "retention_time", -1)),
+                    version=ctx.api_version,
+                ),
+            )
+            for answered in answer.topics:
+                for result in answered.partitions:
+                    errors[(answered.name, result.partition)] = result.error
+        in_request_order = tuple(
+            core.TopicPartitionErrors(topic.name, tuple(
+                core.PartitionError(int(p.partition_index),
+                                    errors[(topic.name, int(p.partition_index))])
+                for p in topic.partitions
+            ))
+            for topic in request.topics
+        )
+        response = _response(ctx)
+        return build(response, throttle_time=_NO_THROTTLE, topics=_partition_errors_response(
+            response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition",
+            in_request_order))
+
+
+def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
+                 member_epoch: int = -1) -> core.OffsetFetchGroup:
+    wanted = None if topics is None else tuple(
+        (t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
+    return core.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
+
+
+class OffsetFetchHandler(_GroupApi):
+    # kio 0.6.5 ships OffsetFetch from v1; v10 names topics by id (see OffsetCommit).
+    api_key, min_version, max_version = 9, 1, 9
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        batched = ctx.api_version >= 8
+        if batched:
+            groups = tuple(_fetch_group(g.group_id, g.topics, getattr(g, "member_id", None),
+                                        int(getattr(g, "member_epoch", -1)))
+                           for g in request.groups)
+        else:
+            groups = (_fetch_group(request.group_id, request.topics),)
+        answer: core.OffsetFetchResponse = await _ask(
+            ctx, lambda request_id: core.OffsetFetchRequest(request_id=request_id, groups=groups)
+        )
+        response = _response(ctx)
+        if batched:
+            group_type = sibling(response, "OffsetFetchResponseGroup")
+            return build(response, throttle_time=_NO_THROTTLE, groups=tuple(
+                build(group_type, group_id=g.group_id, error_code=kio_error(g.error),
+                      topics=self._topics(response, "OffsetFetchResponseTopics",
+                                          "OffsetFetchResponsePartitions", g))
+                for g in answer.groups
+            ))
+        (fetched,) = answer.groups
+        if ctx.api_version < 2 and fetched.error != ErrorCode.NONE:
+            # v1 has no group-level error field, so a group error goes on every partition.
+            topics = self._error_topics(response, groups[0], fetched.error)
+        else:
+            topics = self._topics(response, "OffsetFetchResponseTopic",
+                                  "OffsetFetchResponsePartition", fetched)
+        return build(response, throttle_time=_NO_THROTTLE, topics=topics,
+                     error_code=kio_error(fetched.error))
+
+    @staticmethod
+    def _topics(response: type[Any], topic_class: str, partition_class: str,
+                fetched: core.FetchedGroup) -> tuple[Any, ...]:
+        topic_type = sibling(response, topic_class)
+        partition_type = sibling(response, partition_class)
+        return tuple(
+            build(topic_type, name=topic.name, partitions=tuple(
+                build(partition_type, partition_index=p.partition, committed_offset=p.offset,
+                      committed_leader_epoch=p.leader_epoch, metadata=p.metadata,
+                      error_code=kio_error(p.error))
+                for p in topic.partitions
+            ))
+            for topic in fetched.topics
+        )
+
+    @staticmethod
+    def _error_topics(response: type[Any], group: core.OffsetFetchGroup,
+                      error: ErrorCode) -> tuple[Any, ...]:
+        topic_type = sibling(response, "OffsetFetchResponseTopic")
+        partition_type = sibling(response, "OffsetFetchResponsePartition")
+        return tuple(
+            build(topic_type, name=name, partitions=tuple(
+                build(partition_type, partition_index=p, committed_offset=-1, metadata="",
+                      error_code=kio_error(error))
+                for p in partitions
+            ))
+            for name, partitions in group.topics or ()
+        )
+
+
+class DescribeGroupsHandler(_GroupApi):
+    api_key, min_version, max_version = 15, 0, 6
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        group_ids = tuple(request.groups)
+        # v3+: asked for, every group answered without error (a dead one too, before v6 tells
+        # it is missing) carries the operations allowed on it: all of them here; with an
+        # authorizer, acl_enforcement narrows them to the principal's. One in error carries
+        # Integer.MIN_VALUE, as in Kafka 4.3.1.
+        operations = (all_operations(ResourceType.GROUP)
+                      if getattr(request, "include_authorized_operations", False)
+                      else OPERATIONS_NOT_REQUESTED)
+        answer: core.DescribeGroupsResponse = await _ask(
+            ctx, lambda request_id: core.DescribeGroupsRequest(
+                request_id=request_id, group_ids=group_ids, version=ctx.api_version)
+        )
+        response = _response(ctx)
+        group_type = sibling(response, "DescribedGroup")
+        member_type = sibling(response, "DescribedGroupMember")
+        described = tuple(
+            build(
+                group_type,
+                error_code=kio_error(g.error),
+                # v6+: Kafka explains a missing group in words; other errors carry no text.
+                error_message=g.error_message,
+                group_id=g.group_id,
+                group_state=g.state,
+                protocol_type=g.protocol_type,
+                protocol_data=g.protocol_data,
+                authorized_operations=(operations if g.error == ErrorCode.NONE
+                                       else OPERATIONS_NOT_REQUESTED),
+                members=tuple(
+                    build(member_type, member_id=m.member_id,
+                          group_instance_id=m.group_instance_id, client_id=m.client_id,
+                          client_host=m.client_host, member_metadata=m.metadata,
+                          member_assignment=m.assignment)
+                    for m in g.members
+                ),
+            )
+            for g in answer.groups
+        )
+        if rebalance_field.wants_rebalance_field(ctx.client_id, ctx.api_version):
+            response, _ = rebalance_field.extended_response(ctx.api_version)
+            described = tuple(
+                rebalance_field.with_rebalance(d, g.last_rebalance, ctx.api_version)
+                for d, g in zip(described, answer.groups, strict=True))
+        return build(response, throttle_time=_NO_THROTTLE, groups=described)
+
+
+class ListGroupsHandler(_GroupApi):
+    api_key, min_version, max_version = 16, 0, 5
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        states = tuple(getattr(request, "states_filter", ()) or ())
+        types = tuple(getattr(request, "types_filter", ()) or ())
+        answer: core.ListGroupsResponse = await _ask(
+            ctx, lambda request_id: core.ListGroupsRequest(request_id, states_filter=states)
+        )
+        listed = answer.groups
+        if types:
+            wanted = {t.lower() for t in types}
+            listed = tuple(g for g in listed if g.group_type in wanted)
+        response = _response(ctx)
+        listed_type = sibling(response, "ListedGroup")
+        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+                     groups=tuple(
+                         build(listed_type, group_id=g.group_id, protocol_type=g.protocol_type,
+                               group_state=g.state, group_type=g.group_type)
+                         for g in listed
+                     ))
+
+
+class DeleteGroupsHandler(_GroupApi):
+    api_key, min_version, max_version = 42, 0, 2
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        group_ids = tuple(request.groups_names)
+        answer: core.DeleteGroupsResponse = await _ask(
+            ctx, lambda request_id: core.DeleteGroupsRequest(request_id, group_ids)
+        )
+        response = _response(ctx)
+        result_type = sibling(response, "DeletableGroupResult")
+        return build(response, throttle_time=_NO_THROTTLE, results=tuple(
+            build(result_type, group_id=group_id, error_code=kio_error(error))
+            for group_id, error in answer.results
+        ))
+
+
+class OffsetDeleteHandler(_GroupApi):
+    api_key, min_version, max_version = 47, 0, 0
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        topics = tuple(
+            (t.name, tuple(int(p.partition_index) for p in t.partitions)) for t in request.topics
+        )
+        answer: core.OffsetDeleteResponse = await _ask(
+            ctx, lambda request_id: core.OffsetDeleteRequest(request_id, request.group_id, topics)
+        )
+        response = _response(ctx)
+        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+                     topics=_partition_errors_response(
+                         response, "OffsetDeleteResponseTopic", "OffsetDeleteResponsePartition",
+                         answer.topics))
+
+
+GROUP_HANDLERS: tuple[type[_GroupApi], ...] = (
+    JoinGroupHandler,
+    SyncGroupHandler,
+    HeartbeatHandler,
+    LeaveGroupHandler,
+    OffsetCommitHandler,
+    OffsetFetchHandler,
+    DescribeGroupsHandler,
+    ListGroupsHandler,
+    DeleteGroupsHandler,
+    OffsetDeleteHandler,
+)
+
+
+def install(registry: HandlerRegistry) -> None:
+    """Register every group API (kgroups.broker.broker.install_handlers calls it),
+    KIP-848's consumer-group APIs included."""
+    for handler_class in GROUP_HANDLERS:
+        registry.register(handler_class())  # type: ignore[arg-type]
+    consumer_groups.install(registry)

@@ -1,0 +1,162 @@
+"""ListOffsets: earliest, latest, the record with the largest timestamp, or the first offset at
+or after a timestamp (with that record's own timestamp, as Kafka answers offsetsForTimes).
+
+v7 added MAX_TIMESTAMP and v8-v11 the tiered-storage lookups (earliest local, latest tiered,
+earliest pending upload); kgroups keeps every segment locally, so it answers those as a Kafka
+broker without remote storage does: the earliest local offset is the log start, and nothing
+is tiered or waiting for upload (offset -1).
+
+v0, removed in Kafka 4 (KIP-896), is still served because Burrow 1.2 sends it for every log
+end offset it reads. It is answered as Kafka 3.9 did (its legacyFetchOffsetsBefore): the
+candidates are each segment's base offset, stamped with the segment file's modification time,
+plus the log end offset stamped now when the active segment holds data; the answer is up to
+`max_num_offsets` of them, newest first, from the last one at or before the timestamp
+(-1: the log end offset first; -2: the log start offset only)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from kgroups.broker.apis.cluster import NO_THROTTLE
+from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import decode_batch
+from kgroups.log.partition_log import PartitionLog
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+NOT_FOUND = -1
+NO_TIMESTAMP = -1
+
+
+def _record_timestamp(log: PartitionLog, offset: int) -> int:
+    """The timestamp of the record at `offset` (the read starts at the batch holding it)."""
+    batch, _ = decode_batch(log.read(offset, 1))
+    return next((r.timestamp for r in batch.records if r.offset >= offset), NO_TIMESTAMP)
+
+
+def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
+    """(timestamp, offset) of the record with the largest timestamp, the first such record when
+    several share it (as Kafka answers MAX_TIMESTAMP); None for an empty log. Segments and
+    batches are skipped by their headers' max timestamps, so one batch is decoded."""
+    segments = log.segments()
+    largest = max((segment.max_timestamp() for segment in segments), default=-1)
+    if largest < 0:
+        return None
+    segment = next(s for s in segments if s.max_timestamp() == largest)
+    for position, _base, _last, size in segment.batch_positions():
+        batch, _ = decode_batch(segment.pread(size, position))
+        if batch.max_timestamp == largest:
+            return largest, next((r.offset for r in batch.records if r.timestamp == largest),
+                                 _base)
+    return None
+
+
+def _lookup(
+    ctx: RequestContext, topic: str, partition: int, timestamp: int
+) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp) for one partition."""
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError:  # the partition's log could not be opened (logged once, there)
+        return ErrorCode.KAFKA_STORAGE_ERROR, NOT_FOUND, NO_TIMESTAMP
+    if log is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND, NO_TIMESTAMP
+    if timestamp == LATEST_TIMESTAMP:
+        return ErrorCode.NONE, log.log_end_offset, NO_TIMESTAMP
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return ErrorCode.NONE, log.log_start_offset, NO_TIMESTAMP
+    if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+        return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
+    if timestamp == MAX_TIMESTAMP:
+        stamped = _max_timestamp_offset(log)
+        if stamped is None:
+            return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
+        return ErrorCode.NONE, stamped[1], stamped[0]
+    if timestamp < 0:
+        return ErrorCode.INVALID_REQUEST, NOT_FOUND, NO_TIMESTAMP
+    found = log.offset_for_timestamp(timestamp)
+    if found is None:
+        return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
+    return ErrorCode.NONE, found, _record_timestamp(log, found)
+
+
+def legacy_offsets_before(log: PartitionLog, timestamp: int, max_num_offsets: int,
+                          now_ms: int) -> list[int]:
+    """The offsets ListOffsets v0 returns for one partition, newest first."""
+    segments = log.segments()
+    candidates = [(max(s.base_offset, log.log_start_offset),
+                   os.fstat(s.fd).st_mtime_ns // 1_000_000) for s in segments]
+    if segments[-1].size > 0:
+        candidates.append((log.log_end_offset, now_ms))
+    if timestamp == LATEST_TIMESTAMP:
+        start = len(candidates) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        start = 0
+    else:
+        start = next((i for i in range(len(candidates) - 1, -1, -1)
+                      if candidates[i][1] <= timestamp), -1)
+    chosen = [candidates[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+    return sorted(chosen, reverse=True)
+
+
+def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
+               max_num_offsets: int) -> tuple[ErrorCode, tuple[int, ...]]:
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError:
+        return ErrorCode.KAFKA_STORAGE_ERROR, ()
+    if log is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()
+    if max_num_offsets < 0:  # Kafka 3.9 failed to size its array: an unknown server error
+        return ErrorCode.UNKNOWN_SERVER_ERROR, ()
+    offsets = legacy_offsets_before(log, timestamp, max_num_offsets, int(time.time() * 1000))
+    return ErrorCode.NONE, tuple(offsets)
+
+
+def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
+    response_cls = response_type(2, 0)
+    topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
+    partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for entry in topic.partitions:
+            error, offsets = _lookup_v0(ctx, topic.name, int(entry.partition_index),
+                                        int(entry.timestamp), int(entry.max_num_offsets))
+            partitions.append(partition_cls(
+                partition_index=entry.partition_index, error_code=kio_error(error),
+                old_style_offsets=offsets))
+        topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
+    return response_cls(topics=tuple(topics))
+
+
+@handles(api_key=2, min_version=0, max_version=11)
+async def list_offsets(ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version == 0:
+        return _list_offsets_v0(ctx, request)
+    response_cls = response_type(2, ctx.api_version)
+    topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
+    partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for entry in topic.partitions:
+            error, offset, found_at = _lookup(ctx, topic.name, int(entry.partition_index),
+                                              int(entry.timestamp))
+            partitions.append(build(partition_cls, partition_index=entry.partition_index,
+                                    error_code=kio_error(error), timestamp=found_at,
+                                    offset=offset, leader_epoch=-1))
+        topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
+    return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(list_offsets)

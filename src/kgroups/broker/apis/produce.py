@@ -1,0 +1,308 @@
+"""Produce: validate each RecordBatch, append it, and answer once it is durable.
+
+A batch is checked (magic, CRC, framing, record count, size) before anything is written, so a
+corrupt or oversized batch is refused with Kafka's error for that partition and loses nothing
+already stored. The records inside a CRC-valid batch are not parsed one by one: doing so in
+Python costs ~9 us per record and capped produce throughput, while the client's CRC already
+vouches for the bytes; only a compacted topic's records are read, for their keys, and a
+batch's whose header timestamps are out of the topic's bounds, to name the refused records
+(record_policy.py, which also stamps LogAppendTime topics' batches). A batch over the topic's
+max.message.bytes is refused; a topic whose compression.type names a codec gets its batches
+recompressed into it (the records section only, never parsed). For
+acks=1 and acks=all the response waits for an fsync shared with concurrent producers
+(GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
+closed, the only signal such a producer gets.
+
+A disk error answers KAFKA_STORAGE_ERROR, as Kafka does for a partition on a failed log dir: a
+failed write leaves the log as it was (nothing half-written), and a failed fsync is never
+acknowledged. Producers retry the error; the partition takes writes again once the disk does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kgroups.broker.apis.cluster import NO_THROTTLE
+from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext, handles
+from kgroups.broker.events import log_event
+from kgroups.broker.producer_state import BatchIdentity, last_sequence
+from kgroups.broker.record_policy import (
+    RecordError,
+    keyless_record_errors,
+    record_errors_message,
+    stamp_log_append_time,
+    timestamp_errors,
+)
+from kgroups.broker.topics import INTERNAL_TOPICS
+from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import (
+    MAGIC,
+    MAGIC_AT,
+    RECORDS_COUNT_AT,
+    BatchCorruptError,
+    check_batch,
+    recompress_batch,
+)
+from kgroups.log.compression import Compression, CompressionError
+from kgroups.log.partition_log import PartitionLog
+
+logger = logging.getLogger("kgroups.produce")
+_INT32 = struct.Struct(">i")
+# Batches holding more records than this that must be read or recompressed are, in a worker
+# thread (~0.5 us a record read: a few ms on the loop at most, otherwise).
+RECORDS_READ_ON_THE_LOOP = 5_000
+# One gate per log, held from its batches' checks to their append.
+_APPEND_GATES: weakref.WeakKeyDictionary[PartitionLog, asyncio.Lock] = (
+    weakref.WeakKeyDictionary())
+
+VALID_ACKS = (-1, 0, 1)
+# compression.type's codecs; "producer" keeps each batch as the producer compressed it.
+STORED_CODECS = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP,
+                 "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
+
+
+@dataclass(slots=True)
+class PartitionOutcome:
+    error: ErrorCode
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+    record_errors: list[RecordError] = field(default_factory=list)
+    log_append_time: int = -1
+
+
+def split_batches(
+    records: bytes, max_batch_bytes: int
+) -> list[tuple[bytes, BatchIdentity]] | PartitionOutcome:
+    """The record set as one bytes object per v2 batch (with its producer identity), or the
+    error that refuses all of it."""
+    if not records:
+        return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message="empty record set")
+    batches: list[tuple[bytes, BatchIdentity]] = []
+    position = 0
+    while position < len(records):
+        magic_at = position + MAGIC_AT
+        if magic_at < len(records) and records[magic_at] != MAGIC:
+            return PartitionOutcome(ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                                    message="only RecordBatch v2 (magic 2) is accepted")
+        try:
+            header, next_position = check_batch(records, position)
+        except BatchCorruptError as exc:
+            return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+        last_offset_delta, record_count = header.last_offset_delta, header.records_count
+        if record_count < 1 or record_count != last_offset_delta + 1:
+            return PartitionOutcome(
+                ErrorCode.INVALID_RECORD,
+                message=f"batch holds {record_count} records but its last offset delta is "
+                        f"{last_offset_delta}")
+        if next_position - position > max_batch_bytes:
+            return PartitionOutcome(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                message=f"batch of {next_position - position} bytes exceeds the topic's "
+                        f"max.message.bytes {max_batch_bytes}")
+        identity = BatchIdentity(header.producer_id, header.producer_epoch, header.base_sequence,
+                                 last_sequence(header.base_sequence, last_offset_delta))
+        batches.append((records[position:next_position], identity))
+        position = next_position
+    return batches
+
+
+async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
+    """A large batch that must be read (a compacted topic's keys, timestamps) or recompressed
+    is, in a worker thread, so the event loop serves other clients meanwhile; appends to a log
+    pass its gate in arrival order, so a request waiting for its check is never overtaken by a
+    later one (an uncontended gate costs no wait)."""
+    if topic in INTERNAL_TOPICS:
+        return PartitionOutcome(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                message=f"cannot produce to internal topic {topic}")
+    try:
+        log = ctx.broker.topics.log(topic, partition)
+    except OSError as exc:  # the partition's log could not be opened (logged once, there)
+        return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+    if log is None:
+        return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    gate = _APPEND_GATES.get(log)
+    if gate is None:
+        gate = _APPEND_GATES[log] = asyncio.Lock()
+    async with gate:
+        return await _append_to(ctx, log, topic, partition, records, appended)
+
+
+async def _append_to(
+        ctx: RequestContext, log: PartitionLog, topic: str, partition: int,
+        records: bytes | None, appended: list[tuple[PartitionLog, PartitionOutcome]],
+) -> PartitionOutcome:
+    broker = ctx.broker
+    split = split_batches(bytes(records or b""), log.config.max_message_bytes)
+    batches = (split if isinstance(split, PartitionOutcome)
+               else await _apply_topic_policy(log, topic, partition, split))
+    if isinstance(batches, PartitionOutcome):
+        log_event(logger, logging.INFO, "produce_rejected", topic=topic, partition=partition,
+                  error=batches.error.name, client=ctx.client_id)
+        return batches
+    append_time = batches[0][2]
+    base_offset = -1
+    producers = broker.producer_states
+    try:
+        for batch, identity, _ in batches:
+            verdict = producers.check(log, identity)
+            if verdict.error != ErrorCode.NONE:
+                log_event(logger, logging.INFO, "produce_rejected", topic=topic,
+                          partition=partition, error=verdict.error.name, client=ctx.client_id,
+                          producer_id=identity.producer_id)
+                return PartitionOutcome(verdict.error)
+            if verdict.duplicate_of is not None:
+                first = verdict.duplicate_of
+            else:
+                first, _ = log.append_batch(batch)
+                producers.record(log, identity, first)
+            if base_offset < 0:
+                base_offset = first
+    except OSError as exc:
+        log_event(logger, logging.ERROR, "append_failed", topic=topic, partition=partition,
+                  error=exc)
+        return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
+    outcome = PartitionOutcome(ErrorCode.NONE, base_offset, log.log_start_offset,
+                               log_append_time=append_time)
+    appended.append((log, outcome))
+    return outcome
+
+
+async def _apply_topic_policy(
+    log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
+) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
+    """The batches as the topic's settings want them stored (in the codec its
+    compression.type names), each with its LogAppendTime stamp (-1 for CreateTime), or the
+    refusal of all of them: a compacted topic takes no record without a key (INVALID_RECORD),
+    a CreateTime topic none timestamped outside its message.timestamp.*.max.ms bounds
+    (INVALID_TIMESTAMP), with one error per record, as Kafka answers (the first
+    MAX_RECORD_ERRORS of them). Batches of more than RECORDS_READ_ON_THE_LOOP records that
+    must be read or recompressed are, in a worker thread."""
+    config = log.config
+    now_ms = int(time.time() * 1000)
+    raw = [batch for batch, _ in batches]
+    heavy = (config.compacted or config.message_timestamp_type != "LogAppendTime"
+             or STORED_CODECS.get(config.compression_type) is not None) and sum(
+        _INT32.unpack_from(batch, RECORDS_COUNT_AT)[0] for batch in raw) \
+        > RECORDS_READ_ON_THE_LOOP
+    if heavy:
+        stored = await asyncio.to_thread(_stored_form, log, topic, partition, batches, now_ms)
+    else:
+        stored = _stored_form(log, topic, partition, batches, now_ms)
+    if isinstance(stored, PartitionOutcome):
+        return stored
+    if config.message_timestamp_type != "LogAppendTime":
+        return [(batch, identity, -1) for batch, identity in stored]
+    return [(stamp_log_append_time(batch, now_ms), identity, now_ms)
+            for batch, identity in stored]
+
+
+def _stored_form(log: PartitionLog, topic: str, partition: int,
+                 batches: list[tuple[bytes, BatchIdentity]], now_ms: int,
+                 ) -> list[tuple[bytes, BatchIdentity]] | PartitionOutcome:
+    """The checks and the recompression of `_apply_topic_policy`, safe off the event loop
+    (it reads only the batches and the log's settings)."""
+    config = log.config
+    raw = [batch for batch, _ in batches]
+    try:
+        if config.compacted:
+            total, errors = keyless_record_errors(raw, topic, partition)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_RECORD, log_start_offset=0,
+                                        message=record_errors_message(errors, total),
+                                        record_errors=errors)
+        if config.message_timestamp_type != "LogAppendTime":
+            errors = timestamp_errors(raw, now_ms, config.message_timestamp_before_max_ms,
+                                      config.message_timestamp_after_max_ms)
+            if errors:
+                return PartitionOutcome(ErrorCode.INVALID_TIMESTAMP,
+                                        log_start_offset=log.log_start_offset,
+                                        message=INVALID_TIMESTAMP_MESSAGE, record_errors=errors)
+        codec = STORED_CODECS.get(config.compression_type)
+        if codec is not None:
+            batches = [(recompress_batch(batch, codec), identity) for batch, identity in batches]
+    except (BatchCorruptError, CompressionError) as exc:
+        return PartitionOutcome(ErrorCode.CORRUPT_MESSAGE, message=str(exc))
+    return batches
+
+
+async def _settle(ctx: RequestContext,
+                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> None:
+    """Wait until each touched log may acknowledge (an fsync shared per log where its
+    flush.messages asks for one); a partition whose fsync fails is not acknowledged."""
+    logs = {id(log): log for log, _ in appended}
+    results = await asyncio.gather(
+        *(ctx.broker.group_commit.settle(log) for log in logs.values()),
+        return_exceptions=True,
+    )
+    failed = {key for key, result in zip(logs, results, strict=True)
+              if isinstance(result, Exception)}
+    for log, outcome in appended:
+        if id(log) in failed:
+            log_event(logger, logging.ERROR, "fsync_failed", directory=log.directory)
+            outcome.error = ErrorCode.KAFKA_STORAGE_ERROR
+            outcome.base_offset = -1
+
+
+def _append_time(ms: int) -> datetime | None:
+    """The response's log_append_time: the stamp of a LogAppendTime topic, else -1 (None)."""
+    return None if ms < 0 else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@handles(api_key=0, min_version=3, max_version=12)
+async def produce(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    acks = int(request.acks)
+    outcomes: list[tuple[str, list[tuple[int, PartitionOutcome]]]] = []
+    appended: list[tuple[PartitionLog, PartitionOutcome]] = []
+    for topic in request.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in VALID_ACKS:
+                outcome = PartitionOutcome(ErrorCode.INVALID_REQUIRED_ACKS)
+            else:
+                outcome = await _append(ctx, topic.name, int(data.index), data.records,
+                                        appended)
+            partitions.append((int(data.index), outcome))
+        outcomes.append((topic.name, partitions))
+    if appended and acks != 0:
+        await _settle(ctx, appended)
+    if appended:
+        broker.appends.notify()
+    if acks == 0:
+        if any(o.error != ErrorCode.NONE for _, partitions in outcomes for _, o in partitions):
+            raise CloseConnection("acks0_produce_failed")
+        return None
+    response_cls = response_type(0, ctx.api_version)
+    topic_cls = sibling(response_cls, "TopicProduceResponse")
+    partition_cls = sibling(response_cls, "PartitionProduceResponse")
+    error_cls = getattr(sys.modules[response_cls.__module__], "BatchIndexAndErrorMessage", None)
+    responses = tuple(
+        build(topic_cls, name=name, partition_responses=tuple(
+            build(partition_cls, index=index, error_code=kio_error(outcome.error),
+                  base_offset=outcome.base_offset,
+                  log_append_time=_append_time(outcome.log_append_time),
+                  log_start_offset=outcome.log_start_offset,
+                  record_errors=tuple(
+                      error_cls(batch_index=i, batch_index_error_message=m)
+                      for i, m in outcome.record_errors) if error_cls else (),
+                  error_message=outcome.message)
+            for index, outcome in partitions))
+        for name, partitions in outcomes
+    )
+    return build(response_cls, responses=responses, throttle_time=NO_THROTTLE)
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(produce)
