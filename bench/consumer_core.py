@@ -49,7 +49,7 @@ class Driver:
         # group.consumer.assignment.interval.ms no later one would be): the worst case, and
         # the figures and digests recorded before batching stay comparable.
         config = GroupCoordinatorConfig(group_consumer_assignment_interval_ms=0)
-        self.coordinator = GroupCoordinator(config, new_uuid=lambda: f"u{next(ids)}")
+        self.coordinator = GroupCoordinator(config, new_uuid=lambda: uuid.UUID(int=next(ids)))
         self.digest = hashlib.sha256()
         self.requests = itertools.count(1)
         self.replies: dict[object, object] = {}

@@ -1,30 +1,30 @@
-"""Shared machinery of the coordinator: owned groups, timers, the write path and effects.
+"""What every group-type module of the shard shares: the groups, the timers, the clock, the
+topics, and the journal of the request in progress (its replies, events and writes).
 
-The handlers (membership, offsets, admin) are mixins over this base so each stays a readable
-size; they all run inside `_run`, which collects what they emit into one `Effects` and then fires
-every timer already due at the caller's `now`.
+The group-type modules (classic groups, consumer groups, offsets, migration, admin) hold one
+`ShardContext` each; the shard (`coordinator.GroupCoordinator`) sets `now` and a fresh `fx` before
+each request, dispatches it, and returns `fx`.
 
 The write path: a handler validates, builds the records it wants written and hands them over with
 the continuations that release its responses. Records change groups only through
 `persistence.apply_record`, the function replay uses, either once the write is durable
-(`_write_when_durable`: what Kafka lets no reader see before then, such as offsets and a new
-assignment) or at once (`_write_at_once`: what Kafka shows while the write is in flight, such as a
-static member's new id or a deleted group). A failed write is undone by one mechanism: before an
-at-once write applies its records, a `GroupSnapshot` notes what they are about to change, and a
-failure puts back whatever still holds the value the records gave it.
+(`write_when_durable`: what Kafka lets no reader see before then, such as offsets and a new
+assignment) or at once (`write_at_once` / `record` + `write_applied`: what Kafka shows while the
+write is in flight, such as a static member's new id, a deleted group, a consumer group's epochs).
+A failed at-once classic write is undone by a `GroupSnapshot` of what its records changed.
 """
 
 from __future__ import annotations
 
 import uuid
-from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.config import GroupCoordinatorConfig
 from kgroups.coordinator.consumer_api import AnyResponse
+from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
@@ -39,7 +39,13 @@ from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.persistence import apply_record, copy_member
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
-from kgroups.coordinator.timer_keys import session_timer
+from kgroups.coordinator.timer_keys import (
+    consumer_join_timer,
+    consumer_rebalance_timer,
+    consumer_session_timer,
+    consumer_sync_timer,
+    session_timer,
+)
 from kgroups.coordinator.timers import TimerQueue
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import GroupMetadataKey, OffsetCommitKey, OffsetsRecord
@@ -196,50 +202,57 @@ class _PendingWrite:
     snapshots: list[GroupSnapshot] = field(default_factory=list)
 
 
-class CoordinatorCore(ABC):
-    def __init__(
-        self,
-        config: GroupCoordinatorConfig | None = None,
-        new_uuid: Callable[[], str] = lambda: str(uuid.uuid4()),
-    ) -> None:
-        self.config = config or GroupCoordinatorConfig()
-        self._new_uuid = new_uuid
-        self._groups: dict[str, ClassicGroup] = {}
-        self._owned: set[int] = set()
-        self._loading: set[int] = set()
-        self._timers = TimerQueue()
-        self._pending_writes: dict[int, _PendingWrite] = {}
+class ShardContext:
+    """The shard's shared state and the current request's journal (module docstring)."""
+
+    def __init__(self, config: GroupCoordinatorConfig, new_uuid: Callable[[], uuid.UUID]) -> None:
+        self.config = config
+        self.new_uuid = new_uuid
+        self.groups: dict[str, ClassicGroup] = {}
+        self.owned: set[int] = set()
+        self.loading: set[int] = set()
+        self.timers = TimerQueue()
+        self.pending_writes: dict[int, _PendingWrite] = {}
         # Offset keys of OffsetCommits in flight, per group id (the group may not exist yet):
         # expiry skips them and a deletion writes tombstones for them too.
-        self._commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
-        self._next_write_id = 0
+        self.commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
+        self.next_write_id = 0
         # Offsets dropped by retention since start (a counter the shell's metrics read).
         self.offsets_expired_total = 0
-        self._partition_cache: dict[str, int] = {}
-        self._fx = Effects()
-        self._now = 0
+        self.partition_cache: dict[str, int] = {}
+        self.fx = Effects()
+        self.now = 0
+        # The topics that exist (the broker's catalogue, through `GroupCoordinator.set_topics`).
+        self.topics: Mapping[str, TopicInfo] = {}
+        self.topic_names: Mapping[uuid.UUID, str] = {}
+        # Kafka's metadata image version, as regex resolutions record it: bumped by every change
+        # of the topics, never below the clock (so it still grows across a restart).
+        self.topics_version = 0
+        self.topics_created_version = 0  # the version that last brought a new topic (or id)
 
-    # -- the frame every entry point runs in -------------------------------------------------
+    def set_topics(self, topics: Mapping[str, TopicInfo], now: int | None = None) -> None:
+        """The topics that exist now (`now`: the shell's clock; the last request's time when
+        not given). Groups notice a change at their next heartbeat, as with Kafka: the
+        subscribed topics' metadata hash moves and the group epoch is bumped, and regex
+        subscriptions are resolved again when topics were created (the first call counts as
+        such, as Kafka counts its first metadata image: after a restart, topics created
+        meanwhile are found)."""
+        if topics == self.topics and self.topics_version:
+            return
+        created = not self.topics_version or any(
+            self.topics.get(name, info).topic_id != info.topic_id or name not in self.topics
+            for name, info in topics.items())
+        clock = self.now if now is None else now
+        self.topics_version = max(clock, self.topics_version + 1)
+        if created:
+            self.topics_created_version = self.topics_version
+        self.topics = dict(topics)
+        self.topic_names = {info.topic_id: name for name, info in topics.items()}
 
-    def _run(self, now: int, action: Callable[[], None]) -> Effects:
-        self._fx = Effects()
-        self._now = now
-        action()
-        self._fire_due_timers()
-        return self._fx
+    def reply(self, request_id: RequestId, response: AnyResponse) -> None:
+        self.fx.replies.append(Reply(request_id, response))
 
-    def _fire_due_timers(self) -> None:
-        while (key := self._timers.pop_due(self._now)) is not None:
-            self._on_timer(key)
-
-    @abstractmethod
-    def _on_timer(self, key: Hashable) -> None:
-        """Act on a timer that came due (dispatch lives with the handlers that arm them)."""
-
-    def _reply(self, request_id: RequestId, response: AnyResponse) -> None:
-        self._fx.replies.append(Reply(request_id, response))
-
-    def _write_when_durable(
+    def write_when_durable(
         self,
         offsets_partition: int,
         records: list[OffsetsRecord],
@@ -251,7 +264,7 @@ class CoordinatorCore(ABC):
         then call `on_success`. A failure changes no group: `on_failure` answers."""
         self._emit_write(_PendingWrite(offsets_partition, records, target, on_success, on_failure))
 
-    def _write_at_once(
+    def write_at_once(
         self,
         offsets_partition: int,
         records: list[OffsetsRecord],
@@ -274,45 +287,45 @@ class CoordinatorCore(ABC):
             offsets_partition, records, None, on_success, on_failure, still_pending
         )
         for group_id, group_records in by_group.items():
-            group = self._groups[group_id]
+            group = self.groups[group_id]
             snapshot = GroupSnapshot.take(group, group_records) if revertible else None
-            self._apply(group, group_records)
+            self.apply(group, group_records)
             if snapshot is not None:
                 snapshot.applied()
                 pending.snapshots.append(snapshot)
             elif group.state is GroupState.DEAD:
-                del self._groups[group_id]
+                del self.groups[group_id]
         self._emit_write(pending)
 
-    def _write_applied(
+    def write_applied(
         self,
         offsets_partition: int,
         records: list[OffsetsRecord],
         on_success: WriteCallback,
         on_failure: FailureCallback,
     ) -> None:
-        """Write `records` that the caller already applied one by one through `_apply` (the
+        """Write `records` that the caller already applied one by one through `apply` (the
         consumer protocol's steps each read what the previous record changed). Like a write at
         once that is not revertible: a failure answers through `on_failure`, memory keeps the
         change (Kafka would revert it; kgroups does not yet for these records)."""
         self._emit_write(_PendingWrite(offsets_partition, records, None, on_success, on_failure))
 
     def _emit_write(self, pending: _PendingWrite) -> None:
-        self._next_write_id += 1
-        write_id = self._next_write_id
-        self._pending_writes[write_id] = pending
-        self._fx.writes.append(Write(write_id, pending.offsets_partition, pending.records))
+        self.next_write_id += 1
+        write_id = self.next_write_id
+        self.pending_writes[write_id] = pending
+        self.fx.writes.append(Write(write_id, pending.offsets_partition, pending.records))
 
-    def _apply(self, group: ClassicGroup, records: list[OffsetsRecord]) -> None:
+    def apply(self, group: ClassicGroup, records: list[OffsetsRecord]) -> None:
         """The records change the group through the replay's apply; a state change is an event."""
         old_state = group.state
         for record in records:
-            apply_record(group, record, self._now)
+            apply_record(group, record, self.now)
         if group.state is not old_state:
-            self._event(group, old_state)
+            self.event(group, old_state)
 
-    def _complete_write(self, write_id: int, error: ErrorCode | None) -> None:
-        pending = self._pending_writes.pop(write_id, None)
+    def complete_write(self, write_id: int, error: ErrorCode | None) -> None:
+        pending = self.pending_writes.pop(write_id, None)
         if pending is None:
             return
         if error is None or error == ErrorCode.NONE:
@@ -325,17 +338,17 @@ class CoordinatorCore(ABC):
         if pending.target is not None:
             group = pending.target()
             if group is not None:
-                self._apply(group, pending.records)
+                self.apply(group, pending.records)
         for snapshot in pending.snapshots:
             group = snapshot.group
-            if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
-                del self._groups[group.group_id]
+            if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
+                del self.groups[group.group_id]
         pending.on_success()
 
     def _rebase_later_snapshots(self, write_id: int, failed: _PendingWrite) -> None:
         """A later at-once write on the same group snapshotted what this one had applied; as
         this one failed, reverting the later one must go back to before this one."""
-        for later_id, later in self._pending_writes.items():
+        for later_id, later in self.pending_writes.items():
             if later_id < write_id:
                 continue
             for snapshot in later.snapshots:
@@ -358,11 +371,11 @@ class CoordinatorCore(ABC):
             if current != after.member_id:
                 continue  # it left, or was replaced again, since: nothing of this write remains
             if current != before.member_id and before.group_instance_id is not None:
-                self._cancel_session(group, current)
+                self.cancel_session(group, current)
                 member = group.replace_static_member(
                     before.group_instance_id, current, before.member_id
                 )
-                self._member_removed(
+                self.member_removed(
                     group, current, before.group_instance_id,
                     RemovalReason.STATIC_REPLACEMENT_REVERTED,
                 )
@@ -370,7 +383,7 @@ class CoordinatorCore(ABC):
                 # the write's failure continuation), the old member's own state comes back.
                 for name in _ALL_MEMBER_FIELDS:
                     group.set_member_field(member, name, getattr(before, name))
-                self._refresh_session(group, member)
+                self.refresh_session(group, member)
                 continue
             member = group.members[current]
             for name in _MEMBER_FIELDS:
@@ -383,7 +396,7 @@ class CoordinatorCore(ABC):
             if getattr(group, name) == after_value:
                 setattr(group, name, before_value)
         if group.state is not old_state:
-            self._event(group, old_state)
+            self.event(group, old_state)
         for key, value in snapshot.offsets_before.items():
             if group.offsets.get(key) == snapshot.offsets_after[key]:
                 if value is None:
@@ -391,49 +404,49 @@ class CoordinatorCore(ABC):
                 else:
                     group.offsets[key] = value  # type: ignore[assignment]
 
-    def _fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
-        for write_id in sorted(self._pending_writes):
-            if self._pending_writes[write_id].offsets_partition == offsets_partition:
-                pending = self._pending_writes.pop(write_id)
+    def fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
+        for write_id in sorted(self.pending_writes):
+            if self.pending_writes[write_id].offsets_partition == offsets_partition:
+                pending = self.pending_writes.pop(write_id)
                 self._rebase_later_snapshots(write_id, pending)
                 self._write_failed(pending, error)
 
     # -- groups and placement -----------------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int:
-        partition = self._partition_cache.get(group_id)
+        partition = self.partition_cache.get(group_id)
         if partition is None:
             partition = partition_for(group_id, self.config.offsets_topic_num_partitions)
-            self._partition_cache[group_id] = partition
+            self.partition_cache[group_id] = partition
         return partition
 
-    def _ownership_error(self, group_id: str) -> ErrorCode | None:
+    def ownership_error(self, group_id: str) -> ErrorCode | None:
         partition = self.partition_of(group_id)
-        if partition in self._loading:
+        if partition in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self._owned:
+        if partition not in self.owned:
             return ErrorCode.NOT_COORDINATOR
         return None
 
-    def _membership_status_error(self, group_id: str) -> ErrorCode | None:
+    def membership_status_error(self, group_id: str) -> ErrorCode | None:
         """Join/Sync/Heartbeat/Leave need a non-empty group id; offsets APIs accept ""."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        return self._ownership_error(group_id)
+        return self.ownership_error(group_id)
 
-    def _create_group(self, group_id: str) -> ClassicGroup:
-        group = ClassicGroup(group_id, self.partition_of(group_id), GroupState.EMPTY, self._now)
-        self._groups[group_id] = group
-        self._event(group, None)
+    def create_group(self, group_id: str) -> ClassicGroup:
+        group = ClassicGroup(group_id, self.partition_of(group_id), GroupState.EMPTY, self.now)
+        self.groups[group_id] = group
+        self.event(group, None)
         return group
 
-    def _transition(self, group: ClassicGroup, new_state: GroupState) -> None:
+    def transition(self, group: ClassicGroup, new_state: GroupState) -> None:
         old_state = group.state
-        group.transition_to(new_state, self._now)
-        self._event(group, old_state)
+        group.transition_to(new_state, self.now)
+        self.event(group, old_state)
 
-    def _event(self, group: ClassicGroup, old_state: GroupState | None) -> None:
-        self._fx.events.append(
+    def event(self, group: ClassicGroup, old_state: GroupState | None) -> None:
+        self.fx.events.append(
             GroupEvent(
                 group.group_id,
                 None if old_state is None else old_state.value,
@@ -443,27 +456,43 @@ class CoordinatorCore(ABC):
             )
         )
 
-    def _note_rebalance(self, group: ClassicGroup, cause: RebalanceCause, detail: str) -> None:
+    def note_rebalance(self, group: ClassicGroup, cause: RebalanceCause, detail: str) -> None:
         """Called as a rebalance starts (before the state changes): the group remembers why,
         and the shell gets it to log and count."""
-        group.last_rebalance = RebalanceNote(cause, detail, self._now, group.generation_id)
-        self._fx.rebalances.append(
+        group.last_rebalance = RebalanceNote(cause, detail, self.now, group.generation_id)
+        self.fx.rebalances.append(
             RebalanceStarted(group.group_id, group.state.value, group.generation_id, cause, detail)
         )
 
-    def _member_removed(
+    def member_removed(
         self, group: ClassicGroup, member_id: str, instance_id: str | None, reason: RemovalReason
     ) -> None:
-        self._fx.removals.append(MemberRemoved(group.group_id, member_id, instance_id, reason))
+        self.fx.removals.append(MemberRemoved(group.group_id, member_id, instance_id, reason))
 
     # -- member liveness ----------------------------------------------------------------------
 
-    def _schedule_session(self, group: ClassicGroup, member: Member, timeout_ms: int) -> None:
+    def schedule_session(self, group: ClassicGroup, member: Member, timeout_ms: int) -> None:
         key = session_timer(group.group_id, member.member_id)
-        self._timers.schedule(key, self._now + timeout_ms)
+        self.timers.schedule(key, self.now + timeout_ms)
 
-    def _refresh_session(self, group: ClassicGroup, member: Member) -> None:
-        self._schedule_session(group, member, member.session_timeout_ms)
+    def refresh_session(self, group: ClassicGroup, member: Member) -> None:
+        self.schedule_session(group, member, member.session_timeout_ms)
 
-    def _cancel_session(self, group: ClassicGroup, member_id: str) -> None:
-        self._timers.cancel(session_timer(group.group_id, member_id))
+    def cancel_session(self, group: ClassicGroup, member_id: str) -> None:
+        self.timers.cancel(session_timer(group.group_id, member_id))
+
+    def cancel_consumer_member_timers(self, group_id: str, member_id: str) -> None:
+        """Every timer of a consumer group's member (classic-protocol members' included)."""
+        for key in (consumer_session_timer(group_id, member_id),
+                    consumer_rebalance_timer(group_id, member_id),
+                    consumer_join_timer(group_id, member_id),
+                    consumer_sync_timer(group_id, member_id)):
+            self.timers.cancel(key)
+
+    def record(self, group: ClassicGroup, records: list[OffsetsRecord], key: object,
+               value: object) -> None:
+        """Apply one record to `group` now and add it to the write being built (the consumer
+        protocol's steps each read what the previous record changed)."""
+        record = OffsetsRecord(key, value)  # type: ignore[arg-type]
+        self.apply(group, [record])
+        records.append(record)
