@@ -7,6 +7,8 @@ reference lists them); comments name the Kafka behaviour where it is not obvious
 
 from __future__ import annotations
 
+import functools
+
 from kgroups.coordinator.api import (
     MAX_STRING_BYTES,
     UNKNOWN_MEMBER_ID,
@@ -19,12 +21,14 @@ from kgroups.coordinator.api import (
     LeaveGroupResponse,
     MemberIdentity,
     MemberLeaveResult,
+    RequestId,
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroups.coordinator.context import ShardContext, ignore_failure, ignore_success
+from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RebalanceCause, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
+from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.persistence import (
     copy_member,
     group_record,
@@ -345,8 +349,8 @@ class ClassicGroups:
         self, group: ClassicGroup, req: JoinGroupRequest, old_member: Member, new_id: str
     ) -> None:
         """The replacement's GroupMetadata record is applied at once (the new id is live while
-        the write is in flight, as in Kafka) and answered when durable. If the write fails, the
-        write path's snapshot puts the old member back and the new id gets the error, as Kafka
+        the write is in flight, as in Kafka) and answered when durable. If the write fails, its
+        revert puts the old member back (`journal`) and the new id gets the error, as Kafka
         reverts to the old member."""
         old_id = old_member.member_id
         old_leader = group.leader_id
@@ -391,19 +395,37 @@ class ClassicGroups:
                 ),
             )
 
-        self._ctx.write_at_once(
-            group.offsets_partition,
-            [static_replacement_record(group, old_id, replacement)],
-            persisted,
-            failed,
-            revertible=True,
-            still_pending=still_pending,
-        )
+        journal = Journal()
+        self._ctx.record_all(group, journal,
+                             [static_replacement_record(group, old_id, replacement)])
+        journal.on_revert.append(functools.partial(
+            self._revert_static_replacement, group, old_member.protocols, old_id, new_id,
+            req.request_id))
+        self._ctx.write(group.offsets_partition, journal, persisted, failed, still_pending)
         member = group.members[new_id]
         # The record stores only the selected protocol's metadata; the member keeps them all.
         group.set_protocols(member, req.protocols)
         self._ctx.refresh_session(group, member)
         self._park_join(group, member, req)
+
+    def _revert_static_replacement(
+        self, group: ClassicGroup, protocols: tuple[tuple[str, bytes], ...], old_id: str,
+        new_id: str, request_id: RequestId,
+    ) -> None:
+        """The replacement's record was undone (the old id is back in its place, from the
+        group's previous GroupMetadata value): the new id leaves as STATIC_REPLACEMENT_REVERTED
+        without a parked JoinGroup (the write's failure answers it), and the old member gets
+        back every protocol it offered and a running session."""
+        member = group.members.get(old_id)
+        if member is None:
+            return  # the group moved on since: nothing of the replacement remains
+        self._ctx.cancel_session(group, new_id)
+        self._ctx.member_removed(group, new_id, member.group_instance_id,
+                                 RemovalReason.STATIC_REPLACEMENT_REVERTED)
+        if member.join_request == request_id:
+            group.set_join_request(member, None)
+        group.set_protocols(member, protocols)
+        self._ctx.refresh_session(group, member)
 
     # -- the join phase -----------------------------------------------------------------------
 
@@ -481,13 +503,7 @@ class ClassicGroups:
             self._ctx.transition(group, GroupState.EMPTY)
             # Persisted so a restarted coordinator knows since when the group is empty (offset
             # expiry counts from then); Kafka does not revert anything if this write fails.
-            self._ctx.write_at_once(
-                group.offsets_partition,
-                [group_record(group, {})],
-                ignore_success,
-                ignore_failure,
-                revertible=False,
-            )
+            self._ctx.write_tolerated(group.offsets_partition, [group_record(group, {})])
             return
         group.protocol_name = group.select_protocol()
         group.subscribed_topics = subscribed_topics(group)

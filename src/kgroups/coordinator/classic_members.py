@@ -39,6 +39,7 @@ from kgroups.coordinator.consumer_groups import ConsumerGroups
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup
+from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.timer_keys import (
     consumer_join_timer,
@@ -56,7 +57,6 @@ from kgroups.records.consumer_group import (
 from kgroups.records.consumer_protocol import (
     decode_subscription,
 )
-from kgroups.records.schema import OffsetsRecord
 from kgroups.records.wire import RecordDecodeError
 
 
@@ -82,12 +82,12 @@ class ClassicMembers:
             self._ctx.reply(req.request_id, JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                                                               member_id=UNKNOWN_MEMBER_ID))
             return
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         try:
-            response = self._classic_join_to_consumer(group, consumer, req, records)
+            response = self._classic_join_to_consumer(group, consumer, req, journal)
         except HeartbeatError as exc:
             response = JoinGroupResponse(exc.error, member_id=req.member_id)
-        if not records:
+        if not journal:
             self._ctx.reply(req.request_id, response)
             return
 
@@ -95,14 +95,14 @@ class ClassicMembers:
             self._after_classic_join(group, response, req)
             self._ctx.reply(req.request_id, response)
 
-        self._ctx.write_applied(
-            group.offsets_partition, records, joined,
+        self._ctx.write(
+            group.offsets_partition, journal, joined,
             lambda error: self._ctx.reply(req.request_id,
                                           JoinGroupResponse(error, member_id=req.member_id)))
 
     def _classic_join_to_consumer(
         self, group: ClassicGroup, consumer: ConsumerGroup, req: JoinGroupRequest,
-        records: list[OffsetsRecord],
+        journal: Journal,
     ) -> JoinGroupResponse:
         """Kafka's classicGroupJoinToConsumerGroup: one reconciliation step, answered at once."""
         unknown = req.member_id == UNKNOWN_MEMBER_ID
@@ -117,7 +117,7 @@ class ClassicMembers:
             return JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
         holder_id = consumer.static_members.get(req.group_instance_id or "", "")
         replaced = consumer.members.get(holder_id)
-        member = self._joining_classic_member(group, consumer, member_id, req, unknown, records)
+        member = self._joining_classic_member(group, consumer, member_id, req, unknown, journal)
         if replaced is not None and replaced.member_id == member.member_id:
             replaced = None  # the static member rejoining, not a replacement
         try:
@@ -140,19 +140,19 @@ class ClassicMembers:
         # Compared before the record is applied (applying it updates `member` in place).
         bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
-            self._ctx.record(group, records, ConsumerGroupMemberMetadataKey(
+            self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
         new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
         # One step for a subscription or metadata change, as Kafka's updateSubscriptionMetadata.
         steps = int(bump or new_hash != consumer.metadata_hash)
         if steps:
-            self._ctx.record(group, records, ConsumerGroupMetadataKey(group.group_id),
+            self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
                              ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
         if self._consumer.target_due(consumer):
-            self._consumer.update_target(group, consumer, records)
+            self._consumer.update_target(group, consumer, journal)
         owned = self._migration.ids_of(subscription.owned_partitions)
         self._consumer.maybe_reconcile(group, consumer, consumer.members[member.member_id], owned,
-                                       records)
+                                       journal)
         joined = consumer.members[member.member_id]
         classic = joined.classic
         assert classic is not None
@@ -165,14 +165,14 @@ class ClassicMembers:
             # Kafka's validateOnlineDowngradeWithReplacedMember: a classic static member took
             # the place of the last consumer-protocol one.
             self._migration.downgrade(
-                group, [], records, RemovalReason.FENCED_BY_STATIC_REPLACEMENT,
+                group, [], journal, RemovalReason.FENCED_BY_STATIC_REPLACEMENT,
                 rebalance=set(replaced.subscribed_topic_names)
                 != set(joined.subscribed_topic_names))
         return response
 
     def _joining_classic_member(
         self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
-        req: JoinGroupRequest, unknown: bool, records: list[OffsetsRecord],
+        req: JoinGroupRequest, unknown: bool, journal: Journal,
     ) -> ConsumerMember:
         """Kafka's getOrMaybeSubscribe{Dynamic,Static}ConsumerGroupMember for a classic member:
         a member id the group does not know joins as a new member."""
@@ -184,7 +184,7 @@ class ClassicMembers:
         if unknown:
             if holder is None:
                 return consumer.members.get(member_id) or ConsumerMember(member_id)
-            return self._consumer.replace_static(group, consumer, holder, member_id, records)
+            return self._consumer.replace_static(group, consumer, holder, member_id, journal)
         if holder is None:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID)
         if holder.member_id != member_id:
@@ -280,15 +280,15 @@ class ClassicMembers:
             results.append(MemberLeaveResult(member_id, identity.group_instance_id, error))
             if member is not None:
                 leaving[member.member_id] = member
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         if leaving:
-            self._fence_classic_members(group, list(leaving.values()), records)
+            self._fence_classic_members(group, list(leaving.values()), journal)
         top_error = results[0].error if req.version < 3 and results else ErrorCode.NONE
         response = LeaveGroupResponse(top_error, tuple(results))
-        if not records:
+        if not journal:
             self._ctx.reply(req.request_id, response)
             return
-        self._ctx.write_applied(group.offsets_partition, records,
+        self._ctx.write(group.offsets_partition, journal,
                                 lambda: self._ctx.reply(req.request_id, response),
                                 lambda error: self._ctx.reply(req.request_id,
                                                               LeaveGroupResponse(error)))
@@ -312,12 +312,12 @@ class ClassicMembers:
         return member, ErrorCode.NONE
 
     def _fence_classic_members(
-        self, group: ClassicGroup, members: list[ConsumerMember], records: list[OffsetsRecord]
+        self, group: ClassicGroup, members: list[ConsumerMember], journal: Journal
     ) -> None:
         """Kafka's consumerGroupFenceMembers: remove them and bump the group epoch once (or
         downgrade, when only classic members would remain and the policy allows it)."""
         if self._migration.downgrade_allowed(group, members):
-            self._migration.downgrade(group, members, records, RemovalReason.LEFT_GROUP)
+            self._migration.downgrade(group, members, journal, RemovalReason.LEFT_GROUP)
             return
         consumer = group.consumer
         assert consumer is not None
@@ -327,14 +327,14 @@ class ClassicMembers:
             if regex:
                 counts[regex] -= 1
                 if not counts[regex] and regex in consumer.resolved_regexes:
-                    self._ctx.record(group, records,
+                    self._ctx.record(group, journal,
                                      ConsumerGroupRegularExpressionKey(group.group_id, regex), None)
-            self._consumer.remove_member_records(group, member.member_id, records)
+            self._consumer.remove_member_records(group, member.member_id, journal)
             self._ctx.cancel_consumer_member_timers(group.group_id, member.member_id)
             self._ctx.member_removed(group, member.member_id, member.instance_id,
                                      RemovalReason.LEFT_GROUP)
         new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
-        self._ctx.record(group, records, ConsumerGroupMetadataKey(group.group_id),
+        self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
 
     # -- timers -------------------------------------------------------------------------------
@@ -345,10 +345,10 @@ class ClassicMembers:
         member = None if consumer is None else consumer.members.get(member_id)
         if member is None:
             return
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         reason = RemovalReason.DID_NOT_SYNC if sync else RemovalReason.DID_NOT_REJOIN
-        self._consumer.fence(group, member, records, reason)
-        self._ctx.write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+        self._consumer.fence(group, member, journal, reason)
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     def _arm_join_timeout(self, group_id: str, member: ConsumerMember) -> None:
         """Kafka's scheduleConsumerGroupJoinTimeoutIfAbsent: a deadline already set stays."""

@@ -46,6 +46,7 @@ from kgroups.coordinator.consumer_group import (
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.reconciliation import MemberFencedError, reconcile
 from kgroups.coordinator.regex_subscriptions import (
@@ -68,7 +69,6 @@ from kgroups.records.consumer_group import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
 )
-from kgroups.records.schema import OffsetsRecord
 
 
 class ConsumerGroups:
@@ -85,29 +85,29 @@ class ConsumerGroups:
     # -- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
     def heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         after: list[Callable[[], None]] = []  # work that follows the heartbeat's own write
         try:
             self._validate_heartbeat(req)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                response = self._consumer_leave(req, records)
+                response = self._consumer_leave(req, journal)
             else:
-                response = self._join_or_heartbeat(req, records, after)
+                response = self._join_or_heartbeat(req, journal, after)
         except HeartbeatError as exc:
             response = ConsumerGroupHeartbeatResponse(exc.error, exc.message)
-        self._answer_after(req, records, response)
+        self._answer_after(req, journal, response)
         for step in after:
             step()
 
     def _answer_after(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
         response: ConsumerGroupHeartbeatResponse,
     ) -> None:
-        if not records:
+        if not journal:
             self._ctx.reply(req.request_id, response)
             return
-        self._ctx.write_applied(
-            self._ctx.partition_of(req.group_id), records,
+        self._ctx.write(
+            self._ctx.partition_of(req.group_id), journal,
             lambda: self._ctx.reply(req.request_id, response),
             lambda error: self._ctx.reply(req.request_id, ConsumerGroupHeartbeatResponse(error)),
         )
@@ -173,7 +173,7 @@ class ConsumerGroups:
         return group, group.consumer
 
     def _join_or_heartbeat(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
         after: list[Callable[[], None]],
     ) -> ConsumerGroupHeartbeatResponse:
         """A member joining a live classic group upgrades it first (`migration`), in this
@@ -181,18 +181,18 @@ class ConsumerGroups:
         group = self._ctx.groups.get(req.group_id)
         if not (req.member_epoch == 0 and group is not None and group.consumer is None
                 and group.state not in (GroupState.EMPTY, GroupState.DEAD)):
-            return self._member_heartbeat(req, records, after)
-        before = self._migration.upgrade(group, records)
+            return self._member_heartbeat(req, journal, after)
+        self._migration.upgrade(group, journal)
         try:
-            return self._member_heartbeat(req, records, after)
+            return self._member_heartbeat(req, journal, after)
         except HeartbeatError:
             # As in Kafka, whose conversion records go only with a heartbeat that succeeds,
             # the group stays classic (parked requests were told to rejoin all the same).
-            self._migration.revert_upgrade(group, before, records)
+            self._ctx.roll_back(journal)
             raise
 
     def _member_heartbeat(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
         after: list[Callable[[], None]],
     ) -> ConsumerGroupHeartbeatResponse:
         joining = req.member_epoch == 0
@@ -215,7 +215,7 @@ class ConsumerGroups:
             member = self._dynamic_member(consumer, req.group_id, member_id, req.member_epoch,
                                           owned)
         else:
-            member = self._static_member(group, consumer, member_id, req, owned, records)
+            member = self._static_member(group, consumer, member_id, req, owned, journal)
         updated = ConsumerMember(
             member.member_id,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
@@ -245,14 +245,14 @@ class ConsumerGroups:
         # Compared before the record is applied (applying it updates `member` in place).
         bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
-            self._ctx.record(group, records, ConsumerGroupMemberMetadataKey(
+            self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
         subscription_changed = bump or regex_changed
         member = consumer.members[member.member_id]
         regex_requested = False
         if regex_changed:
             if old_regex and counts.get(old_regex) == 1:
-                self._ctx.record(group, records, ConsumerGroupRegularExpressionKey(
+                self._ctx.record(group, journal, ConsumerGroupRegularExpressionKey(
                     group.group_id, old_regex), None)
             if new_regex:
                 regex_requested = not counts.get(new_regex)
@@ -274,17 +274,17 @@ class ConsumerGroups:
         first_names = consumer.group_epoch == 0 and bool(member.subscribed_topic_names)
         steps = int(bump or new_hash != consumer.metadata_hash) + int(bump and first_names)
         if steps:
-            self._ctx.record(group, records, ConsumerGroupMetadataKey(group.group_id),
+            self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
                              ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
         if self.target_due(consumer):
-            self.update_target(group, consumer, records,
+            self.update_target(group, consumer, journal,
                                 newcomer=member.member_id if is_new else None)
         if refresh_due(consumer.subscribed_regexes(), resolved_before, self._ctx.now,
                        self._ctx.topics_created_version,
                        self._ctx.config.group_consumer_regex_refresh_interval_ms, regex_requested):
             after.append(lambda: self._resolve_regexes(group, consumer, req.describable_topics))
         assigned_before = member.assigned
-        self.maybe_reconcile(group, consumer, member, owned, records,
+        self.maybe_reconcile(group, consumer, member, owned, journal,
                               subscription_changed=subscription_changed)
         member = consumer.members[member.member_id]
         self._ctx.timers.schedule(
@@ -317,7 +317,7 @@ class ConsumerGroups:
     def _static_member(
         self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
         req: ConsumerGroupHeartbeatRequest, owned: Assignment | None,
-        records: list[OffsetsRecord],
+        journal: Journal,
     ) -> ConsumerMember:
         instance_id = req.instance_id or ""
         holder_id = consumer.static_members.get(instance_id)
@@ -328,7 +328,7 @@ class ConsumerGroups:
                 # As Kafka 4.3.1 does, a consumer-protocol member joining with the instance id
                 # of a classic static member takes its place at once (a classic member never
                 # says it left for a while with epoch -2), its partitions and epoch included.
-                return self.replace_static(group, consumer, holder, member_id, records)
+                return self.replace_static(group, consumer, holder, member_id, journal)
             if holder is None:
                 return consumer.members.get(member_id) or ConsumerMember(member_id)
             if holder.member_id == member_id:
@@ -338,7 +338,7 @@ class ConsumerGroups:
                     ErrorCode.UNRELEASED_INSTANCE_ID,
                     f"Static member {member_id} with instance id {instance_id} cannot join the "
                     f"group because the instance id is owned by {holder.member_id} member.")
-            return self.replace_static(group, consumer, holder, member_id, records)
+            return self.replace_static(group, consumer, holder, member_id, journal)
         if holder is None:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Instance id {instance_id} is unknown.")
@@ -351,24 +351,24 @@ class ConsumerGroups:
 
     def replace_static(
         self, group: ClassicGroup, consumer: ConsumerGroup, old: ConsumerMember,
-        new_id: str, records: list[OffsetsRecord],
+        new_id: str, journal: Journal,
     ) -> ConsumerMember:
         """The new member takes the old one's place, target and partitions, at epoch 0."""
         target = consumer.targets.get(old.member_id, {})
         assigned = dict(old.assigned)
-        self.remove_member_records(group, old.member_id, records)
+        self.remove_member_records(group, old.member_id, journal)
         self._ctx.cancel_consumer_member_timers(group.group_id, old.member_id)
         successor = ConsumerMember(new_id, old.instance_id, old.rack_id, old.client_id,
                                    old.client_host, old.subscribed_topic_names,
                                    old.subscribed_topic_regex, old.rebalance_timeout_ms,
                                    old.server_assignor, 0, 0, MemberState.STABLE, assigned,
                                    epochs=dict(old.epochs))
-        self._ctx.record(group, records, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
+        self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
                          member_metadata_value(successor))
-        self._ctx.record(group, records,
+        self._ctx.record(group, journal,
                          ConsumerGroupTargetAssignmentMemberKey(group.group_id, new_id),
                          ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
-        self._ctx.record(group, records,
+        self._ctx.record(group, journal,
                          ConsumerGroupCurrentMemberAssignmentKey(group.group_id, new_id),
                          current_assignment_value(successor))
         self._ctx.member_removed(group, old.member_id, old.instance_id,
@@ -391,7 +391,7 @@ class ConsumerGroups:
         return not 0 <= elapsed < self._ctx.config.group_consumer_assignment_interval_ms
 
     def update_target(
-        self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord],
+        self, group: ClassicGroup, consumer: ConsumerGroup, journal: Journal,
         newcomer: str | None = None,
     ) -> None:
         """Run the group's assignor over every member (current targets make it sticky) and
@@ -411,11 +411,11 @@ class ConsumerGroups:
         for member_id in consumer.members:
             target = result.get(member_id, {})
             if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
-                self._ctx.record(group, records,
+                self._ctx.record(group, journal,
                                  ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
                                  ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
         self._ctx.record(
-            group, records, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+            group, journal, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
             ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._ctx.now))
 
     def _assignor_inputs(self, consumer: ConsumerGroup) -> list[ServerMember]:
@@ -468,7 +468,7 @@ class ConsumerGroups:
         handleRegularExpressionsResult): a record per regex, and the group epoch bumped when
         a regex's topics or the subscribed topics' metadata changed. With an authorizer only
         the topics the resolving heartbeat's principal may Describe count (`describable`)."""
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         bump = False
         matches = resolve(consumer.subscribed_regexes(), self._ctx.topics)
         if describable is not None:
@@ -476,19 +476,19 @@ class ConsumerGroups:
         for regex, topics in sorted(matches.items()):
             old = consumer.resolved_regexes.get(regex)
             bump = bump or (old.topics if old is not None else frozenset()) != topics
-            self._ctx.record(group, records,
+            self._ctx.record(group, journal,
                              ConsumerGroupRegularExpressionKey(group.group_id, regex),
                              ConsumerGroupRegularExpressionValue(
                              tuple(sorted(topics)), self._ctx.topics_version, self._ctx.now))
         new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
         if bump or new_hash != consumer.metadata_hash:
-            self._ctx.record(group, records, ConsumerGroupMetadataKey(group.group_id),
+            self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
                              ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
-        self._ctx.write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     def maybe_reconcile(
         self, group: ClassicGroup, consumer: ConsumerGroup, member: ConsumerMember,
-        owned: Assignment | None, records: list[OffsetsRecord],
+        owned: Assignment | None, journal: Journal,
         subscription_changed: bool = False,
     ) -> None:
         epoch = consumer.assignment_epoch
@@ -510,7 +510,7 @@ class ConsumerGroups:
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(exc)) from exc
         if updated is member:
             return
-        self._ctx.record(group, records,
+        self._ctx.record(group, journal,
                          ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member.member_id),
                          current_assignment_value(updated))
         timer = consumer_rebalance_timer(group.group_id, member.member_id)
@@ -522,7 +522,7 @@ class ConsumerGroups:
     # -- leaving and fencing ------------------------------------------------------------------
 
     def _consumer_leave(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord]
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal
     ) -> ConsumerGroupHeartbeatResponse:
         group, consumer = self._consumer_group(req.group_id, create=False)
         if req.instance_id is None:
@@ -542,48 +542,48 @@ class ConsumerGroups:
             member = consumer.members[holder_id]
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member going away for a while keeps its partitions (and its session).
-            self._ctx.record(group, records, ConsumerGroupCurrentMemberAssignmentKey(
+            self._ctx.record(group, journal, ConsumerGroupCurrentMemberAssignmentKey(
                 group.group_id, member.member_id), current_assignment_value(ConsumerMember(
                     member.member_id, member_epoch=STATIC_LEAVE_EPOCH,
                     previous_member_epoch=member.previous_member_epoch, state=member.state,
                     assigned=member.assigned, epochs=member.epochs)))
             self._ctx.timers.cancel(consumer_rebalance_timer(group.group_id, member.member_id))
         else:
-            self.fence(group, member, records, RemovalReason.LEFT_GROUP)
+            self.fence(group, member, journal, RemovalReason.LEFT_GROUP)
         return ConsumerGroupHeartbeatResponse(ErrorCode.NONE, None, member.member_id,
                                               req.member_epoch, 0, None)
 
     def fence(
-        self, group: ClassicGroup, member: ConsumerMember, records: list[OffsetsRecord],
+        self, group: ClassicGroup, member: ConsumerMember, journal: Journal,
         reason: RemovalReason,
     ) -> None:
         """Remove the member (its partitions become free) and bump the group epoch; or, when
         only classic-protocol members would stay and the policy allows it, downgrade the group
         to a classic one (`migration`)."""
         if self._migration.downgrade_allowed(group, [member]):
-            self._migration.downgrade(group, [member], records, reason)
+            self._migration.downgrade(group, [member], journal, reason)
             return
         consumer = group.consumer
         assert consumer is not None
         regex = member.subscribed_topic_regex
         last_of_regex = bool(regex) and consumer.subscribed_regexes().get(regex or "") == 1
-        self.remove_member_records(group, member.member_id, records)
+        self.remove_member_records(group, member.member_id, journal)
         if last_of_regex:
-            self._ctx.record(group, records,
+            self._ctx.record(group, journal,
                              ConsumerGroupRegularExpressionKey(group.group_id, regex or ""), None)
         self._ctx.cancel_consumer_member_timers(group.group_id, member.member_id)
         new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
-        self._ctx.record(group, records, ConsumerGroupMetadataKey(group.group_id),
+        self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
                          ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
         self._ctx.member_removed(group, member.member_id, member.instance_id, reason)
 
     def remove_member_records(
-        self, group: ClassicGroup, member_id: str, records: list[OffsetsRecord]
+        self, group: ClassicGroup, member_id: str, journal: Journal
     ) -> None:
         for key in (ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member_id),
                     ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
                     ConsumerGroupMemberMetadataKey(group.group_id, member_id)):
-            self._ctx.record(group, records, key, None)
+            self._ctx.record(group, journal, key, None)
 
     def on_consumer_timer(self, group: ClassicGroup, member_id: str, session: bool) -> None:
         """A member missed its session, or did not revoke within its rebalance timeout."""
@@ -593,10 +593,10 @@ class ConsumerGroups:
             return
         if not session and member.state is not MemberState.UNREVOKED_PARTITIONS:
             return
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         reason = RemovalReason.SESSION_TIMEOUT if session else RemovalReason.REBALANCE_TIMEOUT
-        self.fence(group, member, records, reason)
-        self._ctx.write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+        self.fence(group, member, journal, reason)
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     # -- shared --------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.config import GroupCoordinatorConfig
@@ -36,7 +36,8 @@ from kgroups.coordinator.effects import (
     Write,
 )
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
-from kgroups.coordinator.persistence import apply_record, copy_member
+from kgroups.coordinator.journal import Journal, KeyUndo, stored_value
+from kgroups.coordinator.persistence import apply_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.coordinator.timer_keys import (
@@ -48,7 +49,7 @@ from kgroups.coordinator.timer_keys import (
 )
 from kgroups.coordinator.timers import TimerQueue
 from kgroups.errors import ErrorCode
-from kgroups.records.schema import GroupMetadataKey, OffsetCommitKey, OffsetsRecord
+from kgroups.records.schema import GroupMetadataKey, OffsetsRecord, RecordKey, RecordValue
 
 WriteCallback = Callable[[], None]
 FailureCallback = Callable[[ErrorCode], None]
@@ -84,122 +85,18 @@ def always() -> bool:
     return True
 
 
-# The group fields a record can change (a GroupMetadata record, or a tombstone ending the group).
-_GROUP_FIELDS = (
-    "state",
-    "previous_state",
-    "state_timestamp",
-    "protocol_type",
-    "protocol_name",
-    "generation_id",
-    "leader_id",
-)
-# The member fields a GroupMetadata record can change (besides renaming a static member).
-_MEMBER_FIELDS = (
-    "client_id",
-    "client_host",
-    "protocols",
-    "assignment",
-    "rebalance_timeout_ms",
-    "session_timeout_ms",
-)
-
-_ALL_MEMBER_FIELDS = tuple(name for name in Member.__dataclass_fields__ if name != "member_id")
-
-
-@dataclass(slots=True)
-class GroupSnapshot:
-    """What an at-once write's records are about to change in one group, taken just before they
-    are applied (Kafka's timeline snapshot, limited to what the records touch): the group fields,
-    copies of the members the records name and the offsets they name. `restore` puts back only
-    what still holds the value the records gave it, so changes made since by other requests
-    (a member that left or rejoined, a rebalance that started) are kept; a member the records
-    renamed (a static replacement) is put back whole, since its new identity exists only
-    through them."""
-
-    group: ClassicGroup
-    fields_before: tuple[object, ...]
-    members_before: list[Member]
-    offsets_before: dict[tuple[str, int], object]
-    fields_after: tuple[object, ...] = ()
-    members_after: list[Member] = field(default_factory=list)
-    offsets_after: dict[tuple[str, int], object] = field(default_factory=dict)
-
-    @classmethod
-    def take(cls, group: ClassicGroup, records: list[OffsetsRecord]) -> GroupSnapshot:
-        members: list[Member] = []
-        offsets: dict[tuple[str, int], object] = {}
-        for record in records:
-            key = record.key
-            if type(key) is OffsetCommitKey:
-                offsets[(key.topic, key.partition)] = group.offsets.get((key.topic, key.partition))
-            elif type(key) is GroupMetadataKey and record.value is not None:
-                for stored in record.value.members:  # type: ignore[union-attr]
-                    holder = _holder(group, stored.member_id, stored.group_instance_id)
-                    if holder is not None:
-                        members.append(copy_member(group.members[holder]))
-        return cls(group, _fields(group), members, offsets)
-
-    def applied(self) -> None:
-        """Note what the records left, so a restore can tell their values from later ones."""
-        group = self.group
-        self.fields_after = _fields(group)
-        self.members_after = [
-            copy_member(group.members[_holder(group, m.member_id, m.group_instance_id) or ""])
-            for m in self.members_before
-        ]
-        self.offsets_after = {key: group.offsets.get(key) for key in self.offsets_before}
-
-
-    def rebase(self, earlier: GroupSnapshot) -> None:
-        """`earlier` belongs to a write that failed before this one: the values it gave were
-        never durable, so where this snapshot took them as "before", take its "before"."""
-        self.fields_before = tuple(
-            earlier_before if before == earlier_after else before
-            for before, earlier_before, earlier_after in zip(
-                self.fields_before, earlier.fields_before, earlier.fields_after, strict=True
-            )
-        )
-        for index, before in enumerate(self.members_before):
-            for earlier_before, earlier_after in zip(
-                earlier.members_before, earlier.members_after, strict=True
-            ):
-                if before.member_id != earlier_after.member_id:
-                    continue
-                if earlier_before.member_id != earlier_after.member_id:  # renamed: whole
-                    self.members_before[index] = copy_member(earlier_before)
-                    continue
-                for name in _MEMBER_FIELDS:
-                    if getattr(before, name) == getattr(earlier_after, name):
-                        setattr(before, name, getattr(earlier_before, name))
-        for key, offset_before in self.offsets_before.items():
-            if key in earlier.offsets_before and offset_before == earlier.offsets_after[key]:
-                self.offsets_before[key] = earlier.offsets_before[key]
-
-
-def _fields(group: ClassicGroup) -> tuple[object, ...]:
-    return tuple(getattr(group, name) for name in _GROUP_FIELDS)
-
-
-def _holder(group: ClassicGroup, member_id: str, instance_id: str | None) -> str | None:
-    """The member id now in the place of (`member_id`, `instance_id`): a static member's place
-    is its instance id, whatever id holds it."""
-    if instance_id is not None:
-        return group.static_members.get(instance_id)
-    return member_id if member_id in group.members else None
-
-
 @dataclass(slots=True)
 class _PendingWrite:
     offsets_partition: int
     records: list[OffsetsRecord]
-    # When durable: where the records land (None: nowhere any more). At once: None.
+    # When durable: where the records land (None: nowhere any more). Applied at once: None.
     target: Callable[[], ClassicGroup | None] | None
     on_success: WriteCallback
     on_failure: FailureCallback
-    # At once: whether the change still awaits this write (else its outcome concerns no one).
+    # Applied at once: how to take the records back (None: a loss Kafka tolerates).
+    journal: Journal | None = None
+    # Whether the requester still waits for this write (else its failure answers no one).
     still_pending: Callable[[], bool] = always
-    snapshots: list[GroupSnapshot] = field(default_factory=list)
 
 
 class ShardContext:
@@ -264,51 +161,60 @@ class ShardContext:
         then call `on_success`. A failure changes no group: `on_failure` answers."""
         self._emit_write(_PendingWrite(offsets_partition, records, target, on_success, on_failure))
 
-    def write_at_once(
+    def write(
         self,
         offsets_partition: int,
-        records: list[OffsetsRecord],
+        journal: Journal,
         on_success: WriteCallback,
         on_failure: FailureCallback,
-        *,
-        revertible: bool,
         still_pending: Callable[[], bool] = always,
     ) -> None:
-        """Apply `records` to their groups now and write them. A revertible write that fails,
-        while `still_pending()`, restores the snapshots taken before applying (a static member's
-        new id leaves as STATIC_REPLACEMENT_REVERTED), then `on_failure` answers. A write that
-        is not revertible is one whose loss Kafka tolerates: the previous record stays
-        authoritative in the log, memory keeps the change. Groups the records end stay as Dead
-        placeholders while a revert may still bring them back."""
+        """Write the records `journal` applied (`record`, `record_all`). A failure reverts
+        them (`_revert`), then `on_failure` answers if `still_pending()`."""
+        self._emit_write(_PendingWrite(offsets_partition, journal.records, None, on_success,
+                                       on_failure, journal, still_pending))
+
+    def write_tolerated(self, offsets_partition: int, records: list[OffsetsRecord]) -> None:
+        """Apply `records` now and write them; a failure reverts nothing, as Kafka tolerates
+        the loss (the previous record stays authoritative in the log): the GroupMetadata of a
+        generation that ended Empty, offset expiry's tombstones."""
         by_group: dict[str, list[OffsetsRecord]] = {}
         for record in records:
             by_group.setdefault(record.key.group, []).append(record)  # type: ignore[union-attr]
-        pending = _PendingWrite(
-            offsets_partition, records, None, on_success, on_failure, still_pending
-        )
         for group_id, group_records in by_group.items():
             group = self.groups[group_id]
-            snapshot = GroupSnapshot.take(group, group_records) if revertible else None
             self.apply(group, group_records)
-            if snapshot is not None:
-                snapshot.applied()
-                pending.snapshots.append(snapshot)
-            elif group.state is GroupState.DEAD:
+            if group.state is GroupState.DEAD:
                 del self.groups[group_id]
-        self._emit_write(pending)
+        self._emit_write(_PendingWrite(offsets_partition, records, None, ignore_success,
+                                       ignore_failure))
 
-    def write_applied(
-        self,
-        offsets_partition: int,
-        records: list[OffsetsRecord],
-        on_success: WriteCallback,
-        on_failure: FailureCallback,
-    ) -> None:
-        """Write `records` that the caller already applied one by one through `apply` (the
-        consumer protocol's steps each read what the previous record changed). Like a write at
-        once that is not revertible: a failure answers through `on_failure`, memory keeps the
-        change (Kafka would revert it; kgroups does not yet for these records)."""
-        self._emit_write(_PendingWrite(offsets_partition, records, None, on_success, on_failure))
+    def record(self, group: ClassicGroup, journal: Journal, key: RecordKey,
+               value: RecordValue | None) -> None:
+        """Apply one record to `group` now and add it to `journal` (the consumer protocol's
+        steps each read what the previous record changed)."""
+        record = OffsetsRecord(key, value)
+        journal.undo.append(KeyUndo(group, key, stored_value(group, key), value))
+        self.apply(group, [record])
+        journal.records.append(record)
+
+    def record_all(self, group: ClassicGroup, journal: Journal,
+                   records: list[OffsetsRecord]) -> None:
+        """`record` for records that read nothing of each other (one event at most)."""
+        journal.undo.extend(KeyUndo(group, r.key, stored_value(group, r.key), r.value)
+                            for r in records)
+        self.apply(group, records)
+        journal.records.extend(records)
+
+    def roll_back(self, journal: Journal) -> None:
+        """Take back a journal that will not be written (its request was refused)."""
+        for undo in reversed(journal.undo):
+            self._undo(undo)
+        for step in reversed(journal.on_revert):
+            step()
+        journal.records.clear()
+        journal.undo.clear()
+        journal.on_revert.clear()
 
     def _emit_write(self, pending: _PendingWrite) -> None:
         self.next_write_id += 1
@@ -331,87 +237,63 @@ class ShardContext:
         if error is None or error == ErrorCode.NONE:
             self._write_succeeded(pending)
         else:
-            self._rebase_later_snapshots(write_id, pending)
-            self._write_failed(pending, client_error_for_write(error))
+            self._revert(write_id, pending, client_error_for_write(error))
 
     def _write_succeeded(self, pending: _PendingWrite) -> None:
         if pending.target is not None:
             group = pending.target()
             if group is not None:
                 self.apply(group, pending.records)
-        for snapshot in pending.snapshots:
-            group = snapshot.group
-            if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
-                del self.groups[group.group_id]
+        if pending.journal is not None:
+            for undo in pending.journal.undo:  # groups the write ended are gone now
+                group = undo.group
+                if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
+                    del self.groups[group.group_id]
         pending.on_success()
 
-    def _rebase_later_snapshots(self, write_id: int, failed: _PendingWrite) -> None:
-        """A later at-once write on the same group snapshotted what this one had applied; as
-        this one failed, reverting the later one must go back to before this one."""
-        for later_id, later in self.pending_writes.items():
-            if later_id < write_id:
-                continue
-            for snapshot in later.snapshots:
-                for earlier in failed.snapshots:
-                    if earlier.group is snapshot.group:
-                        snapshot.rebase(earlier)
+    def _revert(self, write_id: int, failed: _PendingWrite, error: ErrorCode) -> None:
+        """Undo a failed write (module docstring of `journal`), then answer its requester.
 
-    def _write_failed(self, pending: _PendingWrite, error: ErrorCode) -> None:
-        if not pending.still_pending():
-            return
-        for snapshot in pending.snapshots:
-            self._restore(snapshot)
-        pending.on_failure(error)
-
-    def _restore(self, snapshot: GroupSnapshot) -> None:
-        """Put back what the write's records changed and nothing has changed since."""
-        group = snapshot.group
-        for before, after in zip(snapshot.members_before, snapshot.members_after, strict=True):
-            current = _holder(group, before.member_id, before.group_instance_id)
-            if current != after.member_id:
-                continue  # it left, or was replaced again, since: nothing of this write remains
-            if current != before.member_id and before.group_instance_id is not None:
-                self.cancel_session(group, current)
-                member = group.replace_static_member(
-                    before.group_instance_id, current, before.member_id
-                )
-                self.member_removed(
-                    group, current, before.group_instance_id,
-                    RemovalReason.STATIC_REPLACEMENT_REVERTED,
-                )
-                # Whole: the new id's parked JoinGroup goes with it (its requester is answered by
-                # the write's failure continuation), the old member's own state comes back.
-                for name in _ALL_MEMBER_FIELDS:
-                    group.set_member_field(member, name, getattr(before, name))
-                self.refresh_session(group, member)
-                continue
-            member = group.members[current]
-            for name in _MEMBER_FIELDS:
-                if getattr(member, name) == getattr(after, name):
-                    group.set_member_field(member, name, getattr(before, name))
-        old_state = group.state
-        for name, before_value, after_value in zip(
-            _GROUP_FIELDS, snapshot.fields_before, snapshot.fields_after, strict=True
-        ):
-            if getattr(group, name) == after_value:
-                setattr(group, name, before_value)
-        if group.state is not old_state:
-            self.event(group, old_state)
-        for key, value in snapshot.offsets_before.items():
-            if group.offsets.get(key) == snapshot.offsets_after[key]:
-                if value is None:
-                    group.offsets.pop(key, None)
+        Writes in flight stack: a later pending write that wrote the same key of the same group
+        inherits this write's earlier value instead (memory keeps the later value, which the
+        log may still get; if that write fails too, the key goes back to what was durable
+        before both). Likewise this write's bookkeeping steps pass to the earliest later write
+        on the same group, to run if that one fails too."""
+        answer = failed.still_pending()  # asked before the revert settles the request
+        journal = failed.journal
+        if journal is not None:
+            later = [p.journal for i, p in sorted(self.pending_writes.items())
+                     if i > write_id and p.journal is not None]
+            for undo in reversed(journal.undo):
+                heir = _first_undo_of(later, undo.group, undo.key)
+                if heir is not None:
+                    heir.before = undo.before
                 else:
-                    group.offsets[key] = value  # type: ignore[assignment]
+                    self._undo(undo)
+            touched = {id(undo.group) for undo in journal.undo}
+            heir_journal = next((j for j in later
+                                 if any(id(u.group) in touched for u in j.undo)), None)
+            if heir_journal is not None:
+                heir_journal.on_revert[:0] = journal.on_revert
+            else:
+                for step in reversed(journal.on_revert):
+                    step()
+        if answer:
+            failed.on_failure(error)
+
+    def _undo(self, undo: KeyUndo) -> None:
+        """Put the key's earlier value back through the apply function, if the key still holds
+        what the undone record gave it (a write since that is durable, or a classic rebalance
+        since, keeps its own)."""
+        if undo.still_current():
+            self.apply(undo.group, [OffsetsRecord(undo.key, undo.before)])
+        elif type(undo.key) is GroupMetadataKey and undo.group.stored_metadata is undo.after:
+            undo.group.stored_metadata = undo.before  # type: ignore[assignment]
 
     def fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
         for write_id in sorted(self.pending_writes):
             if self.pending_writes[write_id].offsets_partition == offsets_partition:
-                pending = self.pending_writes.pop(write_id)
-                self._rebase_later_snapshots(write_id, pending)
-                self._write_failed(pending, error)
-
-    # -- groups and placement -----------------------------------------------------------------
+                self._revert(write_id, self.pending_writes.pop(write_id), error)
 
     def partition_of(self, group_id: str) -> int:
         partition = self.partition_cache.get(group_id)
@@ -489,10 +371,11 @@ class ShardContext:
                     consumer_sync_timer(group_id, member_id)):
             self.timers.cancel(key)
 
-    def record(self, group: ClassicGroup, records: list[OffsetsRecord], key: object,
-               value: object) -> None:
-        """Apply one record to `group` now and add it to the write being built (the consumer
-        protocol's steps each read what the previous record changed)."""
-        record = OffsetsRecord(key, value)  # type: ignore[arg-type]
-        self.apply(group, [record])
-        records.append(record)
+
+def _first_undo_of(journals: list[Journal], group: ClassicGroup, key: RecordKey) -> KeyUndo | None:
+    """The first undo entry for `key` of `group` in the earliest of `journals` that has one."""
+    for journal in journals:
+        for undo in journal.undo:
+            if undo.group is group and undo.key == key:
+                return undo
+    return None

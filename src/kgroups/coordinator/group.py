@@ -16,7 +16,7 @@ from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
-from kgroups.records.schema import OffsetCommitValue
+from kgroups.records.schema import GroupMetadataValue, OffsetCommitValue
 
 
 class GroupState(Enum):
@@ -99,6 +99,9 @@ class ClassicGroup:
     initial_delay_remaining_ms: int | None = None
     # The consumer-protocol (KIP-848) part, when the group is a consumer group.
     consumer: ConsumerGroup | None = None
+    # The group's GroupMetadata value as the log (with the writes in flight) holds it: what a
+    # failed write's revert puts back (`journal`).
+    stored_metadata: GroupMetadataValue | None = field(default=None, compare=False, repr=False)
     last_rebalance: RebalanceNote | None = None
     # Tallies over `members` (Kafka's numMembersAwaitingJoinResponse and supportedProtocols),
     # kept by the methods that change them, so that each JoinGroup of a big group is not a scan

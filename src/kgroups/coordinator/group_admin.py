@@ -18,6 +18,7 @@ from kgroups.coordinator.api import (
 )
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
@@ -136,13 +137,22 @@ class GroupAdmin:
             answer()
             return
         for partition, groups in by_partition.items():
-            self._ctx.write_at_once(
-                partition,
-                [r for g in groups for r in _deletion_records(g, self._ctx.commits_in_flight)],
-                functools.partial(settle, groups, ErrorCode.NONE),
-                functools.partial(settle, groups),
-                revertible=True,
-            )
+            journal = Journal()
+            for group in groups:
+                self._ctx.record_all(group, journal,
+                                     _deletion_records(group, self._ctx.commits_in_flight))
+                journal.on_revert.append(functools.partial(self._undelete, group))
+            self._ctx.write(partition, journal, functools.partial(settle, groups, ErrorCode.NONE),
+                            functools.partial(settle, groups))
+
+    def _undelete(self, group: ClassicGroup) -> None:
+        """A deletion was undone: a group that no GroupMetadata value brought back (one of
+        only offsets) is Empty again, as replay of its offsets makes it."""
+        if group.state is GroupState.DEAD and self._ctx.groups.get(group.group_id) is group:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+            group.state_timestamp = self._ctx.now
+            self._ctx.event(group, GroupState.DEAD)
 
 
 def _deletion_records(

@@ -2,7 +2,7 @@
 
 Upgrade: when a consumer-protocol member joins (ConsumerGroupHeartbeat, epoch 0) a live classic
 group whose members use the "consumer" embedded protocol, the group becomes a consumer group in
-that heartbeat's records: the classic group's tombstone, then each classic member as a
+that heartbeat's journal: the classic group's tombstone, then each classic member as a
 consumer-group member carrying ClassicMemberMetadata (session timeout, JoinGroup protocols),
 at the classic generation as group, assignment and member epoch, its target and current
 assignment both taken from its classic assignment. The joining member's own records follow.
@@ -22,6 +22,7 @@ groups change type freely whatever the policy.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from kgroups.coordinator.consumer_group import (
 from kgroups.coordinator.context import ShardContext, ignore_failure, ignore_success
 from kgroups.coordinator.effects import RebalanceCause, RemovalReason
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_record,
@@ -90,10 +92,11 @@ class Migration:
 
     # -- upgrade ------------------------------------------------------------------------------
 
-    def upgrade(self, group: ClassicGroup, records: list[OffsetsRecord]) -> _ClassicState:
+    def upgrade(self, group: ClassicGroup, journal: Journal) -> None:
         """Kafka's validateOnlineUpgrade and convertToConsumerGroup (module docstring): a
-        refusal raises HeartbeatError and changes nothing; else the records are added and the
-        classic state they replace is returned for `revert_upgrade`."""
+        refusal raises HeartbeatError and changes nothing; else the conversion's records go
+        into `journal` (applied: the classic tombstone ends the classic part, the consumer
+        records make the group a consumer group), and so does how to undo the rest."""
         gid = group.group_id
         prefix = f"Cannot upgrade classic group {gid} to consumer group because"
         if not self._ctx.config.online_upgrade_enabled:
@@ -120,52 +123,28 @@ class Migration:
                 "documentation or switch to a default assignor before re-attempting the "
                 "upgrade.") from exc
         epoch = group.generation_id
-        before = _ClassicState.of(group)
-        self._end_classic_state(group)
-        records.append(group_tombstone(gid))  # the classic state was just cleared in memory
-        for member in converted:
-            self._ctx.record(group, records, ConsumerGroupMemberMetadataKey(gid, member.member_id),
-                             member_metadata_value(member))
         topics = {t for member in converted for t in member.subscribed_topic_names}
-        self._ctx.record(group, records, ConsumerGroupMetadataKey(gid),
-                         ConsumerGroupMetadataValue(epoch, metadata_hash(topics, self._ctx.topics)))
+        records = [
+            group_tombstone(gid),
+            *(OffsetsRecord(ConsumerGroupMemberMetadataKey(gid, member.member_id),
+                            member_metadata_value(member)) for member in converted),
+            OffsetsRecord(ConsumerGroupMetadataKey(gid), ConsumerGroupMetadataValue(
+                epoch, metadata_hash(topics, self._ctx.topics))),
+            *(OffsetsRecord(ConsumerGroupTargetAssignmentMemberKey(gid, member.member_id),
+                            ConsumerGroupTargetAssignmentMemberValue(to_list(member.assigned)))
+              for member in converted),
+            OffsetsRecord(ConsumerGroupTargetAssignmentMetadataKey(gid),
+                          ConsumerGroupTargetAssignmentMetadataValue(epoch, self._ctx.now)),
+            *(OffsetsRecord(ConsumerGroupCurrentMemberAssignmentKey(gid, member.member_id),
+                            current_assignment_value(member)) for member in converted),
+        ]
+        self._end_classic_state(group, journal)
+        self._ctx.record_all(group, journal, records)
         for member in converted:
-            self._ctx.record(group, records,
-                             ConsumerGroupTargetAssignmentMemberKey(gid, member.member_id),
-                             ConsumerGroupTargetAssignmentMemberValue(to_list(member.assigned)))
-        self._ctx.record(group, records, ConsumerGroupTargetAssignmentMetadataKey(gid),
-                         ConsumerGroupTargetAssignmentMetadataValue(epoch, self._ctx.now))
-        for member in converted:
-            self._ctx.record(group, records,
-                             ConsumerGroupCurrentMemberAssignmentKey(gid, member.member_id),
-                             current_assignment_value(member))
             classic = member.classic
             assert classic is not None
             self._ctx.timers.schedule(consumer_session_timer(gid, member.member_id),
                                       self._ctx.now + classic.session_timeout_ms)
-        return before
-
-    def revert_upgrade(
-        self, group: ClassicGroup, before: _ClassicState, records: list[OffsetsRecord]
-    ) -> None:
-        """The joining member was refused after `upgrade`: the group is classic again."""
-        consumer = group.consumer
-        assert consumer is not None
-        for member_id in consumer.members:
-            self._ctx.cancel_consumer_member_timers(group.group_id, member_id)
-        records.clear()
-        group.consumer = None
-        old_state = group.state
-        before.restore(group)
-        self._ctx.event(group, old_state)
-        for member in group.members.values():
-            self._ctx.refresh_session(group, member)
-        if group.state is GroupState.PREPARING_REBALANCE:
-            self._ctx.timers.schedule(join_timer(group.group_id),
-                                      self._ctx.now + group.max_rebalance_timeout_ms())
-        elif group.state is GroupState.COMPLETING_REBALANCE:
-            self._ctx.timers.schedule(sync_timer(group.group_id),
-                                      self._ctx.now + group.max_rebalance_timeout_ms())
 
     def _converted(self, group: ClassicGroup, member: Member) -> ConsumerMember:
         """A classic member as Kafka's ConsumerGroup.fromClassicGroup makes it a consumer-group
@@ -188,10 +167,12 @@ class Migration:
             classic=ClassicMemberMetadata(member.session_timeout_ms, member.protocols),
         )
 
-    def _end_classic_state(self, group: ClassicGroup) -> None:
+    def _end_classic_state(self, group: ClassicGroup, journal: Journal) -> None:
         """The classic side of a group that becomes a consumer group: parked JoinGroup and
-        SyncGroup requests are told to rejoin (Kafka completes them with REBALANCE_IN_PROGRESS),
-        classic timers stop, and the group holds no classic member any more."""
+        SyncGroup requests are told to rejoin (Kafka completes them with REBALANCE_IN_PROGRESS)
+        and classic timers stop. The members themselves go with the classic tombstone; what
+        the records do not hold of them (all their protocols, the rebalance's state) comes
+        back with them if the journal is reverted."""
         gid = group.group_id
         for member in group.members.values():
             if member.join_request is not None:
@@ -207,15 +188,26 @@ class Migration:
             self._ctx.timers.cancel(pending_member_timer(gid, pending))
         self._ctx.timers.cancel(join_timer(gid))
         self._ctx.timers.cancel(sync_timer(gid))
-        group.clear_members()
-        group.protocol_type = None
-        group.protocol_name = None
-        group.generation_id = 0
+        journal.on_revert.append(functools.partial(self._restore_classic, group,
+                                                   _ClassicBookkeeping.of(group)))
+
+    def _restore_classic(self, group: ClassicGroup, kept: _ClassicBookkeeping) -> None:
+        """After an upgrade's records were undone (the classic part is back from its
+        GroupMetadata value): the members as they were, the rebalance state and its timers."""
+        if group.consumer is not None or self._ctx.groups.get(group.group_id) is not group:
+            return  # a later write made it a consumer group again, or it is gone
         old_state = group.state
-        group.previous_state = old_state
-        group.state = GroupState.EMPTY  # what a consumer group's classic side says (replay too)
-        group.state_timestamp = self._ctx.now
-        self._ctx.event(group, old_state)
+        kept.restore(group)
+        if group.state is not old_state:
+            self._ctx.event(group, old_state)
+        for member in group.members.values():
+            self._ctx.refresh_session(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._ctx.timers.schedule(join_timer(group.group_id),
+                                      self._ctx.now + group.max_rebalance_timeout_ms())
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            self._ctx.timers.schedule(sync_timer(group.group_id),
+                                      self._ctx.now + group.max_rebalance_timeout_ms())
 
     # -- downgrade ----------------------------------------------------------------------------
 
@@ -230,7 +222,7 @@ class Migration:
                 and len(staying) <= self._ctx.config.group_max_size)
 
     def downgrade(
-        self, group: ClassicGroup, leaving: list[ConsumerMember], records: list[OffsetsRecord],
+        self, group: ClassicGroup, leaving: list[ConsumerMember], journal: Journal,
         reason: RemovalReason, *, rebalance: bool = True,
     ) -> None:
         """Kafka's convertToClassicGroup (module docstring); after a static replacement that
@@ -248,33 +240,34 @@ class Migration:
         for key_type in (ConsumerGroupCurrentMemberAssignmentKey,
                          ConsumerGroupTargetAssignmentMemberKey):
             for member_id in ids:
-                self._ctx.record(group, records, key_type(gid, member_id), None)
-        self._ctx.record(group, records, ConsumerGroupTargetAssignmentMetadataKey(gid), None)
+                self._ctx.record(group, journal, key_type(gid, member_id), None)
+        self._ctx.record(group, journal, ConsumerGroupTargetAssignmentMetadataKey(gid), None)
         for member_id in ids:
-            self._ctx.record(group, records, ConsumerGroupMemberMetadataKey(gid, member_id), None)
+            self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(gid, member_id), None)
         for regex in sorted(consumer.resolved_regexes):
-            self._ctx.record(group, records, ConsumerGroupRegularExpressionKey(gid, regex), None)
-        self._ctx.record(group, records, ConsumerGroupMetadataKey(gid), None)
+            self._ctx.record(group, journal, ConsumerGroupRegularExpressionKey(gid, regex), None)
+        self._ctx.record(group, journal, ConsumerGroupMetadataKey(gid), None)
         for member in leaving:
             self._ctx.member_removed(group, member.member_id, member.instance_id, reason)
-        classic_record = self._classic_record(group, staying, targets, epoch)
-        self._ctx.apply(group, [classic_record])
-        records.append(classic_record)
+        self._ctx.record_all(group, journal,
+                             [self._classic_record(group, staying, targets, epoch)])
         for member in staying:  # the record keeps only the selected protocol's metadata
             classic = member.classic
             assert classic is not None
             group.set_protocols(group.members[member.member_id], classic.supported_protocols)
         group.subscribed_topics = subscribed_topics(group)
-        old_state = group.state
-        group.previous_state = old_state
-        group.state = GroupState.STABLE  # as a replay of the record finds it
-        self._ctx.event(group, old_state)
+        journal.on_revert.append(functools.partial(self._stop_classic_timers, group))
         for classic_member in group.members.values():
             self._ctx.refresh_session(group, classic_member)
         if rebalance:
             self._classic.prepare_rebalance(
                 group, RebalanceCause.MEMBER_LEFT,
                 f"Downgrade group {gid} from consumer to classic for member leaving.")
+
+    def _stop_classic_timers(self, group: ClassicGroup) -> None:
+        """A downgrade was undone: the classic rebalance it started stops with it."""
+        self._ctx.timers.cancel(join_timer(group.group_id))
+        self._ctx.timers.cancel(sync_timer(group.group_id))
 
     def _classic_record(
         self, group: ClassicGroup, staying: list[ConsumerMember],
@@ -327,36 +320,32 @@ class Migration:
     def dissolve_empty_consumer_group(self, group: ClassicGroup) -> None:
         """An empty consumer group a classic member joins becomes a classic group (Kafka's
         maybeDeleteEmptyConsumerGroup): the tombstones of its consumer part."""
-        tombstones = consumer_group_tombstones(group)
-        self._ctx.apply(group, tombstones)
-        self._ctx.write_applied(group.offsets_partition, tombstones, ignore_success,
-                                ignore_failure)
+        journal = Journal()
+        self._ctx.record_all(group, journal, consumer_group_tombstones(group))
+        self._ctx.write(group.offsets_partition, journal, ignore_success, ignore_failure)
 
 
 
 
 @dataclass(frozen=True, slots=True)
-class _ClassicState:
-    """What an upgrade clears of a classic group, to put back if the joining member is refused
-    (pending member ids are not kept: their clients rejoin without them)."""
+class _ClassicBookkeeping:
+    """What an upgrade takes out of a classic group that its GroupMetadata value does not
+    hold: the member objects (with every protocol they offered), who still owes a SyncGroup,
+    and the rebalance state (pending member ids are not kept: their clients rejoin anyway)."""
 
-    members: dict[str, Member]
-    static_members: dict[str, str]
-    pending_sync_members: set[str]
+    members: tuple[Member, ...]
+    pending_sync_members: frozenset[str]
     fields: tuple[object, ...]
 
-    _FIELDS = ("leader_id", "protocol_type", "protocol_name", "generation_id", "state",
-               "previous_state", "state_timestamp", "subscribed_topics")
+    _FIELDS = ("state", "previous_state", "state_timestamp", "subscribed_topics")
 
     @classmethod
-    def of(cls, group: ClassicGroup) -> _ClassicState:
-        return cls(dict(group.members), dict(group.static_members),
-                   set(group.pending_sync_members),
+    def of(cls, group: ClassicGroup) -> _ClassicBookkeeping:
+        return cls(tuple(group.members.values()), frozenset(group.pending_sync_members),
                    tuple(getattr(group, name) for name in cls._FIELDS))
 
     def restore(self, group: ClassicGroup) -> None:
-        group.readmit(self.members.values())
-        group.static_members.update(self.static_members)
+        group.readmit(self.members)
         group.pending_sync_members.update(self.pending_sync_members)
         for name, value in zip(self._FIELDS, self.fields, strict=True):
             setattr(group, name, value)

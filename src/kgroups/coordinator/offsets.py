@@ -1,8 +1,8 @@
 """OffsetCommit, OffsetFetch, OffsetDelete and periodic offset expiry.
 
-Committed offsets enter memory only when their records are durable (`ShardContext.write_when_durable`), so
-OffsetFetch never shows an offset a crash could take back; commits still in flight are counted
-per partition so that expiry and deletion never race them.
+Committed offsets enter memory only when their records are durable
+(`ShardContext.write_when_durable`), so OffsetFetch never shows an offset a crash could take back;
+commits still in flight are counted per partition so that expiry and deletion never race them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kgroups.coordinator.api import (
 )
 from kgroups.coordinator.classic_groups import validate_member
 from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
-from kgroups.coordinator.context import ShardContext, ignore_failure, ignore_success
+from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
@@ -331,9 +331,7 @@ class Offsets:
                 records.extend(consumer_group_tombstones(group))
                 records.append(group_tombstone(group.group_id))
         if records:
-            self._ctx.write_at_once(
-                offsets_partition, records, ignore_success, ignore_failure, revertible=False
-            )
+            self._ctx.write_tolerated(offsets_partition, records)
         self._ctx.timers.schedule(
             offset_expiry_timer(offsets_partition),
             now + self._ctx.config.offsets_retention_check_interval_ms,
