@@ -3,10 +3,11 @@
 Groups join (dynamic and static members, restarted static members that replace themselves),
 sync, heartbeat, leave, commit, delete offsets, get deleted and have their offsets expire, while
 each write completes late, one at a time and in order, succeeding or failing as hypothesis
-chooses, and partitions fail over. Whenever no write is in flight, the live coordinator's
-persisted part must equal a coordinator rebuilt from the records that were written successfully:
-the same groups, the same offsets, and for every group at rest (Stable or Empty) the same
-generation, protocol, leader and members with their assignments.
+chooses (a failure fails the writes of its partition still in flight with it), and partitions
+fail over. Whenever no write is in flight, the live coordinator's persisted part must equal a
+coordinator rebuilt from the records that were written successfully: the same groups, the same
+offsets, and for every group at rest (Stable or Empty) the same generation, protocol, leader and
+members with their assignments.
 
 The one allowance is Kafka's own: a lost record that Kafka does not revert (the GroupMetadata of
 a generation that ended Empty, the tombstones of offset expiry) leaves the log behind memory
@@ -274,9 +275,15 @@ class WritePaths(RuleBasedStateMachine):
                 elif isinstance(key, OffsetCommitKey):
                     self.lagging_offsets.discard((key.group, key.topic, key.partition))
         else:
-            self.outcomes["failed"] += 1
-            if write.write_id not in self.answered_writes:
-                self._note_tolerated_loss(write)
+            # The writes of the partition still in flight fail with it (the shell's contract:
+            # a log never holds a later write without the earlier one).
+            doomed = [write] + [w for w in self.h.pending
+                                if w.offsets_partition == write.offsets_partition]
+            self.h.pending = [w for w in self.h.pending if w not in doomed]
+            for lost in doomed:
+                self.outcomes["failed"] += 1
+                if lost.write_id not in self.answered_writes:
+                    self._note_tolerated_loss(lost)
         self.h.absorb(self.h.coordinator.write_completed(write.write_id, error, self.h.now))
         self._settle_replies()
 

@@ -396,11 +396,11 @@ class ClassicGroups:
             )
 
         journal = Journal()
-        self._ctx.record_all(group, journal,
-                             [static_replacement_record(group, old_id, replacement)])
-        journal.on_revert.append(functools.partial(
+        journal.on_revert.append(functools.partial(  # the protocols before the record's apply
             self._revert_static_replacement, group, old_member.protocols, old_id, new_id,
             req.request_id))
+        self._ctx.record_all(group, journal,
+                             [static_replacement_record(group, old_id, replacement)])
         self._ctx.write(group.offsets_partition, journal, persisted, failed, still_pending)
         member = group.members[new_id]
         # The record stores only the selected protocol's metadata; the member keeps them all.
@@ -622,6 +622,10 @@ class ClassicGroups:
 
         def persisted() -> None:
             if not still_current():
+                if self._ctx.groups.get(group.group_id) is group:
+                    # Memory moved on (a new rebalance, an upgrade), but the log holds the
+                    # record now: it is what a revert of a later write goes back to.
+                    group.stored_metadata = record.value  # type: ignore[assignment]
                 return
             # The assignments came in with the record (applied just before).
             self._propagate_assignment(group, ErrorCode.NONE)
@@ -635,9 +639,10 @@ class ClassicGroups:
                 group, RebalanceCause.ASSIGNMENT_WRITE_FAILED,
                 f"Error {error.name} when storing group assignment during SyncGroup")
 
+        record = group_record(group, full)
         self._ctx.write_when_durable(
             group.offsets_partition,
-            [group_record(group, full)],
+            [record],
             lambda: group if still_current() else None,
             persisted,
             failed,

@@ -153,7 +153,11 @@ class ConsumerGroups:
         if error is not None:
             raise HeartbeatError(error)
 
-    def _consumer_group(self, group_id: str, create: bool) -> tuple[ClassicGroup, ConsumerGroup]:
+    def _consumer_group(self, group_id: str, create: bool,
+                        journal: Journal) -> tuple[ClassicGroup, ConsumerGroup]:
+        """The group and its consumer part; `create`: made for a joining member (an empty
+        classic group becomes a consumer group), in `journal`, so that a failed write takes the
+        group (or its consumer part) away again with the records."""
         group = self._ctx.groups.get(group_id)
         if group is not None and group.state is not GroupState.DEAD:
             if group.consumer is None and (group.members or group.state is not GroupState.EMPTY):
@@ -164,13 +168,11 @@ class ConsumerGroups:
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Group {group_id} not found.")
-            group.consumer = ConsumerGroup()  # an empty classic group becomes a consumer group
-            return group, group.consumer
+            return group, self._ctx.open_consumer_part(group, journal)
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-        group = self._ctx.create_group(group_id)
-        group.consumer = ConsumerGroup()
-        return group, group.consumer
+        group = self._ctx.create_group(group_id, journal)
+        return group, self._ctx.open_consumer_part(group, journal)
 
     def _join_or_heartbeat(
         self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
@@ -201,7 +203,7 @@ class ConsumerGroups:
                 existing.consumer is None and not existing.members):
             # A group this heartbeat would create (or convert): refuse a bad regex first.
             _check_new_regex(None, req.subscribed_topic_regex)
-        group, consumer = self._consumer_group(req.group_id, joining)
+        group, consumer = self._consumer_group(req.group_id, joining, journal)
         member_id = req.member_id or kafka_uuid_string(self._ctx.new_uuid())
         if len(consumer.members) >= self._ctx.config.group_consumer_max_size and (
             not req.member_id or req.member_id not in consumer.members
@@ -524,7 +526,7 @@ class ConsumerGroups:
     def _consumer_leave(
         self, req: ConsumerGroupHeartbeatRequest, journal: Journal
     ) -> ConsumerGroupHeartbeatResponse:
-        group, consumer = self._consumer_group(req.group_id, create=False)
+        group, consumer = self._consumer_group(req.group_id, False, journal)
         if req.instance_id is None:
             member = consumer.members.get(req.member_id)
             if member is None:

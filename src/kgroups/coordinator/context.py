@@ -16,6 +16,7 @@ A failed at-once classic write is undone by a `GroupSnapshot` of what its record
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.config import GroupCoordinatorConfig
 from kgroups.coordinator.consumer_api import AnyResponse
-from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
 from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
@@ -233,11 +234,11 @@ class ShardContext:
     def complete_write(self, write_id: int, error: ErrorCode | None) -> None:
         pending = self.pending_writes.pop(write_id, None)
         if pending is None:
-            return
+            return  # unknown, or failed already with an earlier write of its partition
         if error is None or error == ErrorCode.NONE:
             self._write_succeeded(pending)
         else:
-            self._revert(write_id, pending, client_error_for_write(error))
+            self._fail_from(write_id, pending, client_error_for_write(error))
 
     def _write_succeeded(self, pending: _PendingWrite) -> None:
         if pending.target is not None:
@@ -247,37 +248,33 @@ class ShardContext:
         if pending.journal is not None:
             for undo in pending.journal.undo:  # groups the write ended are gone now
                 group = undo.group
-                if group.state is GroupState.DEAD and self.groups.get(group.group_id) is group:
+                if type(undo.key) is GroupMetadataKey and undo.after is None \
+                        and group.state is GroupState.DEAD \
+                        and self.groups.get(group.group_id) is group:
                     del self.groups[group.group_id]
         pending.on_success()
 
-    def _revert(self, write_id: int, failed: _PendingWrite, error: ErrorCode) -> None:
-        """Undo a failed write (module docstring of `journal`), then answer its requester.
+    def _fail_from(self, write_id: int, failed: _PendingWrite, error: ErrorCode) -> None:
+        """A write failed: so does every later write of its partition still in flight, as in
+        Kafka, where a revert goes back to the snapshot of the failed write's offset (a later
+        write was built on what the failed one applied; the log never holds it without the
+        failed one: the shell fails the writes of a partition in order, from the first failure
+        on). They are reverted newest first, each answering its requester, then this one."""
+        later = sorted(i for i, p in self.pending_writes.items()
+                       if i > write_id and p.offsets_partition == failed.offsets_partition)
+        for later_id in reversed(later):
+            self._revert(self.pending_writes.pop(later_id), error)
+        self._revert(failed, error)
 
-        Writes in flight stack: a later pending write that wrote the same key of the same group
-        inherits this write's earlier value instead (memory keeps the later value, which the
-        log may still get; if that write fails too, the key goes back to what was durable
-        before both). Likewise this write's bookkeeping steps pass to the earliest later write
-        on the same group, to run if that one fails too."""
+    def _revert(self, failed: _PendingWrite, error: ErrorCode) -> None:
+        """Undo a failed write (module docstring of `journal`), then answer its requester."""
         answer = failed.still_pending()  # asked before the revert settles the request
         journal = failed.journal
         if journal is not None:
-            later = [p.journal for i, p in sorted(self.pending_writes.items())
-                     if i > write_id and p.journal is not None]
             for undo in reversed(journal.undo):
-                heir = _first_undo_of(later, undo.group, undo.key)
-                if heir is not None:
-                    heir.before = undo.before
-                else:
-                    self._undo(undo)
-            touched = {id(undo.group) for undo in journal.undo}
-            heir_journal = next((j for j in later
-                                 if any(id(u.group) in touched for u in j.undo)), None)
-            if heir_journal is not None:
-                heir_journal.on_revert[:0] = journal.on_revert
-            else:
-                for step in reversed(journal.on_revert):
-                    step()
+                self._undo(undo)
+            for step in reversed(journal.on_revert):
+                step()
         if answer:
             failed.on_failure(error)
 
@@ -291,9 +288,11 @@ class ShardContext:
             undo.group.stored_metadata = undo.before  # type: ignore[assignment]
 
     def fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
-        for write_id in sorted(self.pending_writes):
-            if self.pending_writes[write_id].offsets_partition == offsets_partition:
-                self._revert(write_id, self.pending_writes.pop(write_id), error)
+        """The partition goes away: every write of it still in flight fails."""
+        first = min((i for i, p in self.pending_writes.items()
+                     if p.offsets_partition == offsets_partition), default=None)
+        if first is not None:
+            self._fail_from(first, self.pending_writes.pop(first), error)
 
     def partition_of(self, group_id: str) -> int:
         partition = self.partition_cache.get(group_id)
@@ -316,11 +315,39 @@ class ShardContext:
             return ErrorCode.INVALID_GROUP_ID
         return self.ownership_error(group_id)
 
-    def create_group(self, group_id: str) -> ClassicGroup:
+    def create_group(self, group_id: str, journal: Journal | None = None) -> ClassicGroup:
+        """A new Empty group (in place of a Dead one whose deletion is in flight). With a
+        `journal`, the write that creates it takes it away again if it fails, putting back
+        whatever it replaced."""
+        replaced = self.groups.get(group_id)
         group = ClassicGroup(group_id, self.partition_of(group_id), GroupState.EMPTY, self.now)
         self.groups[group_id] = group
         self.event(group, None)
+        if journal is not None:
+            journal.on_revert.append(functools.partial(self._uncreate, group, replaced))
         return group
+
+    def _uncreate(self, group: ClassicGroup, replaced: ClassicGroup | None) -> None:
+        if self.groups.get(group.group_id) is not group or group.offsets or group.members \
+                or group.consumer is not None or group.stored_metadata is not None:
+            return  # something else made it since, and keeps it
+        if replaced is None:
+            del self.groups[group.group_id]
+        else:
+            self.groups[group.group_id] = replaced
+
+    def open_consumer_part(self, group: ClassicGroup, journal: Journal) -> ConsumerGroup:
+        """An empty consumer part for a group becoming a consumer group; its records fill it
+        (`persistence.apply_record` keeps the object). A failed write takes it away again if
+        no record of it remains."""
+        consumer = group.consumer = ConsumerGroup()
+        journal.on_revert.append(functools.partial(self._close_consumer_part, group, consumer))
+        return consumer
+
+    @staticmethod
+    def _close_consumer_part(group: ClassicGroup, consumer: ConsumerGroup) -> None:
+        if group.consumer is consumer and not consumer.stored:
+            group.consumer = None
 
     def transition(self, group: ClassicGroup, new_state: GroupState) -> None:
         old_state = group.state
@@ -371,11 +398,3 @@ class ShardContext:
                     consumer_sync_timer(group_id, member_id)):
             self.timers.cancel(key)
 
-
-def _first_undo_of(journals: list[Journal], group: ClassicGroup, key: RecordKey) -> KeyUndo | None:
-    """The first undo entry for `key` of `group` in the earliest of `journals` that has one."""
-    for journal in journals:
-        for undo in journal.undo:
-            if undo.group is group and undo.key == key:
-                return undo
-    return None

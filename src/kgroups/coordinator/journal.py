@@ -1,18 +1,27 @@
 """A write being built: the records it will carry, and how to take them back if it fails.
 
 Records are the only way a group's persisted state changes: a handler adds each record through
-`ShardContext.record` (applied at once, through the apply function replay uses) and the journal
-notes the value the record's key held before (`stored_value`). If the write fails, or the
-request is refused after some records were applied, `ShardContext.roll_back` applies those
-earlier values again, newest first, through the same apply function: what the log holds is what
-memory holds. This is the one revert mechanism, for classic groups, consumer groups, offsets and
-the conversions between group types (Kafka's timeline snapshots, kept per key instead of per
-offset, so a revert costs what its write changed, never a copy of the group).
+`ShardContext.record` / `record_all` (applied at once, through `persistence.apply_record`, the
+function replay uses) and the journal notes the value the record's key held before
+(`stored_value`: the offset, the group's GroupMetadata value, the consumer group's value for
+that key). If the write fails, or the request is refused after records were applied (a refused
+upgrade), `ShardContext` applies those earlier values again, newest first, through the same
+apply function, so memory holds what the log holds. This is the one revert mechanism, for
+classic groups, consumer groups, offsets and the conversions between group types: Kafka's
+timeline snapshots, kept per key instead of per offset, so a revert costs what its write
+changed, never a copy of the group.
 
-Bookkeeping that is not persisted but moved with the records (a parked JoinGroup, the members
-an upgrade took out of a classic group, a revived deleted group) is put back by `on_revert`
-steps the handler registers in the same journal; they run after the records are undone, and only
-while the write's requester still waits for it (`still_pending`).
+Writes in flight stack, and a failure takes the later ones of its partition with it (Kafka's
+rule: a revert goes back to the snapshot of the failed write's offset, so what later writes
+applied goes too, and their requesters get the error): a later write was built on what the failed
+one applied, and a log never holds it without the failed one. A key whose value a durable write
+has replaced since, or a classic group's GroupMetadata after a new rebalance began (memory is
+ahead of both records; the next SyncGroup writes the roster again), is left as it is.
+
+Bookkeeping that moves with the records but is not persisted (a parked JoinGroup, the member
+objects an upgrade took out of a classic group with all their protocols, timers, a deleted
+group's Dead placeholder) comes back through `on_revert` steps the handler registers in the
+same journal; they run after the records are undone.
 """
 
 from __future__ import annotations

@@ -116,6 +116,9 @@ class Migration:
             raise HeartbeatError(
                 ErrorCode.GROUP_ID_NOT_FOUND,
                 f"{prefix} the embedded consumer protocol is malformed.") from exc
+        except _NoProtocolError as exc:
+            raise HeartbeatError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"{prefix} it has no protocol selected yet.") from exc
         except _CustomAssignorError as exc:
             raise HeartbeatError(
                 ErrorCode.GROUP_ID_NOT_FOUND,
@@ -149,7 +152,8 @@ class Migration:
     def _converted(self, group: ClassicGroup, member: Member) -> ConsumerMember:
         """A classic member as Kafka's ConsumerGroup.fromClassicGroup makes it a consumer-group
         member: Stable at the generation, owning (and targeted with) its classic assignment."""
-        assert group.protocol_name is not None
+        if group.protocol_name is None:  # its first generation is still forming
+            raise _NoProtocolError(member.member_id)
         subscription = decode_subscription(member.metadata_for(group.protocol_name))
         assigned: Assignment = {}
         if member.assignment:
@@ -192,8 +196,8 @@ class Migration:
                                                    _ClassicBookkeeping.of(group)))
 
     def _restore_classic(self, group: ClassicGroup, kept: _ClassicBookkeeping) -> None:
-        """After an upgrade's records were undone (the classic part is back from its
-        GroupMetadata value): the members as they were, the rebalance state and its timers."""
+        """After an upgrade's records were undone (the stored GroupMetadata value is back): the
+        classic group as the upgrade found it in memory, and its timers."""
         if group.consumer is not None or self._ctx.groups.get(group.group_id) is not group:
             return  # a later write made it a consumer group again, or it is gone
         old_state = group.state
@@ -329,26 +333,38 @@ class Migration:
 
 @dataclass(frozen=True, slots=True)
 class _ClassicBookkeeping:
-    """What an upgrade takes out of a classic group that its GroupMetadata value does not
-    hold: the member objects (with every protocol they offered), who still owes a SyncGroup,
-    and the rebalance state (pending member ids are not kept: their clients rejoin anyway)."""
+    """A classic group's in-memory state as an upgrade found it, which may be ahead of its
+    GroupMetadata value (a rebalance in progress: the generation it forms, members that joined
+    or were replaced since, every protocol they offered, who still owes a SyncGroup). Pending
+    member ids are not kept: their clients rejoin anyway."""
 
     members: tuple[Member, ...]
+    static_members: tuple[tuple[str, str], ...]
     pending_sync_members: frozenset[str]
     fields: tuple[object, ...]
 
-    _FIELDS = ("state", "previous_state", "state_timestamp", "subscribed_topics")
+    _FIELDS = ("leader_id", "protocol_type", "protocol_name", "generation_id", "state",
+               "previous_state", "state_timestamp", "subscribed_topics")
 
     @classmethod
     def of(cls, group: ClassicGroup) -> _ClassicBookkeeping:
-        return cls(tuple(group.members.values()), frozenset(group.pending_sync_members),
+        return cls(tuple(group.members.values()), tuple(group.static_members.items()),
+                   frozenset(group.pending_sync_members),
                    tuple(getattr(group, name) for name in cls._FIELDS))
 
     def restore(self, group: ClassicGroup) -> None:
+        """In place of the roster the GroupMetadata value brought back."""
+        group.clear_members()
         group.readmit(self.members)
+        group.static_members.update(self.static_members)
         group.pending_sync_members.update(self.pending_sync_members)
         for name, value in zip(self._FIELDS, self.fields, strict=True):
             setattr(group, name, value)
+
+
+class _NoProtocolError(Exception):
+    """The classic group has not selected a protocol yet: its members' subscriptions cannot be
+    read (Kafka's conversion fails on the missing protocol name)."""
 
 
 class _CustomAssignorError(Exception):
