@@ -37,6 +37,7 @@ from kgroups.coordinator.persistence import (
 )
 from kgroups.coordinator.timer_keys import join_timer, pending_member_timer, sync_timer
 from kgroups.errors import ErrorCode
+from kgroups.records.schema import GroupMetadataValue
 
 _MEMBERSHIP_STATES = (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
 # The rebalance a member's removal starts, by why it was removed.
@@ -625,7 +626,7 @@ class ClassicGroups:
                 if self._ctx.groups.get(group.group_id) is group:
                     # Memory moved on (a new rebalance, an upgrade), but the log holds the
                     # record now: it is what a revert of a later write goes back to.
-                    group.stored_metadata = record.value  # type: ignore[assignment]
+                    group.stored_metadata = value
                 return
             # The assignments came in with the record (applied just before).
             self._propagate_assignment(group, ErrorCode.NONE)
@@ -640,6 +641,8 @@ class ClassicGroups:
                 f"Error {error.name} when storing group assignment during SyncGroup")
 
         record = group_record(group, full)
+        assert isinstance(record.value, GroupMetadataValue)
+        value: GroupMetadataValue = record.value
         self._ctx.write_when_durable(
             group.offsets_partition,
             [record],

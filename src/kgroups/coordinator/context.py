@@ -50,7 +50,13 @@ from kgroups.coordinator.timer_keys import (
 )
 from kgroups.coordinator.timers import TimerQueue
 from kgroups.errors import ErrorCode
-from kgroups.records.schema import GroupMetadataKey, OffsetsRecord, RecordKey, RecordValue
+from kgroups.records.schema import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetsRecord,
+    RecordKey,
+    RecordValue,
+)
 
 WriteCallback = Callable[[], None]
 FailureCallback = Callable[[ErrorCode], None]
@@ -284,8 +290,10 @@ class ShardContext:
         since, keeps its own)."""
         if undo.still_current():
             self.apply(undo.group, [OffsetsRecord(undo.key, undo.before)])
-        elif type(undo.key) is GroupMetadataKey and undo.group.stored_metadata is undo.after:
-            undo.group.stored_metadata = undo.before  # type: ignore[assignment]
+        elif isinstance(undo.before, GroupMetadataValue | None) \
+                and type(undo.key) is GroupMetadataKey \
+                and undo.group.stored_metadata is undo.after:
+            undo.group.stored_metadata = undo.before
 
     def fail_pending_writes(self, offsets_partition: int, error: ErrorCode) -> None:
         """The partition goes away: every write of it still in flight fails."""

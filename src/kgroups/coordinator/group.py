@@ -143,15 +143,6 @@ class ClassicGroup:
         member.protocols = protocols
         self._tally_protocols(member, 1)
 
-    def set_member_field(self, member: Member, name: str, value: object) -> None:
-        """Set any field of `member` of this group (a write's revert puts fields back)."""
-        if name == "join_request":
-            self.set_join_request(member, value)
-        elif name == "protocols":
-            self.set_protocols(member, value)  # type: ignore[arg-type]
-        else:
-            setattr(member, name, value)
-
     def _tally_protocols(self, member: Member, delta: int) -> None:
         support = self._protocol_support
         for name in {name for name, _ in member.protocols}:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.group import ClassicGroup
-from kgroups.records.consumer_group import CONSUMER_GROUP_KEY_TYPES
+from kgroups.records.consumer_group import ConsumerGroupKey
 from kgroups.records.schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -81,6 +81,6 @@ def stored_value(group: ClassicGroup, key: RecordKey) -> RecordValue | None:
         return group.offsets.get((key.topic, key.partition))
     if type(key) is GroupMetadataKey:
         return group.stored_metadata
-    if key.version in CONSUMER_GROUP_KEY_TYPES and group.consumer is not None:
-        return group.consumer.stored.get(key)  # type: ignore[arg-type]
+    if group.consumer is not None and isinstance(key, ConsumerGroupKey):
+        return group.consumer.stored.get(key)
     return None
