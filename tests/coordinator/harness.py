@@ -113,6 +113,14 @@ class Harness:
                 self.log.setdefault(write.offsets_partition, []).extend(write.records)
             self.absorb(self.coordinator.write_completed(write.write_id, error, self.now))
 
+    def lost_with(self, write: Write) -> list[Write]:
+        """`write` failed: it and the writes of its partition still in flight after it, taken
+        out of `pending` (the shell's contract: a log never holds a later write without the
+        earlier one, so they fail with it; the coordinator has reverted them already)."""
+        lost = [write] + [w for w in self.pending if w.offsets_partition == write.offsets_partition]
+        self.pending = [w for w in self.pending if w not in lost]
+        return lost
+
     def rid(self) -> int:
         return next(self._request_ids)
 

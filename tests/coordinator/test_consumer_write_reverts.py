@@ -27,9 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kgroups.coordinator import (
     DeleteGroupsRequest,
     HeartbeatResponse,
-    JoinGroupResponse,
     MemberIdentity,
-    SyncGroupResponse,
     Write,
 )
 from kgroups.coordinator.consumer_api import (
@@ -43,6 +41,7 @@ from kgroups.records.consumer_protocol import encode_assignment
 from kgroups.records.schema import ConsumerAssignment, GroupMetadataKey, TopicPartitions
 
 from .harness import Harness, subscription, synchronous_config
+from .test_write_path_replay import Client, settle
 
 E = ErrorCode
 G = "mixed"
@@ -60,18 +59,6 @@ class Consumer:
     joined: bool = False
 
 
-@dataclass
-class Classic:
-    member_id: str = ""
-    generation: int = -1
-    join_request: int | None = None
-    sync_request: int | None = None
-    leader_members: tuple[str, ...] = ()
-
-    def forget(self) -> None:
-        self.member_id, self.generation, self.leader_members = "", -1, ()
-
-
 def static(name: str) -> str | None:
     return name if name.startswith("s") else None
 
@@ -84,7 +71,7 @@ class MixedWrites(RuleBasedStateMachine):
                          auto_complete=False)
         self.h.coordinator.set_topics({"t1": TopicInfo(T1, 4)}, self.h.now)
         self.consumers = {name: Consumer() for name in CONSUMERS}
-        self.classics = {name: Classic() for name in CLASSICS}
+        self.classics = {name: Client() for name in CLASSICS}
         self.lagging = False  # a tolerated GroupMetadata loss (module docstring)
         self.outcomes = {"ok": 0, "failed": 0}
 
@@ -137,25 +124,7 @@ class MixedWrites(RuleBasedStateMachine):
 
     def _settle_classic(self) -> None:
         for client in self.classics.values():
-            if client.join_request is not None:
-                response = self.h.reply(client.join_request)
-                if response is not None:
-                    client.join_request = None
-                    assert isinstance(response, JoinGroupResponse)
-                    if response.error in (E.NONE, E.MEMBER_ID_REQUIRED):
-                        client.member_id = response.member_id
-                    if response.error is E.NONE:
-                        client.generation = response.generation_id
-                        client.leader_members = tuple(m.member_id for m in response.members)
-                    elif response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
-                        client.forget()
-            if client.sync_request is not None:
-                response = self.h.reply(client.sync_request)
-                if response is not None:
-                    client.sync_request = None
-                    assert isinstance(response, SyncGroupResponse)
-                    if response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
-                        client.forget()
+            settle(self.h, client)
 
     @rule(name=st.sampled_from(CLASSICS), restarted=st.booleans(),
           outcomes=st.lists(st.booleans(), max_size=6))
@@ -258,12 +227,7 @@ class MixedWrites(RuleBasedStateMachine):
             if any(type(r.key) is GroupMetadataKey for r in write.records):
                 self.lagging = False
         else:
-            # The writes of the partition still in flight fail with it (the shell's contract:
-            # a log never holds a later write without the earlier one).
-            doomed = [write] + [w for w in self.h.pending
-                                if w.offsets_partition == write.offsets_partition]
-            self.h.pending = [w for w in self.h.pending if w not in doomed]
-            for lost in doomed:
+            for lost in self.h.lost_with(write):
                 self.outcomes["failed"] += 1
                 # Kafka does not revert the GroupMetadata of a generation that ended Empty.
                 first = lost.records[0]

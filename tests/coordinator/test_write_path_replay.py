@@ -63,6 +63,37 @@ class Client:
         self.member_id, self.generation, self.is_leader = "", -1, False
 
 
+def settle(h: Harness, client: Client) -> None:
+    """Take the answers to `client`'s parked JoinGroup and SyncGroup, as a client would."""
+    if client.join_request is not None:
+        response = h.reply(client.join_request)
+        if response is not None:
+            client.join_request = None
+            _on_join(client, response)
+    if client.sync_request is not None:
+        response = h.reply(client.sync_request)
+        if response is not None:
+            client.sync_request = None
+            assert isinstance(response, SyncGroupResponse)
+            if response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
+                client.forget()
+
+
+def _on_join(client: Client, response: object) -> None:
+    assert isinstance(response, JoinGroupResponse)
+    if response.error is E.MEMBER_ID_REQUIRED:
+        client.member_id = response.member_id
+    elif response.error is E.NONE:
+        client.member_id = response.member_id
+        client.generation = response.generation_id
+        client.is_leader = response.leader == response.member_id
+        client.leader_members = tuple(m.member_id for m in response.members)
+    elif response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID) or (
+        response.member_id == ""
+    ):
+        client.forget()
+
+
 class WritePaths(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -86,34 +117,8 @@ class WritePaths(RuleBasedStateMachine):
     # -- the client side ----------------------------------------------------------------------
 
     def _settle_replies(self) -> None:
-        for (_group, _name), client in self.clients.items():
-            if client.join_request is not None:
-                response = self.h.reply(client.join_request)
-                if response is not None:
-                    client.join_request = None
-                    self._on_join(client, response)
-            if client.sync_request is not None:
-                response = self.h.reply(client.sync_request)
-                if response is not None:
-                    client.sync_request = None
-                    assert isinstance(response, SyncGroupResponse)
-                    if response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
-                        client.forget()
-
-    @staticmethod
-    def _on_join(client: Client, response: object) -> None:
-        assert isinstance(response, JoinGroupResponse)
-        if response.error is E.MEMBER_ID_REQUIRED:
-            client.member_id = response.member_id
-        elif response.error is E.NONE:
-            client.member_id = response.member_id
-            client.generation = response.generation_id
-            client.is_leader = response.leader == response.member_id
-            client.leader_members = tuple(m.member_id for m in response.members)
-        elif response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID) or (
-            response.member_id == ""
-        ):
-            client.forget()
+        for client in self.clients.values():
+            settle(self.h, client)
 
     @rule(
         group=st.sampled_from(GROUPS),
@@ -275,12 +280,7 @@ class WritePaths(RuleBasedStateMachine):
                 elif isinstance(key, OffsetCommitKey):
                     self.lagging_offsets.discard((key.group, key.topic, key.partition))
         else:
-            # The writes of the partition still in flight fail with it (the shell's contract:
-            # a log never holds a later write without the earlier one).
-            doomed = [write] + [w for w in self.h.pending
-                                if w.offsets_partition == write.offsets_partition]
-            self.h.pending = [w for w in self.h.pending if w not in doomed]
-            for lost in doomed:
+            for lost in self.h.lost_with(write):
                 self.outcomes["failed"] += 1
                 if lost.write_id not in self.answered_writes:
                     self._note_tolerated_loss(lost)
