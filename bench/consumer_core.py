@@ -28,11 +28,11 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from kgroups.coordinator import Effects, GroupCoordinator, GroupCoordinatorConfig
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.records.codec import encode_record
 
 GROUP = "bench"

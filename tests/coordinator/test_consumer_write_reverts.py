@@ -30,11 +30,11 @@ from kgroups.coordinator import (
     MemberIdentity,
     Write,
 )
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.views import view_of
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 from kgroups.coordinator import DeleteGroupsRequest
-from kgroups.coordinator.consumer_api import ConsumerGroupHeartbeatRequest
+from kgroups.coordinator.consumer_messages import ConsumerGroupHeartbeatRequest
 from kgroups.coordinator.group import GroupState
 from kgroups.errors import ErrorCode
 

@@ -15,7 +15,7 @@ from typing import Any
 from kgroups.broker.api import HandlerRegistry, RequestContext
 from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.wire import build, kio_error, response_type, sibling
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,

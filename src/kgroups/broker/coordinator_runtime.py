@@ -35,12 +35,12 @@ from kgroups.coordinator import (
     PartitionImage,
     latest_values,
 )
-from kgroups.coordinator import api as core
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator import messages as core
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch

@@ -16,7 +16,7 @@ from kgroups.broker import consumer_group_handlers, rebalance_field
 from kgroups.broker.api import HandlerRegistry, RequestContext
 from kgroups.broker.authorizer import OPERATIONS_NOT_REQUESTED, ResourceType, all_operations
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
-from kgroups.coordinator import api as core
+from kgroups.coordinator import messages as core
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)

@@ -34,7 +34,20 @@ the leader's SyncGroup, OffsetCommit, a static member's replacement, OffsetDelet
 DeleteGroups are answered only after `write_completed` for their write. See docs/coordinator.md.
 """
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.bulk_load import latest_values
+from kgroups.coordinator.config import GroupCoordinatorConfig
+from kgroups.coordinator.coordinator import GroupCoordinator
+from kgroups.coordinator.effects import (
+    Effects,
+    GroupEvent,
+    MemberRemoved,
+    RebalanceStarted,
+    RemovalReason,
+    Reply,
+    Write,
+)
+from kgroups.coordinator.group import GroupState
+from kgroups.coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -71,19 +84,6 @@ from kgroups.coordinator.api import (
     SyncGroupResponse,
     TopicPartitionErrors,
 )
-from kgroups.coordinator.bulk_load import latest_values
-from kgroups.coordinator.config import GroupCoordinatorConfig
-from kgroups.coordinator.coordinator import GroupCoordinator
-from kgroups.coordinator.effects import (
-    Effects,
-    GroupEvent,
-    MemberRemoved,
-    RebalanceStarted,
-    RemovalReason,
-    Reply,
-    Write,
-)
-from kgroups.coordinator.group import GroupState
 from kgroups.coordinator.persistence import PartitionImage
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceCause, RebalanceNote

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import functools
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.effects import RebalanceCause, RemovalReason
+from kgroups.coordinator.group import ClassicGroup, GroupState, Member
+from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.messages import (
     MAX_STRING_BYTES,
     UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
@@ -25,10 +29,6 @@ from kgroups.coordinator.api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroups.coordinator.context import ShardContext
-from kgroups.coordinator.effects import RebalanceCause, RemovalReason
-from kgroups.coordinator.group import ClassicGroup, GroupState, Member
-from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.persistence import (
     copy_member,
     group_record,

@@ -11,7 +11,23 @@ within its rebalance timeout, else it is fenced. The conversions themselves are 
 
 from __future__ import annotations
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.classic_groups import ClassicGroups
+from kgroups.coordinator.consumer_group import (
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    member_metadata_value,
+    metadata_hash,
+)
+from kgroups.coordinator.consumer_groups import ConsumerGroups
+from kgroups.coordinator.consumer_messages import (
+    HeartbeatError,
+)
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.effects import RemovalReason
+from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup
+from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.messages import (
     UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -24,22 +40,6 @@ from kgroups.coordinator.api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroups.coordinator.classic_groups import ClassicGroups
-from kgroups.coordinator.consumer_api import (
-    HeartbeatError,
-)
-from kgroups.coordinator.consumer_group import (
-    ConsumerGroup,
-    ConsumerMember,
-    MemberState,
-    member_metadata_value,
-    metadata_hash,
-)
-from kgroups.coordinator.consumer_groups import ConsumerGroups
-from kgroups.coordinator.context import ShardContext
-from kgroups.coordinator.effects import RemovalReason
-from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup
-from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.timer_keys import (
     consumer_join_timer,

@@ -20,16 +20,6 @@ from typing import Any
 
 from kgroups.assignors.server import ServerMember, coordinator_order
 from kgroups.assignors.server import assign as assign_server
-from kgroups.coordinator.consumer_api import (
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    DescribedConsumerGroup,
-    DescribedConsumerMember,
-    HeartbeatError,
-    kafka_uuid_string,
-)
 from kgroups.coordinator.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -42,6 +32,16 @@ from kgroups.coordinator.consumer_group import (
     member_metadata_value,
     metadata_hash,
     to_list,
+)
+from kgroups.coordinator.consumer_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
+    DescribedConsumerMember,
+    HeartbeatError,
+    kafka_uuid_string,
 )
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason

@@ -22,10 +22,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.config import GroupCoordinatorConfig
-from kgroups.coordinator.consumer_api import AnyResponse
 from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
+from kgroups.coordinator.consumer_messages import AnyResponse
 from kgroups.coordinator.effects import (
     Effects,
     GroupEvent,
@@ -38,6 +37,7 @@ from kgroups.coordinator.effects import (
 )
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.journal import Journal, KeyUndo, stored_value
+from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.persistence import apply_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote

@@ -15,7 +15,20 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import assert_never
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.classic_groups import ClassicGroups
+from kgroups.coordinator.classic_members import ClassicMembers
+from kgroups.coordinator.config import GroupCoordinatorConfig
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_groups import ConsumerGroups
+from kgroups.coordinator.consumer_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.effects import Effects, RebalanceCause, RemovalReason
+from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.group_admin import GroupAdmin
+from kgroups.coordinator.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     HeartbeatRequest,
@@ -29,19 +42,6 @@ from kgroups.coordinator.api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroups.coordinator.classic_groups import ClassicGroups
-from kgroups.coordinator.classic_members import ClassicMembers
-from kgroups.coordinator.config import GroupCoordinatorConfig
-from kgroups.coordinator.consumer_api import (
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupHeartbeatRequest,
-)
-from kgroups.coordinator.consumer_group import TopicInfo
-from kgroups.coordinator.consumer_groups import ConsumerGroups
-from kgroups.coordinator.context import ShardContext
-from kgroups.coordinator.effects import Effects, RebalanceCause, RemovalReason
-from kgroups.coordinator.group import ClassicGroup, GroupState
-from kgroups.coordinator.group_admin import GroupAdmin
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups

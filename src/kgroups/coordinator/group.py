@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.consumer_group import ConsumerGroup
+from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.records.schema import GroupMetadataValue, OffsetCommitValue

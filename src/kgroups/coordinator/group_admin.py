@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 from collections import Counter
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -16,9 +19,6 @@ from kgroups.coordinator.api import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
-from kgroups.coordinator.context import ShardContext
-from kgroups.coordinator.group import ClassicGroup, GroupState
-from kgroups.coordinator.journal import Journal
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,

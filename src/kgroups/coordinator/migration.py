@@ -27,14 +27,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kgroups.coordinator.api import (
-    JoinGroupResponse,
-    SyncGroupResponse,
-)
 from kgroups.coordinator.classic_groups import ClassicGroups
-from kgroups.coordinator.consumer_api import (
-    HeartbeatError,
-)
 from kgroups.coordinator.consumer_group import (
     Assignment,
     ConsumerMember,
@@ -44,10 +37,17 @@ from kgroups.coordinator.consumer_group import (
     metadata_hash,
     to_list,
 )
+from kgroups.coordinator.consumer_messages import (
+    HeartbeatError,
+)
 from kgroups.coordinator.context import ShardContext, ignore_failure, ignore_success
 from kgroups.coordinator.effects import RebalanceCause, RemovalReason
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.messages import (
+    JoinGroupResponse,
+    SyncGroupResponse,
+)
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_record,

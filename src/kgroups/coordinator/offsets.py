@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.classic_groups import validate_member
+from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
+from kgroups.coordinator.messages import (
     UNKNOWN_MEMBER_ID,
     FetchedGroup,
     FetchedOffset,
@@ -25,10 +29,6 @@ from kgroups.coordinator.api import (
     PartitionError,
     TopicPartitionErrors,
 )
-from kgroups.coordinator.classic_groups import validate_member
-from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
-from kgroups.coordinator.context import ShardContext
-from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kgroups.coordinator.api import RequestId, Response
+from kgroups.coordinator.messages import RequestId, Response
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
