@@ -1,5 +1,6 @@
 """What every group-type module of the shard shares: the groups, the timers, the clock, the
-topics, and the journal of the request in progress (its replies, events and writes).
+topics, the writes in flight, and the effects of the request in progress (replies, events,
+writes).
 
 The group-type modules (classic groups, consumer groups, offsets, migration, admin) hold one
 `ShardContext` each; the shard (`coordinator.GroupCoordinator`) sets `now` and a fresh `fx` before
@@ -9,9 +10,10 @@ The write path: a handler validates, builds the records it wants written and han
 the continuations that release its responses. Records change groups only through
 `persistence.apply_record`, the function replay uses, either once the write is durable
 (`write_when_durable`: what Kafka lets no reader see before then, such as offsets and a new
-assignment) or at once (`write_at_once` / `record` + `write_applied`: what Kafka shows while the
-write is in flight, such as a static member's new id, a deleted group, a consumer group's epochs).
-A failed at-once classic write is undone by a `GroupSnapshot` of what its records changed.
+assignment) or at once (`record` / `record_all` into a `Journal`, then `write`: what Kafka shows
+while the write is in flight, such as a static member's new id, a deleted group, a consumer
+group's epochs and assignments). A failed write is reverted through its journal (`journal.py`,
+the one mechanism), and so is every later write of its partition still in flight.
 """
 
 from __future__ import annotations

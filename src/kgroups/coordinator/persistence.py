@@ -317,7 +317,7 @@ def _apply_metadata(group: ClassicGroup, value: GroupMetadataValue) -> None:
 
 
 def copy_member(member: Member) -> Member:
-    """A detached copy (for snapshots): later changes to `member` do not reach it."""
+    """A detached copy: later changes to `member` do not reach it."""
     return replace(member)
 
 
