@@ -79,7 +79,7 @@ class GroupCoordinator:
     ) -> None:
         self.config = config or GroupCoordinatorConfig()
         self._ctx = ShardContext(self.config, new_uuid)
-        self._groups = self._ctx.groups
+        self._groups = self._ctx.groups  # the shared dict and queue, read here directly
         self._timers = self._ctx.timers
         self._classic = ClassicGroups(self._ctx)
         self._migration = Migration(self._ctx, self._classic)
@@ -132,26 +132,26 @@ class GroupCoordinator:
         consumer group go to its classic members' module."""
         match req:
             case JoinGroupRequest():
-                group = self._ctx.groups.get(req.group_id)
+                group = self._groups.get(req.group_id)
                 if group is not None and group.consumer is not None \
                         and self._classic.join_error(req) is None:
                     self._classic_members.join(group, group.consumer, req)
                 else:
                     self._classic.join(req)  # errors are answered alike for both types
             case SyncGroupRequest():
-                group = self._ctx.groups.get(req.group_id)
+                group = self._groups.get(req.group_id)
                 if group is None or group.consumer is None:
                     self._classic.sync(req)
                 else:
                     self._classic_members.sync(group, group.consumer, req)
             case HeartbeatRequest():
-                group = self._ctx.groups.get(req.group_id)
+                group = self._groups.get(req.group_id)
                 if group is None or group.consumer is None:
                     self._classic.heartbeat(req)
                 else:
                     self._classic_members.heartbeat(group, group.consumer, req)
             case LeaveGroupRequest():
-                group = self._ctx.groups.get(req.group_id)
+                group = self._groups.get(req.group_id)
                 if group is None or group.consumer is None:
                     self._classic.leave(req)
                 else:
@@ -200,13 +200,13 @@ class GroupCoordinator:
         return self._run(now, None)
 
     def next_deadline(self) -> int | None:
-        return self._ctx.timers.next_deadline()
+        return self._timers.next_deadline()
 
     def partition_of(self, group_id: str) -> int:
         return self._ctx.partition_of(group_id)
 
     def _run(self, now: int, work: Request | Callable[[], None] | None) -> Effects:
-        """The frame of every entry point: a fresh journal, the work, then every timer already
+        """The frame of every entry point: fresh effects, the work, then every timer already
         due at `now`."""
         ctx = self._ctx
         ctx.fx = fx = Effects()
@@ -215,7 +215,7 @@ class GroupCoordinator:
             work()
         elif work is not None:
             self._dispatch(work)
-        while (key := ctx.timers.pop_due(now)) is not None:
+        while (key := self._timers.pop_due(now)) is not None:
             self._on_timer(key)
         return fx
 
@@ -226,7 +226,7 @@ class GroupCoordinator:
                 if offsets_partition in self._ctx.owned:
                     self._offsets.expire(offsets_partition)
             case GroupTimer(kind, group_id, member_id):
-                group = self._ctx.groups.get(group_id)
+                group = self._groups.get(group_id)
                 if group is not None:
                     self._on_group_timer(group, kind, member_id)
             case _:
@@ -297,7 +297,7 @@ class GroupCoordinator:
         self._ctx.loading.discard(offsets_partition)
         self._ctx.owned.add(offsets_partition)
         for group in groups.values():
-            self._ctx.groups[group.group_id] = group
+            self._groups[group.group_id] = group
             self._ctx.event(group, None)
             for member in group.members.values():
                 self._ctx.refresh_session(group, member)
@@ -306,14 +306,14 @@ class GroupCoordinator:
                     classic = consumer_member.classic
                     timeout = (self._ctx.config.group_consumer_session_timeout_ms
                                if classic is None else classic.session_timeout_ms)
-                    self._ctx.timers.schedule(consumer_session_timer(group.group_id, member_id),
+                    self._timers.schedule(consumer_session_timer(group.group_id, member_id),
                                               self._ctx.now + timeout)
             if len(group.members) > self._ctx.config.group_max_size:
                 self._classic.prepare_rebalance(
                     group, RebalanceCause.GROUP_MAX_SIZE,
                     f"Freshly-loaded group is over capacity ({len(group.members)} members, "
                     f"group.max.size {self._ctx.config.group_max_size})")
-        self._ctx.timers.schedule(
+        self._timers.schedule(
             offset_expiry_timer(offsets_partition),
             self._ctx.now + self._ctx.config.offsets_retention_check_interval_ms,
         )
@@ -328,7 +328,7 @@ class GroupCoordinator:
             return
         self._ctx.fail_pending_writes(offsets_partition, ErrorCode.NOT_COORDINATOR)
         self._ctx.owned.discard(offsets_partition)
-        doomed = [g for g in self._ctx.groups.values() if g.offsets_partition == offsets_partition]
+        doomed = [g for g in self._groups.values() if g.offsets_partition == offsets_partition]
         for group in doomed:
             for member in group.members.values():
                 if member.join_request is not None:
@@ -342,10 +342,10 @@ class GroupCoordinator:
                                     SyncGroupResponse(ErrorCode.NOT_COORDINATOR))
                     member.sync_request = None
             self._ctx.transition(group, GroupState.DEAD)
-            del self._ctx.groups[group.group_id]
+            del self._groups[group.group_id]
         gone = {g.group_id for g in doomed}
         expiry = offset_expiry_timer(offsets_partition)
-        self._ctx.timers.cancel_where(
+        self._timers.cancel_where(
             lambda key: key == expiry or (isinstance(key, GroupTimer) and key.group_id in gone)
         )
 
@@ -359,14 +359,14 @@ class GroupCoordinator:
     # -- inspection ---------------------------------------------------------------------------
 
     def group_view(self, group_id: str) -> GroupView | None:
-        group = self._ctx.groups.get(group_id)
+        group = self._groups.get(group_id)
         return None if group is None else view_of(group)
 
     def group_views(self) -> dict[str, GroupView]:
-        return {group_id: view_of(group) for group_id, group in self._ctx.groups.items()}
+        return {group_id: view_of(group) for group_id, group in self._groups.items()}
 
     def group_summaries(self) -> list[GroupSummary]:
         """Every live group of the owned partitions, for metrics (Dead placeholders excluded)."""
         owned = self._ctx.owned
-        return [summary_of(group, self._ctx.topic_names.get) for group in self._ctx.groups.values()
+        return [summary_of(group, self._ctx.topic_names.get) for group in self._groups.values()
                 if group.offsets_partition in owned and group.state is not GroupState.DEAD]
