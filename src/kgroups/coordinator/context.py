@@ -240,13 +240,12 @@ class ShardContext:
             self.event(group, old_state)
 
     def complete_write(self, write_id: int, error: ErrorCode | None) -> None:
-        pending = self.pending_writes.pop(write_id, None)
-        if pending is None:
+        if write_id not in self.pending_writes:
             return  # unknown, or failed already with an earlier write of its partition
         if error is None or error == ErrorCode.NONE:
-            self._write_succeeded(pending)
+            self._write_succeeded(self.pending_writes.pop(write_id))
         else:
-            self._fail_from(write_id, pending, client_error_for_write(error))
+            self._fail_from(write_id, client_error_for_write(error))
 
     def _write_succeeded(self, pending: _PendingWrite) -> None:
         if pending.target is not None:
@@ -262,17 +261,18 @@ class ShardContext:
                     del self.groups[group.group_id]
         pending.on_success()
 
-    def _fail_from(self, write_id: int, failed: _PendingWrite, error: ErrorCode) -> None:
+    def _fail_from(self, write_id: int, error: ErrorCode) -> None:
         """A write failed: so does every later write of its partition still in flight, as in
         Kafka, where a revert goes back to the snapshot of the failed write's offset (a later
         write was built on what the failed one applied; the log never holds it without the
         failed one: the shell fails the writes of a partition in order, from the first failure
         on). They are reverted newest first, each answering its requester, then this one."""
+        partition = self.pending_writes[write_id].offsets_partition
         later = sorted(i for i, p in self.pending_writes.items()
-                       if i > write_id and p.offsets_partition == failed.offsets_partition)
-        for later_id in reversed(later):
+                       if i > write_id and p.offsets_partition == partition)
+        for later_id in reversed(later):  # each still counts the ones before it as in flight
             self._revert(self.pending_writes.pop(later_id), error)
-        self._revert(failed, error)
+        self._revert(self.pending_writes.pop(write_id), error)
 
     def _revert(self, failed: _PendingWrite, error: ErrorCode) -> None:
         """Undo a failed write (module docstring of `journal`), then answer its requester."""
@@ -302,7 +302,7 @@ class ShardContext:
         first = min((i for i, p in self.pending_writes.items()
                      if p.offsets_partition == offsets_partition), default=None)
         if first is not None:
-            self._fail_from(first, self.pending_writes.pop(first), error)
+            self._fail_from(first, error)
 
     def partition_of(self, group_id: str) -> int:
         partition = self.partition_cache.get(group_id)
@@ -341,10 +341,13 @@ class ShardContext:
         if self.groups.get(group.group_id) is not group or group.offsets or group.members \
                 or group.consumer is not None or group.stored_metadata is not None:
             return  # something else made it since, and keeps it
-        if replaced is None:
-            del self.groups[group.group_id]
-        else:
+        awaited = replaced is not None and any(  # a deletion in flight that may still fail
+            undo.group is replaced for p in self.pending_writes.values() if p.journal is not None
+            for undo in p.journal.undo)
+        if replaced is not None and awaited:
             self.groups[group.group_id] = replaced
+        else:
+            del self.groups[group.group_id]
 
     def open_consumer_part(self, group: ClassicGroup, journal: Journal) -> ConsumerGroup:
         """An empty consumer part for a group becoming a consumer group; its records fill it

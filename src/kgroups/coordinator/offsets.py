@@ -169,7 +169,9 @@ class Offsets:
             if group is None:
                 existing = self._ctx.groups.get(group_id)
                 return existing if existing is not None else self._ctx.create_group(group_id)
-            return group if self._ctx.groups.get(group_id) is group else None
+            if self._ctx.groups.get(group_id) is group or group.state is GroupState.DEAD:
+                return group  # a Dead one awaits its deletion, even if replaced meanwhile
+            return None
 
         def failed(write_error: ErrorCode) -> None:
             self._commit_settled(group_id, values.keys())
