@@ -161,3 +161,24 @@ def test_a_failed_downgrade_write_gives_back_the_consumer_group() -> None:
     assert s.consumer() == consumer == s.replayed()._groups[G].consumer
     assert s.coordinator._groups[G].state is GroupState.EMPTY  # a consumer group's classic side
     assert s.coordinator.next_deadline() is not None
+
+
+def test_a_group_made_over_a_deletion_in_flight_goes_when_the_deletion_fails() -> None:
+    s = Session()
+    s.coordinator.set_topics(topics(t1=6))
+    s.commit(CG, {("t1", 0): 1})
+    s.auto_complete = False
+    s.commit(CG, {("t1", 1): 2})  # lands while the group awaits its deletion
+    s.absorb(s.coordinator.delete_groups(DeleteGroupsRequest(s.rid(), (CG,)), s.now))
+    joining = s.rid()
+    s.absorb(s.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
+        joining, CG, "a", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t1",),
+        topic_partitions=()), s.now))
+    assert s.coordinator._groups[CG].consumer is not None  # a new group, over the Dead one
+    commit, deletion, _join = s.pending
+    s.pending = [commit]
+    s.complete_writes()
+    s.absorb(s.coordinator.write_completed(deletion.write_id, E.NOT_ENOUGH_REPLICAS, s.now))
+    assert s.reply(joining).error is E.COORDINATOR_NOT_AVAILABLE
+    assert s.coordinator.group_view(CG) == persisted(s, CG)
+    assert s.fetch(CG) == {("t1", 0): 1, ("t1", 1): 2}
