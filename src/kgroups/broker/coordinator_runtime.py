@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
@@ -34,12 +35,12 @@ from kgroups.coordinator import (
     PartitionImage,
     latest_values,
 )
-from kgroups.coordinator import api as core
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator import messages as core
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
@@ -140,7 +141,7 @@ class CoordinatorRuntime:
         self._appends = appends
         self._group_commit = group_commit
         self.config = coordinator_config(config)
-        self.core = GroupCoordinator(self.config)
+        self.core = GroupCoordinator(self.config, new_uuid=uuid.uuid4)  # member ids
         self._request_ids = itertools.count(1)
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
