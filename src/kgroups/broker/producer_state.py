@@ -19,8 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import HEADER_SIZE, read_header
-from kgroups.log.partition_log import PartitionLog
+from kgroups.storage.log_seam import PartitionLogSeam
 
 NO_PRODUCER_ID = -1
 REMEMBERED_BATCHES = 5
@@ -75,11 +74,11 @@ class ProducerStateTable:
     """Per partition log, per producer id: the epoch and the last batches appended."""
 
     def __init__(self) -> None:
-        self._by_log: weakref.WeakKeyDictionary[PartitionLog, dict[int, _ProducerEntry]] = (
+        self._by_log: weakref.WeakKeyDictionary[PartitionLogSeam, dict[int, _ProducerEntry]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def check(self, log: PartitionLog, batch: BatchIdentity) -> Verdict:
+    def check(self, log: PartitionLogSeam, batch: BatchIdentity) -> Verdict:
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
         if log not in self._by_log:
@@ -100,26 +99,18 @@ class ProducerStateTable:
             return APPEND
         return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
-    def _rebuild(self, log: PartitionLog) -> None:
+    def _rebuild(self, log: PartitionLogSeam) -> None:
         """Replay the producer fields of the recent batch headers (no records are parsed)."""
         self._by_log[log] = {}
         tail_start = max(log.log_start_offset, log.log_end_offset - REBUILD_TAIL_OFFSETS)
-        for segment in log.segments():
-            if segment.next_offset <= tail_start:
+        for header in log.batch_headers(tail_start):
+            if header.producer_id == NO_PRODUCER_ID:
                 continue
-            start = segment.start_position_for(max(tail_start, segment.base_offset))
-            for position, base_offset, _last, _size in segment.batch_positions(start):
-                header = read_header(segment.pread(HEADER_SIZE, position))
-                producer_id, epoch, first_sequence = (
-                    header.producer_id, header.producer_epoch,
-                    header.base_sequence)
-                if producer_id == NO_PRODUCER_ID:
-                    continue
-                last = last_sequence(first_sequence, header.last_offset_delta)
-                self.record(log, BatchIdentity(producer_id, epoch, first_sequence, last),
-                            base_offset)
+            last = last_sequence(header.base_sequence, header.last_offset_delta)
+            self.record(log, BatchIdentity(header.producer_id, header.producer_epoch,
+                                           header.base_sequence, last), header.base_offset)
 
-    def record(self, log: PartitionLog, batch: BatchIdentity, base_offset: int) -> None:
+    def record(self, log: PartitionLogSeam, batch: BatchIdentity, base_offset: int) -> None:
         if batch.producer_id == NO_PRODUCER_ID:
             return
         producers = self._by_log.setdefault(log, {})
