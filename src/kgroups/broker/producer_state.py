@@ -16,6 +16,7 @@ import itertools
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
@@ -121,11 +122,23 @@ class ProducerStateTable:
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids that stay unique across restarts without a stored counter: the
-    sequence starts from the wall clock in milliseconds, which only moves forward between runs."""
+    """Hands out producer ids. A single node needs no stored counter: the sequence starts from
+    the wall clock in milliseconds, which only moves forward between runs. A cluster's brokers
+    draw from blocks the store hands each of them (`allocate_block`, the store's
+    allocate_producer_ids: no two brokers ever get the same id), as Kafka's brokers draw from
+    blocks of 1000 the controller hands out; an OSError (the store unreachable) leaves the
+    allocator ready to ask again."""
 
-    def __init__(self) -> None:
-        self._ids = itertools.count(int(time.time() * 1000))
+    def __init__(self, allocate_block: Callable[[], range] | None = None) -> None:
+        self._allocate_block = allocate_block
+        self._ids: Iterator[int] = (iter(()) if allocate_block is not None
+                                    else itertools.count(int(time.time() * 1000)))
 
     def next_id(self) -> int:
-        return next(self._ids)
+        found = next(self._ids, None)
+        if found is None:
+            assert self._allocate_block is not None  # the clock's count never ends
+            block = self._allocate_block()
+            self._ids = iter(block)
+            found = next(self._ids)
+        return found
