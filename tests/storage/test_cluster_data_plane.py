@@ -21,9 +21,23 @@ from tests.broker.broker_wire_helpers import nested_of, request_of
 from kgroups.broker.apis import cluster, delete_records, fetch, list_offsets, produce
 from kgroups.broker.apis.contract import RequestContext
 from kgroups.broker.broker import Broker
+from kgroups.broker.cluster.catalog_books import StoreBrokerConfigs
+from kgroups.broker.cluster.catalog_sync import catalog_changed
 from kgroups.broker.cluster.leadership import BrokerEndpoint, Leader, LeadershipView
 from kgroups.broker.config import BrokerConfig
+from kgroups.broker.dynamic_configs import CLUSTER_DEFAULT, PER_BROKER, DynamicBrokerConfigs
 from kgroups.broker.producer_state import ProducerIdAllocator
+from kgroups.broker.security.authorizer import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from kgroups.broker.security.scram import credential_from_password
+from kgroups.broker.security.state import Security
+from kgroups.broker.topic_configs import SET, ConfigChange
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, read_header, set_base_offset
@@ -34,6 +48,7 @@ pytestmark = pytest.mark.postgresql
 TOPIC = "orders"
 LEASE_MS = 60_000
 NOW_MS = int(time.time() * 1000)
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ENDPOINTS = [BrokerEndpoint(1, "127.0.0.1", 19091), BrokerEndpoint(2, "127.0.0.1", 19092, "r2")]
 
 
@@ -63,13 +78,19 @@ class Node:
 
 
 def _node(url: str, node_id: int, tmp_path: Path) -> Node:
+    """A Broker wired as a cluster broker's parts are: topics, producer ids, security and
+    dynamic settings on the store."""
     store = PostgresStore.open(url)
     view = LeadershipView(node_id)
     view.update({}, ENDPOINTS)
-    broker = Broker(BrokerConfig.build(port=0, data_dir=tmp_path / f"node-{node_id}",
-                                       overrides=[f"node.id={node_id}"]))
+    config = BrokerConfig.build(port=0, data_dir=tmp_path / f"node-{node_id}", overrides=[
+        f"node.id={node_id}", f"authorizer.class.name={STANDARD_AUTHORIZER}"])
+    broker = Broker(config)
+    broker.dynamic_configs = DynamicBrokerConfigs(StoreBrokerConfigs(store.catalog, node_id),
+                                                  config.properties)
     broker.topics = TopicCatalog.on_store(broker.logs, store, view)
     broker.producer_ids = ProducerIdAllocator(store.allocate_producer_ids)
+    broker.security = Security(config, store.catalog)
     return Node(node_id, store, view, broker)
 
 
@@ -319,3 +340,41 @@ def test_list_offsets_and_delete_records_on_the_postgresql_log(
     assert first.store.partition_state(TOPIC, 0).log_start_offset == 5
     beyond = _delete_records(first, 0, 12)
     assert int(beyond.error_code) == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_acls_scram_users_and_broker_settings_changed_on_one_broker_hold_on_the_other(
+        nodes: tuple[Node, Node]) -> None:
+    first, second = nodes
+    first.topics.create(TOPIC, 1)
+    catalog_changed(second.broker)
+    first_auth, second_auth = first.broker.security.authorizer, second.broker.security.authorizer
+    assert first_auth is not None and second_auth is not None
+    read = AclBinding(ResourceType.TOPIC, TOPIC, PatternType.LITERAL, "User:alice", "*",
+                      Operation.READ, Permission.ALLOW)
+    assert not second_auth.authorize("User:alice", "10.0.0.1", Operation.READ,
+                                     ResourceType.TOPIC, TOPIC)
+    first_auth.create([read])
+    credential = credential_from_password("SCRAM-SHA-256", "secret")
+    first.broker.security.scram.apply([("alice", "SCRAM-SHA-256", credential)], [])
+    dynamic = first.broker.dynamic_configs
+    dynamic.replace(CLUSTER_DEFAULT, dynamic.changed(
+        CLUSTER_DEFAULT, [ConfigChange("log.retention.ms", SET, "1234")]))
+    dynamic.replace(PER_BROKER, dynamic.changed(
+        PER_BROKER, [ConfigChange("log.segment.bytes", SET, "2000000")]))
+    lease = second.lead(0)
+    catalog_changed(second.broker)
+    assert second_auth.authorize("User:alice", "10.0.0.1", Operation.READ,
+                                 ResourceType.TOPIC, TOPIC)
+    assert second.broker.security.scram.get("alice", "SCRAM-SHA-256") == credential
+    assert second.broker.log_config.retention_ms == 1234  # the cluster default is shared
+    assert second.broker.log_config.segment_bytes != 2_000_000  # the first broker's own
+    log = second.topics.log(TOPIC, 0)
+    assert log is not None and log.config.retention_ms == 1234  # open logs follow
+    assert lease.epoch == second.topics.leader_epoch(TOPIC, 0)
+    # Removals travel the same way.
+    second_auth.delete([AclFilter(ResourceType.TOPIC, TOPIC, PatternType.LITERAL, None, None,
+                                  Operation.ANY, Permission.ANY)])
+    second.broker.security.scram.apply([], [("alice", "SCRAM-SHA-256")])
+    catalog_changed(first.broker)
+    assert first_auth.acls() == []
+    assert first.broker.security.scram.get("alice", "SCRAM-SHA-256") is None
