@@ -102,6 +102,12 @@ def nodes(postgres_url: str, tmp_path: Path) -> Iterator[tuple[Node, Node]]:
     second.store.close()
 
 
+def _create_on(node: Node, partitions: int, seen_by: Node) -> None:
+    """The topic, created on `node` and read by `seen_by` (as its listener would make it)."""
+    assert node.topics.create(TOPIC, partitions) == ErrorCode.NONE
+    seen_by.topics.catalog_changed()
+
+
 def _produce(node: Node, partition: int, batch: bytes, topic: str = TOPIC,
              version: int = 11) -> Any:
     request = request_of(0, version, transactional_id=None, acks=-1,
@@ -178,8 +184,7 @@ def test_a_led_partition_takes_records_at_kafkas_offsets_and_gives_them_back_byt
 def test_a_partition_led_elsewhere_answers_not_leader_with_the_leader_and_its_endpoint(
         nodes: tuple[Node, Node]) -> None:
     first, second = nodes
-    first.topics.create(TOPIC, 2)
-    second.topics.catalog_changed()
+    _create_on(first, 2, seen_by=second)
     lease = first.lead(0)
     second.view.update({(TOPIC, 0): Leader(1, lease.epoch)}, ENDPOINTS)
     response, answer = _produce(second, 0, _records(1))
@@ -207,8 +212,7 @@ def test_a_partition_led_elsewhere_answers_not_leader_with_the_leader_and_its_en
 def test_an_append_after_the_lease_was_taken_over_is_refused_and_not_in_the_log(
         nodes: tuple[Node, Node]) -> None:
     first, second = nodes
-    first.topics.create(TOPIC, 1)
-    second.topics.catalog_changed()
+    _create_on(first, 1, seen_by=second)
     first.lead(0, lease_ms=300)
     assert int(_produce(first, 0, _records(1))[1].error_code) == 0
     time.sleep(0.5)
@@ -297,8 +301,7 @@ def test_producer_ids_from_two_brokers_never_collide(nodes: tuple[Node, Node]) -
 def test_a_new_leader_recognises_a_retry_of_a_batch_the_old_one_stored(
         nodes: tuple[Node, Node]) -> None:
     first, second = nodes
-    first.topics.create(TOPIC, 1)
-    second.topics.catalog_changed()
+    _create_on(first, 1, seen_by=second)
     lease = first.lead(0)
     first.topics.leadership_lost(TOPIC, 0)
     first.store.release_lease(lease)

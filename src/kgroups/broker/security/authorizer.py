@@ -16,7 +16,6 @@ or a cluster's store (cluster/catalog_books.StoreAcls), which every broker reads
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kgroups.broker.config import BrokerConfig, ConfigError
+from kgroups.broker.security.durable_file import replace_durably
 
 ACL_FILE = "security/acls.json"
 CLUSTER_NAME = "kafka-cluster"
@@ -246,18 +246,7 @@ class AclFile:
         self._write(acls)
 
     def _write(self, acls: list[AclBinding]) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump([asdict(acl) for acl in acls], handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self._path)
-        directory = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_durably(self._path, json.dumps([asdict(acl) for acl in acls], indent=1))
 
 
 class Authorizer:

@@ -16,7 +16,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kgroups.broker.config import ConfigError
+from kgroups.broker.security.durable_file import replace_durably
 
 # Kafka's ScramMechanism: type ids on the wire and the iteration bounds it accepts.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -114,18 +114,7 @@ class CredentialFile:
             "server_key": base64.b64encode(c.server_key).decode(),
             "iterations": c.iterations} for mechanism, c in mechanisms.items()}
             for user, mechanisms in users.items()}
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self._path)
-        directory = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_durably(self._path, json.dumps(data, indent=1, sort_keys=True))
 
 
 class CredentialStore:
