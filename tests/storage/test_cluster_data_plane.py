@@ -237,6 +237,9 @@ def test_a_current_leader_epoch_older_is_fenced_and_newer_unknown(
     first.topics.create(TOPIC, 1)
     epoch = first.lead(0).epoch
     _produce(first, 0, _records(1))
+    served = first.topics.log(TOPIC, 0)
+    assert first.lead(0).epoch == epoch  # a renewal keeps the log it serves
+    assert first.topics.log(TOPIC, 0) is served
     assert int(_fetch(first, 0, 0, epoch).error_code) == 0
     assert int(_fetch(first, 0, 0, epoch - 1).error_code) == ErrorCode.FENCED_LEADER_EPOCH
     assert int(_fetch(first, 0, 0, epoch + 1).error_code) == ErrorCode.UNKNOWN_LEADER_EPOCH

@@ -36,12 +36,14 @@ class ClusterTopics:
     # ------------------------------------------------------------------ leadership
 
     def gain(self, lease: Lease) -> None:
-        """Serve the lease's partition with a log fenced by its epoch (a newer lease of a
-        partition already served replaces the old log)."""
+        """Serve the lease's partition with a log fenced by its epoch. The same epoch again (a
+        renewal) keeps the log, and with it the producers' state; a new epoch replaces it."""
         key = (lease.topic, lease.partition)
-        old = self._led.pop(key, None)
-        if old is not None:
-            old.close()
+        old = self._led.get(key)
+        if old is not None and old.lease.epoch == lease.epoch:
+            old.lease = lease
+            return
+        self.lose(*key)
         self._led[key] = PostgresPartitionLog(self.store, lease,
                                               self._config_for(lease.topic))
 
