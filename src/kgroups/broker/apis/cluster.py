@@ -250,8 +250,15 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         return build(response_cls, throttle_time=NO_THROTTLE,
                      error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                      producer_id=-1, producer_epoch=-1)
+    try:
+        producer_id = ctx.broker.producer_ids.next_id()
+    except OSError as exc:  # a cluster's store could not hand out a block: a retriable error
+        log_event(logger, logging.WARNING, "producer_id_block_unavailable", error=exc)
+        return build(response_cls, throttle_time=NO_THROTTLE,
+                     error_code=kio_error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                     producer_id=-1, producer_epoch=-1)
     return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
-                 producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
+                 producer_id=producer_id, producer_epoch=0)
 
 
 def install(registry: HandlerRegistry) -> None:
