@@ -60,13 +60,23 @@ class PostgresServer:
         data = str(directory / "data")
         server._run(_binary("initdb"), "-D", data, "-U", "postgres", "--auth=trust",
                     "--no-sync", "-E", "UTF8")
-        options = (f"-p {server.port} -c listen_addresses=127.0.0.1 "
-                   f"-c unix_socket_directories={directory} -c fsync=off")
-        server._run(_binary("pg_ctl"), "-D", data, "-o", options, "-l",
-                    str(directory / "server.log"), "-w", "-t", str(int(STARTUP_TIMEOUT_S)),
-                    "start")
-        server._wait_ready()
+        server.resume()
         return server
+
+    def resume(self) -> None:
+        """Start the server (again, after `halt`), on the same port with the same data."""
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 "
+                   f"-c unix_socket_directories={self.directory} -c fsync=off")
+        self._run(_binary("pg_ctl"), "-D", str(self.directory / "data"), "-o", options, "-l",
+                  str(self.directory / "server.log"), "-w", "-t", str(int(STARTUP_TIMEOUT_S)),
+                  "start")
+        self._wait_ready()
+
+    def halt(self) -> None:
+        """Stop the server at once, as a crash would (every session cut, committed data
+        kept), leaving its data for `resume`."""
+        self._run(_binary("pg_ctl"), "-D", str(self.directory / "data"), "-m", "immediate",
+                  "stop")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -80,7 +90,6 @@ class PostgresServer:
 
     def stop(self) -> None:
         try:
-            self._run(_binary("pg_ctl"), "-D", str(self.directory / "data"), "-m", "immediate",
-                      "stop")
+            self.halt()
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from kgroups.storage.columns import Connection, as_bytes, as_int, as_str
+from kgroups.storage.database import Database
 
 CATALOG_CHANNEL = "kgroups_catalog"
 
@@ -46,12 +47,13 @@ def bump_catalog_version(connection: Connection) -> int:
 
 
 class Catalog:
-    def __init__(self, connection: Connection) -> None:
-        self._db = connection
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def version(self) -> int:
         """The catalog's version now: a poller compares it with the one it last loaded."""
-        row = self._db.execute("SELECT version FROM catalog_version").fetchone()
+        with self._db.use() as db:
+            row = db.execute("SELECT version FROM catalog_version").fetchone()
         assert row is not None
         return as_int(row[0])
 
@@ -68,34 +70,37 @@ class Catalog:
     # ------------------------------------------------------------------ ACLs
 
     def acls(self) -> list[AclRow]:
-        rows = self._db.execute(f"SELECT {_ACL_COLUMNS} FROM acls ORDER BY {_ACL_COLUMNS}")
+        with self._db.use() as db:
+            rows = db.execute(f"SELECT {_ACL_COLUMNS} FROM acls ORDER BY {_ACL_COLUMNS}").fetchall()
         return [(as_int(rt), as_str(rn), as_int(pt), as_str(pr), as_str(h), as_int(op),
-                 as_int(pe)) for rt, rn, pt, pr, h, op, pe in rows.fetchall()]
+                 as_int(pe)) for rt, rn, pt, pr, h, op, pe in rows]
 
     def add_acls(self, bindings: Iterable[AclRow]) -> int:
         """Add the bindings (ones already there stay once); the new catalog version."""
-        with self._db.transaction():
-            self._execute_many(f"INSERT INTO acls ({_ACL_COLUMNS}) VALUES "
-                               f"(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                               list(bindings))
-            return bump_catalog_version(self._db)
+        with self._db.use() as db, db.transaction():
+            _execute_many(db, f"INSERT INTO acls ({_ACL_COLUMNS}) VALUES "
+                          f"(%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                          list(bindings))
+            return bump_catalog_version(db)
 
     def remove_acls(self, bindings: Iterable[AclRow]) -> int:
         """Remove exactly these bindings (the broker matched DeleteAcls' filters against
         `acls()`); the new catalog version."""
-        with self._db.transaction():
-            self._execute_many(f"DELETE FROM acls WHERE ({_ACL_COLUMNS}) = "
-                               f"(%s, %s, %s, %s, %s, %s, %s)", list(bindings))
-            return bump_catalog_version(self._db)
+        with self._db.use() as db, db.transaction():
+            _execute_many(db, f"DELETE FROM acls WHERE ({_ACL_COLUMNS}) = "
+                          f"(%s, %s, %s, %s, %s, %s, %s)", list(bindings))
+            return bump_catalog_version(db)
 
     # ------------------------------------------------------------------ SCRAM
 
     def scram_credentials(self) -> dict[str, dict[str, ScramRow]]:
         """user -> mechanism (SCRAM-SHA-256, SCRAM-SHA-512) -> credential."""
         out: dict[str, dict[str, ScramRow]] = {}
-        for user, mechanism, salt, stored, server, iterations in self._db.execute(
+        with self._db.use() as db:
+            rows = db.execute(
                 "SELECT username, mechanism, salt, stored_key, server_key, iterations "
-                "FROM scram_credentials ORDER BY username, mechanism"):
+                "FROM scram_credentials ORDER BY username, mechanism").fetchall()
+        for user, mechanism, salt, stored, server, iterations in rows:
             out.setdefault(as_str(user), {})[as_str(mechanism)] = (
                 as_bytes(salt), as_bytes(stored), as_bytes(server), as_int(iterations))
         return out
@@ -104,18 +109,18 @@ class Catalog:
                     deletions: Iterable[tuple[str, str]]) -> int:
         """AlterUserScramCredentials' changes in one transaction, deletions first (as the
         broker's CredentialStore.apply); the new catalog version."""
-        with self._db.transaction():
-            self._execute_many(
-                "DELETE FROM scram_credentials WHERE username = %s AND mechanism = %s",
+        with self._db.use() as db, db.transaction():
+            _execute_many(
+                db, "DELETE FROM scram_credentials WHERE username = %s AND mechanism = %s",
                 list(deletions))
-            self._execute_many(
-                "INSERT INTO scram_credentials (username, mechanism, salt, stored_key, "
+            _execute_many(
+                db, "INSERT INTO scram_credentials (username, mechanism, salt, stored_key, "
                 "server_key, iterations) VALUES (%s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (username, mechanism) DO UPDATE SET salt = excluded.salt, "
                 "stored_key = excluded.stored_key, server_key = excluded.server_key, "
                 "iterations = excluded.iterations",
                 [(user, mechanism, *credential) for user, mechanism, credential in upserts])
-            return bump_catalog_version(self._db)
+            return bump_catalog_version(db)
 
     # ------------------------------------------------------------------ dynamic broker settings
 
@@ -130,20 +135,24 @@ class Catalog:
     # `table` and `owner` are this module's constants, never a caller's text.
     def _settings(self, table: str, owner: str) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
-        for key, name, value in self._db.execute(
-                f"SELECT {owner}, name, value FROM {table} ORDER BY {owner}, name"):
+        with self._db.use() as db:
+            rows = db.execute(
+                f"SELECT {owner}, name, value FROM {table} ORDER BY {owner}, name").fetchall()
+        for key, name, value in rows:
             out.setdefault(as_str(key), {})[as_str(name)] = as_str(value)
         return out
 
     def _replace_settings(self, table: str, owner: str, key: str,
                           settings: Mapping[str, str]) -> int:
-        with self._db.transaction():
-            self._db.execute(f"DELETE FROM {table} WHERE {owner} = %s", (key,))
-            self._execute_many(f"INSERT INTO {table} ({owner}, name, value) VALUES (%s, %s, %s)",
-                               [(key, name, value) for name, value in settings.items()])
-            return bump_catalog_version(self._db)
+        with self._db.use() as db, db.transaction():
+            db.execute(f"DELETE FROM {table} WHERE {owner} = %s", (key,))
+            _execute_many(db, f"INSERT INTO {table} ({owner}, name, value) VALUES (%s, %s, %s)",
+                          [(key, name, value) for name, value in settings.items()])
+            return bump_catalog_version(db)
 
-    def _execute_many(self, statement: str, rows: Sequence[tuple[object, ...]]) -> None:
-        if rows:
-            with self._db.cursor() as cursor:
-                cursor.executemany(statement, rows)
+
+def _execute_many(connection: Connection, statement: str,
+                  rows: Sequence[tuple[object, ...]]) -> None:
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(statement, rows)

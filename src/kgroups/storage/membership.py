@@ -16,6 +16,15 @@ The lease lasts `kgroups.lease.ms`, by default broker.session.timeout.ms (9000):
 stops heartbeating drops out of the live set and its leases run out at about the same moment,
 so a partition is never unled longer than a session timeout. Renewing every heartbeat leaves
 a broker four missed heartbeats before its leases lapse.
+
+When PostgreSQL cannot be reached, `step` raises StorageUnavailableError and keeps `held` and
+`safe_until` as the last step that reached it left them: the leases surely run until
+`safe_until` (local monotonic time), and the broker must stop serving them once it passes,
+since another broker may take them from then on. The store is what keeps a broker that is
+late at that from doing harm: every append checks the lease in its own transaction, so a
+stale leader's write is refused. A partition handed back during a step that then failed is
+out of `held` at once (its release may have committed) and reported lost by the next step
+that succeeds.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ class ClusterMember:
         self.registration = registration
         self.lease_ms = lease_ms
         self.held: dict[Partition, Lease] = {}
+        # Released by a step that failed afterwards: reported lost by the next one.
+        self._handed_back: set[Partition] = set()
         # Local monotonic time until which every held lease is surely still running: each
         # renewal's database time is later than the moment its step began.
         self.safe_until = 0.0
@@ -64,7 +75,9 @@ class ClusterMember:
 
     def step(self) -> LeaseChanges:
         """Heartbeat and balance leases once (see the module's docstring). NodeIdTakenError,
-        with every lease dropped from `held`, when the registration was taken over."""
+        with every lease dropped from `held`, when the registration was taken over;
+        StorageUnavailableError, `held` and `safe_until` as they were (but for hand-backs),
+        when the store could not be reached."""
         began = time.monotonic()
         if not self._store.registry.heartbeat(self.registration):
             self.held.clear()
@@ -78,13 +91,15 @@ class ClusterMember:
             {(row.topic, row.partition): row.leader for row in rows})
         mine = {key for key, leader in preferred.items() if leader == self.node_id}
         for key in sorted(set(self.held) - mine):  # hand back to the preferred live broker
-            self._store.release_lease(self.held[key])
+            self._handed_back.add(key)
+            self._store.release_lease(self.held.pop(key))
         kept = [self.held[key] for key in sorted(mine & set(self.held))]
         renewed = self._store.renew_leases(kept, self.lease_ms)
         acquired = self._store.acquire_leases(sorted(mine - set(self.held)), self.node_id,
                                               self.lease_ms)
-        before = self.held
+        before = {*self.held, *self._handed_back}
         self.held = {(lease.topic, lease.partition): lease for lease in [*renewed, *acquired]}
+        self._handed_back.clear()
         self.safe_until = began + self.lease_ms / 1000
         return LeaseChanges(gained=acquired,
                             lost=sorted(key for key in before if key not in self.held))

@@ -12,6 +12,12 @@ default 1000): a catalog change is seen within that interval even with no notifi
 all. Appends and releases need no such fallback: a long poll ends at its max.wait.ms and
 re-reads the log anyway, and the lease step runs every heartbeat regardless.
 
+The listener's connection comes back by itself (database.py): `poll` raises
+StorageUnavailableError while PostgreSQL is away, and the first `poll` on a new connection
+LISTENs again and reports the catalog version and released leases at once, as if both had
+changed, since anything may have happened while nobody listened: the broker re-reads its
+catalog and runs its lease step.
+
 Blocking (psycopg's notifies generator): the broker runs `poll` on a thread of its own and
 hands the changes to its event loop.
 """
@@ -25,7 +31,8 @@ import psycopg
 
 from kgroups.storage.catalog import CATALOG_CHANNEL, Catalog
 from kgroups.storage.columns import Connection
-from kgroups.storage.postgresql import APPEND_CHANNEL, CONNECT_TIMEOUT_S, LEASE_CHANNEL
+from kgroups.storage.database import Database
+from kgroups.storage.postgresql import APPEND_CHANNEL, LEASE_CHANNEL
 
 CATALOG_POLL_INTERVAL_MS = 1000  # kgroups.catalog.poll.interval.ms
 
@@ -40,35 +47,46 @@ class Changes:
     leases_released: bool = False
 
 
+def _listen(connection: Connection) -> None:
+    for channel in (CATALOG_CHANNEL, APPEND_CHANNEL, LEASE_CHANNEL):
+        connection.execute(f"LISTEN {channel}")
+
+
 class ChangeListener:
-    def __init__(self, connection: Connection, catalog_version: int,
+    def __init__(self, database: Database,
                  poll_interval_ms: int = CATALOG_POLL_INTERVAL_MS) -> None:
-        self._db = connection
-        self._catalog = Catalog(connection)
-        self._known = catalog_version
+        """Starts from the catalog's version now (StorageUnavailableError if unreachable)."""
+        self._db = database
+        self._catalog = Catalog(database)
+        self._known = self._catalog.version()
+        self._connection_seen = database.connections_opened
         self._poll_interval_s = poll_interval_ms / 1000
         self._last_check = time.monotonic()
 
     @classmethod
     def open(cls, url: str, poll_interval_ms: int = CATALOG_POLL_INTERVAL_MS
              ) -> ChangeListener:
-        """Listen on a new connection of its own, starting from the catalog's version now."""
-        connection = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        connection.execute(f"LISTEN {CATALOG_CHANNEL}")
-        connection.execute(f"LISTEN {APPEND_CHANNEL}")
-        connection.execute(f"LISTEN {LEASE_CHANNEL}")
-        return cls(connection, Catalog(connection).version(), poll_interval_ms)
+        """Listen on a connection of its own."""
+        return cls(Database(url, on_connect=_listen), poll_interval_ms)
 
     def poll(self, timeout_s: float) -> Changes:
         """Wait up to `timeout_s` (at most the poll interval) for changes, returning early at
         the first notification; the catalog counter is read when the interval ran out without
-        one, so a lost notification delays a change by one interval at most."""
+        one, so a lost notification delays a change by one interval at most. On a new
+        connection (the last one was lost) everything counts as changed, at once."""
         changes = Changes()
         wait = max(0.0, min(timeout_s, self._poll_interval_s))
-        for notice in self._db.notifies(timeout=wait, stop_after=1):
-            self._note(notice, changes)
-        for notice in self._db.notifies(timeout=0):  # whatever else already arrived
-            self._note(notice, changes)
+        with self._db.use() as connection:
+            if self._db.connections_opened != self._connection_seen:
+                self._connection_seen = self._db.connections_opened
+                changes.catalog_version = self._known = self._catalog.version()
+                changes.leases_released = True
+                self._last_check = time.monotonic()
+                return changes
+            for notice in connection.notifies(timeout=wait, stop_after=1):
+                self._note(notice, changes)
+            for notice in connection.notifies(timeout=0):  # whatever else already arrived
+                self._note(notice, changes)
         now = time.monotonic()
         if changes.catalog_version is None and now - self._last_check >= self._poll_interval_s:
             version = self._catalog.version()

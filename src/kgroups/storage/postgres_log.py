@@ -7,6 +7,14 @@ object. An append is durable when it returns (PostgreSQL committed it, and Postg
 replication is the partition's), so the high watermark is the log end and `flush` has nothing
 left to do. The offsets are kept here and moved by this object's own writes: only the lease
 holder writes the partition, so they cannot change under it.
+
+Except by a write whose outcome this object does not know: when the connection broke during a
+commit, the store raised StorageUnavailableError but the batch may be stored. Such an append
+is never reported as written; the next call re-reads the offsets first, and when the batch did
+commit and came from an idempotent producer, its retry (same producer id, epoch and
+sequences) is answered with the offsets it was stored at instead of being written again, as a
+retry is after a lost acknowledgement. A plain producer's retry is written twice, as on Kafka
+when an acknowledgement is lost.
 """
 
 from __future__ import annotations
@@ -16,7 +24,19 @@ from collections.abc import Iterator
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import OffsetOutOfRangeError
+from kgroups.storage.database import StorageUnavailableError
 from kgroups.storage.postgresql import Lease, PostgresStore
+
+NO_PRODUCER_ID = -1
+# (producer id, producer epoch, base sequence, last offset delta): what makes a retry a retry.
+_Identity = tuple[int, int, int, int]
+# In-doubt batches found stored, kept for their retries: one per connection lost in a commit.
+_REMEMBERED_IN_DOUBT = 8
+
+
+def _identity(header: BatchHeader) -> _Identity:
+    return (header.producer_id, header.producer_epoch, header.base_sequence,
+            header.last_offset_delta)
 
 
 class PostgresPartitionLog:
@@ -28,6 +48,12 @@ class PostgresPartitionLog:
         state = store.partition_state(lease.topic, lease.partition)
         self._start = state.log_start_offset
         self._end = state.next_offset
+        # A write failed with StorageUnavailableError: the offsets may have moved.
+        self._stale = False
+        # The idempotent batch whose append failed so, while not known whether it is stored.
+        self._in_doubt: _Identity | None = None
+        # Such batches found stored: identity -> (base offset, last offset).
+        self._stored_in_doubt: dict[_Identity, tuple[int, int]] = {}
 
     @property
     def log_start_offset(self) -> int:
@@ -46,12 +72,43 @@ class PostgresPartitionLog:
         """Nothing is ever pending: PostgreSQL committed every append already."""
 
     def append_batch(self, batch: bytes) -> tuple[int, int]:
-        """FencedError (nothing written) once the lease is lost."""
-        base, last = self._store.append(self.lease, batch)
+        """FencedError (nothing written) once the lease is lost; StorageUnavailableError when
+        the store is unreachable (the batch may be stored: see the module's docstring)."""
+        self._settle()
+        header = read_header(batch)
+        if header.producer_id != NO_PRODUCER_ID:
+            stored = self._stored_in_doubt.pop(_identity(header), None)
+            if stored is not None:
+                return stored
+        try:
+            base, last = self._store.append(self.lease, batch)
+        except StorageUnavailableError:
+            self._stale = True
+            if header.producer_id != NO_PRODUCER_ID:
+                self._in_doubt = _identity(header)
+            raise
         self._end = last + 1
         return base, last
 
+    def _settle(self) -> None:
+        """After a write that may or may not have committed: the offsets as stored, and the
+        in-doubt batch, if it is the one now at the old log end, kept for its retry."""
+        if not self._stale:
+            return
+        state = self._store.partition_state(self.lease.topic, self.lease.partition)
+        if self._in_doubt is not None and state.next_offset > self._end:
+            first = self._store.read(self.lease.topic, self.lease.partition, self._end, 1)
+            header = read_header(first) if first else None
+            if header is not None and _identity(header) == self._in_doubt:
+                if len(self._stored_in_doubt) >= _REMEMBERED_IN_DOUBT:
+                    del self._stored_in_doubt[next(iter(self._stored_in_doubt))]
+                self._stored_in_doubt[self._in_doubt] = (
+                    header.base_offset, header.base_offset + header.last_offset_delta)
+        self._start, self._end = state.log_start_offset, state.next_offset
+        self._stale, self._in_doubt = False, None
+
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+        self._settle()
         if offset < self._start or offset > self._end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self._start}, {self._end}]")
@@ -96,12 +153,17 @@ class PostgresPartitionLog:
                              batch.base_offset)
 
     def advance_log_start(self, offset: int) -> bool:
+        self._settle()
         if offset > self._end:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is beyond the log end offset {self._end}")
         if offset <= self._start:
             return False
-        self._store.set_log_start_offset(self.lease, offset)
+        try:
+            self._store.set_log_start_offset(self.lease, offset)
+        except StorageUnavailableError:
+            self._stale = True
+            raise
         self._start = offset
         return True
 

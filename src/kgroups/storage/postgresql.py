@@ -19,17 +19,19 @@ import struct
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
-
-import psycopg
 
 from kgroups.log.batch import check_batch, set_base_offset
 from kgroups.storage.catalog import Catalog, bump_catalog_version
 from kgroups.storage.columns import NOW_MS, Connection, as_bytes, as_int, as_str, as_uuid
+
+# StorageUnavailableError and redacted are imported from here by the CLIs, the pipeline and
+# the broker, as before they moved to database.py.
+from kgroups.storage.database import Database
+from kgroups.storage.database import StorageUnavailableError as StorageUnavailableError
+from kgroups.storage.database import redacted as redacted
 from kgroups.storage.registry import BROKER_SESSION_TIMEOUT_MS, BrokerRegistry
 from kgroups.storage.schema import ensure_schema
 
-CONNECT_TIMEOUT_S = 5
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's
 # Each committed append announces "<partition>:<next offset>:<topic>" here (Kafka's topic names
 # hold no colon), so a Fetch long poll on any broker wakes when its partition grows.
@@ -38,10 +40,6 @@ APPEND_CHANNEL = "kgroups_append"
 LEASE_CHANNEL = "kgroups_leases"
 _PARTITION_LEADER_EPOCH = struct.Struct(">i")
 _PARTITION_LEADER_EPOCH_AT = 12
-
-
-class StorageUnavailableError(OSError):
-    """The store cannot be reached or refused the connection."""
 
 
 class FencedError(RuntimeError):
@@ -88,38 +86,25 @@ def is_store_url(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
-def redacted(url: str) -> str:
-    """The URL without its password (after the user name, or a `password=` option), for
-    messages and logs; taken apart as text, so that a malformed URL is shown too."""
-    parts = urlsplit(url)
-    user, at, host = parts.netloc.rpartition("@")
-    netloc = f"{user.split(':', 1)[0]}:***@{host}" if at and ":" in user else parts.netloc
-    query = "&".join(
-        f"{pair.split('=', 1)[0]}=***" if pair.split("=", 1)[0].lower() == "password" else pair
-        for pair in parts.query.split("&")) if parts.query else ""
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
 class PostgresStore:
-    def __init__(self, connection: Connection,
+    """Every call is one short transaction on the store's connection (database.py: a lost
+    connection is StorageUnavailableError, and the next call connects again)."""
+
+    def __init__(self, database: Database,
                  session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS) -> None:
-        self._db = connection
-        self.registry = BrokerRegistry(connection, session_timeout_ms)
-        self.catalog = Catalog(connection)
+        self._db = database
+        self.registry = BrokerRegistry(database, session_timeout_ms)
+        self.catalog = Catalog(database)
 
     @classmethod
     def open(cls, url: str, session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS
              ) -> PostgresStore:
         """Connect and create the schema if the database has none; StorageUnavailableError
         naming the server (never its password) when that fails."""
-        try:
-            connection = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        except (psycopg.Error, ValueError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageUnavailableError(
-                f"PostgreSQL at {redacted(url)} is unreachable: {reason}") from exc
-        ensure_schema(connection)
-        return cls(connection, session_timeout_ms)
+        database = Database(url)
+        with database.use() as connection:
+            ensure_schema(connection)
+        return cls(database, session_timeout_ms)
 
     def close(self) -> None:
         self._db.close()
@@ -131,88 +116,92 @@ class PostgresStore:
         """Create the topic, its partitions and its own settings in one transaction, so that
         no broker sees it without them; False (nothing written) if a topic of that name
         exists (another broker created it first)."""
-        with self._db.transaction():
-            created = self._db.execute(
+        with self._db.use() as db, db.transaction():
+            created = db.execute(
                 "INSERT INTO topics (name, topic_id, partitions) VALUES (%s, %s, %s) "
                 "ON CONFLICT (name) DO NOTHING", (name, topic_id, partitions)).rowcount
             if not created:
                 return False
-            with self._db.cursor() as cursor:
+            with db.cursor() as cursor:
                 cursor.executemany("INSERT INTO partitions (topic, partition) VALUES (%s, %s)",
                                    [(name, index) for index in range(partitions)])
                 if configs:
                     cursor.executemany(
                         "INSERT INTO topic_configs (topic, name, value) VALUES (%s, %s, %s)",
                         [(name, key, value) for key, value in configs.items()])
-            bump_catalog_version(self._db)
+            bump_catalog_version(db)
         return True
 
     def add_partitions(self, name: str, total: int) -> bool:
         """Grow the topic to `total` partitions (new ones empty and unled); False if it is not
         there or already has as many."""
-        with self._db.transaction():
-            row = self._db.execute(
+        with self._db.use() as db, db.transaction():
+            row = db.execute(
                 "SELECT partitions FROM topics WHERE name = %s FOR UPDATE", (name,)).fetchone()
             if row is None or as_int(row[0]) >= total:
                 return False
             current = as_int(row[0])
-            self._db.execute("UPDATE topics SET partitions = %s WHERE name = %s", (total, name))
-            with self._db.cursor() as cursor:
+            db.execute("UPDATE topics SET partitions = %s WHERE name = %s", (total, name))
+            with db.cursor() as cursor:
                 cursor.executemany("INSERT INTO partitions (topic, partition) VALUES (%s, %s)",
                                    [(name, index) for index in range(current, total)])
-            bump_catalog_version(self._db)
+            bump_catalog_version(db)
         return True
 
     def delete_topic(self, name: str) -> bool:
         """Drop the topic with its partitions, records and settings; False if it was not
         there."""
-        with self._db.transaction():
-            deleted = self._db.execute("DELETE FROM topics WHERE name = %s", (name,)).rowcount
+        with self._db.use() as db, db.transaction():
+            deleted = db.execute("DELETE FROM topics WHERE name = %s", (name,)).rowcount
             if deleted:
-                bump_catalog_version(self._db)
+                bump_catalog_version(db)
         return deleted == 1
 
     def topics(self) -> dict[str, tuple[uuid.UUID, int]]:
-        rows = self._db.execute("SELECT name, topic_id, partitions FROM topics ORDER BY name")
-        return {str(name): (as_uuid(topic_id), as_int(count))
-                for name, topic_id, count in rows.fetchall()}
+        with self._db.use() as db:
+            rows = db.execute("SELECT name, topic_id, partitions FROM topics ORDER BY name")
+            return {str(name): (as_uuid(topic_id), as_int(count))
+                    for name, topic_id, count in rows.fetchall()}
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
-        row = self._db.execute(
-            "SELECT leader, leader_epoch, log_start_offset, next_offset FROM partitions "
-            "WHERE topic = %s AND partition = %s", (topic, partition)).fetchone()
-        if row is None:
-            raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
-        return PartitionState(*(as_int(value) for value in row))
+        with self._db.use() as db:
+            row = db.execute(
+                "SELECT leader, leader_epoch, log_start_offset, next_offset FROM partitions "
+                "WHERE topic = %s AND partition = %s", (topic, partition)).fetchone()
+            if row is None:
+                raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
+            return PartitionState(*(as_int(value) for value in row))
 
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
         """A block of producer ids no other broker gets (as Kafka's controller hands brokers
         blocks of 1000): InitProducerId draws from it and asks again when it runs out."""
-        row = self._db.execute(
-            "UPDATE producer_ids SET next_id = next_id + %s RETURNING next_id",
-            (count,)).fetchone()
-        assert row is not None  # the schema inserts the only row
-        end = as_int(row[0])
-        return range(end - count, end)
+        with self._db.use() as db:
+            row = db.execute(
+                "UPDATE producer_ids SET next_id = next_id + %s RETURNING next_id",
+                (count,)).fetchone()
+            assert row is not None  # the schema inserts the only row
+            end = as_int(row[0])
+            return range(end - count, end)
 
     # ------------------------------------------------------------------------ leases
 
     def take_lease(self, topic: str, partition: int, node: int, lease_ms: int) -> Lease | None:
         """Lead the partition for `lease_ms` from now if it is free, expired or already ours
         (a renewal); a new leader gets the next epoch. None while another node holds it."""
-        row = self._db.execute(
-            f"UPDATE partitions SET leader_epoch = CASE WHEN leader = %(node)s "
-            f"THEN leader_epoch ELSE leader_epoch + 1 END, leader = %(node)s, "
-            f"lease_until_ms = {NOW_MS} + %(lease)s "
-            f"WHERE topic = %(topic)s AND partition = %(partition)s "
-            f"AND (leader = %(node)s OR lease_until_ms <= {NOW_MS}) "
-            f"RETURNING leader_epoch, lease_until_ms",
-            {"node": node, "lease": lease_ms, "topic": topic, "partition": partition},
-        ).fetchone()
-        if row is None:
-            self.partition_state(topic, partition)  # UnknownPartitionError if it is not there
-            return None
-        return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
+        with self._db.use() as db:
+            row = db.execute(
+                f"UPDATE partitions SET leader_epoch = CASE WHEN leader = %(node)s "
+                f"THEN leader_epoch ELSE leader_epoch + 1 END, leader = %(node)s, "
+                f"lease_until_ms = {NOW_MS} + %(lease)s "
+                f"WHERE topic = %(topic)s AND partition = %(partition)s "
+                f"AND (leader = %(node)s OR lease_until_ms <= {NOW_MS}) "
+                f"RETURNING leader_epoch, lease_until_ms",
+                {"node": node, "lease": lease_ms, "topic": topic, "partition": partition},
+            ).fetchone()
+            if row is None:
+                self.partition_state(topic, partition)  # UnknownPartitionError if it is not there
+                return None
+            return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
 
     def release_lease(self, lease: Lease) -> bool:
         """Give the partition up at once (a hand-back, a controlled shutdown); False if no
@@ -225,46 +214,49 @@ class PostgresStore:
     def leadership(self) -> list[Leadership]:
         """Every partition's leader and epoch, and whether its lease is running (the database's
         clock): what placement, Metadata and FindCoordinator answer from."""
-        rows = self._db.execute(
-            f"SELECT topic, partition, leader, leader_epoch, lease_until_ms > {NOW_MS} "
-            f"FROM partitions ORDER BY topic, partition").fetchall()
-        return [Leadership(as_str(topic), as_int(partition), as_int(leader), as_int(epoch),
-                           bool(current))
-                for topic, partition, leader, epoch, current in rows]
+        with self._db.use() as db:
+            rows = db.execute(
+                f"SELECT topic, partition, leader, leader_epoch, lease_until_ms > {NOW_MS} "
+                f"FROM partitions ORDER BY topic, partition").fetchall()
+            return [Leadership(as_str(topic), as_int(partition), as_int(leader), as_int(epoch),
+                               bool(current))
+                    for topic, partition, leader, epoch, current in rows]
 
     def acquire_leases(self, partitions: Sequence[tuple[str, int]], node: int, lease_ms: int
                        ) -> list[Lease]:
         """Lead those of `partitions` whose lease is free or expired, each at the next epoch,
         even where `node` led it before: a broker that did not hold the lease in memory (a
         restart, a pause) must not share an epoch with what it wrote earlier. One statement."""
-        rows = self._db.execute(
-            f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
-            f"lease_until_ms = {NOW_MS} + %(lease)s "
-            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
-            f"WHERE p.topic = w.topic AND p.partition = w.partition "
-            f"AND p.lease_until_ms <= {NOW_MS} "
-            f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
-            {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
-             "indexes": [i for _, i in partitions]}).fetchall()
-        return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
-                for topic, index, epoch, until in rows]
+        with self._db.use() as db:
+            rows = db.execute(
+                f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
+                f"lease_until_ms = {NOW_MS} + %(lease)s "
+                f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
+                f"WHERE p.topic = w.topic AND p.partition = w.partition "
+                f"AND p.lease_until_ms <= {NOW_MS} "
+                f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
+                {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
+                 "indexes": [i for _, i in partitions]}).fetchall()
+            return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
+                    for topic, index, epoch, until in rows]
 
     def renew_leases(self, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
         """Extend those of `leases` still held at their epoch (lapsed ones too, while nobody
         took them over); the others are lost. One statement."""
-        rows = self._db.execute(
-            f"UPDATE partitions p SET lease_until_ms = {NOW_MS} + %(lease)s "
-            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[], %(leaders)s::integer[], "
-            f"%(epochs)s::integer[]) AS w (topic, partition, leader, epoch) "
-            f"WHERE p.topic = w.topic AND p.partition = w.partition AND p.leader = w.leader "
-            f"AND p.leader_epoch = w.epoch "
-            f"RETURNING p.topic, p.partition, p.leader, p.leader_epoch, p.lease_until_ms",
-            {"lease": lease_ms, "topics": [lease.topic for lease in leases],
-             "indexes": [lease.partition for lease in leases],
-             "leaders": [lease.leader for lease in leases],
-             "epochs": [lease.epoch for lease in leases]}).fetchall()
-        return [Lease(as_str(topic), as_int(index), as_int(leader), as_int(epoch),
-                      as_int(until)) for topic, index, leader, epoch, until in rows]
+        with self._db.use() as db:
+            rows = db.execute(
+                f"UPDATE partitions p SET lease_until_ms = {NOW_MS} + %(lease)s "
+                f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[], %(leaders)s::integer[], "
+                f"%(epochs)s::integer[]) AS w (topic, partition, leader, epoch) "
+                f"WHERE p.topic = w.topic AND p.partition = w.partition AND p.leader = w.leader "
+                f"AND p.leader_epoch = w.epoch "
+                f"RETURNING p.topic, p.partition, p.leader, p.leader_epoch, p.lease_until_ms",
+                {"lease": lease_ms, "topics": [lease.topic for lease in leases],
+                 "indexes": [lease.partition for lease in leases],
+                 "leaders": [lease.leader for lease in leases],
+                 "epochs": [lease.epoch for lease in leases]}).fetchall()
+            return [Lease(as_str(topic), as_int(index), as_int(leader), as_int(epoch),
+                          as_int(until)) for topic, index, leader, epoch, until in rows]
 
     def release_leases(self, node: int) -> int:
         """End every lease `node` holds at once (a controlled shutdown); how many."""
@@ -275,10 +267,10 @@ class PostgresStore:
         """Run a releasing UPDATE and, when it released anything, announce it on
         LEASE_CHANNEL at commit, so the brokers waiting for those partitions step at once
         instead of at their next heartbeat."""
-        with self._db.transaction():
-            released = self._db.execute(statement, params).rowcount
+        with self._db.use() as db, db.transaction():
+            released = db.execute(statement, params).rowcount
             if released:
-                self._db.execute("SELECT pg_notify(%s, '')", (LEASE_CHANNEL,))
+                db.execute("SELECT pg_notify(%s, '')", (LEASE_CHANNEL,))
         return released
 
     # ------------------------------------------------------------------------ records
@@ -288,12 +280,15 @@ class PostgresStore:
         """Append one RecordBatch v2 as `lease`'s holder: at the next offset, stamped with the
         leader epoch (Kafka's partitionLeaderEpoch, outside the CRC); or, with `base_offset`
         (moving a log between stores), byte for byte at its own offsets, which must not be
-        below the next. FencedError, writing nothing, unless the lease is still current."""
+        below the next. FencedError, writing nothing, unless the lease is still current.
+        StorageUnavailableError when the connection was lost: if it broke during the commit,
+        the batch may be stored all the same (the caller must not count it as written, nor
+        as not written: PostgresPartitionLog finds out on its next call)."""
         header, end = check_batch(batch, 0)
         if end != len(batch):
             raise ValueError(f"expected exactly one batch, found {len(batch) - end} more bytes")
-        with self._db.transaction():
-            state = self._locked(lease)
+        with self._db.use() as db, db.transaction():
+            state = self._locked(db, lease)
             if base_offset is None:
                 base = state.next_offset
                 data = set_base_offset(batch, base)
@@ -307,35 +302,36 @@ class PostgresStore:
             else:
                 base, data = base_offset, set_base_offset(batch, base_offset)
             last = base + header.last_offset_delta
-            self._db.execute(
+            db.execute(
                 "INSERT INTO batches (topic, partition, base_offset, last_offset, data) "
                 "VALUES (%s, %s, %s, %s, %s)", (lease.topic, lease.partition, base, last, data))
-            self._db.execute(
+            db.execute(
                 "UPDATE partitions SET next_offset = %s WHERE topic = %s AND partition = %s",
                 (last + 1, lease.topic, lease.partition))
-            self._db.execute("SELECT pg_notify(%s, %s)",
-                             (APPEND_CHANNEL, f"{lease.partition}:{last + 1}:{lease.topic}"))
+            db.execute("SELECT pg_notify(%s, %s)",
+                       (APPEND_CHANNEL, f"{lease.partition}:{last + 1}:{lease.topic}"))
         return base, last
 
     def set_log_start_offset(self, lease: Lease, offset: int) -> None:
         """Move the log start offset forward (never back) as `lease`'s holder; batches wholly
         below it are deleted, and the next offset is at least it (an empty log starts there)."""
-        with self._db.transaction():
-            state = self._locked(lease)
+        with self._db.use() as db, db.transaction():
+            state = self._locked(db, lease)
             if offset <= state.log_start_offset:
                 return
-            self._db.execute(
+            db.execute(
                 "UPDATE partitions SET log_start_offset = %s, next_offset = greatest(next_offset,"
                 " %s) WHERE topic = %s AND partition = %s",
                 (offset, offset, lease.topic, lease.partition))
-            self._db.execute(
+            db.execute(
                 "DELETE FROM batches WHERE topic = %s AND partition = %s AND last_offset < %s",
                 (lease.topic, lease.partition, offset))
 
-    def _locked(self, lease: Lease) -> PartitionState:
+    @staticmethod
+    def _locked(db: Connection, lease: Lease) -> PartitionState:
         """The partition's row, locked until the transaction ends; FencedError unless `lease`
         is its current, unexpired lease."""
-        row = self._db.execute(
+        row = db.execute(
             f"SELECT leader, leader_epoch, log_start_offset, next_offset, "
             f"lease_until_ms > {NOW_MS} FROM partitions WHERE topic = %s AND partition = %s "
             f"FOR UPDATE", (lease.topic, lease.partition)).fetchone()
@@ -365,7 +361,8 @@ class PostgresStore:
     def batches_from(self, topic: str, partition: int, offset: int) -> Iterator[bytes]:
         """Each batch whose last offset is at or past `offset`, in offset order, streamed
         through a server-side cursor (its transaction ends when the iteration does)."""
-        with self._db.transaction(), self._db.cursor(name=f"read_{uuid.uuid4().hex}") as cursor:
+        with (self._db.use() as db, db.transaction(),
+              db.cursor(name=f"read_{uuid.uuid4().hex}") as cursor):
             cursor.itersize = 256
             cursor.execute(
                 "SELECT data FROM batches WHERE topic = %s AND partition = %s "
