@@ -17,10 +17,15 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.stop()
 
 
+def new_database(server: PostgresServer) -> str:
+    """The URL of a new, empty database on `server`."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server.url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return server.url.rsplit("/", 1)[0] + f"/{name}"
+
+
 @pytest.fixture
 def postgres_url(postgres_server: PostgresServer) -> str:
     """The URL of a new, empty database."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_server.url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    return postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
+    return new_database(postgres_server)

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import psycopg
 import pytest
+from tests.storage.conftest import new_database
 from tests.storage.postgres_server import PostgresServer
 
 from kgroups.log.batch import build_batch, read_header
@@ -37,19 +38,21 @@ T = TypeVar("T")
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[PostgresServer]:
+    """A server of this module's own: the others must not see it stop."""
     own = PostgresServer.start()
-    yield own
-    own.stop()
+    try:
+        yield own
+    finally:
+        if not _listening(own):  # a test failed during an outage: stop needs it running
+            own.resume()
+        own.stop()
 
 
 @pytest.fixture
-def url(server: PostgresServer) -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server.url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    yield server.url.rsplit("/", 1)[0] + f"/{name}"
-    if not _listening(server):  # a test that failed during an outage
+def url(server: PostgresServer) -> str:
+    if not _listening(server):  # an earlier test failed during an outage
         server.resume()
+    return new_database(server)
 
 
 def _listening(server: PostgresServer) -> bool:

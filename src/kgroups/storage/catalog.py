@@ -52,8 +52,7 @@ class Catalog:
 
     def version(self) -> int:
         """The catalog's version now: a poller compares it with the one it last loaded."""
-        with self._db.use() as db:
-            row = db.execute("SELECT version FROM catalog_version").fetchone()
+        row = self._db.execute("SELECT version FROM catalog_version").fetchone()
         assert row is not None
         return as_int(row[0])
 
@@ -70,10 +69,9 @@ class Catalog:
     # ------------------------------------------------------------------ ACLs
 
     def acls(self) -> list[AclRow]:
-        with self._db.use() as db:
-            rows = db.execute(f"SELECT {_ACL_COLUMNS} FROM acls ORDER BY {_ACL_COLUMNS}").fetchall()
+        rows = self._db.execute(f"SELECT {_ACL_COLUMNS} FROM acls ORDER BY {_ACL_COLUMNS}")
         return [(as_int(rt), as_str(rn), as_int(pt), as_str(pr), as_str(h), as_int(op),
-                 as_int(pe)) for rt, rn, pt, pr, h, op, pe in rows]
+                 as_int(pe)) for rt, rn, pt, pr, h, op, pe in rows.fetchall()]
 
     def add_acls(self, bindings: Iterable[AclRow]) -> int:
         """Add the bindings (ones already there stay once); the new catalog version."""
@@ -96,11 +94,9 @@ class Catalog:
     def scram_credentials(self) -> dict[str, dict[str, ScramRow]]:
         """user -> mechanism (SCRAM-SHA-256, SCRAM-SHA-512) -> credential."""
         out: dict[str, dict[str, ScramRow]] = {}
-        with self._db.use() as db:
-            rows = db.execute(
+        for user, mechanism, salt, stored, server, iterations in self._db.execute(
                 "SELECT username, mechanism, salt, stored_key, server_key, iterations "
-                "FROM scram_credentials ORDER BY username, mechanism").fetchall()
-        for user, mechanism, salt, stored, server, iterations in rows:
+                "FROM scram_credentials ORDER BY username, mechanism"):
             out.setdefault(as_str(user), {})[as_str(mechanism)] = (
                 as_bytes(salt), as_bytes(stored), as_bytes(server), as_int(iterations))
         return out
@@ -135,10 +131,8 @@ class Catalog:
     # `table` and `owner` are this module's constants, never a caller's text.
     def _settings(self, table: str, owner: str) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
-        with self._db.use() as db:
-            rows = db.execute(
-                f"SELECT {owner}, name, value FROM {table} ORDER BY {owner}, name").fetchall()
-        for key, name, value in rows:
+        for key, name, value in self._db.execute(
+                f"SELECT {owner}, name, value FROM {table} ORDER BY {owner}, name"):
             out.setdefault(as_str(key), {})[as_str(name)] = as_str(value)
         return out
 

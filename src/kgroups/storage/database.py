@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+from psycopg.abc import Params
 
 from kgroups.storage.columns import Connection
 
@@ -84,6 +85,12 @@ class Database:
             raise StorageUnavailableError(
                 f"lost the connection to PostgreSQL at {redacted(self.url)}: "
                 f"{_first_line(exc)}") from exc
+
+    def execute(self, statement: str, params: Params | None = None
+                ) -> psycopg.Cursor[tuple[object, ...]]:
+        """One statement on its own (autocommit); its rows are read before it returns."""
+        with self.use() as connection:
+            return connection.execute(statement, params)
 
     def _live(self) -> Connection:
         if self._connection is not None and not self._connection.closed:

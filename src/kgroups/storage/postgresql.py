@@ -158,50 +158,46 @@ class PostgresStore:
         return deleted == 1
 
     def topics(self) -> dict[str, tuple[uuid.UUID, int]]:
-        with self._db.use() as db:
-            rows = db.execute("SELECT name, topic_id, partitions FROM topics ORDER BY name")
-            return {str(name): (as_uuid(topic_id), as_int(count))
-                    for name, topic_id, count in rows.fetchall()}
+        rows = self._db.execute("SELECT name, topic_id, partitions FROM topics ORDER BY name")
+        return {str(name): (as_uuid(topic_id), as_int(count))
+                for name, topic_id, count in rows.fetchall()}
 
     def partition_state(self, topic: str, partition: int) -> PartitionState:
-        with self._db.use() as db:
-            row = db.execute(
-                "SELECT leader, leader_epoch, log_start_offset, next_offset FROM partitions "
-                "WHERE topic = %s AND partition = %s", (topic, partition)).fetchone()
-            if row is None:
-                raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
-            return PartitionState(*(as_int(value) for value in row))
+        row = self._db.execute(
+            "SELECT leader, leader_epoch, log_start_offset, next_offset FROM partitions "
+            "WHERE topic = %s AND partition = %s", (topic, partition)).fetchone()
+        if row is None:
+            raise UnknownPartitionError(f"{topic}-{partition} is not in the store")
+        return PartitionState(*(as_int(value) for value in row))
 
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
         """A block of producer ids no other broker gets (as Kafka's controller hands brokers
         blocks of 1000): InitProducerId draws from it and asks again when it runs out."""
-        with self._db.use() as db:
-            row = db.execute(
-                "UPDATE producer_ids SET next_id = next_id + %s RETURNING next_id",
-                (count,)).fetchone()
-            assert row is not None  # the schema inserts the only row
-            end = as_int(row[0])
-            return range(end - count, end)
+        row = self._db.execute(
+            "UPDATE producer_ids SET next_id = next_id + %s RETURNING next_id",
+            (count,)).fetchone()
+        assert row is not None  # the schema inserts the only row
+        end = as_int(row[0])
+        return range(end - count, end)
 
     # ------------------------------------------------------------------------ leases
 
     def take_lease(self, topic: str, partition: int, node: int, lease_ms: int) -> Lease | None:
         """Lead the partition for `lease_ms` from now if it is free, expired or already ours
         (a renewal); a new leader gets the next epoch. None while another node holds it."""
-        with self._db.use() as db:
-            row = db.execute(
-                f"UPDATE partitions SET leader_epoch = CASE WHEN leader = %(node)s "
-                f"THEN leader_epoch ELSE leader_epoch + 1 END, leader = %(node)s, "
-                f"lease_until_ms = {NOW_MS} + %(lease)s "
-                f"WHERE topic = %(topic)s AND partition = %(partition)s "
-                f"AND (leader = %(node)s OR lease_until_ms <= {NOW_MS}) "
-                f"RETURNING leader_epoch, lease_until_ms",
-                {"node": node, "lease": lease_ms, "topic": topic, "partition": partition},
-            ).fetchone()
-            if row is None:
-                self.partition_state(topic, partition)  # UnknownPartitionError if it is not there
-                return None
-            return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
+        row = self._db.execute(
+            f"UPDATE partitions SET leader_epoch = CASE WHEN leader = %(node)s "
+            f"THEN leader_epoch ELSE leader_epoch + 1 END, leader = %(node)s, "
+            f"lease_until_ms = {NOW_MS} + %(lease)s "
+            f"WHERE topic = %(topic)s AND partition = %(partition)s "
+            f"AND (leader = %(node)s OR lease_until_ms <= {NOW_MS}) "
+            f"RETURNING leader_epoch, lease_until_ms",
+            {"node": node, "lease": lease_ms, "topic": topic, "partition": partition},
+        ).fetchone()
+        if row is None:
+            self.partition_state(topic, partition)  # UnknownPartitionError if it is not there
+            return None
+        return Lease(topic, partition, node, as_int(row[0]), as_int(row[1]))
 
     def release_lease(self, lease: Lease) -> bool:
         """Give the partition up at once (a hand-back, a controlled shutdown); False if no
@@ -214,49 +210,46 @@ class PostgresStore:
     def leadership(self) -> list[Leadership]:
         """Every partition's leader and epoch, and whether its lease is running (the database's
         clock): what placement, Metadata and FindCoordinator answer from."""
-        with self._db.use() as db:
-            rows = db.execute(
-                f"SELECT topic, partition, leader, leader_epoch, lease_until_ms > {NOW_MS} "
-                f"FROM partitions ORDER BY topic, partition").fetchall()
-            return [Leadership(as_str(topic), as_int(partition), as_int(leader), as_int(epoch),
-                               bool(current))
-                    for topic, partition, leader, epoch, current in rows]
+        rows = self._db.execute(
+            f"SELECT topic, partition, leader, leader_epoch, lease_until_ms > {NOW_MS} "
+            f"FROM partitions ORDER BY topic, partition").fetchall()
+        return [Leadership(as_str(topic), as_int(partition), as_int(leader), as_int(epoch),
+                           bool(current))
+                for topic, partition, leader, epoch, current in rows]
 
     def acquire_leases(self, partitions: Sequence[tuple[str, int]], node: int, lease_ms: int
                        ) -> list[Lease]:
         """Lead those of `partitions` whose lease is free or expired, each at the next epoch,
         even where `node` led it before: a broker that did not hold the lease in memory (a
         restart, a pause) must not share an epoch with what it wrote earlier. One statement."""
-        with self._db.use() as db:
-            rows = db.execute(
-                f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
-                f"lease_until_ms = {NOW_MS} + %(lease)s "
-                f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
-                f"WHERE p.topic = w.topic AND p.partition = w.partition "
-                f"AND p.lease_until_ms <= {NOW_MS} "
-                f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
-                {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
-                 "indexes": [i for _, i in partitions]}).fetchall()
-            return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
-                    for topic, index, epoch, until in rows]
+        rows = self._db.execute(
+            f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
+            f"lease_until_ms = {NOW_MS} + %(lease)s "
+            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
+            f"WHERE p.topic = w.topic AND p.partition = w.partition "
+            f"AND p.lease_until_ms <= {NOW_MS} "
+            f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
+            {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
+             "indexes": [i for _, i in partitions]}).fetchall()
+        return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
+                for topic, index, epoch, until in rows]
 
     def renew_leases(self, leases: Sequence[Lease], lease_ms: int) -> list[Lease]:
         """Extend those of `leases` still held at their epoch (lapsed ones too, while nobody
         took them over); the others are lost. One statement."""
-        with self._db.use() as db:
-            rows = db.execute(
-                f"UPDATE partitions p SET lease_until_ms = {NOW_MS} + %(lease)s "
-                f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[], %(leaders)s::integer[], "
-                f"%(epochs)s::integer[]) AS w (topic, partition, leader, epoch) "
-                f"WHERE p.topic = w.topic AND p.partition = w.partition AND p.leader = w.leader "
-                f"AND p.leader_epoch = w.epoch "
-                f"RETURNING p.topic, p.partition, p.leader, p.leader_epoch, p.lease_until_ms",
-                {"lease": lease_ms, "topics": [lease.topic for lease in leases],
-                 "indexes": [lease.partition for lease in leases],
-                 "leaders": [lease.leader for lease in leases],
-                 "epochs": [lease.epoch for lease in leases]}).fetchall()
-            return [Lease(as_str(topic), as_int(index), as_int(leader), as_int(epoch),
-                          as_int(until)) for topic, index, leader, epoch, until in rows]
+        rows = self._db.execute(
+            f"UPDATE partitions p SET lease_until_ms = {NOW_MS} + %(lease)s "
+            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[], %(leaders)s::integer[], "
+            f"%(epochs)s::integer[]) AS w (topic, partition, leader, epoch) "
+            f"WHERE p.topic = w.topic AND p.partition = w.partition AND p.leader = w.leader "
+            f"AND p.leader_epoch = w.epoch "
+            f"RETURNING p.topic, p.partition, p.leader, p.leader_epoch, p.lease_until_ms",
+            {"lease": lease_ms, "topics": [lease.topic for lease in leases],
+             "indexes": [lease.partition for lease in leases],
+             "leaders": [lease.leader for lease in leases],
+             "epochs": [lease.epoch for lease in leases]}).fetchall()
+        return [Lease(as_str(topic), as_int(index), as_int(leader), as_int(epoch),
+                      as_int(until)) for topic, index, leader, epoch, until in rows]
 
     def release_leases(self, node: int) -> int:
         """End every lease `node` holds at once (a controlled shutdown); how many."""

@@ -55,17 +55,15 @@ class BrokerRegistry:
         """Claim `node_id` with this listener; DuplicateNodeIdError while another
         incarnation's heartbeat is within the session timeout."""
         incarnation = uuid.uuid4()
-        with self._db.use() as db:
-            row = db.execute(
-                f"INSERT INTO brokers (node_id, host, port, rack, incarnation, epoch, "
-                f"heartbeat_ms) VALUES (%(node)s, %(host)s, %(port)s, %(rack)s, %(inc)s, 1, "
-                f"{NOW_MS}) "
-                f"ON CONFLICT (node_id) DO UPDATE SET host = excluded.host, port = excluded.port, "
-                f"rack = excluded.rack, incarnation = excluded.incarnation, "
-                f"epoch = brokers.epoch + 1, heartbeat_ms = excluded.heartbeat_ms "
-                f"WHERE brokers.heartbeat_ms <= {NOW_MS} - %(timeout)s RETURNING epoch",
-                {"node": node_id, "host": host, "port": port, "rack": rack, "inc": incarnation,
-                 "timeout": self.session_timeout_ms}).fetchone()
+        row = self._db.execute(
+            f"INSERT INTO brokers (node_id, host, port, rack, incarnation, epoch, heartbeat_ms) "
+            f"VALUES (%(node)s, %(host)s, %(port)s, %(rack)s, %(inc)s, 1, {NOW_MS}) "
+            f"ON CONFLICT (node_id) DO UPDATE SET host = excluded.host, port = excluded.port, "
+            f"rack = excluded.rack, incarnation = excluded.incarnation, "
+            f"epoch = brokers.epoch + 1, heartbeat_ms = excluded.heartbeat_ms "
+            f"WHERE brokers.heartbeat_ms <= {NOW_MS} - %(timeout)s RETURNING epoch",
+            {"node": node_id, "host": host, "port": port, "rack": rack, "inc": incarnation,
+             "timeout": self.session_timeout_ms}).fetchone()
         if row is None:
             raise DuplicateNodeIdError(
                 f"node.id {node_id} is already registered by a live broker (its last "
@@ -75,27 +73,25 @@ class BrokerRegistry:
     def heartbeat(self, registration: Registration) -> bool:
         """Mark the broker alive now; False when its node id was taken over by another
         incarnation (the broker must stop serving: it is no longer part of the cluster)."""
-        with self._db.use() as db:
-            return db.execute(
-                f"UPDATE brokers SET heartbeat_ms = {NOW_MS} WHERE node_id = %s "
-                f"AND incarnation = %s", (registration.node_id, registration.incarnation)
-            ).rowcount == 1
+        result = self._db.execute(
+            f"UPDATE brokers SET heartbeat_ms = {NOW_MS} WHERE node_id = %s AND incarnation = %s",
+            (registration.node_id, registration.incarnation))
+        return result.rowcount == 1
 
     def deregister(self, registration: Registration) -> bool:
         """Leave the cluster at once (a controlled shutdown); False if the id is no longer
         this incarnation's."""
-        with self._db.use() as db:
-            return db.execute(
-                "DELETE FROM brokers WHERE node_id = %s AND incarnation = %s",
-                (registration.node_id, registration.incarnation)).rowcount == 1
+        result = self._db.execute(
+            "DELETE FROM brokers WHERE node_id = %s AND incarnation = %s",
+            (registration.node_id, registration.incarnation))
+        return result.rowcount == 1
 
     def live_brokers(self) -> list[BrokerInfo]:
         """The brokers whose last heartbeat is within the session timeout, by node id."""
-        with self._db.use() as db:
-            rows = db.execute(
-                f"SELECT node_id, host, port, rack, epoch FROM brokers "
-                f"WHERE heartbeat_ms > {NOW_MS} - %s ORDER BY node_id",
-                (self.session_timeout_ms,)).fetchall()
+        rows = self._db.execute(
+            f"SELECT node_id, host, port, rack, epoch FROM brokers "
+            f"WHERE heartbeat_ms > {NOW_MS} - %s ORDER BY node_id",
+            (self.session_timeout_ms,)).fetchall()
         return [BrokerInfo(as_int(node), as_str(host), as_int(port),
                            None if rack is None else as_str(rack), as_int(epoch))
                 for node, host, port, rack, epoch in rows]
