@@ -10,13 +10,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
 from tests.storage.conftest import new_database
 from tests.storage.postgres_server import PostgresServer
+from tests.storage.test_cluster_data_plane import _fetch, _node, _produce, _records
 
+from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, read_header
 from kgroups.log.config import LogConfig
 from kgroups.storage.database import MAX_RETRY_BACKOFF_S, RECONNECT_TIMEOUT_S
@@ -263,3 +266,34 @@ def test_a_retried_idempotent_batch_whose_commit_was_in_doubt_is_stored_once(url
     flaky.lose = False
     assert log.append_batch(_batch(b"e")) == (5, 5)
     assert (log.log_end_offset, _values(store)) == (6, [0, 1, 2, 3, 4, 5])
+
+
+def test_a_broker_answers_produce_with_a_retriable_error_during_an_outage_and_serves_after(
+        server: PostgresServer, url: str, tmp_path: Path) -> None:
+    node = _node(url, 1, tmp_path)
+    try:
+        assert node.topics.create(TOPIC, 1) == ErrorCode.NONE
+        node.lead(0)
+        assert int(_produce(node, 0, _records(2))[1].error_code) == ErrorCode.NONE
+        server.halt()
+        try:
+            began = time.monotonic()
+            _, refused = _produce(node, 0, _records(1))
+            assert int(refused.error_code) == ErrorCode.KAFKA_STORAGE_ERROR  # retriable
+            assert time.monotonic() - began < RECONNECT_TIMEOUT_S
+        finally:
+            server.resume()
+        answer = _eventually(lambda: _storage_error_as_unavailable(_produce(node, 0, _records(1))))
+        assert (int(answer.error_code), int(answer.base_offset)) == (ErrorCode.NONE, 2)
+        read = _fetch(node, 0, 0)
+        assert (int(read.error_code), int(read.high_watermark)) == (ErrorCode.NONE, 3)
+    finally:
+        node.store.close()
+
+
+def _storage_error_as_unavailable(produced: tuple[Any, Any]) -> Any:
+    """A Produce answer as a client's retry loop sees it: KAFKA_STORAGE_ERROR means again."""
+    answer = produced[1]
+    if int(answer.error_code) == ErrorCode.KAFKA_STORAGE_ERROR:
+        raise StorageUnavailableError(str(answer.error_message))
+    return answer
