@@ -7,6 +7,7 @@ theirs), or end one connection's session from another (a lost connection, server
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +23,13 @@ from tests.storage.test_cluster_data_plane import _fetch, _node, _produce, _reco
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, read_header
 from kgroups.log.config import LogConfig
-from kgroups.storage.database import MAX_RETRY_BACKOFF_S, RECONNECT_TIMEOUT_S
+from kgroups.storage.database import (
+    CONNECT_TIMEOUT_S,
+    FIRST_RETRY_BACKOFF_S,
+    MAX_RETRY_BACKOFF_S,
+    RECONNECT_TIMEOUT_S,
+    Database,
+)
 from kgroups.storage.membership import ClusterMember
 from kgroups.storage.notifications import ChangeListener
 from kgroups.storage.postgres_log import PostgresPartitionLog
@@ -36,6 +43,7 @@ from kgroups.storage.postgresql import (
 pytestmark = pytest.mark.postgresql
 
 TOPIC = "orders"
+AT_ONCE_S = 0.2  # no connection attempt: no network wait (generous for a loaded machine)
 T = TypeVar("T")
 
 
@@ -140,12 +148,30 @@ def test_during_an_outage_calls_fail_fast_and_after_it_nothing_acknowledged_is_l
         for call in (lambda: store.append(lease, _batch(b"x")), store.topics,
                      store.catalog.acls, store.catalog.version, store.leadership,
                      store.registry.live_brokers, lambda: _values(store)):
-            _unavailable_within(0.05, call)
+            _unavailable_within(AT_ONCE_S, call)
     finally:
         server.resume()
-    _unavailable_within(0.05, store.topics)  # still within the pause after the failure
     assert _eventually(lambda: store.append(lease, _batch(b"after")))[0] == 3
     assert _values(store) == [*acknowledged, 3]
+
+
+def test_a_server_that_never_answers_costs_one_connect_timeout_then_calls_fail_at_once(
+        ) -> None:
+    with socket.socket() as silent:  # takes connections (the kernel's backlog), says nothing
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        database = Database(f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/x")
+        began = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match="is unreachable"):
+            database.execute("SELECT 1")
+        assert CONNECT_TIMEOUT_S - 0.5 < time.monotonic() - began < CONNECT_TIMEOUT_S + 1.5
+        _unavailable_within(AT_ONCE_S, lambda: database.execute("SELECT 1"))  # no new attempt
+        time.sleep(FIRST_RETRY_BACKOFF_S)
+        began = time.monotonic()
+        with pytest.raises(StorageUnavailableError):
+            database.execute("SELECT 1")  # a reconnection: the short timeout
+        assert RECONNECT_TIMEOUT_S - 0.5 < time.monotonic() - began < RECONNECT_TIMEOUT_S + 1.5
+        _unavailable_within(AT_ONCE_S, lambda: database.execute("SELECT 1"))
 
 
 def test_a_listener_listens_again_and_reports_what_it_may_have_missed(

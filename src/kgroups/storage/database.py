@@ -98,7 +98,8 @@ class Database:
         now = time.monotonic()
         if now < self._retry_at:
             raise StorageUnavailableError(self._last_failure)
-        timeout = CONNECT_TIMEOUT_S if self.connections_opened == 0 else RECONNECT_TIMEOUT_S
+        first_attempt = self.connections_opened == 0 and not self._last_failure
+        timeout = CONNECT_TIMEOUT_S if first_attempt else RECONNECT_TIMEOUT_S
         connection: Connection | None = None
         try:
             # A server whose host vanished without closing the socket (power loss, a network
