@@ -134,6 +134,9 @@ def test_a_lost_session_fails_one_call_and_the_next_reconnects(
     assert "s3cret" not in str(lost.value)
     assert store.append(lease, _batch(b"c")) == (1, 1)  # the same store, connected again
     assert _values(store) == [0, 1]
+    store.close()
+    with pytest.raises(StorageUnavailableError, match="was closed"):  # closed for good
+        store.topics()
 
 
 def test_during_an_outage_calls_fail_fast_and_after_it_nothing_acknowledged_is_lost(

@@ -71,6 +71,7 @@ class Database:
         self._backoff_s = 0.0
         self._retry_at = 0.0
         self._last_failure = ""
+        self._closed = False
 
     @contextmanager
     def use(self) -> Iterator[Connection]:
@@ -95,6 +96,9 @@ class Database:
     def _live(self) -> Connection:
         if self._connection is not None and not self._connection.closed:
             return self._connection
+        if self._closed:
+            raise StorageUnavailableError(
+                f"the connection to PostgreSQL at {redacted(self.url)} was closed")
         now = time.monotonic()
         if now < self._retry_at:
             raise StorageUnavailableError(self._last_failure)
@@ -125,6 +129,8 @@ class Database:
         return connection
 
     def close(self) -> None:
+        """For good: no call connects again."""
+        self._closed = True
         if self._connection is not None:
             self._connection.close()
             self._connection = None
