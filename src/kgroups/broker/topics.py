@@ -22,6 +22,8 @@ from kgroups.errors import ErrorCode
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
 from kgroups.log.partition_log import PartitionLog
+from kgroups.storage.postgres_log import PostgresPartitionLog
+from kgroups.storage.postgresql import Lease, PostgresStore
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
@@ -46,8 +48,11 @@ def topic_name_error(name: str | None) -> str | None:
 class TopicCatalog:
     """Create, list and delete topics on top of a LogManager."""
 
-    def __init__(self, logs: LogManager) -> None:
+    def __init__(self, logs: LogManager, store: PostgresStore | None = None) -> None:
         self._logs = logs
+        # Cluster mode: the event loop's store, and the logs of the partitions leased here.
+        self._store = store
+        self._leased: dict[tuple[str, int], PostgresPartitionLog] = {}
         self._configs = TopicConfigStore(logs.data_dir)
         self._overrides = self._configs.load_all()
         for topic, overrides in self._overrides.items():
@@ -110,6 +115,21 @@ class TopicCatalog:
         if count is None or not 0 <= partition < count:
             return None
         return self._logs.get(topic, partition)
+
+    def leadership_gained(self, lease: Lease) -> None:
+        """This broker now leads the partition: its log in the store, fenced by `lease`."""
+        assert self._store is not None, "leases exist in cluster mode only"
+        self._leased[(lease.topic, lease.partition)] = PostgresPartitionLog(
+            self._store, lease, self._logs.config_for(lease.topic))
+
+    def leadership_lost(self, topic: str, partition: int) -> None:
+        log = self._leased.pop((topic, partition), None)
+        if log is not None:
+            log.closed = True
+
+    def leased_log(self, topic: str, partition: int) -> PostgresPartitionLog | None:
+        """The store's log of a partition this broker leads, None otherwise."""
+        return self._leased.get((topic, partition))
 
     def create(
         self, topic: str, num_partitions: int, configs: Mapping[str, str] | None = None
