@@ -22,7 +22,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
-    "broker": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
+    # In cluster mode the broker keeps its state in the store and leads by its leases.
+    "broker": frozenset({"errors", "log", "records", "coordinator", "assignors", "storage"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
     "pipeline": frozenset({"errors", "log", "records", "storage"}),
     # kgroups' own admin commands (groups, topics, acls, users) speak the Kafka wire as a client,
