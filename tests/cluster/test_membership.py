@@ -1,0 +1,88 @@
+"""Three brokers on one PostgreSQL: every broker answers Metadata and FindCoordinator the same
+way, from the leases; a broker that cannot start says why in one line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.metadata.v9 import request as metadata
+from kio.schema.types import TopicName
+from tests.cluster.conftest import Cluster
+
+from kgroups.tools.wire_client import KafkaWireClient
+
+pytestmark = [pytest.mark.postgresql, pytest.mark.slow]
+
+OFFSETS = "__consumer_offsets"
+
+
+def _metadata(cluster: Cluster, node: int) -> Any:
+    broker = cluster.brokers[node]
+    with KafkaWireClient(broker.host, broker.port, timeout=10) as client:
+        return client.call(metadata.MetadataRequest(
+            topics=(metadata.MetadataRequestTopic(name=TopicName(OFFSETS)),),
+            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False))
+
+
+def test_every_broker_lists_the_three_and_the_same_leaders(cluster: Cluster) -> None:
+    answers = {node: _metadata(cluster, node) for node in (1, 2, 3)}
+    views = set()
+    for node, answer in answers.items():
+        brokers = {(int(b.node_id), int(b.port)) for b in answer.brokers}
+        assert brokers == {(n, cluster.brokers[n].port) for n in (1, 2, 3)}, node
+        (topic,) = answer.topics
+        leaders = {int(p.partition_index): (int(p.leader_id), int(p.leader_epoch))
+                   for p in topic.partitions}
+        assert len(leaders) == 50
+        assert all(epoch >= 1 for _, epoch in leaders.values())
+        views.add(tuple(sorted(leaders.items())))
+    assert len(views) == 1, "brokers disagree on the leaders"
+    spread = Counter(leader for leader, _ in dict(next(iter(views))).values())
+    assert sorted(spread) == [1, 2, 3]
+    assert max(spread.values()) - min(spread.values()) <= 1, spread
+
+
+def test_find_coordinator_agrees_from_every_broker(cluster: Cluster) -> None:
+    groups = [f"group-{index}" for index in range(12)]
+    answers = {group: {cluster.coordinator(group, node) for node in (1, 2, 3)}
+               for group in groups}
+    assert all(len(nodes) == 1 and None not in nodes for nodes in answers.values()), answers
+    assert {node for (node,) in answers.values()} == {1, 2, 3}
+
+
+def _serve(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kgroups.cli", "serve", "--port", "0",
+         "--data-dir", str(tmp_path / "data"), *arguments],
+        capture_output=True, text=True, timeout=60)
+
+
+def test_postgresql_unreachable_at_start_is_one_line_without_the_password(
+        tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = _serve(tmp_path, "--storage", f"postgresql://kgroups:s3cret@127.0.0.1:{port}/db")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"127.0.0.1:{port}" in lines[0] and "PostgreSQL" in lines[0]
+    assert "s3cret" not in done.stderr + done.stdout
+
+
+def test_a_node_id_in_use_stops_the_second_broker_in_one_line(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    done = _serve(tmp_path, "--storage", cluster.url, "--override", "node.id=2")
+    assert done.returncode == 2
+    # The broker had started listening, so its log says it stopped; the error is one line.
+    errors = [line for line in done.stderr.splitlines() if line.startswith("kgroups serve:")]
+    assert len(errors) == 1 and "node.id 2" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert cluster.coordinator("group-0", 2) is not None  # the first node 2 serves on
