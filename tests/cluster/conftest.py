@@ -23,6 +23,7 @@ from kgroups.errors import ErrorCode
 from kgroups.storage.postgresql import PostgresStore
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
+
 @dataclass
 class Cluster:
     url: str
