@@ -7,6 +7,7 @@ goes back, whether static members keep their partitions)."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -58,7 +59,10 @@ class Member(threading.Thread):
         self.consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "group.id": self.group,
             "group.instance.id": self.instance, "enable.auto.commit": False,
-            "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
+            # Above a crash failover (a lease, 9 s, and a heartbeat, 2 s) as Kafka's default
+            # (45 s) is: librdkafka gives its membership up after a session timeout without
+            # an answer, and a static member rejoining then fences its old member id.
+            "session.timeout.ms": 30000, "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
 
     def run(self) -> None:
@@ -111,6 +115,15 @@ def first_commit_after(group: list[Member], moment: float, timeout_s: float) -> 
             return min(after) - moment
         time.sleep(0.05)
     raise AssertionError(f"no commit acknowledged within {timeout_s} s")
+
+
+def longest_wait(group: list[Member], moment: float, window_s: float) -> float:
+    """The longest time, from `moment` over the next `window_s` seconds, that the group went
+    without an acknowledged commit: what a client saw of the failover."""
+    acknowledged = sorted(commit.acknowledged for member in group for commit in member.commits
+                          if moment <= commit.acknowledged <= moment + window_s)
+    edges = [moment, *acknowledged]
+    return max(later - earlier for earlier, later in itertools.pairwise(edges))
 
 
 def last_acknowledged(group: list[Member], before: float | None = None) -> dict[int, int]:
