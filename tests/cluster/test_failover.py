@@ -13,14 +13,7 @@ import pytest
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
-from tests.cluster.committers import (
-    committed,
-    create_topic,
-    first_commit_after,
-    last_acknowledged,
-    longest_wait,
-    start_group,
-)
+from tests.cluster import committers
 from tests.cluster.conftest import Cluster
 
 from kgroups.coordinator.placement import partition_for
@@ -41,8 +34,8 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals) -> tuple[float,
     """Run the group, send `how` to its coordinator's broker; (seconds until the first commit
     sent afterwards was acknowledged, the longest time without an acknowledged commit in the
     10 s after the signal, the node). Checks what must hold either way."""
-    create_topic(cluster, topic)
-    group, stop = start_group(cluster, topic)
+    committers.create_topic(cluster, topic)
+    group, stop = committers.start_group(cluster, topic)
     name = group[0].group
     try:
         time.sleep(2)
@@ -50,11 +43,11 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals) -> tuple[float,
         victim = cluster.wait_coordinator(name, 1)
         cluster.signal(victim, how)
         at = time.monotonic()
-        recovery = first_commit_after(group, at, timeout_s=40)
+        recovery = committers.first_commit_after(group, at, timeout_s=40)
         survivor = _other(cluster, victim)
         assert cluster.wait_coordinator(name, survivor) != victim
         time.sleep(max(3.0, at + 10 - time.monotonic()))  # more commits, new coordinator
-        gap = longest_wait(group, at, 10)
+        gap = committers.longest_wait(group, at, 10)
         # Every member goes on committing (none was fenced or dropped).
         assert all(any(commit.sent > at + recovery for commit in member.commits)
                    for member in group), [member.failures for member in group]
@@ -63,8 +56,8 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals) -> tuple[float,
         for member in group:
             member.join(30)
     # Nothing acknowledged is lost, nothing went back: OffsetFetch holds the last commit.
-    acknowledged = last_acknowledged(group)
-    assert committed(cluster, name, topic) == acknowledged
+    acknowledged = committers.last_acknowledged(group)
+    assert committers.committed(cluster, name, topic) == acknowledged
     # Static members kept their partitions through the failover.
     assert {member.instance: member.assignment for member in group} == before
     return recovery, gap, victim
@@ -107,7 +100,7 @@ def _commit(client: KafkaWireClient, group: str, offset: int) -> ErrorCode:
 def test_a_paused_coordinator_is_fenced_when_it_resumes(cluster: Cluster) -> None:
     group = "fenced-group"
     partition = partition_for(group, 50)
-    create_topic(cluster, "t")
+    committers.create_topic(cluster, "t")
     paused = cluster.wait_coordinator(group, 1)
     target = cluster.brokers[paused]
     with KafkaWireClient(target.host, target.port, timeout=60) as stale:
@@ -146,7 +139,7 @@ def test_a_paused_coordinator_is_fenced_when_it_resumes(cluster: Cluster) -> Non
         data = store.read(OFFSETS, partition, takeover.next_offset - 1, 1 << 20)
     later = list(iter_batches(data))
     assert later and all(batch.partition_leader_epoch >= takeover.epoch for batch in later)
-    assert committed(cluster, group, "t")[0] == 2
+    assert committers.committed(cluster, group, "t")[0] == 2
     # The resumed broker stepped down and agrees again with the others on the coordinator.
     deadline = time.monotonic() + 15
     while cluster.coordinator(group, paused) != cluster.coordinator(group, survivor):
