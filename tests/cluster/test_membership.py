@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.types import TopicName
 from tests.cluster.conftest import Cluster
@@ -47,6 +48,15 @@ def test_every_broker_lists_the_three_and_the_same_leaders(cluster: Cluster) -> 
     spread = Counter(leader for leader, _ in dict(next(iter(views))).values())
     assert sorted(spread) == [1, 2, 3]
     assert max(spread.values()) - min(spread.values()) <= 1, spread
+
+
+def test_describe_cluster_lists_the_live_brokers_from_every_broker(cluster: Cluster) -> None:
+    for node in (1, 2, 3):
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[node].bootstrap})
+        described = admin.describe_cluster(request_timeout=10).result(20)
+        assert sorted((n.id, n.port) for n in described.nodes) == [
+            (n, cluster.brokers[n].port) for n in (1, 2, 3)]
+        assert described.controller.id == 1
 
 
 def test_find_coordinator_agrees_from_every_broker(cluster: Cluster) -> None:
@@ -86,3 +96,13 @@ def test_a_node_id_in_use_stops_the_second_broker_in_one_line(cluster: Cluster,
     assert len(errors) == 1 and "node.id 2" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert cluster.coordinator("group-0", 2) is not None  # the first node 2 serves on
+
+
+def test_another_offsets_partition_count_is_refused_in_one_line(cluster: Cluster,
+                                                                tmp_path: Path) -> None:
+    done = _serve(tmp_path, "--storage", cluster.url, "--override", "node.id=4",
+                  "--override", "offsets.topic.num.partitions=10")
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("kgroups serve:")]
+    assert len(errors) == 1 and "offsets.topic.num.partitions is 10" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr

@@ -31,7 +31,7 @@ from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.cluster.leadership import LeadershipView
 from kgroups.broker.cluster.runtime import ClusterRuntime, ClusterSettings, LeaseHandlers
-from kgroups.broker.config import BrokerConfig
+from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
@@ -98,7 +98,7 @@ def ensure_offsets_topic(store: PostgresStore, partitions: int) -> None:
         except psycopg.errors.UniqueViolation:  # another broker created it just now
             existing = store.topics()[OFFSETS_TOPIC]
     if existing is not None and existing[1] != partitions:
-        raise RuntimeError(
+        raise ConfigError(
             f"{OFFSETS_TOPIC} has {existing[1]} partitions in the store but "
             f"offsets.topic.num.partitions is {partitions}; group placement would change")
 

@@ -15,9 +15,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kio.static.primitive import i8
+
 from kgroups.broker import descriptors
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
-from kgroups.broker.cluster.leadership import LeadershipView
+from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
 from kgroups.broker.metadata_answer import (
     CachedTopic,
@@ -183,12 +185,24 @@ def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
                  topic_authorized_operations=operations)
 
 
+def _brokers(ctx: RequestContext) -> tuple[list[BrokerEndpoint], int]:
+    """The brokers Metadata and DescribeCluster list, and the controller id they name: this
+    one alone (at the address of the listener asked) or the cluster's live brokers. A cluster
+    has no controller of its own: the lowest live node id stands for it (admin clients send
+    controller requests there; every broker accepts them)."""
+    broker = ctx.broker
+    if broker.leadership is None:
+        host, port = advertised(ctx)
+        return [BrokerEndpoint(broker.node_id, host, port)], broker.node_id
+    live = broker.leadership.brokers()
+    return live, live[0].node_id if live else -1
+
+
 @handles(api_key=3, min_version=0, max_version=12)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(3, ctx.api_version)
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
-    node = broker.node_id
 
     # v8+ may ask for the operations allowed on each topic (a missing one too) and, until v10,
     # on the cluster: all of them here; with an authorizer, acl_enforcement narrows them.
@@ -212,17 +226,9 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     else:
         topics = tuple(_asked_topic(ctx, request, wanted, encode, topic_operations)
                        for wanted in requested)
-    if broker.leadership is None:
-        host, port = advertised(ctx)
-        brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
-        controller = node
-    else:
-        live = broker.leadership.brokers()
-        brokers = tuple(build(broker_cls, node_id=b.node_id, host=b.host, port=b.port,
-                              rack=b.rack) for b in live)
-        # No controller of its own: the lowest live node id stands for it (Kafka's admin
-        # clients send controller requests there; every broker accepts them).
-        controller = live[0].node_id if live else -1
+    live, controller = _brokers(ctx)
+    brokers = tuple(build(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in live)
     frame = build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
                   cluster_id=broker.config.cluster_id, controller_id=controller, topics=(),
                   cluster_authorized_operations=cluster_operations)
@@ -290,6 +296,35 @@ def _leased_coordinator(view: LeadershipView, partition: int, version: int) -> d
             "error_message": "NONE" if version < 4 else ""}
 
 
+BROKERS_ENDPOINT_TYPE = 1  # DescribeCluster's endpoint_type for brokers (2: controllers)
+UNSUPPORTED_ENDPOINT_TYPE = 119  # Kafka's error code; nothing else in kgroups answers it
+
+
+@handles(api_key=60, min_version=0, max_version=2)
+async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    """The brokers and the controller id as Metadata lists them; a request for controller
+    endpoints (v1+) gets Kafka's UNSUPPORTED_ENDPOINT_TYPE, as a broker answers it."""
+    response_cls = response_type(60, ctx.api_version)
+    broker_cls = sibling(response_cls, "DescribeClusterBroker")
+    endpoint_type = int(getattr(request, "endpoint_type", BROKERS_ENDPOINT_TYPE))
+    operations = (all_operations(ResourceType.CLUSTER)
+                  if request.include_cluster_authorized_operations
+                  else OPERATIONS_NOT_REQUESTED)
+    common = {"throttle_time": NO_THROTTLE, "endpoint_type": i8(endpoint_type),
+              "cluster_id": ctx.broker.config.cluster_id,
+              "cluster_authorized_operations": operations}
+    if endpoint_type != BROKERS_ENDPOINT_TYPE:
+        return build(response_cls, error_code=kio_error(UNSUPPORTED_ENDPOINT_TYPE),
+                     error_message="The request was sent to an endpoint of type BROKER, but "
+                                   f"we wanted an endpoint of type {endpoint_type}",
+                     controller_id=-1, brokers=(), **common)
+    live, controller = _brokers(ctx)
+    brokers = tuple(build(broker_cls, broker_id=b.node_id, host=b.host, port=b.port,
+                          rack=b.rack, is_fenced=False) for b in live)
+    return build(response_cls, error_code=kio_error(ErrorCode.NONE), error_message=None,
+                 controller_id=controller, brokers=brokers, **common)
+
+
 @handles(api_key=22, min_version=0, max_version=5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(22, ctx.api_version)
@@ -304,5 +339,6 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 def install(registry: HandlerRegistry) -> None:
-    for handler in (api_versions, metadata, find_coordinator, init_producer_id):
+    for handler in (api_versions, metadata, find_coordinator, describe_cluster,
+                    init_producer_id):
         registry.register(handler)
