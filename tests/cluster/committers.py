@@ -43,11 +43,78 @@ def create_topic(cluster: Cluster, topic: str) -> None:
             store.create_topic(topic, uuid.uuid4(), PARTITIONS)
 
 
+# Above a crash failover (a lease, 9 s, and a heartbeat, 2 s) as Kafka's default (45 s) is:
+# a client gives its membership up after a session timeout without an answer, and a static
+# member rejoining then fences its old member id (as it would with Kafka).
+SESSION_TIMEOUT_MS = 30000
+
+
+class Librdkafka:
+    """confluent_kafka's consumer (librdkafka), classic protocol."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str) -> None:
+        self.topic = topic
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+            "enable.auto.commit": False, "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
+            "log_level": 0})
+        self.consumer.subscribe([topic])
+
+    def assigned(self) -> tuple[int, ...]:
+        self.consumer.poll(0.05)
+        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, p, offset)
+                                          for p, offset in offsets.items()],
+                                 asynchronous=False)
+        except KafkaException:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaPython:
+    """kafka-python's consumer, classic protocol."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str) -> None:
+        from kafka import KafkaConsumer
+
+        self.topic = topic
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+            group_instance_id=instance, enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
+            metadata_max_age_ms=2000)
+
+    def assigned(self) -> tuple[int, ...]:
+        self.consumer.poll(timeout_ms=50)
+        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        from kafka import OffsetAndMetadata
+        from kafka import TopicPartition as KafkaPythonPartition
+        from kafka.errors import KafkaError
+
+        try:
+            self.consumer.commit({KafkaPythonPartition(self.topic, p): OffsetAndMetadata(
+                offset, "", -1) for p, offset in offsets.items()})
+        except KafkaError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
 @dataclass(eq=False)
 class Member(threading.Thread):
-    bootstrap: str
+    client: Librdkafka | KafkaPython
     group: str
-    topic: str
     instance: str
     stop: threading.Event
     commits: list[Commit] = field(default_factory=list)
@@ -56,44 +123,34 @@ class Member(threading.Thread):
 
     def __post_init__(self) -> None:
         threading.Thread.__init__(self, daemon=True)
-        self.consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": self.group,
-            "group.instance.id": self.instance, "enable.auto.commit": False,
-            # Above a crash failover (a lease, 9 s, and a heartbeat, 2 s) as Kafka's default
-            # (45 s) is: librdkafka gives its membership up after a session timeout without
-            # an answer, and a static member rejoining then fences its old member id.
-            "session.timeout.ms": 30000, "heartbeat.interval.ms": 1000,
-            "topic.metadata.refresh.interval.ms": 2000, "log_level": 0})
 
     def run(self) -> None:
-        self.consumer.subscribe([self.topic])
         next_offset: dict[int, int] = {}
         while not self.stop.is_set():
-            self.consumer.poll(0.05)
-            assigned = tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+            assigned = self.client.assigned()
             if not assigned:
                 continue
             self.assignment = assigned
             offsets = {p: next_offset.get(p, 1) for p in assigned}
             sent = time.monotonic()
-            try:
-                self.consumer.commit(offsets=[TopicPartition(self.topic, p, offset)
-                                              for p, offset in offsets.items()],
-                                     asynchronous=False)
-            except KafkaException:
+            if not self.client.commit(offsets):
                 self.failures += 1
                 continue
             self.commits.append(Commit(sent, time.monotonic(), offsets))
             for p, offset in offsets.items():
                 next_offset[p] = offset + 1
-        self.consumer.close()
+        self.client.close()
 
 
-def start_group(cluster: Cluster, topic: str, members: int = 3) -> tuple[list[Member],
-                                                                        threading.Event]:
+def start_group(cluster: Cluster, topic: str,
+                clients: tuple[type[Librdkafka | KafkaPython], ...] = (Librdkafka,) * 3,
+                ) -> tuple[list[Member], threading.Event]:
+    """A static member per client, instance ids member-0, member-1..."""
     stop = threading.Event()
-    group = [Member(cluster.bootstrap, f"{topic}-group", topic, f"member-{index}", stop)
-             for index in range(members)]
+    name = f"{topic}-group"
+    group = [Member(client(cluster.bootstrap, name, topic, f"member-{index}"), name,
+                    f"member-{index}", stop)
+             for index, client in enumerate(clients)]
     for member in group:
         member.start()
     deadline = time.monotonic() + 60

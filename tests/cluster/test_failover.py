@@ -30,12 +30,14 @@ def _other(cluster: Cluster, node: int) -> int:
     return next(other for other in sorted(cluster.brokers) if other != node)
 
 
-def _failover(cluster: Cluster, topic: str, how: signal.Signals) -> tuple[float, float, int]:
+def _failover(cluster: Cluster, topic: str, how: signal.Signals,
+              clients: tuple[type[committers.Librdkafka | committers.KafkaPython], ...]
+              = (committers.Librdkafka,) * 3) -> tuple[float, float, int]:
     """Run the group, send `how` to its coordinator's broker; (seconds until the first commit
     sent afterwards was acknowledged, the longest time without an acknowledged commit in the
     10 s after the signal, the node). Checks what must hold either way."""
     committers.create_topic(cluster, topic)
-    group, stop = committers.start_group(cluster, topic)
+    group, stop = committers.start_group(cluster, topic, clients)
     name = group[0].group
     try:
         time.sleep(2)
@@ -64,7 +66,9 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals) -> tuple[float,
 
 
 def test_sigkill_of_the_coordinators_broker(cluster: Cluster) -> None:
-    recovery, gap, victim = _failover(cluster, "killed", signal.SIGKILL)
+    # librdkafka and kafka-python members in one group.
+    recovery, gap, victim = _failover(cluster, "killed", signal.SIGKILL, (
+        committers.Librdkafka, committers.Librdkafka, committers.KafkaPython))
     print(f"\nSIGKILL of node {victim}: first commit sent after it acknowledged "
           f"{recovery:.2f} s later; longest time without a commit {gap:.2f} s")
     # A lease (broker.session.timeout.ms, 9 s) plus one heartbeat interval (2 s), and the
