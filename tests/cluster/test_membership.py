@@ -3,10 +3,13 @@ way, from the leases; a broker that cannot start says why in one line."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.types import TopicName
+from tests.broker.conftest import ServerProcess
 from tests.cluster.conftest import Cluster
 
 from kgroups.tools.wire_client import KafkaWireClient
@@ -106,3 +110,26 @@ def test_another_offsets_partition_count_is_refused_in_one_line(cluster: Cluster
     errors = [line for line in done.stderr.splitlines() if line.startswith("kgroups serve:")]
     assert len(errors) == 1 and "offsets.topic.num.partitions is 10" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_broker_whose_node_id_was_taken_over_stops_in_one_line(cluster: Cluster,
+                                                                  tmp_path: Path) -> None:
+    cluster.signal(2, signal.SIGSTOP)
+    with closing(cluster.store()) as store:
+        deadline = time.monotonic() + 30
+        while 2 in {broker.node_id for broker in store.registry.live_brokers()}:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    successor = ServerProcess(tmp_path / "data", tmp_path / "successor.log",
+                              (f"kgroups.storage={cluster.url}", "node.id=2"))
+    successor.start()
+    try:
+        cluster.signal(2, signal.SIGCONT)
+        stopped = cluster.brokers[2]
+        assert stopped.process is not None and stopped.process.wait(30) == 2
+        errors = [line for line in stopped.log_text().splitlines()
+                  if line.startswith("kgroups serve:")]
+        assert len(errors) == 1 and "node.id 2" in errors[0], stopped.log_text()
+        assert successor.process is not None and successor.process.poll() is None
+    finally:
+        successor.kill()
