@@ -77,6 +77,10 @@ def view_contents(store: PostgresStore) -> tuple[dict[Partition, Leader], list[B
 
 
 class ClusterRuntime:
+    """Owned by the Broker in cluster mode: `open` at construction (so an unreachable store
+    stops the broker before anything else starts), `join` once listening, `stop` first when
+    stopping."""
+
     def __init__(self, settings: ClusterSettings, view: LeadershipView) -> None:
         self.settings = settings
         self.view = view
@@ -91,11 +95,10 @@ class ClusterRuntime:
         self._to_drop: set[Partition] = set()
         self._drop_lock = threading.Lock()
 
-    def open(self) -> PostgresStore:
+    def open(self) -> None:
         """Connect (StorageUnavailableError naming the server, never its password); the store
         is the step thread's from `join` on."""
         self._store = PostgresStore.open(self.settings.url, self.settings.session_timeout_ms)
-        return self._store
 
     def join(self, host: str, port: int, handlers: LeaseHandlers) -> None:
         """Register (DuplicateNodeIdError while a live broker has the node id), take this
