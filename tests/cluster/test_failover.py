@@ -48,11 +48,14 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals,
         recovery = committers.first_commit_after(group, at, timeout_s=40)
         survivor = _other(cluster, victim)
         assert cluster.wait_coordinator(name, survivor) != victim
+        # Every member goes on committing (none was fenced or dropped for good).
+        deadline = at + 40
+        while not all(any(commit.sent > at + recovery for commit in member.commits)
+                      for member in group):
+            assert time.monotonic() < deadline, [member.failures for member in group]
+            time.sleep(0.2)
         time.sleep(max(3.0, at + 10 - time.monotonic()))  # more commits, new coordinator
         gap = committers.longest_wait(group, at, 10)
-        # Every member goes on committing (none was fenced or dropped).
-        assert all(any(commit.sent > at + recovery for commit in member.commits)
-                   for member in group), [member.failures for member in group]
     finally:
         stop.set()
         for member in group:
