@@ -132,6 +132,7 @@ class ClusterRuntime:
     def _run_steps(self) -> None:
         assert self._member is not None and self._store is not None
         interval_s = self.settings.heartbeat_interval_ms / 1000
+        broken = False  # the connection failed: open a new one before the next step
         while not self._stopping.is_set():
             self._wake.wait(interval_s)
             self._wake.clear()
@@ -140,17 +141,33 @@ class ClusterRuntime:
             held = sorted(self._member.held)
             outcome: Outcome | None
             try:
+                if broken:
+                    self._reconnect()
+                    broken = False
                 outcome = self._step(self._member, self._store)
             except NodeIdTakenError as exc:
                 self._call_soon(self._fatal, held, str(exc))
                 return
             except STORE_ERRORS as exc:
+                broken = True
                 outcome = self._unreachable(self._member, exc)
             except Exception as exc:  # a bug: logged with its traceback, the loop goes on
                 logger.error("cluster step failed", exc_info=exc)
                 continue
             if outcome is not None:
                 self._call_soon(self._deliver, *outcome)
+
+    def _reconnect(self) -> None:
+        """A new connection for the step thread, the same registration and leases on it: when
+        PostgreSQL is back, the next step renews what is still this broker's."""
+        assert self._member is not None and self._store is not None
+        store = PostgresStore.open(self.settings.url, self.settings.session_timeout_ms)
+        member = ClusterMember(store, self._member.registration, self.settings.lease_ms)
+        member.held, member.safe_until = self._member.held, self._member.safe_until
+        with contextlib.suppress(*STORE_ERRORS):
+            self._store.close()
+        self._store, self._member = store, member
+        log_event(logger, logging.INFO, "cluster_reconnected", node=self.settings.node_id)
 
     def _step(self, member: ClusterMember, store: PostgresStore) -> Outcome:
         with self._drop_lock:
@@ -176,13 +193,20 @@ class ClusterRuntime:
         return LeaseChanges(lost=lost), {}, []
 
     def _run_listener(self) -> None:
-        assert self._listener is not None
         while not self._stopping.is_set():
             try:
+                if self._listener is None:
+                    self._listener = ChangeListener.open(
+                        self.settings.url, self.settings.catalog_poll_interval_ms)
                 changes = self._listener.poll(1.0)
             except STORE_ERRORS:
-                # The step thread reports the outage; the lease step goes on at its interval.
-                time.sleep(self.settings.heartbeat_interval_ms / 1000)
+                # The step thread reports the outage and goes on at its interval; listening
+                # starts again on a new connection once PostgreSQL answers.
+                if self._listener is not None:
+                    with contextlib.suppress(*STORE_ERRORS):
+                        self._listener.close()
+                    self._listener = None
+                self._stopping.wait(self.settings.heartbeat_interval_ms / 1000)
                 continue
             if changes.leases_released:
                 self._wake.set()
@@ -204,7 +228,15 @@ class ClusterRuntime:
         for lease in changes.gained:
             log_event(logger, logging.INFO, "leadership_gained", topic=lease.topic,
                       partition=lease.partition, epoch=lease.epoch)
-            self._handlers.gained(lease)
+            try:
+                self._handlers.gained(lease)
+            except Exception as exc:
+                # Not taken up here (the store failed while opening its log, say): the lease
+                # is given up at the next step, as lost, and taken again afresh; the other
+                # gained partitions are still taken up.
+                log_event(logger, logging.ERROR, "leadership_not_taken", topic=lease.topic,
+                          partition=lease.partition, error=exc)
+                self.drop(lease.topic, lease.partition)
 
     def _fatal(self, held: list[Partition], reason: str) -> None:
         assert self._handlers is not None
