@@ -91,7 +91,8 @@ class ClusterRuntime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._step_thread: threading.Thread | None = None
+        self._listener_thread: threading.Thread | None = None
         self._to_drop: set[Partition] = set()
         self._drop_lock = threading.Lock()
 
@@ -113,11 +114,12 @@ class ClusterRuntime:
         log_event(logger, logging.INFO, "cluster_joined", node=self.settings.node_id,
                   host=host, port=port, incarnation=self._member.registration.incarnation)
         self._deliver(*self._step(self._member, self._store))
-        for name, target in (("cluster-steps", self._run_steps),
-                             ("cluster-listener", self._run_listener)):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._step_thread = threading.Thread(target=self._run_steps, name="cluster-steps",
+                                             daemon=True)
+        self._listener_thread = threading.Thread(target=self._run_listener,
+                                                 name="cluster-listener", daemon=True)
+        self._step_thread.start()
+        self._listener_thread.start()
 
     def drop(self, topic: str, partition: int) -> None:
         """Give a lease up (a write was fenced: another broker leads, or the lease lapsed):
@@ -246,14 +248,14 @@ class ClusterRuntime:
         self._handlers.fatal(reason)
 
     async def stop(self) -> None:
-        """Controlled shutdown (Kafka's): stop the threads, give every partition up locally
-        (its requests now get NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER), then release every
-        lease and deregister, which wakes the other brokers to take them at once."""
+        """Controlled shutdown (Kafka's): stop the step thread, give every partition up
+        locally (its requests now get NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER), then release
+        every lease and deregister, which wakes the other brokers to take them at once. The
+        listener (its own connection) is waited for only afterwards: it may be in a poll."""
         self._stopping.set()
         self._wake.set()
-        for thread in self._threads:
-            await asyncio.to_thread(thread.join, 5.0)
-        self._threads.clear()
+        if self._step_thread is not None:
+            await asyncio.to_thread(self._step_thread.join, 5.0)
         member, store = self._member, self._store
         if member is not None and store is not None and self._handlers is not None:
             for topic, partition in sorted(member.held):
@@ -267,6 +269,9 @@ class ClusterRuntime:
                 log_event(logger, logging.INFO, "cluster_left", node=self.settings.node_id,
                           partitions=len(given_up))
         self._member = None
+        if self._listener_thread is not None:
+            await asyncio.to_thread(self._listener_thread.join, 5.0)
+        self._step_thread = self._listener_thread = None
         if self._listener is not None:
             self._listener.close()
             self._listener = None
