@@ -28,11 +28,11 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from kgroups.coordinator import Effects, GroupCoordinator, GroupCoordinatorConfig
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.records.codec import encode_record
 
 GROUP = "bench"
@@ -49,7 +49,7 @@ class Driver:
         # group.consumer.assignment.interval.ms no later one would be): the worst case, and
         # the figures and digests recorded before batching stay comparable.
         config = GroupCoordinatorConfig(group_consumer_assignment_interval_ms=0)
-        self.coordinator = GroupCoordinator(config, new_uuid=lambda: f"u{next(ids)}")
+        self.coordinator = GroupCoordinator(config, new_uuid=lambda: uuid.UUID(int=next(ids)))
         self.digest = hashlib.sha256()
         self.requests = itertools.count(1)
         self.replies: dict[object, object] = {}

@@ -31,6 +31,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from kgroups.coordinator import (
@@ -40,7 +41,6 @@ from kgroups.coordinator import (
     latest_values,
     partition_for,
 )
-from kgroups.coordinator.parallel_fold import fold_partitions
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.log.partition_log import PartitionLog
@@ -57,6 +57,7 @@ from kgroups.records.schema import (
     OffsetCommitValue,
     TopicPartitions,
 )
+from parallel_fold import fold_partitions
 
 TOPICS_PER_GROUP, PARTITIONS_PER_TOPIC = 4, 8
 NOW = 1_700_000_000_000
@@ -178,7 +179,8 @@ def bulk_replay(
 
 def naive_replay(partition: int, data: bytes, limit: int, partitions: int) -> tuple[int, float]:
     """The peer: every record decoded into the model and folded one by one."""
-    coordinator = GroupCoordinator(GroupCoordinatorConfig(offsets_topic_num_partitions=partitions))
+    coordinator = GroupCoordinator(
+        GroupCoordinatorConfig(offsets_topic_num_partitions=partitions), new_uuid=uuid.uuid4)
     started = time.perf_counter()
     records = []
     for _, _, key, value in iter_records_raw(data):
@@ -225,7 +227,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
     rates: dict[int, float] = {}
     for workers in args.workers:
-        coordinator = GroupCoordinator(config)
+        coordinator = GroupCoordinator(config, new_uuid=uuid.uuid4)
         gc.collect()
         if not args.gc:
             gc.disable()  # replay builds ~1M long-lived objects: collections only rescan them

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,7 +115,7 @@ def core_formation(members: int) -> float:
     """CPU seconds of the sans-IO coordinator forming one group as `form_group`'s clients do
     (writes confirmed at once, as with Kafka's default durability)."""
     config = GroupCoordinatorConfig.from_properties({"group.initial.rebalance.delay.ms": "0"})
-    coordinator = GroupCoordinator(config)
+    coordinator = GroupCoordinator(config, new_uuid=uuid.uuid4)
     for partition in range(config.offsets_topic_num_partitions):
         coordinator.load_partition(partition, [], 0)
     request_ids = itertools.count()

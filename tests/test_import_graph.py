@@ -22,7 +22,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
-    # In cluster mode the broker keeps its state in the store and leads by its leases.
+    # A cluster broker keeps its topics, records and catalog in the store.
     "broker": frozenset({"errors", "log", "records", "coordinator", "assignors", "storage"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
     "pipeline": frozenset({"errors", "log", "records", "storage"}),
@@ -91,3 +91,59 @@ def test_no_module_imports_itself_back() -> None:
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+# What the coordinator may not touch: it is a state machine over requests, time and ids that its
+# caller passes in, so that every rule replays the same way from a test's explicit clock.
+FORBIDDEN_IN_COORDINATOR = frozenset({
+    "asyncio", "socket", "os", "multiprocessing", "threading", "concurrent", "time", "random",
+    "selectors", "subprocess", "shutil", "tempfile", "io", "pathlib",
+})
+# Fresh ids are random: the caller injects their source. `uuid.UUID` itself is a value type (a
+# topic id is one) and may be used; only the generators may not.
+UUID_GENERATORS = frozenset({"uuid1", "uuid3", "uuid4", "uuid5", "getnode"})
+
+
+def _io_uses(path: Path) -> Iterator[str]:
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in FORBIDDEN_IN_COORDINATOR:
+                    yield f"import {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] in FORBIDDEN_IN_COORDINATOR:
+                yield f"from {node.module} import ..."
+            if node.module == "uuid":
+                yield from (f"from uuid import {a.name}" for a in node.names
+                            if a.name in UUID_GENERATORS)
+        elif isinstance(node, ast.Attribute) and node.attr in UUID_GENERATORS:
+            if isinstance(node.value, ast.Name) and node.value.id == "uuid":
+                yield f"uuid.{node.attr}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "open":
+            yield "open()"
+
+
+def test_the_coordinator_does_no_io_and_draws_no_random_ids() -> None:
+    """No module under kgroups/coordinator imports an I/O, clock, randomness or concurrency
+    module (asyncio, socket, os, multiprocessing, threading, concurrent, time, random...),
+    opens a file, or calls a uuid generator: time comes with each call and ids from the id
+    source its caller passes. The `uuid.UUID` value type stays allowed: topic ids are UUIDs."""
+    uses = sorted(
+        f"{path.relative_to(SRC)}: {use}"
+        for path in (SRC / "kgroups" / "coordinator").rglob("*.py")
+        for use in _io_uses(path)
+    )
+    assert uses == []
+
+
+def test_the_io_rule_catches_what_it_forbids(tmp_path: Path) -> None:
+    """The rule above is not vacuous: each kind of use it forbids is found."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os.path\nfrom time import monotonic\nimport uuid\nfrom uuid import uuid4\n"
+        "x = uuid.uuid4()\ny = uuid.UUID(int=1)\nopen('f')\n")
+    assert sorted(_io_uses(sample)) == [
+        "from time import ...", "from uuid import uuid4", "import os.path", "open()",
+        "uuid.uuid4"]

@@ -7,6 +7,8 @@ tests read like a client session; `replayed()` rebuilds a fresh coordinator from
 from __future__ import annotations
 
 import itertools
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator import (
@@ -31,6 +33,17 @@ from kgroups.coordinator import (
 from kgroups.records.codec import decode_record, encode_record
 from kgroups.records.consumer_protocol import encode_subscription
 from kgroups.records.schema import ConsumerSubscription, OffsetsRecord
+
+
+def counting_uuids() -> Callable[[], uuid.UUID]:
+    """The id source a test coordinator draws member ids from: 1, 2, 3... (`nth_uuid`)."""
+    counter = itertools.count(1)
+    return lambda: uuid.UUID(int=next(counter))
+
+
+def nth_uuid(n: int) -> str:
+    """The `n`th id `counting_uuids` hands out, as a classic member id carries it."""
+    return str(uuid.UUID(int=n))
 
 
 def synchronous_config(**settings: object) -> GroupCoordinatorConfig:
@@ -73,8 +86,7 @@ class Harness:
     rebalances: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        counter = itertools.count(1)
-        self.coordinator = GroupCoordinator(self.config, new_uuid=lambda: f"u{next(counter)}")
+        self.coordinator = GroupCoordinator(self.config, new_uuid=counting_uuids())
         self._request_ids = itertools.count(1)
         for partition in range(self.config.offsets_topic_num_partitions):
             self.absorb(self.coordinator.load_partition(partition, [], self.now))
@@ -101,6 +113,14 @@ class Harness:
                 self.log.setdefault(write.offsets_partition, []).extend(write.records)
             self.absorb(self.coordinator.write_completed(write.write_id, error, self.now))
 
+    def lost_with(self, write: Write) -> list[Write]:
+        """`write` failed: it and the writes of its partition still in flight after it, taken
+        out of `pending` (the shell's contract: a log never holds a later write without the
+        earlier one, so they fail with it; the coordinator has reverted them already)."""
+        lost = [write] + [w for w in self.pending if w.offsets_partition == write.offsets_partition]
+        self.pending = [w for w in self.pending if w not in lost]
+        return lost
+
     def rid(self) -> int:
         return next(self._request_ids)
 
@@ -118,7 +138,7 @@ class Harness:
 
     def replayed(self) -> GroupCoordinator:
         """A new coordinator loaded from the log's bytes (every record through the codec)."""
-        fresh = GroupCoordinator(self.config)
+        fresh = GroupCoordinator(self.config, new_uuid=counting_uuids())
         for partition in range(self.config.offsets_topic_num_partitions):
             records = [
                 decode_record(*encode_record(record)) for record in self.log.get(partition, [])

@@ -14,12 +14,12 @@ from kgroups.coordinator import (
     GroupCoordinatorConfig,
     ListGroupsRequest,
 )
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.errors import ErrorCode
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from tests.coordinator.test_consumer_protocol import G, Session, assert_exclusive
 
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import ConsumerGroupState, TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import ConsumerGroupState, TopicInfo
 from kgroups.coordinator.regex_subscriptions import REFRESH_MIN_INTERVAL_MS
 from kgroups.errors import ErrorCode
 

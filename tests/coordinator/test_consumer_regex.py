@@ -13,11 +13,11 @@ import pytest
 from tests.coordinator.harness import Harness, synchronous_config
 
 from kgroups.coordinator import GroupCoordinatorConfig, ListGroupsRequest
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import (
     ConsumerGroupRegularExpressionKey,

@@ -11,7 +11,7 @@ from kgroups.coordinator import DeleteGroupsRequest, MemberIdentity, latest_valu
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
 
-from .harness import subscription
+from .harness import counting_uuids, subscription
 from .test_join import make, stable
 from .test_static_sync import static_stable
 
@@ -182,7 +182,7 @@ def test_unowned_partition_in_fetch_and_delete():
     from .harness import Harness
 
     h = Harness(GroupCoordinatorConfig(offsets_topic_num_partitions=4))
-    h.coordinator = GroupCoordinator(h.config)
+    h.coordinator = GroupCoordinator(h.config, new_uuid=counting_uuids())
     rid = h.rid()
     h.absorb(h.coordinator.delete_groups(DeleteGroupsRequest(rid, ("g",)), h.now))
     assert dict(h.reply(rid).results) == {"g": E.NOT_COORDINATOR}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kgroups.coordinator import GroupCoordinatorConfig, JoinGroupResponse
 from kgroups.errors import ErrorCode
 
-from .harness import Harness, subscription
+from .harness import Harness, counting_uuids, nth_uuid, subscription
 
 E = ErrorCode
 
@@ -58,14 +58,15 @@ def test_v4_dynamic_member_gets_member_id_required_then_joins():
     h = make()
     response = h.reply(h.join("g", client_id="app"))
     assert response.error is E.MEMBER_ID_REQUIRED
-    assert response.member_id == "app-u1"
+    assert response.member_id == f"app-{nth_uuid(1)}"
     assert h.coordinator.group_view("g").members == ()
     rid = h.join("g", response.member_id, client_id="app")
     assert h.reply(rid) is None  # parked during the initial delay
     h.advance(3000)
     joined = h.reply(rid)
     assert joined.error is E.NONE and joined.generation_id == 1
-    assert joined.leader == "app-u1" and [m.member_id for m in joined.members] == ["app-u1"]
+    member_id = f"app-{nth_uuid(1)}"
+    assert joined.leader == member_id and [m.member_id for m in joined.members] == [member_id]
     assert joined.protocol_name == "range"
 
 
@@ -73,7 +74,7 @@ def test_v3_member_joins_without_member_id_round_trip():
     h = make()
     rid = h.join("g", version=3, client_id="old")
     h.advance(3000)
-    assert h.reply(rid).member_id == "old-u1" and h.reply(rid).error is E.NONE
+    assert h.reply(rid).member_id == f"old-{nth_uuid(1)}" and h.reply(rid).error is E.NONE
 
 
 def test_pending_member_blocks_join_completion_and_expires_after_session():
@@ -154,7 +155,7 @@ def test_group_loaded_over_max_size_is_forced_to_rebalance():
 def _load_with(h: Harness, config: GroupCoordinatorConfig):
     from kgroups.coordinator import GroupCoordinator
 
-    fresh = GroupCoordinator(config)
+    fresh = GroupCoordinator(config, new_uuid=counting_uuids())
     for partition in range(config.offsets_topic_num_partitions):
         fresh.load_partition(partition, h.log.get(partition, []), h.now)
     return fresh

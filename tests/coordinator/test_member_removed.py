@@ -14,7 +14,7 @@ from kgroups.coordinator import (
 from kgroups.coordinator import RemovalReason as R
 from kgroups.errors import ErrorCode
 
-from .harness import Harness, subscription
+from .harness import Harness, counting_uuids, subscription
 from .test_join import make, stable
 from .test_static_sync import static_stable
 
@@ -156,7 +156,7 @@ def test_member_over_group_max_size_is_reported_when_turned_away():
     h = make()
     members, _generation = stable(h, "g", 3)
     config = GroupCoordinatorConfig(offsets_topic_num_partitions=4, group_max_size=2)
-    capped = GroupCoordinator(config)
+    capped = GroupCoordinator(config, new_uuid=counting_uuids())
     for partition in range(config.offsets_topic_num_partitions):
         capped.load_partition(partition, h.log.get(partition, []), h.now)
     removals = []

@@ -20,12 +20,12 @@ from kgroups.coordinator import (
     MemberIdentity,
     SyncGroupResponse,
 )
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_group import MemberState, TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kgroups.coordinator.consumer_group import MemberState, TopicInfo
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import GroupState
 from kgroups.errors import ErrorCode

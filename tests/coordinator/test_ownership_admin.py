@@ -16,7 +16,7 @@ from kgroups.coordinator import (
 from kgroups.coordinator.placement import java_abs, java_string_hash
 from kgroups.errors import ErrorCode
 
-from .harness import Harness
+from .harness import Harness, counting_uuids
 from .test_join import make, stable
 
 E = ErrorCode
@@ -43,7 +43,8 @@ def test_partition_is_always_in_range(group_id, partitions):
 
 
 def test_not_owned_partition_answers_not_coordinator():
-    coordinator = GroupCoordinator(GroupCoordinatorConfig(offsets_topic_num_partitions=4))
+    coordinator = GroupCoordinator(
+        GroupCoordinatorConfig(offsets_topic_num_partitions=4), new_uuid=counting_uuids())
     h = Harness(GroupCoordinatorConfig(offsets_topic_num_partitions=4))
     h.coordinator = coordinator
     assert h.reply(h.join("g")).error is E.NOT_COORDINATOR
@@ -122,7 +123,7 @@ def test_loading_rejects_bad_input_clearly():
         h.coordinator.begin_loading(9)
     stable(h, "g", 1)
     elsewhere = (h.partition_of("g") + 1) % 4
-    fresh = GroupCoordinator(h.config)
+    fresh = GroupCoordinator(h.config, new_uuid=counting_uuids())
     with pytest.raises(ValueError, match="belong elsewhere"):
         fresh.load_partition(elsewhere, h.log[h.partition_of("g")], h.now)
 
@@ -197,7 +198,7 @@ def test_bulk_image_from_encoded_records_equals_record_replay():
     h.commit("g", {("t", 0): 4, ("t", 1): 5}, generation=generation, member_id=a)
     h.commit("simple", {("x", 0): 1}, retention=60_000, version=2)
     h.commit("simple", {("x", 1): 2}, metadata="meta")
-    fresh = GroupCoordinator(h.config)
+    fresh = GroupCoordinator(h.config, new_uuid=counting_uuids())
     for partition in range(4):
         image = PartitionImage()
         image.apply_raw(encode_record(record) for record in h.log.get(partition, []))

@@ -4,6 +4,10 @@ logs of offset commits, group metadata, tombstones, transactions and compressed 
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +18,6 @@ from kgroups.coordinator import (
     PartitionImage,
     latest_values,
 )
-from kgroups.coordinator.parallel_fold import fold_partitions
 from kgroups.log.batch import BatchCorruptError, Compression, build_batch, iter_batches
 from kgroups.records.codec import decode_record, encode_key, encode_value
 from kgroups.records.schema import (
@@ -25,6 +28,18 @@ from kgroups.records.schema import (
     OffsetCommitValue,
     OffsetsRecord,
 )
+
+from .harness import counting_uuids
+
+# The parallel fold is the bench's (forked workers are I/O the coordinator may not do); its
+# results must still be the coordinator's own fold, partition by partition.
+_SPEC = importlib.util.spec_from_file_location(
+    "parallel_fold", Path(__file__).resolve().parents[2] / "bench" / "parallel_fold.py")
+assert _SPEC is not None and _SPEC.loader is not None
+parallel_fold = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = parallel_fold  # its workers find their functions by module name
+_SPEC.loader.exec_module(parallel_fold)
+fold_partitions = parallel_fold.fold_partitions
 
 NOW = 1_700_000_000_000
 GROUPS = ("g0", "g1", "g2")
@@ -126,7 +141,8 @@ def records_that_count(data: bytes) -> tuple[list[OffsetsRecord], int]:
 
 
 def coordinator() -> GroupCoordinator:
-    return GroupCoordinator(GroupCoordinatorConfig(offsets_topic_num_partitions=1))
+    return GroupCoordinator(
+        GroupCoordinatorConfig(offsets_topic_num_partitions=1), new_uuid=counting_uuids())
 
 
 def assert_bulk_equals_ordinary(data: bytes) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kgroups.errors import ErrorCode
 
-from .harness import subscription
+from .harness import nth_uuid, subscription
 from .test_join import make
 
 E = ErrorCode
@@ -29,20 +29,20 @@ def test_static_member_gets_instance_prefixed_id_without_member_id_required():
     h = make()
     rid = h.join("g", instance="i1")
     h.advance(3000)
-    assert h.reply(rid).error is E.NONE and h.reply(rid).member_id == "i1-u1"
+    assert h.reply(rid).error is E.NONE and h.reply(rid).member_id == f"i1-{nth_uuid(1)}"
 
 
 def test_unknown_instance_id_with_member_id_is_unknown_member():
     h = make()
     static_stable(h, "g", ("i1",))
-    assert h.reply(h.join("g", "i1-u1", instance="nope")).error is E.UNKNOWN_MEMBER_ID
+    assert h.reply(h.join("g", f"i1-{nth_uuid(1)}", instance="nope")).error is E.UNKNOWN_MEMBER_ID
 
 
 def test_known_instance_with_other_member_id_is_fenced():
     h = make()
     static_stable(h, "g", ("i1", "i2"))
-    assert h.reply(h.join("g", "i2-u2", instance="i1")).error is E.FENCED_INSTANCE_ID
-    assert h.reply(h.heartbeat("g", "i2-u2", 1, "i1")).error is E.FENCED_INSTANCE_ID
+    assert h.reply(h.join("g", f"i2-{nth_uuid(2)}", instance="i1")).error is E.FENCED_INSTANCE_ID
+    assert h.reply(h.heartbeat("g", f"i2-{nth_uuid(2)}", 1, "i1")).error is E.FENCED_INSTANCE_ID
 
 
 def test_static_rejoin_in_stable_keeps_generation_and_persists_new_id():

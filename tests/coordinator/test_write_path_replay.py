@@ -3,10 +3,11 @@
 Groups join (dynamic and static members, restarted static members that replace themselves),
 sync, heartbeat, leave, commit, delete offsets, get deleted and have their offsets expire, while
 each write completes late, one at a time and in order, succeeding or failing as hypothesis
-chooses, and partitions fail over. Whenever no write is in flight, the live coordinator's
-persisted part must equal a coordinator rebuilt from the records that were written successfully:
-the same groups, the same offsets, and for every group at rest (Stable or Empty) the same
-generation, protocol, leader and members with their assignments.
+chooses (a failure fails the writes of its partition still in flight with it), and partitions
+fail over. Whenever no write is in flight, the live coordinator's persisted part must equal a
+coordinator rebuilt from the records that were written successfully: the same groups, the same
+offsets, and for every group at rest (Stable or Empty) the same generation, protocol, leader and
+members with their assignments.
 
 The one allowance is Kafka's own: a lost record that Kafka does not revert (the GroupMetadata of
 a generation that ended Empty, the tombstones of offset expiry) leaves the log behind memory
@@ -62,6 +63,37 @@ class Client:
         self.member_id, self.generation, self.is_leader = "", -1, False
 
 
+def settle(h: Harness, client: Client) -> None:
+    """Take the answers to `client`'s parked JoinGroup and SyncGroup, as a client would."""
+    if client.join_request is not None:
+        response = h.reply(client.join_request)
+        if response is not None:
+            client.join_request = None
+            _on_join(client, response)
+    if client.sync_request is not None:
+        response = h.reply(client.sync_request)
+        if response is not None:
+            client.sync_request = None
+            assert isinstance(response, SyncGroupResponse)
+            if response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
+                client.forget()
+
+
+def _on_join(client: Client, response: object) -> None:
+    assert isinstance(response, JoinGroupResponse)
+    if response.error is E.MEMBER_ID_REQUIRED:
+        client.member_id = response.member_id
+    elif response.error is E.NONE:
+        client.member_id = response.member_id
+        client.generation = response.generation_id
+        client.is_leader = response.leader == response.member_id
+        client.leader_members = tuple(m.member_id for m in response.members)
+    elif response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID) or (
+        response.member_id == ""
+    ):
+        client.forget()
+
+
 class WritePaths(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -85,34 +117,8 @@ class WritePaths(RuleBasedStateMachine):
     # -- the client side ----------------------------------------------------------------------
 
     def _settle_replies(self) -> None:
-        for (_group, _name), client in self.clients.items():
-            if client.join_request is not None:
-                response = self.h.reply(client.join_request)
-                if response is not None:
-                    client.join_request = None
-                    self._on_join(client, response)
-            if client.sync_request is not None:
-                response = self.h.reply(client.sync_request)
-                if response is not None:
-                    client.sync_request = None
-                    assert isinstance(response, SyncGroupResponse)
-                    if response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID):
-                        client.forget()
-
-    @staticmethod
-    def _on_join(client: Client, response: object) -> None:
-        assert isinstance(response, JoinGroupResponse)
-        if response.error is E.MEMBER_ID_REQUIRED:
-            client.member_id = response.member_id
-        elif response.error is E.NONE:
-            client.member_id = response.member_id
-            client.generation = response.generation_id
-            client.is_leader = response.leader == response.member_id
-            client.leader_members = tuple(m.member_id for m in response.members)
-        elif response.error in (E.UNKNOWN_MEMBER_ID, E.FENCED_INSTANCE_ID) or (
-            response.member_id == ""
-        ):
-            client.forget()
+        for client in self.clients.values():
+            settle(self.h, client)
 
     @rule(
         group=st.sampled_from(GROUPS),
@@ -274,9 +280,10 @@ class WritePaths(RuleBasedStateMachine):
                 elif isinstance(key, OffsetCommitKey):
                     self.lagging_offsets.discard((key.group, key.topic, key.partition))
         else:
-            self.outcomes["failed"] += 1
-            if write.write_id not in self.answered_writes:
-                self._note_tolerated_loss(write)
+            for lost in self.h.lost_with(write):
+                self.outcomes["failed"] += 1
+                if lost.write_id not in self.answered_writes:
+                    self._note_tolerated_loss(lost)
         self.h.absorb(self.h.coordinator.write_completed(write.write_id, error, self.h.now))
         self._settle_replies()
 

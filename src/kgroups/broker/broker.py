@@ -29,6 +29,8 @@ from kgroups.broker.apis import (
 from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
+from kgroups.broker.cluster.catalog_books import StoreBrokerConfigs
+from kgroups.broker.cluster.catalog_sync import catalog_changed
 from kgroups.broker.cluster.leadership import LeadershipView
 from kgroups.broker.cluster.runtime import ClusterRuntime, ClusterSettings, LeaseHandlers
 from kgroups.broker.config import BrokerConfig, ConfigError
@@ -127,17 +129,22 @@ class Broker:
         self.must_stop = asyncio.Event()
         self.stop_reason: str | None = None
         # The static settings with the dynamic broker configs saved by IncrementalAlterConfigs.
-        self.dynamic_configs = DynamicBrokerConfigs(config.data_dir, config.properties)
+        # In a cluster they, the topics, ACLs and SCRAM users are the store's catalog's.
+        self.dynamic_configs = DynamicBrokerConfigs(
+            config.data_dir if self.store is None
+            else StoreBrokerConfigs(self.store.catalog, config.node_id), config.properties)
         self.log_config = self.dynamic_configs.log_config()
         self.logs = LogManager(config.data_dir, self.log_config)
         self.group_commit = GroupCommit()
-        self.topics = TopicCatalog(self.logs, self.store)
+        self.topics = (TopicCatalog(self.logs) if self.store is None or self.leadership is None
+                       else TopicCatalog.on_store(self.logs, self.store, self.leadership))
         # Metadata's encoded topic entries, kept to the topics that exist.
         self.metadata_entries = TopicEntryCache()
         self.topics.on_change(
             lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
         self.appends = AppendNotifier()
-        self.producer_ids = ProducerIdAllocator()
+        self.producer_ids = ProducerIdAllocator(
+            None if self.store is None else self.store.allocate_producer_ids)
         self.producer_states = ProducerStateTable()
         # What clients asked for that kgroups lacks, logged once per client.
         self.not_served = NotServedLog()
@@ -146,7 +153,7 @@ class Broker:
         self.memory = MemoryBudget(config.queued_max_request_bytes,
                                    config.memory_exhausted_close_ms / 1000)
         install_handlers(self.registry)
-        self.security = Security(config)
+        self.security = Security(config, None if self.store is None else self.store.catalog)
         if self.security.authorizer is not None:  # every API behind its ACL check
             self.registry = authorized_registry(self.registry, self.security.authorizer)
         self._server = BrokerServer(self, self.security)
@@ -197,7 +204,8 @@ class Broker:
         self.host, self.port = next(iter(self.listener_addresses.values()))
         if self.cluster is not None:  # DuplicateNodeIdError while the node id is live
             self.cluster.join(self.advertised_host, self.advertised_port, LeaseHandlers(
-                gained=self._lease_gained, lost=self._lease_lost, fatal=self._node_id_taken))
+                gained=self._lease_gained, lost=self._lease_lost, fatal=self._node_id_taken,
+                catalog=lambda: catalog_changed(self)))
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
 

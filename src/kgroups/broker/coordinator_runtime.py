@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import logging
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
@@ -44,12 +45,12 @@ from kgroups.coordinator import (
     PartitionImage,
     latest_values,
 )
-from kgroups.coordinator import api as core
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator import messages as core
+from kgroups.coordinator.consumer_group import TopicInfo
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
 )
-from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
@@ -167,7 +168,7 @@ class CoordinatorRuntime:
         self._appends = appends
         self._group_commit = group_commit
         self.config = coordinator_config(config)
-        self.core = GroupCoordinator(self.config)
+        self.core = GroupCoordinator(self.config, new_uuid=uuid.uuid4)  # member ids
         self._request_ids = itertools.count(1)
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -372,7 +373,7 @@ class CoordinatorRuntime:
         topics = {}
         for name, count in self._topics.partition_counts().items():
             try:
-                topic_id = self._logs.topic_id(name)
+                topic_id = self._topics.topic_id(name)
             except (OSError, PartitionMetadataError) as exc:
                 # Unreadable or unwritable partition.metadata: the topic stays out of consumer
                 # groups' view (it cannot be named by id) rather than stopping the broker.
@@ -526,7 +527,7 @@ class CoordinatorRuntime:
         when the log's flush policy lets it be acknowledged (after an fsync in the background
         where flush.messages asks for one)."""
         partition = write.offsets_partition
-        log: PartitionLogSeam | None = (self._topics.leased_log(OFFSETS_TOPIC, partition)
+        log: PartitionLogSeam | None = (self._topics.log(OFFSETS_TOPIC, partition)
                                         if self._reader is not None
                                         else self._logs.get(OFFSETS_TOPIC, partition))
         now = wall_clock_ms()

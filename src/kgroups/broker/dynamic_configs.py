@@ -8,13 +8,17 @@ the two dynamic layers in `<data dir>/__broker_configs/` (written durably before
 so they survive a restart as on Kafka, and rebuilds every topic's log settings from the
 layers when they change. Only the settings kgroups can apply while running are dynamic here:
 the broker-wide defaults of the topic settings it honours (log.flush.scheduler.interval.ms,
-read once by the flusher, is not); any other name is refused, naming where to set it.
+read once by the flusher, is not); any other name is refused, naming where to set it. A
+cluster keeps the layers in its store instead (cluster/catalog_books.StoreBrokerConfigs: the
+cluster default shared, each broker's own under its node id), and every broker reads them
+again (`reload`) when the store's catalog version moves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from kgroups.broker.kafka_settings import kafka_settings
 from kgroups.broker.topic_configs import (
@@ -75,15 +79,51 @@ def _kafka_value_problem(name: str, raw: str) -> str | None:
     return prefix + f"Value must be at least {setting.validator.strip('[').split(',')[0]}"
 
 
-class DynamicBrokerConfigs:
-    """The two dynamic layers over the static settings, loaded from and saved to disk."""
+class BrokerConfigBook(Protocol):
+    """Where the dynamic layers are kept, by scope (PER_BROKER, CLUSTER_DEFAULT)."""
 
-    def __init__(self, data_dir: Path, static: Mapping[str, str]) -> None:
-        self._store = TopicConfigStore(data_dir, DIRECTORY)
+    def load(self) -> dict[str, dict[str, str]]: ...
+
+    def save(self, scope: str, layer: Mapping[str, str]) -> None:
+        """Replace the scope's layer durably (empty: none)."""
+
+
+class BrokerConfigFiles:
+    """A single node's layers: one file per scope under the data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._files = TopicConfigStore(data_dir, DIRECTORY)
+
+    def load(self) -> dict[str, dict[str, str]]:
+        return self._files.load_all()
+
+    def save(self, scope: str, layer: Mapping[str, str]) -> None:
+        if layer:
+            self._files.save(scope, layer)
+        else:
+            self._files.remove(scope)
+
+
+class DynamicBrokerConfigs:
+    """The two dynamic layers over the static settings, loaded from and saved to a book."""
+
+    def __init__(self, book: BrokerConfigBook | Path, static: Mapping[str, str]) -> None:
+        """`book` a Path: a single node's data directory."""
+        self._book = BrokerConfigFiles(book) if isinstance(book, Path) else book
         self._static = dict(static)
-        loaded = self._store.load_all()
-        self.layers: dict[str, dict[str, str]] = {
-            scope: loaded.get(scope, {}) for scope in (PER_BROKER, CLUSTER_DEFAULT)}
+        self.layers = self._load()
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        loaded = self._book.load()
+        return {scope: loaded.get(scope, {}) for scope in (PER_BROKER, CLUSTER_DEFAULT)}
+
+    def reload(self) -> bool:
+        """Read the layers again (another broker of the cluster changed them); whether they
+        changed (then the broker rebuilds its log settings)."""
+        layers = self._load()
+        changed = layers != self.layers
+        self.layers = layers
+        return changed
 
     def properties(self, layers: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, str]:
         """Every setting with the dynamic layers on top, this broker's own last."""
@@ -135,8 +175,5 @@ class DynamicBrokerConfigs:
 
     def replace(self, scope: str, layer: Mapping[str, str]) -> None:
         """Save the scope's layer durably, then use it."""
-        if layer:
-            self._store.save(scope, layer)
-        else:
-            self._store.remove(scope)
+        self._book.save(scope, layer)
         self.layers[scope] = dict(layer)

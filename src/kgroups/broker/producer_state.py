@@ -16,11 +16,11 @@ import itertools
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import HEADER_SIZE, read_header
-from kgroups.log.partition_log import PartitionLog
+from kgroups.storage.log_seam import PartitionLogSeam
 
 NO_PRODUCER_ID = -1
 REMEMBERED_BATCHES = 5
@@ -75,11 +75,11 @@ class ProducerStateTable:
     """Per partition log, per producer id: the epoch and the last batches appended."""
 
     def __init__(self) -> None:
-        self._by_log: weakref.WeakKeyDictionary[PartitionLog, dict[int, _ProducerEntry]] = (
+        self._by_log: weakref.WeakKeyDictionary[PartitionLogSeam, dict[int, _ProducerEntry]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def check(self, log: PartitionLog, batch: BatchIdentity) -> Verdict:
+    def check(self, log: PartitionLogSeam, batch: BatchIdentity) -> Verdict:
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
         if log not in self._by_log:
@@ -100,26 +100,18 @@ class ProducerStateTable:
             return APPEND
         return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
-    def _rebuild(self, log: PartitionLog) -> None:
+    def _rebuild(self, log: PartitionLogSeam) -> None:
         """Replay the producer fields of the recent batch headers (no records are parsed)."""
         self._by_log[log] = {}
         tail_start = max(log.log_start_offset, log.log_end_offset - REBUILD_TAIL_OFFSETS)
-        for segment in log.segments():
-            if segment.next_offset <= tail_start:
+        for header in log.batch_headers(tail_start):
+            if header.producer_id == NO_PRODUCER_ID:
                 continue
-            start = segment.start_position_for(max(tail_start, segment.base_offset))
-            for position, base_offset, _last, _size in segment.batch_positions(start):
-                header = read_header(segment.pread(HEADER_SIZE, position))
-                producer_id, epoch, first_sequence = (
-                    header.producer_id, header.producer_epoch,
-                    header.base_sequence)
-                if producer_id == NO_PRODUCER_ID:
-                    continue
-                last = last_sequence(first_sequence, header.last_offset_delta)
-                self.record(log, BatchIdentity(producer_id, epoch, first_sequence, last),
-                            base_offset)
+            last = last_sequence(header.base_sequence, header.last_offset_delta)
+            self.record(log, BatchIdentity(header.producer_id, header.producer_epoch,
+                                           header.base_sequence, last), header.base_offset)
 
-    def record(self, log: PartitionLog, batch: BatchIdentity, base_offset: int) -> None:
+    def record(self, log: PartitionLogSeam, batch: BatchIdentity, base_offset: int) -> None:
         if batch.producer_id == NO_PRODUCER_ID:
             return
         producers = self._by_log.setdefault(log, {})
@@ -130,11 +122,23 @@ class ProducerStateTable:
 
 
 class ProducerIdAllocator:
-    """Hands out producer ids that stay unique across restarts without a stored counter: the
-    sequence starts from the wall clock in milliseconds, which only moves forward between runs."""
+    """Hands out producer ids. A single node needs no stored counter: the sequence starts from
+    the wall clock in milliseconds, which only moves forward between runs. A cluster's brokers
+    draw from blocks the store hands each of them (`allocate_block`, the store's
+    allocate_producer_ids: no two brokers ever get the same id), as Kafka's brokers draw from
+    blocks of 1000 the controller hands out; an OSError (the store unreachable) leaves the
+    allocator ready to ask again."""
 
-    def __init__(self) -> None:
-        self._ids = itertools.count(int(time.time() * 1000))
+    def __init__(self, allocate_block: Callable[[], range] | None = None) -> None:
+        self._allocate_block = allocate_block
+        self._ids: Iterator[int] = (iter(()) if allocate_block is not None
+                                    else itertools.count(int(time.time() * 1000)))
 
     def next_id(self) -> int:
-        return next(self._ids)
+        found = next(self._ids, None)
+        if found is None:
+            assert self._allocate_block is not None  # the clock's count never ends
+            block = self._allocate_block()
+            self._ids = iter(block)
+            found = next(self._ids)
+        return found

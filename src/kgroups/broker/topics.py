@@ -1,28 +1,28 @@
-"""Which topics exist and how many partitions each has, read from the log itself.
+"""Which topics exist and how many partitions each has, with their settings and logs.
 
-The partition directories are the single record of a topic, so a restart (or a kill -9) can
-never leave a topic catalogue and the data disagreeing: there is no second file to go stale.
-The counts are read from disk once at start and then kept in memory, because Metadata asks for
-them on every request; topics must therefore be created and deleted through this catalogue.
+On a single node the partition directories are the single record of a topic, so a restart (or
+a kill -9) can never leave a topic catalogue and the data disagreeing: there is no second file
+to go stale. In a cluster the record is the PostgreSQL store's topics tables, shared by every
+broker (topic_storage.py names both engines). Either way the counts are read once at start and
+then kept in memory, because Metadata asks for them on every request; topics must therefore be
+created and deleted through this catalogue, and a cluster's catalogue re-reads the store when
+another broker changed it (`catalog_changed`).
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
+import uuid
 from collections.abc import Callable, Mapping
 
-from kgroups.broker.topic_configs import (
-    TOPIC_CONFIG_FIELDS,
-    TOPIC_SETTINGS,
-    TopicConfigStore,
-    topic_log_config,
-)
+from kgroups.broker.cluster.leadership import LeadershipView
+from kgroups.broker.cluster.topic_store import ClusterTopics
+from kgroups.broker.topic_configs import TOPIC_CONFIG_FIELDS, TOPIC_SETTINGS, topic_log_config
+from kgroups.broker.topic_storage import LocalTopics, NotLeaderHint, TopicStorage
 from kgroups.errors import ErrorCode
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
-from kgroups.log.partition_log import PartitionLog
-from kgroups.storage.postgres_log import PostgresPartitionLog
+from kgroups.storage.log_seam import PartitionLogSeam
 from kgroups.storage.postgresql import Lease, PostgresStore
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -46,21 +46,70 @@ def topic_name_error(name: str | None) -> str | None:
 
 
 class TopicCatalog:
-    """Create, list and delete topics on top of a LogManager."""
+    """Create, list and delete topics, and find their partitions' logs, on a storage engine:
+    the data directory (`TopicCatalog(logs)`) or a cluster's store (`TopicCatalog.on_store`).
+    The LogManager holds the log settings of both (broker-wide and per topic)."""
 
-    def __init__(self, logs: LogManager, store: PostgresStore | None = None) -> None:
+    def __init__(self, logs: LogManager, cluster: ClusterTopics | None = None) -> None:
         self._logs = logs
-        # Cluster mode: the event loop's store, and the logs of the partitions leased here.
-        self._store = store
-        self._leased: dict[tuple[str, int], PostgresPartitionLog] = {}
-        self._configs = TopicConfigStore(logs.data_dir)
-        self._overrides = self._configs.load_all()
-        for topic, overrides in self._overrides.items():
-            logs.set_topic_config(topic, topic_log_config(logs.config, overrides))
-        self._counts: dict[str, int] = dict(
-            sorted(Counter(topic for topic, _ in logs.partitions()).items())
-        )
+        self._cluster = cluster
+        self._storage: TopicStorage = cluster if cluster is not None else LocalTopics(logs)
+        self._counts: dict[str, int] = {}
+        self._overrides: dict[str, dict[str, str]] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._reload()
+
+    @classmethod
+    def on_store(cls, logs: LogManager, store: PostgresStore,
+                 leadership: LeadershipView) -> TopicCatalog:
+        """A cluster broker's catalogue: topics, ids and settings from the store (`store` is
+        used on the event loop's thread only); partition logs only for the leases
+        `leadership_gained` hands it; the leaders of the others from `leadership`."""
+        return cls(logs, cluster=ClusterTopics(store, leadership, logs.config_for))
+
+    def _reload(self) -> bool:
+        """Read counts and settings from the storage; whether the set of topics or a count
+        changed."""
+        counts, overrides = self._storage.load()
+        for topic in set(self._overrides) | set(overrides):
+            if self._overrides.get(topic) != overrides.get(topic):
+                log_config = topic_log_config(self._logs.config.for_topic(topic),
+                                              overrides.get(topic, {}))
+                self._logs.set_topic_config(topic, log_config)
+                self._apply_to_open(topic, log_config)
+        self._overrides = overrides
+        changed = counts != self._counts
+        self._counts = dict(sorted(counts.items()))
+        return changed
+
+    def catalog_changed(self) -> None:
+        """Another broker may have changed topics or their settings (the store's catalog
+        version moved): read them again, tell the listeners if topics or counts changed, and
+        drop the logs of deleted topics. Call on the event loop's thread."""
+        changed = self._reload()
+        if self._cluster is not None:
+            self._cluster.forget_missing(self._counts)
+        if changed:
+            self._changed()
+
+    def leadership_gained(self, lease: Lease) -> None:
+        """This broker now leads the lease's partition: `log` serves it from now on (its
+        appends fenced by the lease's epoch). A partition of a topic not read yet makes the
+        catalogue read the store first."""
+        cluster = self._cluster_engine()
+        count = self._counts.get(lease.topic)
+        if count is None or lease.partition >= count:
+            self.catalog_changed()
+        cluster.gain(lease)
+
+    def leadership_lost(self, topic: str, partition: int) -> None:
+        """This broker no longer leads the partition: `log` gives None for it from now on."""
+        self._cluster_engine().lose(topic, partition)
+
+    def _cluster_engine(self) -> ClusterTopics:
+        if self._cluster is None:
+            raise RuntimeError("leadership changes only reach a cluster broker's catalogue")
+        return self._cluster
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` now and after every topic created, grown or deleted (the group
@@ -78,6 +127,10 @@ class TopicCatalog:
 
     def partition_count(self, topic: str) -> int | None:
         return self._counts.get(topic)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (None when there is no such topic)."""
+        return self._storage.topic_id(topic) if topic in self._counts else None
 
     def config_entries(self, topic: str) -> list[tuple[str, str | None, bool]]:
         """(name, value, set on the topic?) for every topic-level setting, as DescribeConfigs
@@ -107,29 +160,34 @@ class TopicCatalog:
         folded = topic.replace(".", "_")
         return next((name for name in self._counts if name.replace(".", "_") == folded), None)
 
-    def log(self, topic: str, partition: int) -> PartitionLog | None:
-        """The partition's log, or None unless the topic exists and has that partition. Data
-        requests go through here, so a client-chosen name (say `x/../other`) never reaches
-        the file system."""
+    def log(self, topic: str, partition: int) -> PartitionLogSeam | None:
+        """The partition's log, or None unless the topic exists, has that partition and this
+        broker serves it (`elsewhere` tells the two apart). Data requests go through here, so
+        a client-chosen name (say `x/../other`) never reaches the file system."""
         count = self._counts.get(topic)
         if count is None or not 0 <= partition < count:
             return None
-        return self._logs.get(topic, partition)
+        return self._storage.log(topic, partition)
 
-    def leadership_gained(self, lease: Lease) -> None:
-        """This broker now leads the partition: its log in the store, fenced by `lease`."""
-        assert self._store is not None, "leases exist in cluster mode only"
-        self._leased[(lease.topic, lease.partition)] = PostgresPartitionLog(
-            self._store, lease, self._logs.config_for(lease.topic))
+    def elsewhere(self, topic: str, partition: int) -> NotLeaderHint | None:
+        """For a partition `log` gave None for: who leads it, when it exists but another
+        broker (or none, for now) leads it; None when there is no such partition."""
+        count = self._counts.get(topic)
+        if count is None or not 0 <= partition < count:
+            return None
+        return self._storage.elsewhere(topic, partition)
 
-    def leadership_lost(self, topic: str, partition: int) -> None:
-        log = self._leased.pop((topic, partition), None)
-        if log is not None:
-            log.closed = True
+    def leader_epoch(self, topic: str, partition: int) -> int | None:
+        """The epoch this broker leads the partition at (None on a single node, which keeps
+        no epochs: its answers carry -1, and requests' epochs go unchecked)."""
+        return self._storage.leader_epoch(topic, partition)
 
-    def leased_log(self, topic: str, partition: int) -> PostgresPartitionLog | None:
-        """The store's log of a partition this broker leads, None otherwise."""
-        return self._leased.get((topic, partition))
+    def advance_log_starts(self, targets: Mapping[tuple[str, int], int]
+                           ) -> set[tuple[str, int]]:
+        """DeleteRecords: move the log starts of led partitions up to their targets (the
+        caller checked each is within its log), durably before returning; the partitions
+        found led elsewhere meanwhile (nothing moved there). OSError: not durable."""
+        return self._storage.advance_log_starts(targets)
 
     def create(
         self, topic: str, num_partitions: int, configs: Mapping[str, str] | None = None
@@ -147,16 +205,19 @@ class TopicCatalog:
             return ErrorCode.INVALID_TOPIC_EXCEPTION
         if configs:
             log_config = topic_log_config(self._logs.config, configs)
-            self._configs.save(topic, configs)
             self._overrides[topic] = dict(configs)
             self._logs.set_topic_config(topic, log_config)
         else:
-            self._forget_config(topic)
+            self._reset_config(topic)
         try:
-            self._open_partitions(topic, 0, num_partitions)
+            created = self._storage.create(topic, num_partitions, dict(configs or {}))
         except OSError:
-            self._forget_config(topic)
+            self._reset_config(topic)
             raise
+        if not created:  # another broker's, not read yet
+            self._reset_config(topic)
+            self.catalog_changed()
+            return ErrorCode.TOPIC_ALREADY_EXISTS
         self._counts = dict(sorted({**self._counts, topic: num_partitions}.items()))
         self._changed()
         return ErrorCode.NONE
@@ -170,12 +231,12 @@ class TopicCatalog:
         then applied to its open partitions and to those opened later. Bad settings raise
         TopicConfigError and change nothing."""
         log_config = topic_log_config(self._logs.config.for_topic(topic), overrides)
+        self._storage.save_overrides(topic, overrides)
         if overrides:
-            self._configs.save(topic, overrides)
             self._overrides[topic] = dict(overrides)
             self._logs.set_topic_config(topic, log_config)
         else:
-            self._forget_config(topic)
+            self._reset_config(topic)
         self._apply_to_open(topic, log_config)
 
     def rebase(self, base: LogConfig) -> None:
@@ -188,43 +249,28 @@ class TopicCatalog:
             self._apply_to_open(topic, log_config)
 
     def _apply_to_open(self, topic: str, log_config: LogConfig) -> None:
-        for partition in range(self._counts.get(topic, 0)):
-            try:
-                log = self._logs.get(topic, partition)
-            except OSError:  # offline: it gets the new settings when it opens again
-                continue
-            if log is not None:
-                log.config = log_config
+        for log in self._storage.open_logs(topic, self._counts.get(topic, 0)):
+            log.config = log_config
 
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow an existing topic to `total` partitions (the caller checked it is an increase);
         the new partitions start empty, as in Kafka. An OSError adds none."""
         current = self._counts[topic]
-        self._open_partitions(topic, current, total)
+        self._storage.add_partitions(topic, current, total)
         self._counts = dict(sorted({**self._counts, topic: total}.items()))
         self._changed()
 
-    def _open_partitions(self, topic: str, first: int, end: int) -> None:
-        """Create partitions first..end-1, all or none: those made before one that fails are
-        deleted again, or a restart would find them on disk and count them in."""
-        try:
-            for partition in range(first, end):
-                self._logs.get_or_create(topic, partition)
-        except OSError:
-            self._logs.delete_partitions(topic, range(first, end))
-            raise
-
-    def _forget_config(self, topic: str) -> None:
-        """Back to the broker-wide settings (a leftover of a deleted topic must not stick)."""
-        self._configs.remove(topic)
+    def _reset_config(self, topic: str) -> None:
+        """Back to the broker-wide settings, in memory (a leftover of a deleted topic must
+        not stick)."""
         self._overrides.pop(topic, None)
         self._logs.set_topic_config(topic, self._logs.config.for_topic(topic))
 
     def delete(self, topic: str) -> ErrorCode:
         if self.partition_count(topic) is None:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        self._logs.delete_topic(topic)
-        self._forget_config(topic)
+        self._storage.delete(topic)
+        self._reset_config(topic)
         del self._counts[topic]
         self._changed()
         return ErrorCode.NONE

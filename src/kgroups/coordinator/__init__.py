@@ -1,12 +1,14 @@
 """kgroups.coordinator: Kafka's classic group coordinator as a sans-IO state machine.
 
-The core never touches sockets, files, asyncio or a clock: the caller passes decoded requests and
-the current time (ms), and carries out the `Effects` each call returns. That keeps every rule
+The core never touches sockets, files, asyncio, a clock or randomness: the caller passes decoded
+requests, the current time (ms) and a source of fresh ids, and carries out the `Effects` each call
+returns (tests/test_import_graph.py enforces it). That keeps every rule
 testable with an explicit clock and lets the broker decide how to do I/O.
 
 API (everything below is exported here):
 
-    coordinator = GroupCoordinator(GroupCoordinatorConfig.from_properties(props))
+    coordinator = GroupCoordinator(GroupCoordinatorConfig.from_properties(props),
+                                   new_uuid=uuid.uuid4)   # the caller's id source
     coordinator.begin_loading(p)                       # p answers COORDINATOR_LOAD_IN_PROGRESS
     fx = coordinator.load_partition(p, records, now)   # records: Iterable[OffsetsRecord], log order
     fx = coordinator.join_group(JoinGroupRequest(...), now)   # likewise sync_group, heartbeat,
@@ -24,15 +26,28 @@ API (everything below is exported here):
     partition_for(group_id, num_partitions)            # where a group lives (Kafka's formula)
 
 Bulk load (a big log): `latest, _ = latest_values(partition_bytes)`, then
-`image = PartitionImage(); image.apply_raw(latest.items()); core.load_image(p, image, now)`;
-`kgroups.coordinator.parallel_fold.fold_partitions` runs the folds in forked workers.
+`image = PartitionImage(); image.apply_raw(latest.items()); core.load_image(p, image, now)`
+(bench/parallel_fold.py runs the folds in forked workers).
 
 JoinGroup and SyncGroup may be answered in a later call's effects (when the rebalance completes);
 the leader's SyncGroup, OffsetCommit, a static member's replacement, OffsetDelete and
 DeleteGroups are answered only after `write_completed` for their write. See docs/coordinator.md.
 """
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.bulk_load import latest_values
+from kgroups.coordinator.config import GroupCoordinatorConfig
+from kgroups.coordinator.coordinator import GroupCoordinator
+from kgroups.coordinator.effects import (
+    Effects,
+    GroupEvent,
+    MemberRemoved,
+    RebalanceStarted,
+    RemovalReason,
+    Reply,
+    Write,
+)
+from kgroups.coordinator.group import GroupState
+from kgroups.coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -69,19 +84,6 @@ from kgroups.coordinator.api import (
     SyncGroupResponse,
     TopicPartitionErrors,
 )
-from kgroups.coordinator.bulk_load import latest_values
-from kgroups.coordinator.config import GroupCoordinatorConfig
-from kgroups.coordinator.coordinator import GroupCoordinator
-from kgroups.coordinator.effects import (
-    Effects,
-    GroupEvent,
-    MemberRemoved,
-    RebalanceStarted,
-    RemovalReason,
-    Reply,
-    Write,
-)
-from kgroups.coordinator.group import GroupState
 from kgroups.coordinator.persistence import PartitionImage
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceCause, RebalanceNote

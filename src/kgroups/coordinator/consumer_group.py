@@ -132,6 +132,10 @@ class ConsumerGroup:
     regex_refs: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     assignor_refs: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     subscribed_cache: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    # The value each of the group's keys holds as the log (with the writes in flight) has it:
+    # what a failed write's revert puts back (`journal`).
+    stored: dict[ConsumerGroupKey, ConsumerGroupValue] = field(
+        default_factory=dict, compare=False, repr=False)
     # Each member's last assignor input and the objects it was built from (the handlers'
     # `_assignor_inputs`), memory only.
     assignor_inputs: dict[str, tuple[Any, ...]] = field(

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kgroups.coordinator.api import RequestId
-from kgroups.coordinator.consumer_api import AnyResponse
+from kgroups.coordinator.consumer_messages import AnyResponse
+from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.rebalance_cause import RebalanceCause
 from kgroups.records.schema import OffsetsRecord
 

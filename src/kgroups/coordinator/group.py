@@ -12,11 +12,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from kgroups.coordinator.api import RequestId
 from kgroups.coordinator.consumer_group import ConsumerGroup
+from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
-from kgroups.records.schema import OffsetCommitValue
+from kgroups.records.schema import GroupMetadataValue, OffsetCommitValue
 
 
 class GroupState(Enum):
@@ -99,6 +99,9 @@ class ClassicGroup:
     initial_delay_remaining_ms: int | None = None
     # The consumer-protocol (KIP-848) part, when the group is a consumer group.
     consumer: ConsumerGroup | None = None
+    # The group's GroupMetadata value as the log (with the writes in flight) holds it: what a
+    # failed write's revert puts back (`journal`).
+    stored_metadata: GroupMetadataValue | None = field(default=None, compare=False, repr=False)
     last_rebalance: RebalanceNote | None = None
     # Tallies over `members` (Kafka's numMembersAwaitingJoinResponse and supportedProtocols),
     # kept by the methods that change them, so that each JoinGroup of a big group is not a scan
@@ -139,15 +142,6 @@ class ClassicGroup:
         self._tally_protocols(member, -1)
         member.protocols = protocols
         self._tally_protocols(member, 1)
-
-    def set_member_field(self, member: Member, name: str, value: object) -> None:
-        """Set any field of `member` of this group (a write's revert puts fields back)."""
-        if name == "join_request":
-            self.set_join_request(member, value)
-        elif name == "protocols":
-            self.set_protocols(member, value)  # type: ignore[arg-type]
-        else:
-            setattr(member, name, value)
 
     def _tally_protocols(self, member: Member, delta: int) -> None:
         support = self._protocol_support

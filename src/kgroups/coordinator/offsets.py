@@ -1,8 +1,8 @@
 """OffsetCommit, OffsetFetch, OffsetDelete and periodic offset expiry.
 
-Committed offsets enter memory only when their records are durable (`_write_when_durable`), so
-OffsetFetch never shows an offset a crash could take back; commits still in flight are counted
-per partition so that expiry and deletion never race them.
+Committed offsets enter memory only when their records are durable
+(`ShardContext.write_when_durable`), so OffsetFetch never shows an offset a crash could take back;
+commits still in flight are counted per partition so that expiry and deletion never race them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 
-from kgroups.coordinator.api import (
+from kgroups.coordinator.classic_groups import validate_member
+from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
+from kgroups.coordinator.context import ShardContext
+from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
+from kgroups.coordinator.messages import (
     UNKNOWN_MEMBER_ID,
     FetchedGroup,
     FetchedOffset,
@@ -25,10 +29,6 @@ from kgroups.coordinator.api import (
     PartitionError,
     TopicPartitionErrors,
 )
-from kgroups.coordinator.consumer_group import ConsumerGroup, TopicInfo
-from kgroups.coordinator.core import ignore_failure, ignore_success
-from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
-from kgroups.coordinator.membership import MembershipHandlers
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
@@ -94,14 +94,17 @@ def _utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-class OffsetHandlers(MembershipHandlers):
-    _topics: Mapping[str, TopicInfo]  # kept by the consumer-protocol handlers
+class Offsets:
+    """OffsetCommit, OffsetFetch, OffsetDelete and retention over the shard's groups."""
+
+    def __init__(self, ctx: ShardContext) -> None:
+        self._ctx = ctx
 
     # -- OffsetCommit -------------------------------------------------------------------------
 
-    def _commit(self, req: OffsetCommitRequest) -> None:
-        error = self._ownership_error(req.group_id)
-        group = self._groups.get(req.group_id)
+    def commit(self, req: OffsetCommitRequest) -> None:
+        error = self._ctx.ownership_error(req.group_id)
+        group = self._ctx.groups.get(req.group_id)
         if error is None:
             if group is None:
                 if req.generation_id >= 0:
@@ -113,7 +116,7 @@ class OffsetHandlers(MembershipHandlers):
             else:
                 error = self._validate_commit(group, req)
         if error is not None:
-            self._reply(req.request_id, _commit_response(req, lambda _topic, _p: error))
+            self._ctx.reply(req.request_id, _commit_response(req, lambda _topic, _p: error))
             return
         if group is not None and group.state in (
             GroupState.STABLE,
@@ -121,10 +124,10 @@ class OffsetHandlers(MembershipHandlers):
         ):
             member = group.members.get(req.member_id)
             if member is not None:
-                self._refresh_session(group, member)  # a commit proves the member is alive
+                self._ctx.refresh_session(group, member)  # a commit proves the member is alive
 
-        expire = None if req.retention_time_ms < 0 else self._now + req.retention_time_ms
-        limit = self.config.offset_metadata_max_bytes
+        expire = None if req.retention_time_ms < 0 else self._ctx.now + req.retention_time_ms
+        limit = self._ctx.config.offset_metadata_max_bytes
         values: dict[tuple[str, int], OffsetCommitValue] = {}
         too_large: set[tuple[str, int]] = set()
         for topic in req.topics:
@@ -133,7 +136,7 @@ class OffsetHandlers(MembershipHandlers):
                 if _utf16_length(metadata) > limit:
                     too_large.add((topic.name, part.partition))
                     continue
-                commit_ts = self._now if part.commit_timestamp < 0 else part.commit_timestamp
+                commit_ts = self._ctx.now if part.commit_timestamp < 0 else part.commit_timestamp
                 values[(topic.name, part.partition)] = OffsetCommitValue(
                     offset=part.offset,
                     metadata=metadata,
@@ -150,13 +153,13 @@ class OffsetHandlers(MembershipHandlers):
                     return ErrorCode.OFFSET_METADATA_TOO_LARGE
                 return error_for_stored
 
-            self._reply(req.request_id, _commit_response(req, error_of))
+            self._ctx.reply(req.request_id, _commit_response(req, error_of))
 
         if not values:
             answer(ErrorCode.NONE)
             return
         group_id = req.group_id
-        self._commits_in_flight.setdefault(group_id, Counter()).update(values.keys())
+        self._ctx.commits_in_flight.setdefault(group_id, Counter()).update(values.keys())
 
         def settle() -> ClassicGroup | None:
             """The group the commit lands in, or None if it was deleted meanwhile. A group whose
@@ -164,31 +167,34 @@ class OffsetHandlers(MembershipHandlers):
             fail, the group comes back with the offset, as the log then has it."""
             self._commit_settled(group_id, values.keys())
             if group is None:
-                existing = self._groups.get(group_id)
-                return existing if existing is not None else self._create_group(group_id)
-            return group if self._groups.get(group_id) is group else None
+                existing = self._ctx.groups.get(group_id)
+                return existing if existing is not None else self._ctx.create_group(group_id)
+            if self._ctx.groups.get(group_id) is group or group.state is GroupState.DEAD:
+                return group  # a Dead one awaits its deletion, even if replaced meanwhile
+            return None
 
         def failed(write_error: ErrorCode) -> None:
             self._commit_settled(group_id, values.keys())
             answer(write_error)
 
         records = [offset_record(group_id, t, p, v) for (t, p), v in values.items()]
-        self._write_when_durable(
-            self.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE), failed
+        self._ctx.write_when_durable(
+            self._ctx.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE),
+            failed,
         )
 
     def _commit_settled(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
         """An OffsetCommit's write completed, either way: its keys are no longer in flight."""
-        in_flight = self._commits_in_flight[group_id]
+        in_flight = self._ctx.commits_in_flight[group_id]
         in_flight.subtract(keys)
         if not +in_flight:
-            del self._commits_in_flight[group_id]
+            del self._ctx.commits_in_flight[group_id]
 
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.consumer is not None:
-            return _validate_consumer_commit(group, req, self._topics)
+            return _validate_consumer_commit(group, req, self._ctx.topics)
         if req.generation_id < 0 and group.state is GroupState.EMPTY:
             return None  # admin clients and self-managed consumers commit to an empty group
         if (
@@ -196,7 +202,7 @@ class OffsetHandlers(MembershipHandlers):
             or req.member_id != UNKNOWN_MEMBER_ID
             or req.group_instance_id is not None
         ):
-            error = self._validate_member(group, req.member_id, req.group_instance_id)
+            error = validate_member(group, req.member_id, req.group_instance_id)
             if error is not None:
                 return error
             if req.generation_id != group.generation_id:
@@ -209,16 +215,16 @@ class OffsetHandlers(MembershipHandlers):
 
     # -- OffsetFetch --------------------------------------------------------------------------
 
-    def _fetch(self, req: OffsetFetchRequest) -> None:
-        self._reply(
+    def fetch(self, req: OffsetFetchRequest) -> None:
+        self._ctx.reply(
             req.request_id, OffsetFetchResponse(tuple(self._fetch_group(g) for g in req.groups))
         )
 
     def _fetch_group(self, wanted: OffsetFetchGroup) -> FetchedGroup:
-        error = self._ownership_error(wanted.group_id)
+        error = self._ctx.ownership_error(wanted.group_id)
         if error is not None:
             return FetchedGroup(wanted.group_id, error)
-        group = self._groups.get(wanted.group_id)
+        group = self._ctx.groups.get(wanted.group_id)
         if group is not None and group.consumer is not None \
                 and group.state is not GroupState.DEAD:
             error = validate_consumer_fetch(group.consumer, wanted.member_id,
@@ -249,9 +255,9 @@ class OffsetHandlers(MembershipHandlers):
 
     # -- OffsetDelete -------------------------------------------------------------------------
 
-    def _offset_delete(self, req: OffsetDeleteRequest) -> None:
-        error = self._ownership_error(req.group_id)
-        group = self._groups.get(req.group_id)
+    def delete(self, req: OffsetDeleteRequest) -> None:
+        error = self._ctx.ownership_error(req.group_id)
+        group = self._ctx.groups.get(req.group_id)
         if error is None and (group is None or group.state is GroupState.DEAD):
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if (
@@ -262,7 +268,7 @@ class OffsetHandlers(MembershipHandlers):
         ):
             error = ErrorCode.NON_EMPTY_GROUP
         if error is not None:
-            self._reply(req.request_id, OffsetDeleteResponse(error))
+            self._ctx.reply(req.request_id, OffsetDeleteResponse(error))
             return
         assert group is not None
         subscribed = {topic for topic, _ in req.topics if group.is_subscribed_to(topic)}
@@ -292,46 +298,45 @@ class OffsetHandlers(MembershipHandlers):
             )
             if top_error is not ErrorCode.NONE:
                 topics = ()
-            self._reply(req.request_id, OffsetDeleteResponse(top_error, topics))
+            self._ctx.reply(req.request_id, OffsetDeleteResponse(top_error, topics))
 
         if not doomed:
             answer(ErrorCode.NONE)
             return
 
         records = [offset_record(group.group_id, t, p, None) for t, p in doomed]
-        self._write_when_durable(
+        self._ctx.write_when_durable(
             group.offsets_partition, records, lambda: group, lambda: answer(ErrorCode.NONE), answer
         )
 
     # -- expiry -------------------------------------------------------------------------------
 
-    def _expire_offsets(self, offsets_partition: int) -> None:
+    def expire(self, offsets_partition: int) -> None:
         """Kafka's periodic cleanup: drop expired offsets, then delete empty groups left with
         none. The tombstones apply at once and a failed write is not reverted (as Kafka does):
         a lost tombstone only means the offset expires again after a restart."""
-        retention = self.config.offsets_retention_ms
-        now = self._now
+        retention = self._ctx.config.offsets_retention_ms
+        now = self._ctx.now
         records: list[OffsetsRecord] = []
-        for group in [g for g in self._groups.values() if g.offsets_partition == offsets_partition]:
+        groups = self._ctx.groups.values()
+        for group in [g for g in groups if g.offsets_partition == offsets_partition]:
             expired = self._expired_offsets(group, now, retention)
-            self.offsets_expired_total += len(expired)
+            self._ctx.offsets_expired_total += len(expired)
             for topic, partition in expired:
                 records.append(offset_record(group.group_id, topic, partition, None))
             if (
                 group.state is GroupState.EMPTY
                 and len(expired) == len(group.offsets)
-                and group.group_id not in self._commits_in_flight
+                and group.group_id not in self._ctx.commits_in_flight
                 and (group.consumer is None or not group.consumer.members)
             ):
                 records.extend(consumer_group_tombstones(group))
                 records.append(group_tombstone(group.group_id))
         if records:
-            self._write_at_once(
-                offsets_partition, records, ignore_success, ignore_failure, revertible=False
-            )
-        self._timers.schedule(
+            self._ctx.write_tolerated(offsets_partition, records)
+        self._ctx.timers.schedule(
             offset_expiry_timer(offsets_partition),
-            now + self.config.offsets_retention_check_interval_ms,
+            now + self._ctx.config.offsets_retention_check_interval_ms,
         )
 
     def _expired_offsets(
@@ -356,7 +361,7 @@ class OffsetHandlers(MembershipHandlers):
         else:
             return []
         expired = []
-        pending = self._commits_in_flight.get(group.group_id, Counter())
+        pending = self._ctx.commits_in_flight.get(group.group_id, Counter())
         for key, value in group.offsets.items():
             if key[0] in keep or pending[key] > 0:
                 continue

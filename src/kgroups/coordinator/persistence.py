@@ -209,37 +209,61 @@ def _offset_key_fields(raw: bytes) -> tuple[str, str, int] | None:
 
 
 def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
-    """Change `group` as `record` says: the same function for the live path and for replay.
+    """Change `group` as `record` says: the same function for the live path, for replay and
+    for a failed write's revert (which applies the values its keys held before).
 
     An offset record sets or (tombstone) removes one committed offset. A GroupMetadata record
     sets the stored generation, protocol, leader and roster: each stored member updates the
     member with its id, or renames the member holding its instance id (a static replacement),
-    or joins the group. A GroupMetadata tombstone ends the group (Dead)."""
+    or joins the group; a group that had no classic members, or was Dead, is then what replay
+    makes of it (Stable with members, else Empty). A GroupMetadata tombstone ends the classic
+    part: no members, generation or protocol, and the group is Dead until a consumer-group
+    record makes it a consumer group (an online upgrade writes exactly that)."""
     key = record.key
     if type(key) is OffsetCommitKey:
         apply_offset(group, key.topic, key.partition, record.value)  # type: ignore[arg-type]
     elif key.version in CONSUMER_GROUP_KEY_TYPES:
         _apply_consumer(group, key, record.value)  # type: ignore[arg-type]
     elif record.value is None:
+        group.stored_metadata = None
+        group.clear_members()
+        group.protocol_type = group.protocol_name = None
+        group.generation_id = 0
         group.transition_to(GroupState.DEAD, now)
     else:
+        revives = group.state is GroupState.DEAD or (
+            group.state is GroupState.EMPTY and not group.members)
         _apply_metadata(group, record.value)  # type: ignore[arg-type]
+        revived = GroupState.STABLE if group.members else GroupState.EMPTY
+        if revives and group.state is not revived:
+            group.previous_state = group.state
+            group.state = revived
+            group.state_timestamp = now
 
 
 def _apply_consumer(
     group: ClassicGroup, key: ConsumerGroupKey, value: ConsumerGroupValue | None
 ) -> None:
-    """A consumer-group record: the group becomes a consumer group (its first record), the
+    """A consumer-group record: the group becomes a consumer group (its first record; a Dead
+    group, whose classic part an upgrade just ended, is Empty again, as replay finds it), the
     record changes it, and the group-epoch tombstone (DeleteGroups) ends its consumer part."""
     if group.consumer is None:
         if value is None:
             return
         group.consumer = ConsumerGroup()
-    apply_consumer_record(group.consumer, key, value)
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+    consumer = group.consumer
+    apply_consumer_record(consumer, key, value)
+    if value is None:
+        consumer.stored.pop(key, None)
+    else:
+        consumer.stored[key] = value
     if isinstance(key, ConsumerGroupMetadataKey) and value is None:
         group.consumer = None
-    elif group.consumer.members:
-        group.subscribed_topics = group.consumer.subscribed_topics()
+    elif consumer.members:
+        group.subscribed_topics = consumer.subscribed_topics()
 
 
 def apply_offset(
@@ -252,6 +276,7 @@ def apply_offset(
 
 
 def _apply_metadata(group: ClassicGroup, value: GroupMetadataValue) -> None:
+    group.stored_metadata = value
     group.protocol_type = value.protocol_type or None
     group.protocol_name = value.protocol
     group.generation_id = value.generation
@@ -292,7 +317,7 @@ def _apply_metadata(group: ClassicGroup, value: GroupMetadataValue) -> None:
 
 
 def copy_member(member: Member) -> Member:
-    """A detached copy (for snapshots): later changes to `member` do not reach it."""
+    """A detached copy: later changes to `member` do not reach it."""
     return replace(member)
 
 

@@ -26,15 +26,18 @@ import re
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 
 from kgroups.log.batch import (
     HEADER_SIZE,
     BatchCorruptError,
+    BatchHeader,
     check_batch,
     decode_batch,
     peek_batch_header,
+    read_header,
     set_base_offset,
 )
 from kgroups.log.config import LogConfig
@@ -325,6 +328,31 @@ class PartitionLog:
                 for record in batch.records:
                     if record.timestamp >= timestamp and record.offset >= start:
                         return record.offset
+        return None
+
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches holding `from_offset` and after, in offset order, read
+        without the records (the idempotent producers' state is rebuilt from them)."""
+        for segment in self._segments:
+            if segment.next_offset <= from_offset:
+                continue
+            start = segment.start_position_for(max(from_offset, segment.base_offset))
+            for position, _base, _last, _size in segment.batch_positions(start):
+                yield read_header(segment.pread(HEADER_SIZE, position))
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp, the first such record
+        when several share it (ListOffsets MAX_TIMESTAMP); None for an empty log. Segments and
+        batches are skipped by their headers' max timestamps, so one batch is decoded."""
+        largest = max((segment.max_timestamp() for segment in self._segments), default=-1)
+        if largest < 0:
+            return None
+        segment = next(s for s in self._segments if s.max_timestamp() == largest)
+        for position, base, _last, size in segment.batch_positions():
+            batch, _ = decode_batch(segment.pread(size, position))
+            if batch.max_timestamp == largest:
+                return largest, next((r.offset for r in batch.records if r.timestamp == largest),
+                                     base)
         return None
 
     # ------------------------------------------------------------------------- maintenance

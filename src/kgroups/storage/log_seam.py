@@ -9,8 +9,10 @@ ListOffsets v0's segment times); the PostgreSQL log does retention in the databa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
+from kgroups.log.batch import BatchHeader
 from kgroups.log.config import LogConfig
 
 
@@ -42,6 +44,14 @@ class PartitionLogSeam(Protocol):
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= `timestamp` (ListOffsets by time)."""
+
+    def batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches holding `from_offset` and after, in offset order (the
+        idempotent producers' state is rebuilt from them)."""
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with the largest timestamp; None if
+        empty (ListOffsets MAX_TIMESTAMP)."""
 
     def advance_log_start(self, offset: int) -> bool:
         """DeleteRecords: move the log start up; whether it moved."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -126,14 +126,42 @@ class PostgresStore:
 
     # ------------------------------------------------------------------------ topics
 
-    def create_topic(self, name: str, topic_id: uuid.UUID, partitions: int) -> None:
+    def create_topic(self, name: str, topic_id: uuid.UUID, partitions: int,
+                     configs: Mapping[str, str] | None = None) -> bool:
+        """Create the topic, its partitions and its own settings in one transaction, so that
+        no broker sees it without them; False (nothing written) if a topic of that name
+        exists (another broker created it first)."""
         with self._db.transaction():
-            self._db.execute("INSERT INTO topics (name, topic_id, partitions) VALUES (%s, %s, %s)",
-                             (name, topic_id, partitions))
+            created = self._db.execute(
+                "INSERT INTO topics (name, topic_id, partitions) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO NOTHING", (name, topic_id, partitions)).rowcount
+            if not created:
+                return False
             with self._db.cursor() as cursor:
                 cursor.executemany("INSERT INTO partitions (topic, partition) VALUES (%s, %s)",
                                    [(name, index) for index in range(partitions)])
+                if configs:
+                    cursor.executemany(
+                        "INSERT INTO topic_configs (topic, name, value) VALUES (%s, %s, %s)",
+                        [(name, key, value) for key, value in configs.items()])
             bump_catalog_version(self._db)
+        return True
+
+    def add_partitions(self, name: str, total: int) -> bool:
+        """Grow the topic to `total` partitions (new ones empty and unled); False if it is not
+        there or already has as many."""
+        with self._db.transaction():
+            row = self._db.execute(
+                "SELECT partitions FROM topics WHERE name = %s FOR UPDATE", (name,)).fetchone()
+            if row is None or as_int(row[0]) >= total:
+                return False
+            current = as_int(row[0])
+            self._db.execute("UPDATE topics SET partitions = %s WHERE name = %s", (total, name))
+            with self._db.cursor() as cursor:
+                cursor.executemany("INSERT INTO partitions (topic, partition) VALUES (%s, %s)",
+                                   [(name, index) for index in range(current, total)])
+            bump_catalog_version(self._db)
+        return True
 
     def delete_topic(self, name: str) -> bool:
         """Drop the topic with its partitions, records and settings; False if it was not

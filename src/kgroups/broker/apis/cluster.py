@@ -103,7 +103,7 @@ def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID
 
 def _name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
     for name in broker.topics.partition_counts():
-        if broker.logs.topic_id(name) == topic_id:
+        if broker.topics.topic_id(name) == topic_id:
             return name
     return None
 
@@ -143,7 +143,7 @@ def _topic_encoder(ctx: RequestContext, response_cls: type[Any]) -> Callable[[st
         partitions = tuple(partition(name, index)
                            for index in range(broker.topics.partition_count(name) or 0))
         return encoded_topic(build(
-            topic_cls, error_code=none, name=name, topic_id=broker.logs.topic_id(name),
+            topic_cls, error_code=none, name=name, topic_id=broker.topics.topic_id(name),
             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
             topic_authorized_operations=OPERATIONS_NOT_REQUESTED), ctx.api_version)
 
@@ -334,8 +334,15 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
         return build(response_cls, throttle_time=NO_THROTTLE,
                      error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
                      producer_id=-1, producer_epoch=-1)
+    try:
+        producer_id = ctx.broker.producer_ids.next_id()
+    except OSError as exc:  # a cluster's store could not hand out a block: a retriable error
+        log_event(logger, logging.WARNING, "producer_id_block_unavailable", error=exc)
+        return build(response_cls, throttle_time=NO_THROTTLE,
+                     error_code=kio_error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+                     producer_id=-1, producer_epoch=-1)
     return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
-                 producer_id=ctx.broker.producer_ids.next_id(), producer_epoch=0)
+                 producer_id=producer_id, producer_epoch=0)
 
 
 def install(registry: HandlerRegistry) -> None:

@@ -19,7 +19,7 @@ from kgroups.broker.security.authorizer import (
     all_operations,
 )
 from kgroups.broker.wire import build, kio_error, response_type, sibling
-from kgroups.coordinator.consumer_api import (
+from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,

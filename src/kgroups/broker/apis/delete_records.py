@@ -11,7 +11,10 @@ low watermark, its log start offset. Kafka waits for followers' starts to catch 
 request's timeout; a single node has none, so the answer is immediate.
 
 The new starts are written to the log-start-offset checkpoint before the answer (LogManager),
-so they survive a restart; a failed write answers KAFKA_STORAGE_ERROR and moves nothing.
+so they survive a restart; a failed write answers KAFKA_STORAGE_ERROR and moves nothing. In a
+cluster each start moves in one fenced transaction of the store (the batches wholly below it
+deleted with it); a partition another broker leads, or whose lease this broker lost meanwhile,
+answers NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -35,12 +38,16 @@ NO_LOW_WATERMARK = -1  # what Kafka answers beside an error
 def _check(ctx: RequestContext, topic: str, partition: int,
            offset: int) -> tuple[ErrorCode, int]:
     """(error, the offset to move the start to) for one partition; nothing moves here."""
+    topics = ctx.broker.topics
     try:
-        log = ctx.broker.topics.log(topic, partition)
+        log = topics.log(topic, partition)
     except OSError:  # the partition's log could not be opened (logged once, there)
         return ErrorCode.KAFKA_STORAGE_ERROR, NO_LOW_WATERMARK
     if log is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NO_LOW_WATERMARK
+        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 if topics.elsewhere(topic, partition) is None
+                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return error, NO_LOW_WATERMARK
     if topic in INTERNAL_TOPICS:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, NO_LOW_WATERMARK
     if not log.config.deletes:
@@ -63,7 +70,8 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
     errors = {key: error for key, (error, _) in checked.items()}
     if targets:
         try:
-            ctx.broker.logs.advance_log_starts(targets)
+            fenced = ctx.broker.topics.advance_log_starts(targets)
+            errors.update(dict.fromkeys(fenced, ErrorCode.NOT_LEADER_OR_FOLLOWER))
         except OSError as exc:
             log_event(logger, logging.ERROR, "log_start_checkpoint_failed", error=exc)
             errors.update(dict.fromkeys(targets, ErrorCode.KAFKA_STORAGE_ERROR))

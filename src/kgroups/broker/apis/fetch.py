@@ -5,6 +5,11 @@ costs nothing between appends and a new record reaches a waiting consumer at onc
 sessions (KIP-227) are not kept: every response is a full one with session id 0, which clients
 accept as "no session".
 
+In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER naming the leader
+(`current_leader`, v12+), and a `current_leader_epoch` (v9+) older than this leader's answers
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, as Kafka's leader checks it. Only the
+leader appends to its partitions, so the local append notifier wakes every long poll there is.
+
 v0-v3, removed in Kafka 4 (KIP-896), are served for tools older than Kafka 0.11 (Burrow 1.2 with
 its sample configuration): the same reads, with the batches converted down to the message
 format those versions carry (down_convert.py), as Kafka 3.9 did.
@@ -13,6 +18,7 @@ format those versions carry (down_convert.py), as Kafka 3.9 did.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +27,9 @@ from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.down_convert import down_convert, fetch_magic
 from kgroups.broker.events import log_event
+from kgroups.broker.leader_hints import NO_EPOCH, epoch_error, leader_fields, node_endpoint_fields
 from kgroups.broker.legacy_schemas import nested
+from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import OffsetOutOfRangeError
@@ -38,6 +46,7 @@ class PartitionRead:
     records: bytes = b""
     fetch_offset: int = -1
     max_bytes: int = 0
+    leader: NotLeaderHint | None = None  # with NOT_LEADER_OR_FOLLOWER: who leads instead
 
 
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
@@ -46,12 +55,20 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
     request's max_bytes (`budget`); with `min_one` (no partition before it returned data), its
     first batch whole even if larger, as Kafka answers."""
     index = int(request_partition.partition)
+    topics = ctx.broker.topics
     try:
-        log = ctx.broker.topics.log(topic, index)
+        log = topics.log(topic, index)
     except OSError:  # the partition's log could not be opened (logged once, there)
         return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR)
     if log is None:
-        return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        hint = topics.elsewhere(topic, index)
+        if hint is None:
+            return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return PartitionRead(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=hint)
+    fenced = epoch_error(topics.leader_epoch(topic, index),
+                         int(getattr(request_partition, "current_leader_epoch", NO_EPOCH)))
+    if fenced != ErrorCode.NONE:
+        return PartitionRead(index, fenced)
     start, end = log.log_start_offset, log.log_end_offset
     offset = int(request_partition.fetch_offset)
     if offset < start or offset > end:  # Kafka answers no watermarks beside this error
@@ -128,17 +145,21 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(1, ctx.api_version)
     topic_cls = sibling(response_cls, "FetchableTopicResponse")
     partition_cls = sibling(response_cls, "PartitionData")
+    module = sys.modules[response_cls.__module__]
+    leader_cls = getattr(module, "LeaderIdAndEpoch", None)  # v12+
     responses = tuple(
         build(topic_cls, topic=name, partitions=tuple(
             build(partition_cls, partition_index=read.partition,
                   error_code=kio_error(read.error), high_watermark=read.high_watermark,
                   last_stable_offset=read.high_watermark, log_start_offset=read.log_start_offset,
-                  aborted_transactions=None, preferred_read_replica=-1, records=read.records)
+                  aborted_transactions=None, preferred_read_replica=-1, records=read.records,
+                  **leader_fields(leader_cls, read.leader))
             for read in reads))
         for name, reads in results
     )
+    hints = [read.leader for _, reads in results for read in reads if read.leader is not None]
     return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(ErrorCode.NONE),
-                 session_id=0, responses=responses)
+                 session_id=0, responses=responses, **node_endpoint_fields(module, hints))
 
 
 def install(registry: HandlerRegistry) -> None:

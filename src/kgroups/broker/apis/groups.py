@@ -21,7 +21,7 @@ from kgroups.broker.security.authorizer import (
     all_operations,
 )
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
-from kgroups.coordinator import api as core
+from kgroups.coordinator import messages as core
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)

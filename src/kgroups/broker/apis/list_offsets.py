@@ -11,7 +11,12 @@ end offset it reads. It is answered as Kafka 3.9 did (its legacyFetchOffsetsBefo
 candidates are each segment's base offset, stamped with the segment file's modification time,
 plus the log end offset stamped now when the active segment holds data; the answer is up to
 `max_num_offsets` of them, newest first, from the last one at or before the timestamp
-(-1: the log end offset first; -2: the log start offset only)."""
+(-1: the log end offset first; -2: the log start offset only). A cluster's PostgreSQL log has no
+segment files to date, so v0 answers UNKNOWN_SERVER_ERROR for its partitions.
+
+In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER, and a
+`current_leader_epoch` (v4+) other than this leader's FENCED_LEADER_EPOCH or
+UNKNOWN_LEADER_EPOCH; the latest offset comes with the leader's epoch."""
 
 from __future__ import annotations
 
@@ -21,10 +26,12 @@ from typing import Any
 
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.leader_hints import NO_EPOCH, epoch_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import decode_batch
 from kgroups.log.partition_log import PartitionLog
+from kgroups.storage.log_seam import PartitionLogSeam
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -36,47 +43,45 @@ NOT_FOUND = -1
 NO_TIMESTAMP = -1
 
 
-def _record_timestamp(log: PartitionLog, offset: int) -> int:
+def _record_timestamp(log: PartitionLogSeam, offset: int) -> int:
     """The timestamp of the record at `offset` (the read starts at the batch holding it)."""
     batch, _ = decode_batch(log.read(offset, 1))
     return next((r.timestamp for r in batch.records if r.offset >= offset), NO_TIMESTAMP)
 
 
-def _max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
-    """(timestamp, offset) of the record with the largest timestamp, the first such record when
-    several share it (as Kafka answers MAX_TIMESTAMP); None for an empty log. Segments and
-    batches are skipped by their headers' max timestamps, so one batch is decoded."""
-    segments = log.segments()
-    largest = max((segment.max_timestamp() for segment in segments), default=-1)
-    if largest < 0:
-        return None
-    segment = next(s for s in segments if s.max_timestamp() == largest)
-    for position, _base, _last, size in segment.batch_positions():
-        batch, _ = decode_batch(segment.pread(size, position))
-        if batch.max_timestamp == largest:
-            return largest, next((r.offset for r in batch.records if r.timestamp == largest),
-                                 _base)
-    return None
-
-
 def _lookup(
-    ctx: RequestContext, topic: str, partition: int, timestamp: int
-) -> tuple[ErrorCode, int, int]:
-    """(error, offset, timestamp) for one partition."""
+    ctx: RequestContext, topic: str, partition: int, timestamp: int, current_epoch: int
+) -> tuple[ErrorCode, int, int, int]:
+    """(error, offset, timestamp, leader epoch) for one partition."""
+    topics = ctx.broker.topics
     try:
-        log = ctx.broker.topics.log(topic, partition)
+        log = topics.log(topic, partition)
     except OSError:  # the partition's log could not be opened (logged once, there)
-        return ErrorCode.KAFKA_STORAGE_ERROR, NOT_FOUND, NO_TIMESTAMP
+        return ErrorCode.KAFKA_STORAGE_ERROR, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
     if log is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_FOUND, NO_TIMESTAMP
+        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 if topics.elsewhere(topic, partition) is None
+                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return error, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
+    leader_epoch = topics.leader_epoch(topic, partition)
+    fenced = epoch_error(leader_epoch, current_epoch)
+    if fenced != ErrorCode.NONE:
+        return fenced, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
     if timestamp == LATEST_TIMESTAMP:
-        return ErrorCode.NONE, log.log_end_offset, NO_TIMESTAMP
+        return (ErrorCode.NONE, log.log_end_offset, NO_TIMESTAMP,
+                NO_EPOCH if leader_epoch is None else leader_epoch)
+    return (*_lookup_in(log, timestamp), NO_EPOCH)
+
+
+def _lookup_in(log: PartitionLogSeam, timestamp: int) -> tuple[ErrorCode, int, int]:
+    """(error, offset, timestamp) in a log this broker serves, for any timestamp but
+    LATEST."""
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return ErrorCode.NONE, log.log_start_offset, NO_TIMESTAMP
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
         return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
     if timestamp == MAX_TIMESTAMP:
-        stamped = _max_timestamp_offset(log)
+        stamped = log.max_timestamp_offset()
         if stamped is None:
             return ErrorCode.NONE, NOT_FOUND, NO_TIMESTAMP
         return ErrorCode.NONE, stamped[1], stamped[0]
@@ -115,6 +120,8 @@ def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
         return ErrorCode.KAFKA_STORAGE_ERROR, ()
     if log is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()
+    if not isinstance(log, PartitionLog):  # a PostgreSQL log: no segment files to date
+        return ErrorCode.UNKNOWN_SERVER_ERROR, ()
     if max_num_offsets < 0:  # Kafka 3.9 failed to size its array: an unknown server error
         return ErrorCode.UNKNOWN_SERVER_ERROR, ()
     offsets = legacy_offsets_before(log, timestamp, max_num_offsets, int(time.time() * 1000))
@@ -149,11 +156,12 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for entry in topic.partitions:
-            error, offset, found_at = _lookup(ctx, topic.name, int(entry.partition_index),
-                                              int(entry.timestamp))
+            error, offset, found_at, epoch = _lookup(
+                ctx, topic.name, int(entry.partition_index), int(entry.timestamp),
+                int(getattr(entry, "current_leader_epoch", NO_EPOCH)))
             partitions.append(build(partition_cls, partition_index=entry.partition_index,
                                     error_code=kio_error(error), timestamp=found_at,
-                                    offset=offset, leader_epoch=-1))
+                                    offset=offset, leader_epoch=epoch))
         topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
     return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 

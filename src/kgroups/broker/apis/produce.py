@@ -16,6 +16,13 @@ closed, the only signal such a producer gets.
 A disk error answers KAFKA_STORAGE_ERROR, as Kafka does for a partition on a failed log dir: a
 failed write leaves the log as it was (nothing half-written), and a failed fsync is never
 acknowledged. Producers retry the error; the partition takes writes again once the disk does.
+
+In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER with that leader
+and its endpoint (KIP-951, v10+), so the producer goes there without a Metadata round; so does
+an append the store fenced (this broker lost the lease without knowing yet): nothing of it was
+written. A store that cannot be reached answers KAFKA_STORAGE_ERROR like a failed disk: the
+write did not commit, and Kafka's clients retry that error after refreshing metadata, which
+also finds a leader that moved meanwhile.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
+from kgroups.broker.leader_hints import leader_fields, node_endpoint_fields
 from kgroups.broker.producer_state import BatchIdentity, last_sequence
 from kgroups.broker.record_policy import (
     RecordError,
@@ -41,6 +49,7 @@ from kgroups.broker.record_policy import (
     stamp_log_append_time,
     timestamp_errors,
 )
+from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -54,6 +63,8 @@ from kgroups.log.batch import (
 )
 from kgroups.log.compression import Compression, CompressionError
 from kgroups.log.partition_log import PartitionLog
+from kgroups.storage.log_seam import PartitionLogSeam
+from kgroups.storage.postgresql import FencedError
 
 logger = logging.getLogger("kgroups.produce")
 _INT32 = struct.Struct(">i")
@@ -61,7 +72,7 @@ _INT32 = struct.Struct(">i")
 # thread (~0.5 us a record read: a few ms on the loop at most, otherwise).
 RECORDS_READ_ON_THE_LOOP = 5_000
 # One gate per log, held from its batches' checks to their append.
-_APPEND_GATES: weakref.WeakKeyDictionary[PartitionLog, asyncio.Lock] = (
+_APPEND_GATES: weakref.WeakKeyDictionary[PartitionLogSeam, asyncio.Lock] = (
     weakref.WeakKeyDictionary())
 
 VALID_ACKS = (-1, 0, 1)
@@ -79,6 +90,7 @@ class PartitionOutcome:
     message: str | None = None
     record_errors: list[RecordError] = field(default_factory=list)
     log_append_time: int = -1
+    leader: NotLeaderHint | None = None  # with NOT_LEADER_OR_FOLLOWER: who leads instead
 
 
 def split_batches(
@@ -118,7 +130,7 @@ def split_batches(
 
 
 async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
-                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> PartitionOutcome:
+                  appended: list[tuple[PartitionLogSeam, PartitionOutcome]]) -> PartitionOutcome:
     """A large batch that must be read (a compacted topic's keys, timestamps) or recompressed
     is, in a worker thread, so the event loop serves other clients meanwhile; appends to a log
     pass its gate in arrival order, so a request waiting for its check is never overtaken by a
@@ -131,7 +143,10 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
     except OSError as exc:  # the partition's log could not be opened (logged once, there)
         return PartitionOutcome(ErrorCode.KAFKA_STORAGE_ERROR, message=str(exc))
     if log is None:
-        return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        hint = ctx.broker.topics.elsewhere(topic, partition)
+        if hint is None:
+            return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return PartitionOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=hint)
     gate = _APPEND_GATES.get(log)
     if gate is None:
         gate = _APPEND_GATES[log] = asyncio.Lock()
@@ -140,8 +155,8 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
 
 
 async def _append_to(
-        ctx: RequestContext, log: PartitionLog, topic: str, partition: int,
-        records: bytes | None, appended: list[tuple[PartitionLog, PartitionOutcome]],
+        ctx: RequestContext, log: PartitionLogSeam, topic: str, partition: int,
+        records: bytes | None, appended: list[tuple[PartitionLogSeam, PartitionOutcome]],
 ) -> PartitionOutcome:
     broker = ctx.broker
     split = split_batches(bytes(records or b""), log.config.max_message_bytes)
@@ -169,6 +184,12 @@ async def _append_to(
                 producers.record(log, identity, first)
             if base_offset < 0:
                 base_offset = first
+    except FencedError as exc:
+        log_event(logger, logging.WARNING, "append_fenced", topic=topic, partition=partition,
+                  error=exc)
+        broker.topics.leadership_lost(topic, partition)
+        return PartitionOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER, message=str(exc),
+                                leader=broker.topics.elsewhere(topic, partition))
     except OSError as exc:
         log_event(logger, logging.ERROR, "append_failed", topic=topic, partition=partition,
                   error=exc)
@@ -180,7 +201,8 @@ async def _append_to(
 
 
 async def _apply_topic_policy(
-    log: PartitionLog, topic: str, partition: int, batches: list[tuple[bytes, BatchIdentity]]
+    log: PartitionLogSeam, topic: str, partition: int,
+    batches: list[tuple[bytes, BatchIdentity]],
 ) -> list[tuple[bytes, BatchIdentity, int]] | PartitionOutcome:
     """The batches as the topic's settings want them stored (in the codec its
     compression.type names), each with its LogAppendTime stamp (-1 for CreateTime), or the
@@ -208,7 +230,7 @@ async def _apply_topic_policy(
             for batch, identity in stored]
 
 
-def _stored_form(log: PartitionLog, topic: str, partition: int,
+def _stored_form(log: PartitionLogSeam, topic: str, partition: int,
                  batches: list[tuple[bytes, BatchIdentity]], now_ms: int,
                  ) -> list[tuple[bytes, BatchIdentity]] | PartitionOutcome:
     """The checks and the recompression of `_apply_topic_policy`, safe off the event loop
@@ -238,10 +260,11 @@ def _stored_form(log: PartitionLog, topic: str, partition: int,
 
 
 async def _settle(ctx: RequestContext,
-                  appended: list[tuple[PartitionLog, PartitionOutcome]]) -> None:
-    """Wait until each touched log may acknowledge (an fsync shared per log where its
-    flush.messages asks for one); a partition whose fsync fails is not acknowledged."""
-    logs = {id(log): log for log, _ in appended}
+                  appended: list[tuple[PartitionLogSeam, PartitionOutcome]]) -> None:
+    """Wait until each touched file log may acknowledge (an fsync shared per log where its
+    flush.messages asks for one); a partition whose fsync fails is not acknowledged. A
+    PostgreSQL log has nothing to wait for: its append returned once committed."""
+    logs = {id(log): log for log, _ in appended if isinstance(log, PartitionLog)}
     results = await asyncio.gather(
         *(ctx.broker.group_commit.settle(log) for log in logs.values()),
         return_exceptions=True,
@@ -250,7 +273,7 @@ async def _settle(ctx: RequestContext,
               if isinstance(result, Exception)}
     for log, outcome in appended:
         if id(log) in failed:
-            log_event(logger, logging.ERROR, "fsync_failed", directory=log.directory)
+            log_event(logger, logging.ERROR, "fsync_failed", directory=logs[id(log)].directory)
             outcome.error = ErrorCode.KAFKA_STORAGE_ERROR
             outcome.base_offset = -1
 
@@ -265,7 +288,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = int(request.acks)
     outcomes: list[tuple[str, list[tuple[int, PartitionOutcome]]]] = []
-    appended: list[tuple[PartitionLog, PartitionOutcome]] = []
+    appended: list[tuple[PartitionLogSeam, PartitionOutcome]] = []
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
@@ -287,7 +310,11 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(0, ctx.api_version)
     topic_cls = sibling(response_cls, "TopicProduceResponse")
     partition_cls = sibling(response_cls, "PartitionProduceResponse")
-    error_cls = getattr(sys.modules[response_cls.__module__], "BatchIndexAndErrorMessage", None)
+    module = sys.modules[response_cls.__module__]
+    error_cls = getattr(module, "BatchIndexAndErrorMessage", None)
+    leader_cls = getattr(module, "LeaderIdAndEpoch", None)  # v10+ (KIP-951)
+    hints = [o.leader for _, partitions in outcomes for _, o in partitions
+             if o.leader is not None]
     responses = tuple(
         build(topic_cls, name=name, partition_responses=tuple(
             build(partition_cls, index=index, error_code=kio_error(outcome.error),
@@ -297,11 +324,13 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                   record_errors=tuple(
                       error_cls(batch_index=i, batch_index_error_message=m)
                       for i, m in outcome.record_errors) if error_cls else (),
-                  error_message=outcome.message)
+                  error_message=outcome.message,
+                  **leader_fields(leader_cls, outcome.leader))
             for index, outcome in partitions))
         for name, partitions in outcomes
     )
-    return build(response_cls, responses=responses, throttle_time=NO_THROTTLE)
+    return build(response_cls, responses=responses, throttle_time=NO_THROTTLE,
+                 **node_endpoint_fields(module, hints))
 
 
 def install(registry: HandlerRegistry) -> None:

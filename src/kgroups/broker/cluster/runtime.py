@@ -6,7 +6,10 @@ Two threads, neither on the event loop (each blocks on the database):
   once when the listener hears that some broker released leases (a controlled shutdown, a
   hand-back); after each step it reads every partition's leader and the live brokers and
   hands both, with the leases gained and lost, to the event loop;
-- the *listener thread* waits on a `ChangeListener` (LISTEN/NOTIFY) and wakes the step thread.
+- the *listener thread* waits on a `ChangeListener` (LISTEN/NOTIFY), wakes the step thread
+  when leases were released and hands catalog changes (another broker created a topic,
+  changed settings, ACLs or users) to the event loop, at most kgroups.catalog.poll.interval.ms
+  late.
 
 The step thread owns its PostgresStore (one psycopg connection per thread): the loop's store
 (appends, catalog) never waits behind a heartbeat, and a slow step never stalls a request.
@@ -60,11 +63,13 @@ class ClusterSettings:
 
 @dataclass(frozen=True)
 class LeaseHandlers:
-    """What the broker does, on its event loop, when a lease is gained or lost, and when it
+    """What the broker does, on its event loop, when a lease is gained or lost, when the
+    store's catalog changed (topics, settings, ACLs, SCRAM users: catalog_sync), and when it
     must stop (its node id was taken over)."""
     gained: Callable[[Lease], None]
     lost: Callable[[str, int], None]
     fatal: Callable[[str], None]
+    catalog: Callable[[], None]
 
 
 def view_contents(store: PostgresStore) -> tuple[dict[Partition, Leader], list[BrokerEndpoint]]:
@@ -212,6 +217,8 @@ class ClusterRuntime:
                 continue
             if changes.leases_released:
                 self._wake.set()
+            if changes.catalog_version is not None:
+                self._call_soon(self._catalog_changed)
 
     def _call_soon(self, callback: Callable[..., None], *args: object) -> None:
         assert self._loop is not None
@@ -239,6 +246,13 @@ class ClusterRuntime:
                 log_event(logger, logging.ERROR, "leadership_not_taken", topic=lease.topic,
                           partition=lease.partition, error=exc)
                 self.drop(lease.topic, lease.partition)
+
+    def _catalog_changed(self) -> None:
+        assert self._handlers is not None
+        try:
+            self._handlers.catalog()
+        except Exception as exc:  # the store failed mid-read: the next change reads it again
+            log_event(logger, logging.ERROR, "catalog_reload_failed", error=exc)
 
     def _fatal(self, held: list[Partition], reason: str) -> None:
         assert self._handlers is not None

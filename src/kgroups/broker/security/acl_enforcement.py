@@ -540,8 +540,8 @@ async def _delete_topics(ctx: RequestContext, request: Any, inner: Inner, check:
         forward = dataclasses.replace(request, topic_names=allowed)
         denied_names = denied
     else:
-        logs = ctx.broker.logs
-        by_id = {logs.topic_id(name): name for name in ctx.broker.topics.partition_counts()}
+        topics = ctx.broker.topics
+        by_id = {topics.topic_id(name): name for name in topics.partition_counts()}
         allowed, denied = _split(request.topics, lambda t: check.topic(
             Operation.DELETE, t.name if t.name is not None else by_id.get(t.topic_id, "")))
         forward = dataclasses.replace(request, topics=allowed)

@@ -7,19 +7,24 @@ Write, Delete and Alter imply Describe; AlterConfigs implies DescribeConfigs); a
 with no binding at all is decided by allow.everyone.if.no.acl.found. The numbers are Kafka's
 wire codes (AclOperation, ResourceType, PatternType, AclPermissionType), so bindings travel
 through CreateAcls/DescribeAcls/DeleteAcls unchanged.
+
+Where the bindings live is an AclBook: a single node's JSON file (AclFile, replaced atomically)
+or a cluster's store (cluster/catalog_books.StoreAcls), which every broker reads again
+(`reload`) when the store's catalog version moves.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import Protocol
 
 from kgroups.broker.config import BrokerConfig, ConfigError
+from kgroups.broker.security.durable_file import replace_durably
 
 ACL_FILE = "security/acls.json"
 CLUSTER_NAME = "kafka-cluster"
@@ -207,22 +212,61 @@ def binding_problem(acl: AclBinding) -> str | None:
     return None
 
 
+class AclBook(Protocol):
+    """Where the bindings are kept: read whole, changed by what was added or removed."""
+
+    def load(self) -> list[AclBinding]: ...
+
+    def add(self, added: list[AclBinding], acls: list[AclBinding]) -> None:
+        """Keep `added` durably (`acls`: every binding, them included)."""
+
+    def remove(self, removed: list[AclBinding], acls: list[AclBinding]) -> None:
+        """Drop `removed` durably (`acls`: every binding left)."""
+
+
+class AclFile:
+    """A single node's bindings: one JSON file, replaced atomically (write, fsync, rename)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def load(self) -> list[AclBinding]:
+        if not self._path.exists():
+            return []
+        try:
+            return [AclBinding(**entry)
+                    for entry in json.loads(self._path.read_text(encoding="utf-8"))]
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot read the ACLs in {self._path}: {exc}") from None
+
+    def add(self, added: list[AclBinding], acls: list[AclBinding]) -> None:
+        self._write(acls)
+
+    def remove(self, removed: list[AclBinding], acls: list[AclBinding]) -> None:
+        self._write(acls)
+
+    def _write(self, acls: list[AclBinding]) -> None:
+        replace_durably(self._path, json.dumps([asdict(acl) for acl in acls], indent=1))
+
+
 class Authorizer:
     """The bindings, super.users and allow.everyone.if.no.acl.found, and the decision."""
 
-    def __init__(self, path: Path, super_users: Iterable[str], allow_if_no_acl: bool) -> None:
-        self._path = path
+    def __init__(self, book: AclBook | Path, super_users: Iterable[str],
+                 allow_if_no_acl: bool) -> None:
+        """`book` a Path: a single node's ACL file."""
+        self._book = AclFile(book) if isinstance(book, Path) else book
         self._lock = threading.Lock()
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self._acls: list[AclBinding] = []
-        if path.exists():
-            try:
-                self._acls = [AclBinding(**entry)
-                              for entry in json.loads(path.read_text(encoding="utf-8"))]
-            except (OSError, ValueError, TypeError) as exc:
-                raise ConfigError(f"cannot read the ACLs in {path}: {exc}") from None
+        self._acls = self._book.load()
         self._index()
+
+    def reload(self) -> None:
+        """Read the bindings again (another broker of the cluster changed them)."""
+        with self._lock:
+            self._acls = self._book.load()
+            self._index()
 
     def _index(self) -> None:
         """Literal bindings by (type, name), prefixed ones by type: a check then reads the few
@@ -236,8 +280,9 @@ class Authorizer:
                 self._prefixed.setdefault(acl.resource_type, []).append(acl)
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> Authorizer | None:
-        """None when authorizer.class.name is unset: every request is allowed, as in Kafka."""
+    def from_config(cls, config: BrokerConfig, book: AclBook | None = None) -> Authorizer | None:
+        """None when authorizer.class.name is unset: every request is allowed, as in Kafka.
+        The bindings are in `book`, else in the data directory's ACL file."""
         name = config.properties.get("authorizer.class.name", "").strip()
         if not name:
             return None
@@ -249,7 +294,7 @@ class Authorizer:
         allow = config.properties.get("allow.everyone.if.no.acl.found", "false").strip()
         if allow.lower() not in ("true", "false"):
             raise ConfigError(f"allow.everyone.if.no.acl.found must be true or false, got {allow}")
-        return cls(config.data_dir / ACL_FILE, supers, allow.lower() == "true")
+        return cls(book or config.data_dir / ACL_FILE, supers, allow.lower() == "true")
 
     def acls(self) -> list[AclBinding]:
         return list(self._acls)
@@ -302,12 +347,13 @@ class Authorizer:
                    for acl in of_type if acl.pattern_type == PatternType.LITERAL)
 
     def create(self, bindings: list[AclBinding]) -> None:
+        """Add the bindings, kept durably first (an OSError changes nothing)."""
         with self._lock:
-            for binding in bindings:
-                if binding not in self._acls:
-                    self._acls.append(binding)
+            added = list(dict.fromkeys(b for b in bindings if b not in self._acls))
+            acls = [*self._acls, *added]
+            self._book.add(added, acls)
+            self._acls = acls
             self._index()
-            self._write()
 
     def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         """Remove what each filter matches; per filter, the bindings it removed."""
@@ -316,21 +362,8 @@ class Authorizer:
                        for acl_filter in filters]
             gone = {acl for group in removed for acl in group}
             if gone:
-                self._acls = [acl for acl in self._acls if acl not in gone]
+                kept = [acl for acl in self._acls if acl not in gone]
+                self._book.remove([acl for acl in self._acls if acl in gone], kept)
+                self._acls = kept
                 self._index()
-                self._write()
             return removed
-
-    def _write(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump([asdict(acl) for acl in self._acls], handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self._path)
-        directory = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)

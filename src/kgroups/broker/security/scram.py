@@ -4,8 +4,10 @@ The broker never keeps a password: a credential is the salt, the iteration count
 derived from the salted password (StoredKey, ServerKey), exactly what Kafka stores, so a
 stolen credentials file does not let anyone log in. Kafka's admin tools compute the salted
 password on the client and send it in AlterUserScramCredentials; `credential_from_password`
-does the same for `kgroups users`. The file is replaced atomically (write, fsync, rename) so a
-crash leaves either the old or the new set of users, never a torn one.
+does the same for `kgroups users`. A single node keeps them in a file replaced atomically
+(write, fsync, rename) so a crash leaves either the old or the new set of users, never a torn
+one; a cluster in its store (cluster/catalog_books.StoreCredentials), which every broker reads
+again (`reload`) when the store's catalog version moves.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from kgroups.broker.config import ConfigError
+from kgroups.broker.security.durable_file import replace_durably
 
 # Kafka's ScramMechanism: type ids on the wire and the iteration bounds it accepts.
 MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
@@ -69,64 +72,85 @@ def credential_from_password(mechanism: str, password: str,
         mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations)
 
 
-class CredentialStore:
-    """Users' SCRAM credentials (user -> mechanism -> credential), kept in one JSON file."""
+Users = dict[str, dict[str, ScramCredential]]  # user -> mechanism -> credential
+
+
+class CredentialBook(Protocol):
+    """Where the credentials are kept: read whole, changed by AlterUserScramCredentials'
+    upserts and deletions."""
+
+    def load(self) -> Users: ...
+
+    def apply(self, upserts: list[tuple[str, str, ScramCredential]],
+              deletions: list[tuple[str, str]], users: Users) -> None:
+        """Keep the changes durably (`users`: every credential after them)."""
+
+
+class CredentialFile:
+    """A single node's credentials: one JSON file, replaced atomically."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._lock = threading.Lock()
-        self._users: dict[str, dict[str, ScramCredential]] = {}
-        if path.exists():
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-                for user, mechanisms in raw.items():
-                    self._users[user] = {
-                        mechanism: ScramCredential(
-                            base64.b64decode(entry["salt"]),
-                            base64.b64decode(entry["stored_key"]),
-                            base64.b64decode(entry["server_key"]), int(entry["iterations"]))
-                        for mechanism, entry in mechanisms.items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise ConfigError(f"cannot read the SCRAM credentials in {path}: {exc}") from None
 
-    def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self._users.get(user, {}).get(mechanism)
-
-    def users(self) -> dict[str, dict[str, ScramCredential]]:
-        return {user: dict(mechanisms) for user, mechanisms in self._users.items()}
+    def load(self) -> Users:
+        if not self._path.exists():
+            return {}
+        try:
+            raw = json.loads(self._path.read_text(encoding="utf-8"))
+            return {user: {
+                mechanism: ScramCredential(
+                    base64.b64decode(entry["salt"]), base64.b64decode(entry["stored_key"]),
+                    base64.b64decode(entry["server_key"]), int(entry["iterations"]))
+                for mechanism, entry in mechanisms.items()} for user, mechanisms in raw.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(
+                f"cannot read the SCRAM credentials in {self._path}: {exc}") from None
 
     def apply(self, upserts: list[tuple[str, str, ScramCredential]],
-              deletions: list[tuple[str, str]]) -> None:
-        """Make every change, then write the file once."""
-        with self._lock:
-            for user, mechanism in deletions:
-                mechanisms = self._users.get(user, {})
-                mechanisms.pop(mechanism, None)
-                if not mechanisms:
-                    self._users.pop(user, None)
-            for user, mechanism, credential in upserts:
-                self._users.setdefault(user, {})[mechanism] = credential
-            self._write()
-
-    def _write(self) -> None:
+              deletions: list[tuple[str, str]], users: Users) -> None:
         data = {user: {mechanism: {
             "salt": base64.b64encode(c.salt).decode(),
             "stored_key": base64.b64encode(c.stored_key).decode(),
             "server_key": base64.b64encode(c.server_key).decode(),
             "iterations": c.iterations} for mechanism, c in mechanisms.items()}
-            for user, mechanisms in self._users.items()}
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_suffix(".tmp")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self._path)
-        directory = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            for user, mechanisms in users.items()}
+        replace_durably(self._path, json.dumps(data, indent=1, sort_keys=True))
+
+
+class CredentialStore:
+    """Users' SCRAM credentials (user -> mechanism -> credential), in memory over a book."""
+
+    def __init__(self, book: CredentialBook | Path) -> None:
+        """`book` a Path: a single node's credentials file."""
+        self._book = CredentialFile(book) if isinstance(book, Path) else book
+        self._lock = threading.Lock()
+        self._users = self._book.load()
+
+    def reload(self) -> None:
+        """Read the credentials again (another broker of the cluster changed them)."""
+        with self._lock:
+            self._users = self._book.load()
+
+    def get(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self._users.get(user, {}).get(mechanism)
+
+    def users(self) -> Users:
+        return {user: dict(mechanisms) for user, mechanisms in self._users.items()}
+
+    def apply(self, upserts: list[tuple[str, str, ScramCredential]],
+              deletions: list[tuple[str, str]]) -> None:
+        """Make every change, keep them durably at once, then use them."""
+        with self._lock:
+            users = self.users()
+            for user, mechanism in deletions:
+                mechanisms = users.get(user, {})
+                mechanisms.pop(mechanism, None)
+                if not mechanisms:
+                    users.pop(user, None)
+            for user, mechanism, credential in upserts:
+                users.setdefault(user, {})[mechanism] = credential
+            self._book.apply(upserts, deletions, users)
+            self._users = users
 
 
 def _attributes(message: str) -> dict[str, str]:

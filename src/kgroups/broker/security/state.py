@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from kgroups.broker.cluster.catalog_books import StoreAcls, StoreCredentials
 from kgroups.broker.events import log_event
 from kgroups.broker.security.authorizer import Authorizer
 from kgroups.broker.security.listeners import (
@@ -29,6 +30,7 @@ from kgroups.broker.security.listeners import (
     setting,
 )
 from kgroups.broker.security.scram import CredentialStore, ScramExchange
+from kgroups.storage.catalog import Catalog
 
 if TYPE_CHECKING:
     from kgroups.broker.config import BrokerConfig
@@ -53,7 +55,9 @@ def plain_users(jaas: str) -> dict[str, str]:
 class Security:
     """Everything connections need to authenticate clients, built and checked from the config."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, catalog: Catalog | None = None) -> None:
+        """`catalog`: a cluster's store catalog, where its brokers keep SCRAM credentials and
+        ACLs (a single node keeps them in its data directory)."""
         self.listeners = parse_listeners(config)
         self.ssl_contexts: dict[str, ssl.SSLContext] = {
             listener.name: server_ssl_context(config, listener)
@@ -72,9 +76,11 @@ class Security:
         raw_delay = config.properties.get("connection.failed.authentication.delay.ms",
                                           str(DEFAULT_FAILED_AUTH_DELAY_MS))
         self.failed_auth_delay_s = int(raw_delay) / 1000
-        self.scram = CredentialStore(config.data_dir / SCRAM_FILE)
+        self.scram = CredentialStore(config.data_dir / SCRAM_FILE if catalog is None
+                                     else StoreCredentials(catalog))
         # None without authorizer.class.name: every principal may do everything, as in Kafka.
-        self.authorizer = Authorizer.from_config(config)
+        self.authorizer = Authorizer.from_config(
+            config, None if catalog is None else StoreAcls(catalog))
 
     @staticmethod
     def _enabled_mechanisms(config: BrokerConfig, listener: Listener) -> tuple[str, ...]:

@@ -15,21 +15,11 @@ a write of their own, so the member's next heartbeat sees the new epoch.
 
 from __future__ import annotations
 
-import base64
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kgroups.assignors.server import ServerMember, coordinator_order
 from kgroups.assignors.server import assign as assign_server
-from kgroups.coordinator.consumer_api import (
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
-    DescribedConsumerGroup,
-    DescribedConsumerMember,
-)
 from kgroups.coordinator.consumer_group import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
@@ -37,16 +27,27 @@ from kgroups.coordinator.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
-    TopicInfo,
     current_assignment_value,
     from_list,
     member_metadata_value,
     metadata_hash,
     to_list,
 )
-from kgroups.coordinator.core import CoordinatorCore
+from kgroups.coordinator.consumer_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
+    DescribedConsumerMember,
+    HeartbeatError,
+    kafka_uuid_string,
+)
+from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
+from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.reconciliation import MemberFencedError, reconcile
 from kgroups.coordinator.regex_subscriptions import (
     InvalidRegexError,
@@ -68,85 +69,52 @@ from kgroups.records.consumer_group import (
     ConsumerGroupTargetAssignmentMetadataKey,
     ConsumerGroupTargetAssignmentMetadataValue,
 )
-from kgroups.records.schema import OffsetsRecord
 
 
-class HeartbeatError(Exception):
-    """Ends a heartbeat with an error response (no record written for it)."""
+class ConsumerGroups:
+    """The consumer protocol's handlers over the shard's groups (`ShardContext`); conversions to
+    and from classic groups are `migration`'s, called as explicit steps."""
 
-    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
-        super().__init__(message or error.name)
-        self.error = error
-        self.message = message
-
-
-def kafka_uuid_string(value: uuid.UUID) -> str:
-    """Kafka's Uuid.toString (a v0 member id is one)."""
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
-
-
-class ConsumerGroupHandlers(CoordinatorCore):
-    """The consumer-protocol handlers; topics come from `set_topics` (the broker's catalogue)."""
-
-    _topics: Mapping[str, TopicInfo] = {}
-    _topic_names: Mapping[uuid.UUID, str] = {}
-    # Kafka's metadata image version, as regex resolutions record it: bumped by every change of
-    # the topics, never below the clock (so it still grows across a restart).
-    _topics_version = 0
-    _topics_created_version = 0  # the version that last brought a new topic (or topic id)
-
-    def set_topics(self, topics: Mapping[str, TopicInfo], now: int | None = None) -> None:
-        """The topics that exist now (`now`: the shell's clock; the last request's time when
-        not given). Groups notice a change at their next heartbeat, as with Kafka: the
-        subscribed topics' metadata hash moves and the group epoch is bumped, and regex
-        subscriptions are resolved again when topics were created (the first call counts as
-        such, as Kafka counts its first metadata image: after a restart, topics created
-        meanwhile are found)."""
-        if topics == self._topics and self._topics_version:
-            return
-        created = not self._topics_version or any(
-            self._topics.get(name, info).topic_id != info.topic_id or name not in self._topics
-            for name, info in topics.items())
-        clock = self._now if now is None else now
-        self._topics_version = max(clock, self._topics_version + 1)
-        if created:
-            self._topics_created_version = self._topics_version
-        self._topics = dict(topics)
-        self._topic_names = {info.topic_id: name for name, info in topics.items()}
+    def __init__(self, ctx: ShardContext, migration: Migration) -> None:
+        self._ctx = ctx
+        self._migration = migration
+        # Per group id: (the ConsumerGroup object, the most members it held at a target
+        # computation) -- see `_most_members`.
+        self._member_map_sizes: dict[str, tuple[int, int]] = {}
 
     # -- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
-    def _consumer_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
-        records: list[OffsetsRecord] = []
+    def heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
+        journal = Journal()
         after: list[Callable[[], None]] = []  # work that follows the heartbeat's own write
         try:
             self._validate_heartbeat(req)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                response = self._consumer_leave(req, records)
+                response = self._consumer_leave(req, journal)
             else:
-                response = self._consumer_join_or_heartbeat(req, records, after)
+                response = self._join_or_heartbeat(req, journal, after)
         except HeartbeatError as exc:
             response = ConsumerGroupHeartbeatResponse(exc.error, exc.message)
-        self._answer_after(req, records, response)
+        self._answer_after(req, journal, response)
         for step in after:
             step()
 
     def _answer_after(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
         response: ConsumerGroupHeartbeatResponse,
     ) -> None:
-        if not records:
-            self._reply(req.request_id, response)
+        if not journal:
+            self._ctx.reply(req.request_id, response)
             return
-        self._write_applied(
-            self.partition_of(req.group_id), records,
-            lambda: self._reply(req.request_id, response),
-            lambda error: self._reply(req.request_id, ConsumerGroupHeartbeatResponse(error)),
+        self._ctx.write(
+            self._ctx.partition_of(req.group_id), journal,
+            lambda: self._ctx.reply(req.request_id, response),
+            lambda error: self._ctx.reply(req.request_id, ConsumerGroupHeartbeatResponse(error)),
         )
 
     def _validate_heartbeat(self, req: ConsumerGroupHeartbeatRequest) -> None:
         """Kafka's request checks, in Kafka's order and with its messages."""
-        if not self.config.consumer_protocol_enabled:
+        if not self._ctx.config.consumer_protocol_enabled:
             # As Kafka answers without 'consumer' in group.coordinator.rebalance.protocols
             # (it still lists the API in ApiVersions): the error alone, no message.
             raise HeartbeatError(ErrorCode.UNSUPPORTED_VERSION)
@@ -175,18 +143,22 @@ class ConsumerGroupHandlers(CoordinatorCore):
                 raise HeartbeatError(ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
         elif epoch < STATIC_LEAVE_EPOCH:
             raise HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid.")
-        assignors = self.config.group_consumer_assignors
+        assignors = self._ctx.config.group_consumer_assignors
         if req.server_assignor is not None and req.server_assignor not in assignors:
             raise HeartbeatError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR,
                 f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                 f"{', '.join(assignors)}.")
-        error = self._ownership_error(req.group_id)
+        error = self._ctx.ownership_error(req.group_id)
         if error is not None:
             raise HeartbeatError(error)
 
-    def _consumer_group(self, group_id: str, create: bool) -> tuple[ClassicGroup, ConsumerGroup]:
-        group = self._groups.get(group_id)
+    def _consumer_group(self, group_id: str, create: bool,
+                        journal: Journal) -> tuple[ClassicGroup, ConsumerGroup]:
+        """The group and its consumer part; `create`: made for a joining member (an empty
+        classic group becomes a consumer group), in `journal`, so that a failed write takes the
+        group (or its consumer part) away again with the records."""
+        group = self._ctx.groups.get(group_id)
         if group is not None and group.state is not GroupState.DEAD:
             if group.consumer is None and (group.members or group.state is not GroupState.EMPTY):
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -196,39 +168,56 @@ class ConsumerGroupHandlers(CoordinatorCore):
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Group {group_id} not found.")
-            group.consumer = ConsumerGroup()  # an empty classic group becomes a consumer group
-            return group, group.consumer
+            return group, self._ctx.open_consumer_part(group, journal)
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
-        group = self._create_group(group_id)
-        group.consumer = ConsumerGroup()
-        return group, group.consumer
+        group = self._ctx.create_group(group_id, journal)
+        return group, self._ctx.open_consumer_part(group, journal)
 
-    def _consumer_join_or_heartbeat(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord],
+    def _join_or_heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
+        after: list[Callable[[], None]],
+    ) -> ConsumerGroupHeartbeatResponse:
+        """A member joining a live classic group upgrades it first (`migration`), in this
+        heartbeat's records; if the member is then refused, the upgrade is undone too."""
+        group = self._ctx.groups.get(req.group_id)
+        if not (req.member_epoch == 0 and group is not None and group.consumer is None
+                and group.state not in (GroupState.EMPTY, GroupState.DEAD)):
+            return self._member_heartbeat(req, journal, after)
+        self._migration.upgrade(group, journal)
+        try:
+            return self._member_heartbeat(req, journal, after)
+        except HeartbeatError:
+            # As in Kafka, whose conversion records go only with a heartbeat that succeeds,
+            # the group stays classic (parked requests were told to rejoin all the same).
+            self._ctx.roll_back(journal)
+            raise
+
+    def _member_heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal,
         after: list[Callable[[], None]],
     ) -> ConsumerGroupHeartbeatResponse:
         joining = req.member_epoch == 0
-        existing = self._groups.get(req.group_id)
+        existing = self._ctx.groups.get(req.group_id)
         if existing is None or existing.state is GroupState.DEAD or (
                 existing.consumer is None and not existing.members):
             # A group this heartbeat would create (or convert): refuse a bad regex first.
             _check_new_regex(None, req.subscribed_topic_regex)
-        group, consumer = self._consumer_group(req.group_id, joining)
-        member_id = req.member_id or kafka_uuid_string(uuid.uuid4())
-        if len(consumer.members) >= self.config.group_consumer_max_size and (
+        group, consumer = self._consumer_group(req.group_id, joining, journal)
+        member_id = req.member_id or kafka_uuid_string(self._ctx.new_uuid())
+        if len(consumer.members) >= self._ctx.config.group_consumer_max_size and (
             not req.member_id or req.member_id not in consumer.members
         ):
             raise HeartbeatError(
                 ErrorCode.GROUP_MAX_SIZE_REACHED,
                 "The consumer group has reached its maximum capacity of "
-                f"{self.config.group_consumer_max_size} members.")
+                f"{self._ctx.config.group_consumer_max_size} members.")
         owned = None if req.topic_partitions is None else from_list(req.topic_partitions)
         if req.instance_id is None:
             member = self._dynamic_member(consumer, req.group_id, member_id, req.member_epoch,
                                           owned)
         else:
-            member = self._static_member(group, consumer, member_id, req, owned, records)
+            member = self._static_member(group, consumer, member_id, req, owned, journal)
         updated = ConsumerMember(
             member.member_id,
             instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
@@ -258,14 +247,14 @@ class ConsumerGroupHandlers(CoordinatorCore):
         # Compared before the record is applied (applying it updates `member` in place).
         bump = is_new or updated.subscribed_topic_names != member.subscribed_topic_names
         if is_new or member_metadata_value(updated) != member_metadata_value(member):
-            self._record(group, records, ConsumerGroupMemberMetadataKey(
+            self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(
                 group.group_id, member.member_id), member_metadata_value(updated))
         subscription_changed = bump or regex_changed
         member = consumer.members[member.member_id]
         regex_requested = False
         if regex_changed:
             if old_regex and counts.get(old_regex) == 1:
-                self._record(group, records, ConsumerGroupRegularExpressionKey(
+                self._ctx.record(group, journal, ConsumerGroupRegularExpressionKey(
                     group.group_id, old_regex), None)
             if new_regex:
                 regex_requested = not counts.get(new_regex)
@@ -277,9 +266,9 @@ class ConsumerGroupHandlers(CoordinatorCore):
         # Kafka recomputes the hash when the subscription moved the epoch or when topics
         # changed since it last did (a regex dropped or not yet resolved moves neither).
         new_hash = consumer.metadata_hash
-        if bump or consumer.metadata_checked != self._topics_version:
-            new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-            consumer.metadata_checked = self._topics_version
+        if bump or consumer.metadata_checked != self._ctx.topics_version:
+            new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
+            consumer.metadata_checked = self._ctx.topics_version
         # As Kafka 4.3.1 answers: a subscription change or a change of the subscribed topics'
         # metadata moves the epoch by one, and by two when a group that never had an epoch
         # gets a member subscribing to topic names (seen on the wire, existing topics or not;
@@ -287,28 +276,29 @@ class ConsumerGroupHandlers(CoordinatorCore):
         first_names = consumer.group_epoch == 0 and bool(member.subscribed_topic_names)
         steps = int(bump or new_hash != consumer.metadata_hash) + int(bump and first_names)
         if steps:
-            self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
-                         ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
-        if self._target_due(consumer):
-            self._update_target(group, consumer, records,
+            self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
+                             ConsumerGroupMetadataValue(consumer.group_epoch + steps, new_hash))
+        if self.target_due(consumer):
+            self.update_target(group, consumer, journal,
                                 newcomer=member.member_id if is_new else None)
-        if refresh_due(consumer.subscribed_regexes(), resolved_before, self._now,
-                       self._topics_created_version,
-                       self.config.group_consumer_regex_refresh_interval_ms, regex_requested):
+        if refresh_due(consumer.subscribed_regexes(), resolved_before, self._ctx.now,
+                       self._ctx.topics_created_version,
+                       self._ctx.config.group_consumer_regex_refresh_interval_ms, regex_requested):
             after.append(lambda: self._resolve_regexes(group, consumer, req.describable_topics))
         assigned_before = member.assigned
-        self._maybe_reconcile(group, consumer, member, owned, records,
+        self.maybe_reconcile(group, consumer, member, owned, journal,
                               subscription_changed=subscription_changed)
         member = consumer.members[member.member_id]
-        self._timers.schedule(consumer_session_timer(group.group_id, member.member_id),
-                              self._now + self.config.group_consumer_session_timeout_ms)
+        self._ctx.timers.schedule(
+            consumer_session_timer(group.group_id, member.member_id),
+            self._ctx.now + self._ctx.config.group_consumer_session_timeout_ms)
         full = joining or (req.rebalance_timeout_ms != -1 and (
             req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
-            and req.topic_partitions is not None)
+                           and req.topic_partitions is not None)
         changed = member.assigned != assigned_before
         return ConsumerGroupHeartbeatResponse(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
-            self.config.group_consumer_heartbeat_interval_ms,
+            self._ctx.config.group_consumer_heartbeat_interval_ms,
             to_list(member.assigned) if full or changed else None,
         )
 
@@ -329,12 +319,18 @@ class ConsumerGroupHandlers(CoordinatorCore):
     def _static_member(
         self, group: ClassicGroup, consumer: ConsumerGroup, member_id: str,
         req: ConsumerGroupHeartbeatRequest, owned: Assignment | None,
-        records: list[OffsetsRecord],
+        journal: Journal,
     ) -> ConsumerMember:
         instance_id = req.instance_id or ""
         holder_id = consumer.static_members.get(instance_id)
         holder = consumer.members.get(holder_id) if holder_id is not None else None
         if req.member_epoch == 0:
+            if holder is not None and holder.classic is not None \
+                    and holder.member_id != member_id:
+                # As Kafka 4.3.1 does, a consumer-protocol member joining with the instance id
+                # of a classic static member takes its place at once (a classic member never
+                # says it left for a while with epoch -2), its partitions and epoch included.
+                return self.replace_static(group, consumer, holder, member_id, journal)
             if holder is None:
                 return consumer.members.get(member_id) or ConsumerMember(member_id)
             if holder.member_id == member_id:
@@ -344,7 +340,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
                     ErrorCode.UNRELEASED_INSTANCE_ID,
                     f"Static member {member_id} with instance id {instance_id} cannot join the "
                     f"group because the instance id is owned by {holder.member_id} member.")
-            return self._replace_static(group, consumer, holder, member_id, records)
+            return self.replace_static(group, consumer, holder, member_id, journal)
         if holder is None:
             raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Instance id {instance_id} is unknown.")
@@ -355,33 +351,33 @@ class ConsumerGroupHandlers(CoordinatorCore):
         _check_epoch(holder, req.member_epoch, owned)
         return holder
 
-    def _replace_static(
+    def replace_static(
         self, group: ClassicGroup, consumer: ConsumerGroup, old: ConsumerMember,
-        new_id: str, records: list[OffsetsRecord],
+        new_id: str, journal: Journal,
     ) -> ConsumerMember:
         """The new member takes the old one's place, target and partitions, at epoch 0."""
         target = consumer.targets.get(old.member_id, {})
         assigned = dict(old.assigned)
-        self._remove_member_records(group, old.member_id, records)
-        self._cancel_consumer_timers(group, old.member_id)
+        self.remove_member_records(group, old.member_id, journal)
+        self._ctx.cancel_consumer_member_timers(group.group_id, old.member_id)
         successor = ConsumerMember(new_id, old.instance_id, old.rack_id, old.client_id,
                                    old.client_host, old.subscribed_topic_names,
                                    old.subscribed_topic_regex, old.rebalance_timeout_ms,
                                    old.server_assignor, 0, 0, MemberState.STABLE, assigned,
                                    epochs=dict(old.epochs))
-        self._record(group, records, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
-                     member_metadata_value(successor))
-        self._record(group, records,
-                     ConsumerGroupTargetAssignmentMemberKey(group.group_id, new_id),
-                     ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
-        self._record(group, records,
-                     ConsumerGroupCurrentMemberAssignmentKey(group.group_id, new_id),
-                     current_assignment_value(successor))
-        self._member_removed(group, old.member_id, old.instance_id,
-                             RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
+        self._ctx.record(group, journal, ConsumerGroupMemberMetadataKey(group.group_id, new_id),
+                         member_metadata_value(successor))
+        self._ctx.record(group, journal,
+                         ConsumerGroupTargetAssignmentMemberKey(group.group_id, new_id),
+                         ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
+        self._ctx.record(group, journal,
+                         ConsumerGroupCurrentMemberAssignmentKey(group.group_id, new_id),
+                         current_assignment_value(successor))
+        self._ctx.member_removed(group, old.member_id, old.instance_id,
+                                 RemovalReason.FENCED_BY_STATIC_REPLACEMENT)
         return consumer.members[new_id]
 
-    def _target_due(self, consumer: ConsumerGroup) -> bool:
+    def target_due(self, consumer: ConsumerGroup) -> bool:
         """Whether the group's target is behind its epoch and may be computed in this request:
         at most once per group.consumer.assignment.interval.ms (KIP-1263, Kafka 4.3's
         batching), so N members joining within the interval cost one assignor run, not N.
@@ -393,11 +389,11 @@ class ConsumerGroupHandlers(CoordinatorCore):
             return False
         if consumer.assignment_timestamp is None:
             return True
-        elapsed = self._now - consumer.assignment_timestamp
-        return not 0 <= elapsed < self.config.group_consumer_assignment_interval_ms
+        elapsed = self._ctx.now - consumer.assignment_timestamp
+        return not 0 <= elapsed < self._ctx.config.group_consumer_assignment_interval_ms
 
-    def _update_target(
-        self, group: ClassicGroup, consumer: ConsumerGroup, records: list[OffsetsRecord],
+    def update_target(
+        self, group: ClassicGroup, consumer: ConsumerGroup, journal: Journal,
         newcomer: str | None = None,
     ) -> None:
         """Run the group's assignor over every member (current targets make it sticky) and
@@ -405,8 +401,8 @@ class ConsumerGroupHandlers(CoordinatorCore):
         assignor in the order Kafka's coordinator puts them into its member map (the ones
         already in the group, then `newcomer`, the one whose first heartbeat this is), which
         with their ids' hash codes fixes the order Kafka's assignors walk them in."""
-        assignor = consumer.preferred_assignor(self.config.group_consumer_assignors[0])
-        topics = self._topics
+        assignor = consumer.preferred_assignor(self._ctx.config.group_consumer_assignors[0])
+        topics = self._ctx.topics
         members = self._assignor_inputs(consumer)
         subscribed = consumer.subscribed_topics()
         partitions = {info.topic_id: info.partitions for name, info in topics.items()
@@ -417,19 +413,20 @@ class ConsumerGroupHandlers(CoordinatorCore):
         for member_id in consumer.members:
             target = result.get(member_id, {})
             if target != consumer.targets.get(member_id) or member_id not in consumer.targets:
-                self._record(group, records,
-                             ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
-                             ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
-        self._record(group, records, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
-                     ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._now))
+                self._ctx.record(group, journal,
+                                 ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
+                                 ConsumerGroupTargetAssignmentMemberValue(to_list(target)))
+        self._ctx.record(
+            group, journal, ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
+            ConsumerGroupTargetAssignmentMetadataValue(consumer.group_epoch, self._ctx.now))
 
     def _assignor_inputs(self, consumer: ConsumerGroup) -> list[ServerMember]:
         """Each member as the assignor reads it, in member order. The parts of a member's last
         input whose sources are the very same objects (its target; its subscribed names,
         resolved regex and the topics) are kept (inputs are read only), so a new group epoch
         costs the assignor's run and the targets that moved, not every member's conversion."""
-        names = self._topic_names
-        topics = self._topics
+        names = self._ctx.topic_names
+        topics = self._ctx.topics
         previous = consumer.assignor_inputs
         inputs: dict[str, tuple[Any, ...]] = {}
         for m in consumer.members.values():
@@ -459,7 +456,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
         first), and the present count noted for the next. Kafka's member map never shrinks
         and its iteration order follows its table's size; this is memory only, as Kafka's
         map is, and a re-created group starts again."""
-        sizes: dict[str, tuple[int, int]] = vars(self).setdefault("_member_map_sizes", {})
+        sizes = self._member_map_sizes
         seen, most = sizes.get(group_id, (id(consumer), 0))
         before = most if seen == id(consumer) else 0
         sizes[group_id] = (id(consumer), max(before, len(consumer.members)))
@@ -473,27 +470,27 @@ class ConsumerGroupHandlers(CoordinatorCore):
         handleRegularExpressionsResult): a record per regex, and the group epoch bumped when
         a regex's topics or the subscribed topics' metadata changed. With an authorizer only
         the topics the resolving heartbeat's principal may Describe count (`describable`)."""
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         bump = False
-        matches = resolve(consumer.subscribed_regexes(), self._topics)
+        matches = resolve(consumer.subscribed_regexes(), self._ctx.topics)
         if describable is not None:
             matches = {regex: describable(topics) for regex, topics in matches.items()}
         for regex, topics in sorted(matches.items()):
             old = consumer.resolved_regexes.get(regex)
             bump = bump or (old.topics if old is not None else frozenset()) != topics
-            self._record(group, records,
-                         ConsumerGroupRegularExpressionKey(group.group_id, regex),
-                         ConsumerGroupRegularExpressionValue(
-                             tuple(sorted(topics)), self._topics_version, self._now))
-        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
+            self._ctx.record(group, journal,
+                             ConsumerGroupRegularExpressionKey(group.group_id, regex),
+                             ConsumerGroupRegularExpressionValue(
+                             tuple(sorted(topics)), self._ctx.topics_version, self._ctx.now))
+        new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
         if bump or new_hash != consumer.metadata_hash:
-            self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
-                         ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
-        self._write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+            self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
+                             ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
-    def _maybe_reconcile(
+    def maybe_reconcile(
         self, group: ClassicGroup, consumer: ConsumerGroup, member: ConsumerMember,
-        owned: Assignment | None, records: list[OffsetsRecord],
+        owned: Assignment | None, journal: Journal,
         subscription_changed: bool = False,
     ) -> None:
         epoch = consumer.assignment_epoch
@@ -501,7 +498,7 @@ class ConsumerGroupHandlers(CoordinatorCore):
             return
         owners = consumer.partition_owners
         pending = member.pending_revocation
-        topics = self._topics
+        topics = self._ctx.topics
         subscribed = frozenset(topics[t].topic_id for t in consumer.member_topics(member)
                                if t in topics)
         try:
@@ -515,21 +512,21 @@ class ConsumerGroupHandlers(CoordinatorCore):
             raise HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH, str(exc)) from exc
         if updated is member:
             return
-        self._record(group, records,
-                     ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member.member_id),
-                     current_assignment_value(updated))
+        self._ctx.record(group, journal,
+                         ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member.member_id),
+                         current_assignment_value(updated))
         timer = consumer_rebalance_timer(group.group_id, member.member_id)
         if updated.state is MemberState.UNREVOKED_PARTITIONS:
-            self._timers.schedule(timer, self._now + max(updated.rebalance_timeout_ms, 0))
+            self._ctx.timers.schedule(timer, self._ctx.now + max(updated.rebalance_timeout_ms, 0))
         else:
-            self._timers.cancel(timer)
+            self._ctx.timers.cancel(timer)
 
     # -- leaving and fencing ------------------------------------------------------------------
 
     def _consumer_leave(
-        self, req: ConsumerGroupHeartbeatRequest, records: list[OffsetsRecord]
+        self, req: ConsumerGroupHeartbeatRequest, journal: Journal
     ) -> ConsumerGroupHeartbeatResponse:
-        group, consumer = self._consumer_group(req.group_id, create=False)
+        group, consumer = self._consumer_group(req.group_id, False, journal)
         if req.instance_id is None:
             member = consumer.members.get(req.member_id)
             if member is None:
@@ -547,49 +544,50 @@ class ConsumerGroupHandlers(CoordinatorCore):
             member = consumer.members[holder_id]
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # A static member going away for a while keeps its partitions (and its session).
-            self._record(group, records, ConsumerGroupCurrentMemberAssignmentKey(
+            self._ctx.record(group, journal, ConsumerGroupCurrentMemberAssignmentKey(
                 group.group_id, member.member_id), current_assignment_value(ConsumerMember(
                     member.member_id, member_epoch=STATIC_LEAVE_EPOCH,
                     previous_member_epoch=member.previous_member_epoch, state=member.state,
                     assigned=member.assigned, epochs=member.epochs)))
-            self._timers.cancel(consumer_rebalance_timer(group.group_id, member.member_id))
+            self._ctx.timers.cancel(consumer_rebalance_timer(group.group_id, member.member_id))
         else:
-            self._fence(group, member, records, RemovalReason.LEFT_GROUP)
+            self.fence(group, member, journal, RemovalReason.LEFT_GROUP)
         return ConsumerGroupHeartbeatResponse(ErrorCode.NONE, None, member.member_id,
                                               req.member_epoch, 0, None)
 
-    def _fence(
-        self, group: ClassicGroup, member: ConsumerMember, records: list[OffsetsRecord],
+    def fence(
+        self, group: ClassicGroup, member: ConsumerMember, journal: Journal,
         reason: RemovalReason,
     ) -> None:
-        """Remove the member (its partitions become free) and bump the group epoch."""
+        """Remove the member (its partitions become free) and bump the group epoch; or, when
+        only classic-protocol members would stay and the policy allows it, downgrade the group
+        to a classic one (`migration`)."""
+        if self._migration.downgrade_allowed(group, [member]):
+            self._migration.downgrade(group, [member], journal, reason)
+            return
         consumer = group.consumer
         assert consumer is not None
         regex = member.subscribed_topic_regex
         last_of_regex = bool(regex) and consumer.subscribed_regexes().get(regex or "") == 1
-        self._remove_member_records(group, member.member_id, records)
+        self.remove_member_records(group, member.member_id, journal)
         if last_of_regex:
-            self._record(group, records,
-                         ConsumerGroupRegularExpressionKey(group.group_id, regex or ""), None)
-        self._cancel_consumer_timers(group, member.member_id)
-        new_hash = metadata_hash(consumer.subscribed_topics(), self._topics)
-        self._record(group, records, ConsumerGroupMetadataKey(group.group_id),
-                     ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
-        self._member_removed(group, member.member_id, member.instance_id, reason)
+            self._ctx.record(group, journal,
+                             ConsumerGroupRegularExpressionKey(group.group_id, regex or ""), None)
+        self._ctx.cancel_consumer_member_timers(group.group_id, member.member_id)
+        new_hash = metadata_hash(consumer.subscribed_topics(), self._ctx.topics)
+        self._ctx.record(group, journal, ConsumerGroupMetadataKey(group.group_id),
+                         ConsumerGroupMetadataValue(consumer.group_epoch + 1, new_hash))
+        self._ctx.member_removed(group, member.member_id, member.instance_id, reason)
 
-    def _remove_member_records(
-        self, group: ClassicGroup, member_id: str, records: list[OffsetsRecord]
+    def remove_member_records(
+        self, group: ClassicGroup, member_id: str, journal: Journal
     ) -> None:
         for key in (ConsumerGroupCurrentMemberAssignmentKey(group.group_id, member_id),
                     ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
                     ConsumerGroupMemberMetadataKey(group.group_id, member_id)):
-            self._record(group, records, key, None)
+            self._ctx.record(group, journal, key, None)
 
-    def _cancel_consumer_timers(self, group: ClassicGroup, member_id: str) -> None:
-        self._timers.cancel(consumer_session_timer(group.group_id, member_id))
-        self._timers.cancel(consumer_rebalance_timer(group.group_id, member_id))
-
-    def _on_consumer_timer(self, group: ClassicGroup, member_id: str, session: bool) -> None:
+    def on_consumer_timer(self, group: ClassicGroup, member_id: str, session: bool) -> None:
         """A member missed its session, or did not revoke within its rebalance timeout."""
         consumer = group.consumer
         member = None if consumer is None else consumer.members.get(member_id)
@@ -597,57 +595,52 @@ class ConsumerGroupHandlers(CoordinatorCore):
             return
         if not session and member.state is not MemberState.UNREVOKED_PARTITIONS:
             return
-        records: list[OffsetsRecord] = []
+        journal = Journal()
         reason = RemovalReason.SESSION_TIMEOUT if session else RemovalReason.REBALANCE_TIMEOUT
-        self._fence(group, member, records, reason)
-        self._write_applied(group.offsets_partition, records, lambda: None, lambda _e: None)
+        self.fence(group, member, journal, reason)
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     # -- shared --------------------------------------------------------------------------------
 
-    def _record(self, group: ClassicGroup, records: list[OffsetsRecord], key: object,
-                value: object) -> None:
-        record = OffsetsRecord(key, value)  # type: ignore[arg-type]
-        self._apply(group, [record])
-        records.append(record)
-
     # -- ConsumerGroupDescribe ----------------------------------------------------------------
 
-    def _consumer_describe(self, req: ConsumerGroupDescribeRequest) -> None:
-        if not self.config.consumer_protocol_enabled:
-            self._reply(req.request_id, ConsumerGroupDescribeResponse(tuple(
+    def describe(self, req: ConsumerGroupDescribeRequest) -> None:
+        if not self._ctx.config.consumer_protocol_enabled:
+            self._ctx.reply(req.request_id, ConsumerGroupDescribeResponse(tuple(
                 DescribedConsumerGroup(g, ErrorCode.UNSUPPORTED_VERSION, state="")
                 for g in req.group_ids)))
             return
-        self._reply(req.request_id, ConsumerGroupDescribeResponse(
+        self._ctx.reply(req.request_id, ConsumerGroupDescribeResponse(
             tuple(self._describe_consumer(g) for g in req.group_ids)))
 
     def _describe_consumer(self, group_id: str) -> DescribedConsumerGroup:
-        error = self._ownership_error(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
+        """A group that is not (or no longer) a consumer group has no state, as Kafka says."""
+        error = self._ctx.ownership_error(group_id) if group_id else ErrorCode.INVALID_GROUP_ID
         if error is not None:
-            return DescribedConsumerGroup(group_id, error)
-        group = self._groups.get(group_id)
+            return DescribedConsumerGroup(group_id, error, state="")
+        group = self._ctx.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD or group.consumer is None:
             message = (f"Group {group_id} not found." if group is None
                        or group.state is GroupState.DEAD
                        else f"Group {group_id} is not a consumer group.")
-            return DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, message)
+            return DescribedConsumerGroup(group_id, ErrorCode.GROUP_ID_NOT_FOUND, message,
+                                          state="")
         consumer = group.consumer
         # A member's assignment, as Kafka 4.3.1 describes it, includes the partitions it has
-        # been asked to revoke and still holds.
+        # been asked to revoke and still holds; members that speak the classic protocol are
+        # described as such (MemberType 0).
         members = tuple(
             DescribedConsumerMember(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
                 m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-                to_list(_held(m)), to_list(consumer.targets.get(m.member_id, {})))
+                to_list(_held(m)), to_list(consumer.targets.get(m.member_id, {})),
+                classic=m.classic is not None)
             for m in consumer.members.values()
         )
         return DescribedConsumerGroup(
             group_id, ErrorCode.NONE, None, consumer.state(), consumer.group_epoch,
             consumer.assignment_epoch,
-            consumer.preferred_assignor(self.config.group_consumer_assignors[0]), members)
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        return self._topic_names.get(topic_id)
+            consumer.preferred_assignor(self._ctx.config.group_consumer_assignors[0]), members)
 
 
 def _check_new_regex(consumer: ConsumerGroup | None, regex: str | None) -> None:

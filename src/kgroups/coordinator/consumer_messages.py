@@ -3,10 +3,12 @@ ConsumerGroupDescribe, API 69), decoded: topics are named by id as on the wire."
 
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kgroups.coordinator.api import RequestId, Response
+from kgroups.coordinator.messages import RequestId, Response
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
@@ -88,3 +90,17 @@ class ConsumerGroupDescribeResponse:
 
 # Every answer the coordinator gives: the classic protocol's and the consumer protocol's.
 AnyResponse = Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
+
+
+class HeartbeatError(Exception):
+    """Ends a heartbeat with an error response (no record written for it)."""
+
+    def __init__(self, error: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or error.name)
+        self.error = error
+        self.message = message
+
+
+def kafka_uuid_string(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString (a v0 member id is one)."""
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
