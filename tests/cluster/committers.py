@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from contextlib import closing
 from dataclasses import dataclass, field
 
@@ -30,17 +29,17 @@ class Commit:
 
 
 def create_topic(cluster: Cluster, topic: str) -> None:
-    """Create the topic through every broker (CreateTopics; a broker that sees it already
-    answers TOPIC_ALREADY_EXISTS, --if-not-exists) and make sure the store has it, so that its
-    partitions get leaders."""
-    for broker in cluster.brokers.values():
-        subprocess.run([sys.executable, "-m", "kgroups.cli", "topics", "--bootstrap-server",
-                        broker.bootstrap, "--create", "--if-not-exists", "--topic", topic,
-                        "--partitions", str(PARTITIONS)], check=True, capture_output=True,
-                       timeout=60)
+    """Create the topic through one broker (CreateTopics, written to the store's catalog) and
+    wait until every partition has a leader (the brokers' next lease steps)."""
+    first = next(iter(cluster.brokers.values()))
+    subprocess.run([sys.executable, "-m", "kgroups.cli", "topics", "--bootstrap-server",
+                    first.bootstrap, "--create", "--topic", topic, "--partitions",
+                    str(PARTITIONS)], check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 30
     with closing(cluster.store()) as store:
-        if topic not in store.topics():
-            store.create_topic(topic, uuid.uuid4(), PARTITIONS)
+        while sum(row.topic == topic and row.current for row in store.leadership()) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic} has partitions without a leader"
+            time.sleep(0.2)
 
 
 # Above a crash failover (a lease, 9 s, and a heartbeat, 2 s) as Kafka's default (45 s) is:

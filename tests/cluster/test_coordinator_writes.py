@@ -15,7 +15,7 @@ from kgroups.broker.cluster.offsets_reader import OffsetsReader
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.topics import TopicCatalog
-from kgroups.coordinator import api as core
+from kgroups.coordinator import messages as core
 from kgroups.errors import ErrorCode
 from kgroups.log.config import LogConfig
 from kgroups.log.durability import GroupCommit
@@ -49,7 +49,7 @@ async def _commit_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         return b""
 
     monkeypatch.setattr(OffsetsReader, "read", empty)
-    monkeypatch.setattr(topics, "leased_log", lambda topic, partition: RefusingLog(error))
+    monkeypatch.setattr(topics, "log", lambda topic, partition: RefusingLog(error))
     given_up: list[int] = []
     runtime.give_up = given_up.append
     runtime.partition_gained(0)

@@ -56,9 +56,9 @@ def _agreed(ask: Callable[[int], object], timeout_s: float = 15.0) -> object:
 
 
 def test_every_broker_lists_the_three_and_the_same_leaders(cluster: Cluster) -> None:
-    for node in (1, 2, 3):
-        brokers = {(int(b.node_id), int(b.port)) for b in _metadata(cluster, node).brokers}
-        assert brokers == {(n, cluster.brokers[n].port) for n in (1, 2, 3)}, node
+    brokers = _agreed(lambda node: {(int(b.node_id), int(b.port))
+                                    for b in _metadata(cluster, node).brokers})
+    assert brokers == {(n, cluster.brokers[n].port) for n in (1, 2, 3)}
     leaders = _agreed(lambda node: _leaders(_metadata(cluster, node)))
     assert isinstance(leaders, dict) and len(leaders) == 50
     assert all(leader in (1, 2, 3) and epoch >= 1 for leader, epoch in leaders.values())
@@ -68,12 +68,12 @@ def test_every_broker_lists_the_three_and_the_same_leaders(cluster: Cluster) -> 
 
 
 def test_describe_cluster_lists_the_live_brokers_from_every_broker(cluster: Cluster) -> None:
-    for node in (1, 2, 3):
+    def describe(node: int) -> tuple[list[tuple[int, int]], int]:
         admin = AdminClient({"bootstrap.servers": cluster.brokers[node].bootstrap})
         described = admin.describe_cluster(request_timeout=10).result(20)
-        assert sorted((n.id, n.port) for n in described.nodes) == [
-            (n, cluster.brokers[n].port) for n in (1, 2, 3)]
-        assert described.controller.id == 1
+        return sorted((n.id, n.port) for n in described.nodes), described.controller.id
+
+    assert _agreed(describe) == ([(n, cluster.brokers[n].port) for n in (1, 2, 3)], 1)
 
 
 def test_find_coordinator_agrees_from_every_broker(cluster: Cluster) -> None:
