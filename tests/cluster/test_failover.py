@@ -84,9 +84,10 @@ def test_sigterm_hands_the_group_over_without_a_client_timeout(cluster: Cluster)
     recovery, gap, victim = _failover(cluster, "stopped", signal.SIGTERM)
     print(f"\nSIGTERM of node {victim}: first commit sent after it acknowledged "
           f"{recovery:.2f} s later; longest time without a commit {gap:.2f} s")
-    # Controlled shutdown: the leases are released and taken at once, far below any
-    # client timeout (the members' session timeout, librdkafka's request timeout).
-    assert gap < 3, gap
+    # Controlled shutdown: the leases are released and taken at once. Measured 0.06-2.6 s
+    # (librdkafka's retries of FindCoordinator and reconnection backoffs on a loaded machine),
+    # far below any client timeout (the members' session timeout is 30 s).
+    assert gap < 5, gap
     process = cluster.brokers[victim].process
     assert process is not None and process.wait(30) == 0
 

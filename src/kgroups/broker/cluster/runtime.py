@@ -261,6 +261,18 @@ class ClusterRuntime:
         self._member = None  # taken over: nothing of this registration is left to give up
         self._handlers.fatal(reason)
 
+    async def _await_takeover(self, store: PostgresStore, given_up: list[Partition]) -> None:
+        """Until the others have taken the partitions given up (at most a heartbeat interval),
+        keep the view current: clients still connected here are sent straight to the new
+        leaders and coordinators instead of being told that there are none yet."""
+        deadline = time.monotonic() + self.settings.heartbeat_interval_ms / 1000
+        while True:
+            leaders, brokers = view_contents(store)
+            self.view.update(leaders, brokers)
+            if all(key in leaders for key in given_up) or time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.02)
+
     async def stop(self) -> None:
         """Controlled shutdown (Kafka's): stop the step thread, give every partition up
         locally (its requests now get NOT_COORDINATOR / NOT_LEADER_OR_FOLLOWER), then release
@@ -276,7 +288,7 @@ class ClusterRuntime:
                 self._handlers.lost(topic, partition)
             try:
                 given_up = member.leave()
-                self.view.update(*view_contents(store))
+                await self._await_takeover(store, given_up)
             except STORE_ERRORS as exc:
                 log_event(logger, logging.WARNING, "cluster_leave_failed", error=exc)
             else:
