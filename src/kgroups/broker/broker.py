@@ -6,8 +6,12 @@ can run several brokers in one process.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import uuid
+
+import psycopg
 
 from kgroups.broker.apis import (
     acls,
@@ -25,7 +29,11 @@ from kgroups.broker.apis import (
 from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
-from kgroups.broker.config import BrokerConfig
+from kgroups.broker.cluster.catalog_books import StoreBrokerConfigs
+from kgroups.broker.cluster.catalog_sync import catalog_changed
+from kgroups.broker.cluster.leadership import LeadershipView
+from kgroups.broker.cluster.runtime import ClusterRuntime, ClusterSettings, LeaseHandlers
+from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
@@ -38,9 +46,10 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
-from kgroups.broker.topics import TopicCatalog
+from kgroups.broker.topics import OFFSETS_TOPIC, TopicCatalog
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
+from kgroups.storage.postgresql import Lease, PostgresStore
 
 logger = logging.getLogger("kgroups.broker")
 
@@ -72,23 +81,70 @@ def advertised_host(config: BrokerConfig) -> str:
     return socket.gethostname() if config.host in WILDCARD_HOSTS else config.host
 
 
+def cluster_settings(config: BrokerConfig, url: str) -> ClusterSettings:
+    return ClusterSettings(
+        url=url, node_id=config.node_id,
+        session_timeout_ms=config.cluster_int("broker.session.timeout.ms"),
+        heartbeat_interval_ms=config.cluster_int("broker.heartbeat.interval.ms"),
+        lease_ms=config.lease_ms,
+        catalog_poll_interval_ms=config.cluster_int("kgroups.catalog.poll.interval.ms"))
+
+
+def ensure_offsets_topic(store: PostgresStore, partitions: int) -> None:
+    """Create __consumer_offsets in the store the first time any broker starts; a store made
+    with another partition count would move groups between coordinators, so it stops here."""
+    existing = store.topics().get(OFFSETS_TOPIC)
+    if existing is None:
+        try:
+            store.create_topic(OFFSETS_TOPIC, uuid.uuid4(), partitions)
+        except psycopg.errors.UniqueViolation:  # another broker created it just now
+            existing = store.topics()[OFFSETS_TOPIC]
+    if existing is not None and existing[1] != partitions:
+        raise ConfigError(
+            f"{OFFSETS_TOPIC} has {existing[1]} partitions in the store but "
+            f"offsets.topic.num.partitions is {partitions}; group placement would change")
+
+
 class Broker:
-    """A single-node Kafka-compatible broker; it is the controller and every partition's leader."""
+    """A Kafka-compatible broker: on its own (the data directory), it is the controller and
+    every partition's leader; in cluster mode (`kgroups.storage`) one member of a cluster on
+    PostgreSQL, leading the partitions it holds the lease of (docs/cluster.md)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        # Cluster mode: the event loop's store (StorageUnavailableError, naming the server,
+        # when it cannot be reached), the leadership view and the membership runtime.
+        self.store: PostgresStore | None = None
+        self.leadership: LeadershipView | None = None
+        self.cluster: ClusterRuntime | None = None
+        url = config.storage_url
+        if url is not None:
+            settings = cluster_settings(config, url)
+            self.store = PostgresStore.open(url, settings.session_timeout_ms)
+            ensure_offsets_topic(self.store, config.offsets_topic_num_partitions)
+            self.leadership = LeadershipView(config.node_id)
+            self.cluster = ClusterRuntime(settings, self.leadership)
+            self.cluster.open()
+        # Set when the broker must stop on its own (its node id was taken over), with why.
+        self.must_stop = asyncio.Event()
+        self.stop_reason: str | None = None
         # The static settings with the dynamic broker configs saved by IncrementalAlterConfigs.
-        self.dynamic_configs = DynamicBrokerConfigs(config.data_dir, config.properties)
+        # In a cluster they, the topics, ACLs and SCRAM users are the store's catalog's.
+        self.dynamic_configs = DynamicBrokerConfigs(
+            config.data_dir if self.store is None
+            else StoreBrokerConfigs(self.store.catalog, config.node_id), config.properties)
         self.log_config = self.dynamic_configs.log_config()
         self.logs = LogManager(config.data_dir, self.log_config)
         self.group_commit = GroupCommit()
-        self.topics = TopicCatalog(self.logs)
+        self.topics = (TopicCatalog(self.logs) if self.store is None or self.leadership is None
+                       else TopicCatalog.on_store(self.logs, self.store, self.leadership))
         # Metadata's encoded topic entries, kept to the topics that exist.
         self.metadata_entries = TopicEntryCache()
         self.topics.on_change(
             lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
         self.appends = AppendNotifier()
-        self.producer_ids = ProducerIdAllocator()
+        self.producer_ids = ProducerIdAllocator(
+            None if self.store is None else self.store.allocate_producer_ids)
         self.producer_states = ProducerStateTable()
         # What clients asked for that kgroups lacks, logged once per client.
         self.not_served = NotServedLog()
@@ -97,7 +153,7 @@ class Broker:
         self.memory = MemoryBudget(config.queued_max_request_bytes,
                                    config.memory_exhausted_close_ms / 1000)
         install_handlers(self.registry)
-        self.security = Security(config)
+        self.security = Security(config, None if self.store is None else self.store.catalog)
         if self.security.authorizer is not None:  # every API behind its ACL check
             self.registry = authorized_registry(self.registry, self.security.authorizer)
         self._server = BrokerServer(self, self.security)
@@ -109,6 +165,9 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        if self.cluster is not None:
+            cluster = self.cluster
+            self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
@@ -143,11 +202,33 @@ class Broker:
             self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
         self.listener_addresses = await self._server.start()
         self.host, self.port = next(iter(self.listener_addresses.values()))
+        if self.cluster is not None:  # DuplicateNodeIdError while the node id is live
+            self.cluster.join(self.advertised_host, self.advertised_port, LeaseHandlers(
+                gained=self._lease_gained, lost=self._lease_lost, fatal=self._node_id_taken,
+                catalog=lambda: catalog_changed(self)))
         log_event(logger, logging.INFO, "broker_started", host=self.host, port=self.port,
                   data_dir=self.config.data_dir, apis=len(self.registry))
 
+    def _lease_gained(self, lease: Lease) -> None:
+        self.topics.leadership_gained(lease)
+        if lease.topic == OFFSETS_TOPIC:
+            self.coordinator.partition_gained(lease.partition)
+
+    def _lease_lost(self, topic: str, partition: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            self.coordinator.partition_lost(partition)
+        self.topics.leadership_lost(topic, partition)
+
+    def _node_id_taken(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.must_stop.set()
+
     async def stop(self) -> None:
-        """Stop accepting, close connections, make everything written durable, close files."""
+        """Stop accepting, close connections, make everything written durable, close files.
+        In cluster mode the leases are handed over first (a controlled shutdown), so other
+        brokers take this one's partitions while its clients are still being answered."""
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self._server.stop()
         await self.coordinator.stop()
         await self.background.cancel_all()
@@ -163,4 +244,6 @@ class Broker:
                 log_event(logger, logging.ERROR, "final_flush_failed", topic=topic,
                           partition=partition, error=exc)
         self.logs.close()
+        if self.store is not None:
+            self.store.close()
         log_event(logger, logging.INFO, "broker_stopped", port=self.port)

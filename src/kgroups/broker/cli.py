@@ -18,13 +18,16 @@ from kgroups.broker.events import configure_logging
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
 from kgroups.broker.security.listeners import parse_listeners
 from kgroups.log.start_offsets import CheckpointError
+from kgroups.storage.registry import DuplicateNodeIdError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "serve", help="run a Kafka-wire-compatible broker",
-        description="Run a single-node broker speaking the Kafka protocol. Settings use Kafka's "
-                    "broker config names (server.properties, --override key=value).",
+        description="Run a broker speaking the Kafka protocol: on its own with its data "
+                    "directory, or with --storage one member of a cluster on PostgreSQL "
+                    "(docs/cluster.md). Settings use Kafka's broker config names "
+                    "(server.properties, --override key=value).",
     )
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s)")
@@ -35,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--config", type=Path, help="a server.properties file")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting, applied after --config (repeatable)")
+    parser.add_argument("--storage", metavar="URL",
+                        help="postgresql://USER@HOST:PORT/DB: join the cluster stored there "
+                             "(kgroups.storage; give each broker its own node.id)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve Prometheus metrics over HTTP on this port, 0 for a free one "
                              "(kgroups.metrics.port; host kgroups.metrics.host, 127.0.0.1 by "
@@ -46,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 class StartupError(Exception):
-    """The broker cannot start for a reason the operator must fix; the message says which."""
+    """The broker cannot start (or, in a cluster, go on) for a reason the operator must fix;
+    the message says which."""
 
 
 def _check_data_dir(data_dir: Path) -> None:
@@ -105,6 +112,9 @@ async def _serve(config: BrokerConfig) -> None:
     except OSError as exc:
         await broker.stop()
         raise _startup_failure(config, exc) from None
+    except DuplicateNodeIdError as exc:
+        await broker.stop()
+        raise StartupError(f"cannot join the cluster: {exc}") from None
     # The bound port on stdout lets a supervisor (or a test) use --port 0.
     print(f"listening {broker.host}:{broker.port}", flush=True)
     metrics = broker.coordinator.metrics_server
@@ -112,7 +122,7 @@ async def _serve(config: BrokerConfig) -> None:
         print(f"metrics {metrics.host}:{metrics.port}", flush=True)
     for name, (host, port) in broker.listener_addresses.items():
         print(f"listener {name} {host}:{port}", flush=True)
-    stop = asyncio.Event()
+    stop = broker.must_stop  # set by a signal, or by the cluster (node id taken over)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
@@ -120,6 +130,8 @@ async def _serve(config: BrokerConfig) -> None:
         await stop.wait()
     finally:
         await broker.stop()
+    if broker.stop_reason is not None:
+        raise StartupError(f"stopped: {broker.stop_reason}")
 
 
 def _usable_cores() -> int | None:
@@ -138,7 +150,9 @@ def run_serve(args: argparse.Namespace) -> int:
                                     config_file=args.config, overrides=[
                                         *args.override,
                                         *([f"kgroups.metrics.port={args.metrics_port}"]
-                                          if args.metrics_port is not None else [])],
+                                          if args.metrics_port is not None else []),
+                                        *([f"kgroups.storage={args.storage}"]
+                                          if args.storage is not None else [])],
                                     defaults={"num.network.threads": str(
                                         served_network_processes(_usable_cores()))})
         for warning in config.warnings():

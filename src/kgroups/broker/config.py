@@ -60,6 +60,18 @@ SECURITY_SETTINGS = frozenset({
     "max.connection.creation.rate",
 })
 PER_LISTENER_PREFIX = "listener.name."
+# What cluster mode reads (docs/cluster.md); none is in BROKER_DEFAULTS, so a broker without
+# `kgroups.storage` has exactly the settings it had before clusters existed. Kafka's names and
+# defaults where Kafka has the setting.
+STORAGE_SETTING = "kgroups.storage"
+CLUSTER_SETTINGS: Mapping[str, str] = MappingProxyType({
+    STORAGE_SETTING: "",
+    "broker.session.timeout.ms": "9000",
+    "broker.heartbeat.interval.ms": "2000",
+    # Default: broker.session.timeout.ms, so a broker's leases lapse when its session does.
+    "kgroups.lease.ms": "",
+    "kgroups.catalog.poll.interval.ms": "1000",
+})
 
 
 @functools.cache
@@ -71,7 +83,7 @@ def known_settings() -> frozenset[str]:
     from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
 
     return frozenset(
-        {*BROKER_DEFAULTS, "advertised.listeners", "log.cleaner.backoff.ms",
+        {*BROKER_DEFAULTS, *CLUSTER_SETTINGS, "advertised.listeners", "log.cleaner.backoff.ms",
          "num.network.threads", *LOG_PROPERTY_NAMES, *SECURITY_SETTINGS,
          *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))})
 
@@ -238,6 +250,7 @@ class BrokerConfig:
         if self.log_retention_check_interval_ms < 1:
             raise ConfigError("log.retention.check.interval.ms must be >= 1, got "
                               f"{self.log_retention_check_interval_ms}")
+        self._validate_cluster()
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if not -1 <= self.int_value("kgroups.metrics.port") < 65536:
@@ -270,6 +283,41 @@ class BrokerConfig:
     def warnings(self) -> list[str]:
         """One line per supplied setting kgroups does not read: Kafka's or a typo."""
         return list(self.unread_settings().values())
+
+    def _validate_cluster(self) -> None:
+        url = self.storage_url
+        if url is not None and not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"{STORAGE_SETTING} must be a postgresql:// URL, got a value "
+                              f"starting {url.split(':', 1)[0]!r}")
+        for key in ("broker.session.timeout.ms", "broker.heartbeat.interval.ms",
+                    "kgroups.lease.ms", "kgroups.catalog.poll.interval.ms"):
+            if self.cluster_int(key) < 1:
+                raise ConfigError(f"{key} must be >= 1, got {self.cluster_int(key)}")
+        if self.cluster_int("broker.heartbeat.interval.ms") >= self.lease_ms:
+            raise ConfigError(
+                f"broker.heartbeat.interval.ms ({self.cluster_int('broker.heartbeat.interval.ms')})"
+                f" must be below kgroups.lease.ms ({self.lease_ms}): leases are renewed at "
+                f"each heartbeat")
+
+    def cluster_int(self, key: str) -> int:
+        """A cluster-mode setting (CLUSTER_SETTINGS) as an integer, its default when unset."""
+        raw = self.properties.get(key, "").strip() or CLUSTER_SETTINGS[key]
+        if key == "kgroups.lease.ms" and not raw:
+            return self.cluster_int("broker.session.timeout.ms")
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{key} must be an integer, got {raw!r}") from None
+
+    @property
+    def storage_url(self) -> str | None:
+        """The PostgreSQL store of a cluster (`kgroups.storage`); None: the data directory,
+        one broker on its own."""
+        return self.properties.get(STORAGE_SETTING, "").strip() or None
+
+    @property
+    def lease_ms(self) -> int:
+        return self.cluster_int("kgroups.lease.ms")
 
     def _validate_memory(self) -> None:
         """A budget smaller than the largest frame would leave such a frame waiting forever."""

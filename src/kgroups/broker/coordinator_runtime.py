@@ -13,6 +13,14 @@ damage), its groups answer NOT_COORDINATOR to group requests, and FindCoordinato
 COORDINATOR_NOT_AVAILABLE with that reason, which `kgroups groups describe` prints. Nothing of
 a damaged partition is loaded: loading what precedes the damage would move committed offsets
 back, and the next compaction would make that permanent.
+
+In cluster mode (docs/cluster.md) the broker coordinates only the `__consumer_offsets`
+partitions it holds the lease of: the membership runtime calls `partition_gained` (begin
+loading, read the partition's batches from the store, load them, then serve) and
+`partition_lost` (unload: NOT_COORDINATOR). A write the store refuses because the lease was
+lost (FencedError) fails with NOT_COORDINATOR and the partition is unloaded and given up; a
+write the store could not be reached for fails with COORDINATOR_NOT_AVAILABLE (retriable),
+never a success.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
 from kgroups.broker.background import BackgroundTasks, TaskCounts
+from kgroups.broker.cluster.offsets_reader import OffsetsReader
+from kgroups.broker.cluster.runtime import STORE_ERRORS
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.coordinator import (
@@ -49,6 +59,8 @@ from kgroups.log.partition_log import PartitionLog
 from kgroups.log.segment import Segment, SegmentCorruptError
 from kgroups.log.topic_ids import PartitionMetadataError
 from kgroups.records.codec import encode_record
+from kgroups.storage.log_seam import PartitionLogSeam
+from kgroups.storage.postgresql import FencedError
 
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
@@ -107,9 +119,15 @@ def read_partition_image(log: PartitionLog) -> tuple[PartitionImage, int, int]:
     segments = log.segments()
     data = b"".join(s.pread(s.size, 0) for s in segments)
     try:
-        latest, count = latest_values(data)
+        return image_of(data)
     except BatchCorruptError as exc:
         raise _locate(segments, exc) from exc
+
+
+def image_of(data: bytes) -> tuple[PartitionImage, int, int]:
+    """The image of a partition's batches (BatchCorruptError at damage), with the data
+    records read and the keys skipped: `read_partition_image`'s fold, whatever held them."""
+    latest, count = latest_values(data)
     image = PartitionImage()
     skipped = image.apply_raw(latest.items(), skip_undecodable=True)
     return image, count, skipped
@@ -135,6 +153,15 @@ class CoordinatorRuntime:
                  appends: AppendNotifier, group_commit: GroupCommit,
                  task_counts: TaskCounts | None = None) -> None:
         self._topics = topics
+        # Cluster mode: partitions are loaded as their leases are gained, read by `_reader`;
+        # `give_up` hands a fenced partition's lease back (set by the broker).
+        url = config.storage_url
+        self._reader = (OffsetsReader(url, config.cluster_int("broker.session.timeout.ms"))
+                        if url is not None else None)
+        self.give_up: Callable[[int], None] = lambda partition: None
+        # Each gained partition's load, so a partition lost and gained again mid-load is
+        # loaded once, from the newer lease.
+        self._loads: dict[int, asyncio.Task[None]] = {}
         self._logs = logs
         self._metrics_address = config.metrics_address
         self.metrics_server: MetricsServer | None = None
@@ -179,6 +206,11 @@ class CoordinatorRuntime:
                 f"{OFFSETS_TOPIC} has {existing} partitions on disk but "
                 f"offsets.topic.num.partitions is {partitions}; group placement would change"
             )
+        if self._reader is not None:  # cluster mode: each partition loads when leased here
+            self._loaded.set()
+            if self._metrics_address is not None:
+                await self._serve_metrics(*self._metrics_address)
+            return
         for partition in range(partitions):
             self.core.begin_loading(partition)
         self.background.spawn("offsets-loader", self._load_all(partitions),
@@ -208,6 +240,11 @@ class CoordinatorRuntime:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
         await self.background.cancel_all()
+        for load in self._loads.values():
+            load.cancel()
+        self._loads.clear()
+        if self._reader is not None:
+            self._reader.close()
         for future in self._waiting.values():
             if not future.done():
                 future.cancel()
@@ -244,6 +281,55 @@ class CoordinatorRuntime:
         log_event(logger, logging.INFO, "offsets_loaded", partitions=partitions, records=total,
                   failed=len(self.failed_partitions),
                   ms=round((time.monotonic() - started) * 1000))
+
+    # -- cluster mode ------------------------------------------------------------------------
+
+    def partition_gained(self, partition: int) -> None:
+        """This broker now leads `__consumer_offsets-<partition>`: its groups answer
+        COORDINATOR_LOAD_IN_PROGRESS until the store's batches are read and loaded."""
+        self.failed_partitions.pop(partition, None)
+        self.core.begin_loading(partition)
+        self._loads[partition] = asyncio.get_running_loop().create_task(
+            self._load_leased(partition), name=f"offsets-load-{partition}")
+
+    def partition_lost(self, partition: int) -> None:
+        """Another broker leads it now (or will): its groups answer NOT_COORDINATOR."""
+        load = self._loads.pop(partition, None)
+        if load is not None:
+            load.cancel()
+        self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+
+    async def _load_leased(self, partition: int) -> None:
+        assert self._reader is not None
+        started = time.monotonic()
+        try:
+            data = await self._reader.read(OFFSETS_TOPIC, partition)
+            image, count, skipped = await asyncio.to_thread(image_of, data)
+        except BatchCorruptError as exc:
+            self._loads.pop(partition, None)
+            self._fail_partition(partition, exc)
+            return
+        except STORE_ERRORS as exc:
+            # Not loaded, and nothing to serve it from: give the lease up so that it is
+            # taken again (here or elsewhere) and the load is tried afresh.
+            self._loads.pop(partition, None)
+            log_event(logger, logging.WARNING, "offsets_load_failed", partition=partition,
+                      error=exc)
+            self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+            self.give_up(partition)
+            return
+        self._loads.pop(partition, None)
+        if skipped:
+            log_event(logger, logging.WARNING, "offsets_records_skipped",
+                      partition=partition, count=skipped)
+        try:
+            self._apply(self.core.load_image(partition, image, wall_clock_ms()))
+        except ValueError as exc:  # records of groups placed elsewhere (see _load_all)
+            self._fail_partition(partition, exc)
+            return
+        self.load_seconds[partition] = time.monotonic() - started
+        log_event(logger, logging.INFO, "offsets_partition_loaded", partition=partition,
+                  records=count, ms=round(self.load_seconds[partition] * 1000))
 
     def _fail_partition(self, partition: int, error: BaseException) -> None:
         """Stop loading `partition` for good: its groups get NOT_COORDINATOR from now on."""
@@ -287,7 +373,7 @@ class CoordinatorRuntime:
         topics = {}
         for name, count in self._topics.partition_counts().items():
             try:
-                topic_id = self._logs.topic_id(name)
+                topic_id = self._topics.topic_id(name)
             except (OSError, PartitionMetadataError) as exc:
                 # Unreadable or unwritable partition.metadata: the topic stays out of consumer
                 # groups' view (it cannot be named by id) rather than stopping the broker.
@@ -440,13 +526,32 @@ class CoordinatorRuntime:
         """Append now (so writes keep the order the core emitted them); the write completes
         when the log's flush policy lets it be acknowledged (after an fsync in the background
         where flush.messages asks for one)."""
-        log = self._logs.get(OFFSETS_TOPIC, write.offsets_partition)
+        partition = write.offsets_partition
+        log: PartitionLogSeam | None = (self._topics.log(OFFSETS_TOPIC, partition)
+                                        if self._reader is not None
+                                        else self._logs.get(OFFSETS_TOPIC, partition))
         now = wall_clock_ms()
         try:
             if log is None:
-                raise FileNotFoundError(f"{OFFSETS_TOPIC}-{write.offsets_partition} is missing")
+                raise FileNotFoundError(f"{OFFSETS_TOPIC}-{partition} is missing")
             encoded = [encode_record(record) for record in write.records]
             log.append_batch(build_batch([(key, value, now) for key, value in encoded]))
+        except FencedError as exc:
+            # Another broker took the partition (this one was paused, or cut off): nothing
+            # was written. NOT_COORDINATOR to the writer, and the partition is given up.
+            log_event(logger, logging.WARNING, "offsets_append_fenced", partition=partition,
+                      error=exc)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._complete, write.write_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            loop.call_soon(self._fenced, partition)
+            return
+        except STORE_ERRORS as exc:
+            # Maybe not written: a retriable error (never a success); the client retries.
+            log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
+                      error=exc)
+            asyncio.get_running_loop().call_soon(
+                self._complete, write.write_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return
         except Exception as exc:
             log_event(logger, logging.ERROR, "offsets_append_failed",
                       partition=write.offsets_partition, error=exc)
@@ -455,10 +560,17 @@ class CoordinatorRuntime:
             )
             return
         self._appends.notify()
-        if not log.flush_due:  # acknowledged once in the log file (Kafka's default)
+        # Acknowledged once in the log file (Kafka's default), or at once from the store's
+        # log: its append returned after PostgreSQL committed it.
+        if not isinstance(log, PartitionLog) or not log.flush_due:
             asyncio.get_running_loop().call_soon(self._complete, write.write_id, None)
             return
         self.background.spawn("offsets-fsync", self._await_flush(write.write_id, log))
+
+    def _fenced(self, partition: int) -> None:
+        if partition in self.core.owned_partitions:
+            self.partition_lost(partition)
+            self.give_up(partition)
 
     async def _await_flush(self, write_id: int, log: PartitionLog) -> None:
         error: ErrorCode | None = None

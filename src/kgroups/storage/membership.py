@@ -105,9 +105,12 @@ class ClusterMember:
                             lost=sorted(key for key in before if key not in self.held))
 
     def leave(self) -> list[Partition]:
-        """Controlled shutdown: release every lease, deregister; the partitions given up."""
+        """Controlled shutdown: deregister, then release every lease; the partitions given up.
+        In that order because the release's announcement wakes the other brokers' steps: by
+        then this broker must be out of the live set, or placement would still prefer it for
+        its partitions and they would wait for the others' next heartbeat."""
         given_up = sorted(self.held)
-        self._store.release_leases(self.node_id)
         self._store.registry.deregister(self.registration)
+        self._store.release_leases(self.node_id)
         self.held.clear()
         return given_up

@@ -1,7 +1,10 @@
 """ApiVersions, Metadata, FindCoordinator and InitProducerId: what a client asks before anything.
 
-This broker is a one-node cluster: it is the controller, the leader of every partition and the
-coordinator of every group, so these answers all point back at itself.
+A broker on its own is a one-node cluster: it is the controller, the leader of every partition
+and the coordinator of every group, so these answers all point back at itself. In cluster mode
+(`ctx.broker.leadership` set) they come from the leadership view instead: the live brokers,
+each partition's leader and leader epoch, and for FindCoordinator the leader of the group's
+`__consumer_offsets` partition (COORDINATOR_NOT_AVAILABLE while it has none).
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kio.static.primitive import i8
+
 from kgroups.broker import descriptors
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
+from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
 from kgroups.broker.metadata_answer import (
     CachedTopic,
@@ -26,7 +32,7 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
+from kgroups.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, topic_name_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
@@ -97,7 +103,7 @@ def _requested_topics(ctx: RequestContext, request: Any) -> list[str | uuid.UUID
 
 def _name_of(broker: Any, topic_id: uuid.UUID) -> str | None:
     for name in broker.topics.partition_counts():
-        if broker.logs.topic_id(name) == topic_id:
+        if broker.topics.topic_id(name) == topic_id:
             return name
     return None
 
@@ -116,14 +122,28 @@ def _topic_encoder(ctx: RequestContext, response_cls: type[Any]) -> Callable[[st
     node = broker.node_id
     none = kio_error(ErrorCode.NONE)
 
+    view = broker.leadership
+
+    def partition(name: str, index: int) -> Any:
+        if view is None:
+            return build(partition_cls, error_code=none, partition_index=index, leader_id=node,
+                         leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
+                         offline_replicas=())
+        leader = view.leader(name, index)
+        if leader is None:  # between leaders (its broker died, the next has not stepped yet)
+            return build(partition_cls, error_code=kio_error(ErrorCode.LEADER_NOT_AVAILABLE),
+                         partition_index=index, leader_id=-1, leader_epoch=-1, replica_nodes=(),
+                         isr_nodes=(), offline_replicas=())
+        return build(partition_cls, error_code=none, partition_index=index,
+                     leader_id=leader.node_id, leader_epoch=leader.epoch,
+                     replica_nodes=(leader.node_id,), isr_nodes=(leader.node_id,),
+                     offline_replicas=())
+
     def encode(name: str) -> CachedTopic:
-        partitions = tuple(
-            build(partition_cls, error_code=none, partition_index=index, leader_id=node,
-                  leader_epoch=-1, replica_nodes=(node,), isr_nodes=(node,),
-                  offline_replicas=())
-            for index in range(broker.topics.partition_count(name) or 0))
+        partitions = tuple(partition(name, index)
+                           for index in range(broker.topics.partition_count(name) or 0))
         return encoded_topic(build(
-            topic_cls, error_code=none, name=name, topic_id=broker.logs.topic_id(name),
+            topic_cls, error_code=none, name=name, topic_id=broker.topics.topic_id(name),
             is_internal=name in INTERNAL_TOPICS, partitions=partitions,
             topic_authorized_operations=OPERATIONS_NOT_REQUESTED), ctx.api_version)
 
@@ -157,11 +177,25 @@ def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
         else:
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if error == ErrorCode.NONE:
-        return _with_operations(broker.metadata_entries.entry(ctx.api_version, name, encode),
-                                operations)
+        entry = (encode(name) if broker.leadership is not None
+                 else broker.metadata_entries.entry(ctx.api_version, name, encode))
+        return _with_operations(entry, operations)
     return build(topic_cls, error_code=kio_error(error), name=name, topic_id=None,
                  is_internal=name in INTERNAL_TOPICS, partitions=(),
                  topic_authorized_operations=operations)
+
+
+def _brokers(ctx: RequestContext) -> tuple[list[BrokerEndpoint], int]:
+    """The brokers Metadata and DescribeCluster list, and the controller id they name: this
+    one alone (at the address of the listener asked) or the cluster's live brokers. A cluster
+    has no controller of its own: the lowest live node id stands for it (admin clients send
+    controller requests there; every broker accepts them)."""
+    broker = ctx.broker
+    if broker.leadership is None:
+        host, port = advertised(ctx)
+        return [BrokerEndpoint(broker.node_id, host, port)], broker.node_id
+    live = broker.leadership.brokers()
+    return live, live[0].node_id if live else -1
 
 
 @handles(api_key=3, min_version=0, max_version=12)
@@ -169,7 +203,6 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(3, ctx.api_version)
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
-    node = broker.node_id
 
     # v8+ may ask for the operations allowed on each topic (a missing one too) and, until v10,
     # on the cluster: all of them here; with an authorizer, acl_enforcement narrows them.
@@ -184,16 +217,20 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
     requested = _requested_topics(ctx, request)
     topics: tuple[Any, ...]
     if requested is None:
-        topics = cache.every_topic(ctx.api_version, encode)
+        # In cluster mode leaders move, so entries are encoded afresh (the cache is for the
+        # single broker, whose entries change only with the topics).
+        topics = (cache.every_topic(ctx.api_version, encode) if broker.leadership is None
+                  else tuple(encode(name) for name in broker.topics.partition_counts()))
         if topic_operations != OPERATIONS_NOT_REQUESTED:
             topics = tuple(_with_operations(topic, topic_operations) for topic in topics)
     else:
         topics = tuple(_asked_topic(ctx, request, wanted, encode, topic_operations)
                        for wanted in requested)
-    host, port = advertised(ctx)
-    brokers = (build(broker_cls, node_id=node, host=host, port=port, rack=None),)
+    live, controller = _brokers(ctx)
+    brokers = tuple(build(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                    for b in live)
     frame = build(response_cls, throttle_time=NO_THROTTLE, brokers=brokers,
-                  cluster_id=broker.config.cluster_id, controller_id=node, topics=(),
+                  cluster_id=broker.config.cluster_id, controller_id=controller, topics=(),
                   cluster_authorized_operations=cluster_operations)
     return MetadataAnswer(frame, topics,
                           getattr(frame, "cluster_authorized_operations", None))
@@ -224,6 +261,10 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             error = ErrorCode.INVALID_REQUEST
             failure = ("" if key_type == SHARE_KEY_TYPE and ctx.api_version >= 4
                        else INVALID_REQUEST_TEXT)
+        if failure is None and key_type == GROUP_KEY_TYPE and broker.leadership is not None:
+            return _leased_coordinator(broker.leadership,
+                                       broker.coordinator.core.partition_of(key),
+                                       ctx.api_version)
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
             host, port = advertised(ctx)
@@ -239,6 +280,49 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
                          for key in request.coordinator_keys)
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+def _leased_coordinator(view: LeadershipView, partition: int, version: int) -> dict[str, Any]:
+    """The group's coordinator in cluster mode: the leader of its offsets partition, or
+    COORDINATOR_NOT_AVAILABLE (retriable) while that partition has none."""
+    leader = view.leader(OFFSETS_TOPIC, partition)
+    endpoint = view.endpoint(leader.node_id) if leader is not None else None
+    if endpoint is None:
+        return {"node_id": -1, "host": "", "port": -1,
+                "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                "error_message": f"{OFFSETS_TOPIC}-{partition} has no leader yet"}
+    return {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port,
+            "error_code": kio_error(ErrorCode.NONE),
+            "error_message": "NONE" if version < 4 else ""}
+
+
+BROKERS_ENDPOINT_TYPE = 1  # DescribeCluster's endpoint_type for brokers (2: controllers)
+UNSUPPORTED_ENDPOINT_TYPE = 119  # Kafka's error code; nothing else in kgroups answers it
+
+
+@handles(api_key=60, min_version=0, max_version=2)
+async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    """The brokers and the controller id as Metadata lists them; a request for controller
+    endpoints (v1+) gets Kafka's UNSUPPORTED_ENDPOINT_TYPE, as a broker answers it."""
+    response_cls = response_type(60, ctx.api_version)
+    broker_cls = sibling(response_cls, "DescribeClusterBroker")
+    endpoint_type = int(getattr(request, "endpoint_type", BROKERS_ENDPOINT_TYPE))
+    operations = (all_operations(ResourceType.CLUSTER)
+                  if request.include_cluster_authorized_operations
+                  else OPERATIONS_NOT_REQUESTED)
+    common = {"throttle_time": NO_THROTTLE, "endpoint_type": i8(endpoint_type),
+              "cluster_id": ctx.broker.config.cluster_id,
+              "cluster_authorized_operations": operations}
+    if endpoint_type != BROKERS_ENDPOINT_TYPE:
+        return build(response_cls, error_code=kio_error(UNSUPPORTED_ENDPOINT_TYPE),
+                     error_message="The request was sent to an endpoint of type BROKER, but "
+                                   f"we wanted an endpoint of type {endpoint_type}",
+                     controller_id=-1, brokers=(), **common)
+    live, controller = _brokers(ctx)
+    brokers = tuple(build(broker_cls, broker_id=b.node_id, host=b.host, port=b.port,
+                          rack=b.rack, is_fenced=False) for b in live)
+    return build(response_cls, error_code=kio_error(ErrorCode.NONE), error_message=None,
+                 controller_id=controller, brokers=brokers, **common)
 
 
 @handles(api_key=22, min_version=0, max_version=5)
@@ -262,5 +346,6 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 
 def install(registry: HandlerRegistry) -> None:
-    for handler in (api_versions, metadata, find_coordinator, init_producer_id):
+    for handler in (api_versions, metadata, find_coordinator, describe_cluster,
+                    init_producer_id):
         registry.register(handler)

@@ -16,6 +16,7 @@ from kgroups.broker.wire import has_message_schema
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
     from kgroups.broker.background import TaskCounts
+    from kgroups.broker.cluster.leadership import LeadershipView
     from kgroups.broker.config import BrokerConfig
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
@@ -51,6 +52,8 @@ class HandlerServices(Protocol):
     not_served: NotServedLog
     advertised_host: str
     task_counts: TaskCounts  # crashes and restarts of background work, network processes too
+    # Who leads what, in cluster mode (kgroups.storage); None: a broker on its own.
+    leadership: LeadershipView | None
 
     @property
     def node_id(self) -> int: ...

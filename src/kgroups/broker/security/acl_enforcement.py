@@ -505,6 +505,16 @@ def _metadata_operations(check: Check, response: Any, topics: tuple[Any, ...]) -
         check.with_topic_operations(t) for t in topics))
 
 
+@rule(60)
+async def _describe_cluster(ctx: RequestContext, request: Any, inner: Inner,
+                            check: Check) -> Any:
+    """The brokers are anyone's to see, as Metadata lists them; the cluster's operations,
+    when asked for, are narrowed to the principal's."""
+    response = await inner(ctx, request)
+    return dataclasses.replace(response, cluster_authorized_operations=check.operations(
+        int(response.cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME))
+
+
 # --- topic and cluster administration ------------------------------------------------------
 
 @rule(19)

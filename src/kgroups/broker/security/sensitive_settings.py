@@ -24,9 +24,14 @@ _MECHANISM_SETTINGS = ("sasl.jaas.config", "sasl.login.callback.handler.class",
                        "sasl.login.class", "sasl.server.callback.handler.class",
                        "connections.max.reauth.ms")
 _LISTENER_OVERRIDE = re.compile(r"^listener\.name\.[^.]*\.(?P<base>.+)$")
-# kgroups' own settings (not Kafka's, so Kafka's table cannot type them): none is a secret.
+# kgroups' own settings and Kafka's controller settings kgroups' brokers read (neither in
+# Kafka's broker table): none is a secret. `kgroups.storage` is left out on purpose: its URL
+# may carry a password, so it is hidden like any setting of unknown type.
 _KGROUPS_SETTING_TYPES = {"kgroups.metrics.port": "INT", "kgroups.metrics.host": "STRING",
-                          "kgroups.memory.exhausted.close.ms": "LONG"}
+                          "kgroups.memory.exhausted.close.ms": "LONG",
+                          "broker.session.timeout.ms": "INT",
+                          "broker.heartbeat.interval.ms": "INT", "kgroups.lease.ms": "LONG",
+                          "kgroups.catalog.poll.interval.ms": "LONG"}
 
 
 def overridden_setting(name: str) -> str | None:

@@ -1,0 +1,205 @@
+"""A classic-protocol librdkafka group whose members commit synchronously, for failover tests.
+
+Each member commits the next offset of every partition it is assigned, over and over, and
+remembers when each commit was sent and acknowledged. The commits need no records: what is
+measured is the coordinator (how long the group cannot commit, whether a commit is lost or
+goes back, whether static members keep their partitions)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import threading
+import time
+from contextlib import closing
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from tests.cluster.conftest import Cluster
+
+PARTITIONS = 6
+
+
+@dataclass(frozen=True)
+class Commit:
+    sent: float
+    acknowledged: float
+    offsets: dict[int, int]
+
+
+def create_topic(cluster: Cluster, topic: str) -> None:
+    """Create the topic through one broker (CreateTopics, written to the store's catalog) and
+    wait until every partition has a leader (the brokers' next lease steps)."""
+    first = next(iter(cluster.brokers.values()))
+    subprocess.run([sys.executable, "-m", "kgroups.cli", "topics", "--bootstrap-server",
+                    first.bootstrap, "--create", "--topic", topic, "--partitions",
+                    str(PARTITIONS)], check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 30
+    with closing(cluster.store()) as store:
+        while sum(row.topic == topic and row.current for row in store.leadership()) < PARTITIONS:
+            assert time.monotonic() < deadline, f"{topic} has partitions without a leader"
+            time.sleep(0.2)
+
+
+# Above a crash failover (a lease, 9 s, and a heartbeat, 2 s) as Kafka's default (45 s) is:
+# a client gives its membership up after a session timeout without an answer, and a static
+# member rejoining then fences its old member id (as it would with Kafka).
+SESSION_TIMEOUT_MS = 30000
+
+
+class Librdkafka:
+    """confluent_kafka's consumer (librdkafka), classic protocol."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str) -> None:
+        self.topic = topic
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+            "enable.auto.commit": False, "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
+            "log_level": 0})
+        self.consumer.subscribe([topic])
+
+    def assigned(self) -> tuple[int, ...]:
+        self.consumer.poll(0.05)
+        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self.topic, p, offset)
+                                          for p, offset in offsets.items()],
+                                 asynchronous=False)
+        except KafkaException:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaPython:
+    """kafka-python's consumer, classic protocol."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str) -> None:
+        from kafka import KafkaConsumer
+
+        self.topic = topic
+        self.consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap.split(","), group_id=group,
+            group_instance_id=instance, enable_auto_commit=False,
+            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
+            metadata_max_age_ms=2000)
+
+    def assigned(self) -> tuple[int, ...]:
+        self.consumer.poll(timeout_ms=50)
+        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        from kafka import OffsetAndMetadata
+        from kafka import TopicPartition as KafkaPythonPartition
+        from kafka.errors import KafkaError
+
+        try:
+            self.consumer.commit({KafkaPythonPartition(self.topic, p): OffsetAndMetadata(
+                offset, "", -1) for p, offset in offsets.items()})
+        except KafkaError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass(eq=False)
+class Member(threading.Thread):
+    client: Librdkafka | KafkaPython
+    group: str
+    instance: str
+    stop: threading.Event
+    commits: list[Commit] = field(default_factory=list)
+    assignment: tuple[int, ...] = ()
+    failures: int = 0
+
+    def __post_init__(self) -> None:
+        threading.Thread.__init__(self, daemon=True)
+
+    def run(self) -> None:
+        next_offset: dict[int, int] = {}
+        while not self.stop.is_set():
+            assigned = self.client.assigned()
+            if not assigned:
+                continue
+            self.assignment = assigned
+            offsets = {p: next_offset.get(p, 1) for p in assigned}
+            sent = time.monotonic()
+            if not self.client.commit(offsets):
+                self.failures += 1
+                continue
+            self.commits.append(Commit(sent, time.monotonic(), offsets))
+            for p, offset in offsets.items():
+                next_offset[p] = offset + 1
+        self.client.close()
+
+
+def start_group(cluster: Cluster, topic: str,
+                clients: tuple[type[Librdkafka | KafkaPython], ...] = (Librdkafka,) * 3,
+                ) -> tuple[list[Member], threading.Event]:
+    """A static member per client, instance ids member-0, member-1..."""
+    stop = threading.Event()
+    name = f"{topic}-group"
+    group = [Member(client(cluster.bootstrap, name, topic, f"member-{index}"), name,
+                    f"member-{index}", stop)
+             for index, client in enumerate(clients)]
+    for member in group:
+        member.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all(member.commits for member in group) and \
+                sum(len(member.assignment) for member in group) == PARTITIONS:
+            return group, stop
+        time.sleep(0.2)
+    raise AssertionError("the group did not settle and commit within 60 s")
+
+
+def first_commit_after(group: list[Member], moment: float, timeout_s: float) -> float:
+    """Seconds from `moment` to the first acknowledgement of a commit sent after it."""
+    deadline = moment + timeout_s
+    while time.monotonic() < deadline:
+        after = [commit.acknowledged for member in group for commit in member.commits
+                 if commit.sent > moment]
+        if after:
+            return min(after) - moment
+        time.sleep(0.05)
+    raise AssertionError(f"no commit acknowledged within {timeout_s} s")
+
+
+def longest_wait(group: list[Member], moment: float, window_s: float) -> float:
+    """The longest time, from `moment` over the next `window_s` seconds, that the group went
+    without an acknowledged commit: what a client saw of the failover."""
+    acknowledged = sorted(commit.acknowledged for member in group for commit in member.commits
+                          if moment <= commit.acknowledged <= moment + window_s)
+    edges = [moment, *acknowledged]
+    return max(later - earlier for earlier, later in itertools.pairwise(edges))
+
+
+def last_acknowledged(group: list[Member], before: float | None = None) -> dict[int, int]:
+    """Each partition's highest offset whose commit was acknowledged (before `before`)."""
+    best: dict[int, int] = {}
+    for member in group:
+        for commit in member.commits:
+            if before is None or commit.acknowledged < before:
+                for p, offset in commit.offsets.items():
+                    best[p] = max(best.get(p, 0), offset)
+    return best
+
+
+def committed(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
+    """What OffsetFetch answers now, through the group's coordinator."""
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                       "log_level": 0})
+    try:
+        found = reader.committed([TopicPartition(topic, p) for p in range(PARTITIONS)],
+                                 timeout=30)
+    finally:
+        reader.close()
+    return {tp.partition: tp.offset for tp in found}
