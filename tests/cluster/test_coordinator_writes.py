@@ -79,3 +79,60 @@ def test_an_unreachable_store_answers_a_retriable_error(
         tmp_path, monkeypatch, StorageUnavailableError("PostgreSQL at ... is unreachable")))
     assert error == ErrorCode.COORDINATOR_NOT_AVAILABLE
     assert loaded and given_up == []
+
+
+class FailingOnceLog:
+    """An offsets log whose first append fails and whose later ones are kept."""
+
+    flush_due = False
+
+    def __init__(self) -> None:
+        self.failed = False
+        self.kept: list[bytes] = []
+
+    def append_batch(self, batch: bytes) -> tuple[int, int]:
+        if not self.failed:
+            self.failed = True
+            raise StorageUnavailableError("PostgreSQL at ... is unreachable")
+        self.kept.append(batch)
+        return len(self.kept) - 1, len(self.kept) - 1
+
+
+def test_writes_behind_a_failed_one_are_not_appended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commits of two groups on one offsets partition, the first write failing: the core
+    fails the second with it (it reverts to the failed write), so the log must not hold the
+    second either, or a restart would replay a commit its client was told had failed."""
+
+    async def run() -> tuple[list[ErrorCode], list[bytes]]:
+        config = BrokerConfig.build(data_dir=tmp_path, overrides=[
+            "kgroups.storage=postgresql://kgroups@127.0.0.1:1/unused",
+            "offsets.topic.num.partitions=1"])
+        logs = LogManager(tmp_path, LogConfig.from_properties(config.properties))
+        topics = TopicCatalog(logs)
+        runtime = CoordinatorRuntime(config, topics, logs, AppendNotifier(), GroupCommit())
+
+        async def empty(_self: OffsetsReader, _topic: str, _partition: int) -> bytes:
+            return b""
+
+        log = FailingOnceLog()
+        monkeypatch.setattr(OffsetsReader, "read", empty)
+        monkeypatch.setattr(topics, "log", lambda topic, partition: log)
+        runtime.partition_gained(0)
+        while 0 not in runtime.core.owned_partitions:
+            await asyncio.sleep(0.01)
+
+        async def commit(group: str) -> core.OffsetCommitResponse:
+            answer: core.OffsetCommitResponse = await runtime.call(
+                lambda request_id: core.OffsetCommitRequest(request_id, group, (
+                    core.OffsetCommitTopic("t", (core.OffsetCommitPartition(0, 5),)),)))
+            return answer
+
+        answers = await asyncio.gather(commit("first"), commit("second"))
+        errors = [answer.topics[0].partitions[0].error for answer in answers]
+        await runtime.stop()
+        return errors, log.kept
+
+    errors, kept = asyncio.run(run())
+    assert all(error != ErrorCode.NONE for error in errors)
+    assert kept == []

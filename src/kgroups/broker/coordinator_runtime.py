@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.cluster.offsets_reader import OffsetsReader
-from kgroups.broker.cluster.runtime import STORE_ERRORS
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.coordinator import (
@@ -60,7 +59,7 @@ from kgroups.log.segment import Segment, SegmentCorruptError
 from kgroups.log.topic_ids import PartitionMetadataError
 from kgroups.records.codec import encode_record
 from kgroups.storage.log_seam import PartitionLogSeam
-from kgroups.storage.postgresql import FencedError
+from kgroups.storage.postgresql import FencedError, StorageUnavailableError
 
 if TYPE_CHECKING:
     from kgroups.broker.appends import AppendNotifier
@@ -173,6 +172,8 @@ class CoordinatorRuntime:
         self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
+        # Offsets partitions with a failed write the core has not been told of yet.
+        self._failing: set[int] = set()
         self.background = BackgroundTasks(task_counts)
         self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
         self._loaded = asyncio.Event()
@@ -309,7 +310,7 @@ class CoordinatorRuntime:
             self._loads.pop(partition, None)
             self._fail_partition(partition, exc)
             return
-        except STORE_ERRORS as exc:
+        except StorageUnavailableError as exc:
             # Not loaded, and nothing to serve it from: give the lease up so that it is
             # taken again (here or elsewhere) and the load is tried afresh.
             self._loads.pop(partition, None)
@@ -525,8 +526,13 @@ class CoordinatorRuntime:
     def _append(self, write: Write) -> None:
         """Append now (so writes keep the order the core emitted them); the write completes
         when the log's flush policy lets it be acknowledged (after an fsync in the background
-        where flush.messages asks for one)."""
+        where flush.messages asks for one). Once a write of a partition fails, the later ones
+        already emitted are not appended: the core fails them with it (it reverts to the failed
+        write, as Kafka does), so the log must never hold them without it."""
         partition = write.offsets_partition
+        if partition in self._failing:
+            self._fail(write, ErrorCode.KAFKA_STORAGE_ERROR)
+            return
         log: PartitionLogSeam | None = (self._topics.log(OFFSETS_TOPIC, partition)
                                         if self._reader is not None
                                         else self._logs.get(OFFSETS_TOPIC, partition))
@@ -541,23 +547,19 @@ class CoordinatorRuntime:
             # was written. NOT_COORDINATOR to the writer, and the partition is given up.
             log_event(logger, logging.WARNING, "offsets_append_fenced", partition=partition,
                       error=exc)
-            loop = asyncio.get_running_loop()
-            loop.call_soon(self._complete, write.write_id, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-            loop.call_soon(self._fenced, partition)
+            self._fail(write, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            asyncio.get_running_loop().call_soon(self._fenced, partition)
             return
-        except STORE_ERRORS as exc:
+        except StorageUnavailableError as exc:
             # Maybe not written: a retriable error (never a success); the client retries.
             log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
                       error=exc)
-            asyncio.get_running_loop().call_soon(
-                self._complete, write.write_id, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            self._fail(write, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return
         except Exception as exc:
-            log_event(logger, logging.ERROR, "offsets_append_failed",
-                      partition=write.offsets_partition, error=exc)
-            asyncio.get_running_loop().call_soon(
-                self._complete, write.write_id, ErrorCode.KAFKA_STORAGE_ERROR
-            )
+            log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
+                      error=exc)
+            self._fail(write, ErrorCode.KAFKA_STORAGE_ERROR)
             return
         self._appends.notify()
         # Acknowledged once in the log file (Kafka's default), or at once from the store's
@@ -566,6 +568,17 @@ class CoordinatorRuntime:
             asyncio.get_running_loop().call_soon(self._complete, write.write_id, None)
             return
         self.background.spawn("offsets-fsync", self._await_flush(write.write_id, log))
+
+    def _fail(self, write: Write, error: ErrorCode) -> None:
+        """Answer `write` with `error` on the next loop turn; until then its partition's later
+        writes are failed too instead of appended."""
+        self._failing.add(write.offsets_partition)
+
+        def complete() -> None:
+            self._failing.discard(write.offsets_partition)  # writes the revert emits append
+            self._complete(write.write_id, error)
+
+        asyncio.get_running_loop().call_soon(complete)
 
     def _fenced(self, partition: int) -> None:
         if partition in self.core.owned_partitions:

@@ -32,8 +32,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psycopg
-
 from kgroups.broker.cluster.leadership import BrokerEndpoint, Leader, LeadershipView
 from kgroups.broker.events import log_event
 from kgroups.storage.membership import ClusterMember, LeaseChanges, NodeIdTakenError
@@ -44,7 +42,6 @@ from kgroups.storage.postgresql import Lease, PostgresStore, StorageUnavailableE
 logger = logging.getLogger("kgroups.cluster")
 
 # Errors of a store that could not be reached or lost its connection mid-step.
-STORE_ERRORS = (StorageUnavailableError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 # What one step hands the event loop: the lease changes, every partition's leader, the brokers.
@@ -139,7 +136,6 @@ class ClusterRuntime:
     def _run_steps(self) -> None:
         assert self._member is not None and self._store is not None
         interval_s = self.settings.heartbeat_interval_ms / 1000
-        broken = False  # the connection failed: open a new one before the next step
         while not self._stopping.is_set():
             self._wake.wait(interval_s)
             self._wake.clear()
@@ -148,33 +144,19 @@ class ClusterRuntime:
             held = sorted(self._member.held)
             outcome: Outcome | None
             try:
-                if broken:
-                    self._reconnect()
-                    broken = False
+                # After an outage the store connects again by itself (storage/database.py):
+                # the next step renews what is still this broker's on the same registration.
                 outcome = self._step(self._member, self._store)
             except NodeIdTakenError as exc:
                 self._call_soon(self._fatal, held, str(exc))
                 return
-            except STORE_ERRORS as exc:
-                broken = True
+            except StorageUnavailableError as exc:
                 outcome = self._unreachable(self._member, exc)
             except Exception as exc:  # a bug: logged with its traceback, the loop goes on
                 logger.error("cluster step failed", exc_info=exc)
                 continue
             if outcome is not None:
                 self._call_soon(self._deliver, *outcome)
-
-    def _reconnect(self) -> None:
-        """A new connection for the step thread, the same registration and leases on it: when
-        PostgreSQL is back, the next step renews what is still this broker's."""
-        assert self._member is not None and self._store is not None
-        store = PostgresStore.open(self.settings.url, self.settings.session_timeout_ms)
-        member = ClusterMember(store, self._member.registration, self.settings.lease_ms)
-        member.held, member.safe_until = self._member.held, self._member.safe_until
-        with contextlib.suppress(*STORE_ERRORS):
-            self._store.close()
-        self._store, self._member = store, member
-        log_event(logger, logging.INFO, "cluster_reconnected", node=self.settings.node_id)
 
     def _step(self, member: ClusterMember, store: PostgresStore) -> Outcome:
         with self._drop_lock:
@@ -200,19 +182,14 @@ class ClusterRuntime:
         return LeaseChanges(lost=lost), {}, []
 
     def _run_listener(self) -> None:
+        assert self._listener is not None
         while not self._stopping.is_set():
             try:
-                if self._listener is None:
-                    self._listener = ChangeListener.open(
-                        self.settings.url, self.settings.catalog_poll_interval_ms)
                 changes = self._listener.poll(1.0)
-            except STORE_ERRORS:
-                # The step thread reports the outage and goes on at its interval; listening
-                # starts again on a new connection once PostgreSQL answers.
-                if self._listener is not None:
-                    with contextlib.suppress(*STORE_ERRORS):
-                        self._listener.close()
-                    self._listener = None
+            except StorageUnavailableError:
+                # The step thread reports the outage and goes on at its interval; the listener
+                # connects again by itself and then reports a catalog change and released
+                # leases, so nothing missed meanwhile is lost.
                 self._stopping.wait(self.settings.heartbeat_interval_ms / 1000)
                 continue
             if changes.leases_released:
@@ -289,7 +266,7 @@ class ClusterRuntime:
             try:
                 given_up = member.leave()
                 await self._await_takeover(store, given_up)
-            except STORE_ERRORS as exc:
+            except StorageUnavailableError as exc:
                 log_event(logger, logging.WARNING, "cluster_leave_failed", error=exc)
             else:
                 log_event(logger, logging.INFO, "cluster_left", node=self.settings.node_id,
