@@ -40,6 +40,7 @@ class PostgresServer:
     directory: Path
     port: int
     user: str | None  # the account the server runs as, when not the current one
+    fsync: bool = False
 
     @property
     def url(self) -> str:
@@ -50,13 +51,15 @@ class PostgresServer:
         subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
 
     @classmethod
-    def start(cls) -> PostgresServer:
+    def start(cls, fsync: bool = False) -> PostgresServer:
+        """Without fsync by default (a test's data dies with it); a benchmark asks for it, so
+        a commit costs what a durable one costs."""
         directory = Path(tempfile.mkdtemp(prefix="kgroups-pg-"))
         user = "postgres" if os.geteuid() == 0 else None
         if user is not None:
             account = pwd.getpwnam(user)
             os.chown(directory, account.pw_uid, account.pw_gid)
-        server = cls(directory, _free_port(), user)
+        server = cls(directory, _free_port(), user, fsync)
         data = str(directory / "data")
         server._run(_binary("initdb"), "-D", data, "-U", "postgres", "--auth=trust",
                     "--no-sync", "-E", "UTF8")
@@ -66,7 +69,8 @@ class PostgresServer:
     def resume(self) -> None:
         """Start the server (again, after `halt`), on the same port with the same data."""
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 "
-                   f"-c unix_socket_directories={self.directory} -c fsync=off")
+                   f"-c unix_socket_directories={self.directory} "
+                   f"-c fsync={'on' if self.fsync else 'off'}")
         self._run(_binary("pg_ctl"), "-D", str(self.directory / "data"), "-o", options, "-l",
                   str(self.directory / "server.log"), "-w", "-t", str(int(STARTUP_TIMEOUT_S)),
                   "start")
