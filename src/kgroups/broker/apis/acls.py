@@ -8,8 +8,16 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
-from kgroups.broker.security.authorizer import AclBinding, AclFilter, Authorizer, binding_problem
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import (
+    AclBinding,
+    AclFilter,
+    Authorizer,
+    Operation,
+    binding_problem,
+)
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
@@ -28,7 +36,7 @@ def _filter(entry: Any) -> AclFilter:
                      entry.host_filter, int(entry.operation), int(entry.permission_type))
 
 
-@handles(api_key=29, min_version=1, max_version=3)
+@handles(api_key=ApiKey.DESCRIBE_ACLS, min_version=1, max_version=3)
 async def describe_acls(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(29, ctx.api_version)
     authorizer = _authorizer(ctx)
@@ -54,7 +62,7 @@ async def describe_acls(ctx: RequestContext, request: Any) -> Any:
                  error_message=None, resources=resources)
 
 
-@handles(api_key=30, min_version=1, max_version=3)
+@handles(api_key=ApiKey.CREATE_ACLS, min_version=1, max_version=3)
 async def create_acls(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(30, ctx.api_version)
     result_cls = sibling(response_cls, "AclCreationResult")
@@ -80,7 +88,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
     return build(response_cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-@handles(api_key=31, min_version=1, max_version=3)
+@handles(api_key=ApiKey.DELETE_ACLS, min_version=1, max_version=3)
 async def delete_acls(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(31, ctx.api_version)
     result_cls = sibling(response_cls, "DeleteAclsFilterResult")
@@ -113,3 +121,35 @@ async def delete_acls(ctx: RequestContext, request: Any) -> Any:
 def install(registry: HandlerRegistry) -> None:
     for handler in (describe_acls, create_acls, delete_acls):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.DESCRIBE_ACLS)
+async def _authorize_describe_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    if check.cluster(Operation.DESCRIBE):
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
+                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], resources=())
+
+
+@authz.rule(ApiKey.CREATE_ACLS)
+async def _authorize_create_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    if check.cluster(Operation.ALTER):
+        return await inner(ctx, request)
+    return authz.response(ctx, results=tuple(
+        authz.nested(ctx, "AclCreationResult", error_code=kio_error(authz.CLUSTER_DENIED),
+                error_message=authz.MESSAGES[authz.CLUSTER_DENIED]) for _ in request.creations))
+
+
+@authz.rule(ApiKey.DELETE_ACLS)
+async def _authorize_delete_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    if check.cluster(Operation.ALTER):
+        return await inner(ctx, request)
+    return authz.response(ctx, filter_results=tuple(
+        authz.nested(ctx, "DeleteAclsFilterResult", error_code=kio_error(authz.CLUSTER_DENIED),
+                error_message=authz.MESSAGES[authz.CLUSTER_DENIED], matching_acls=())
+        for _ in request.filters))

@@ -6,6 +6,7 @@ coordinator of every group, so these answers all point back at itself.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import uuid
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import descriptors
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
 from kgroups.broker.events import log_event
 from kgroups.broker.metadata_answer import (
@@ -21,8 +23,11 @@ from kgroups.broker.metadata_answer import (
     MetadataAnswer,
     encoded_topic,
 )
+from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
+    CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
+    Operation,
     ResourceType,
     all_operations,
 )
@@ -67,7 +72,7 @@ def _auto_create(broker: HandlerServices, name: str) -> ErrorCode:
     return ErrorCode.NONE
 
 
-@handles(api_key=18, min_version=0, max_version=4)
+@handles(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=4)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(18, ctx.api_version)
     api_version_cls = sibling(response_cls, "ApiVersion")
@@ -164,7 +169,7 @@ def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
                  topic_authorized_operations=operations)
 
 
-@handles(api_key=3, min_version=0, max_version=12)
+@handles(api_key=ApiKey.METADATA, min_version=0, max_version=12)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(3, ctx.api_version)
@@ -199,7 +204,7 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                           getattr(frame, "cluster_authorized_operations", None))
 
 
-@handles(api_key=10, min_version=0, max_version=6)
+@handles(api_key=ApiKey.FIND_COORDINATOR, min_version=0, max_version=6)
 async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(10, ctx.api_version)
@@ -241,7 +246,7 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
 
 
-@handles(api_key=22, min_version=0, max_version=5)
+@handles(api_key=ApiKey.INIT_PRODUCER_ID, min_version=0, max_version=5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(22, ctx.api_version)
     if request.transactional_id is not None:
@@ -257,3 +262,87 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
 def install(registry: HandlerRegistry) -> None:
     for handler in (api_versions, metadata, find_coordinator, init_producer_id):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.METADATA)
+async def _authorize_metadata(ctx: RequestContext, request: Any, inner: authz.Inner,
+                              check: authz.Check) -> Any:
+    """Describe on each topic; a missing one is auto-created only with Create (on the
+    cluster or the topic), else it answers TOPIC_AUTHORIZATION_FAILED. All topics (null):
+    the unauthorized ones are left out."""
+    asked = request.topics
+    if asked is None or (ctx.api_version == 0 and not asked):
+        response = await inner(ctx, request)
+        return _metadata_operations(check, response, tuple(
+            t for t in response.topics if check.topic(Operation.DESCRIBE, t.name)))
+    existing = ctx.broker.topics.partition_counts()
+    may_create = check.cluster(Operation.CREATE)
+
+    def allowed(topic: Any) -> bool:
+        if topic.name is None:  # asked by id: resolved and checked below
+            return True
+        if not check.topic(Operation.DESCRIBE, topic.name):
+            return False
+        return topic.name in existing or may_create or check.topic(Operation.CREATE, topic.name)
+
+    passed, denied = authz.split(asked, allowed)
+    response = await inner(ctx, dataclasses.replace(request, topics=passed))
+    # v0 reads an empty list as every topic: when all named ones were denied, only the
+    # brokers of that answer are wanted.
+    kept = () if not passed and ctx.api_version == 0 else tuple(
+        t for t in response.topics if t.name is None or check.topic(Operation.DESCRIBE, t.name))
+    denied_topics = tuple(authz.nested(
+        ctx, "MetadataResponseTopic", error_code=kio_error(authz.TOPIC_DENIED), name=t.name,
+        topic_id=None, is_internal=False, partitions=(),
+        topic_authorized_operations=OPERATIONS_NOT_REQUESTED) for t in denied)
+    return _metadata_operations(check, response, kept + denied_topics)
+
+
+def _metadata_operations(check: authz.Check, response: Any, topics: tuple[Any, ...]) -> Any:
+    """The Metadata answer with these topics and its operations narrowed to the principal."""
+    cluster = getattr(response, "cluster_authorized_operations", None)
+    if cluster is not None:
+        response = dataclasses.replace(response, cluster_authorized_operations=check.operations(
+            int(cluster), ResourceType.CLUSTER, CLUSTER_NAME))
+    return dataclasses.replace(response, topics=tuple(
+        check.with_topic_operations(t) for t in topics))
+
+
+@authz.rule(ApiKey.FIND_COORDINATOR)
+async def _authorize_find_coordinator(ctx: RequestContext, request: Any, inner: authz.Inner,
+                            check: authz.Check) -> Any:
+    transactional = int(getattr(request, "key_type", 0)) == 1
+    kind = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
+    denied_error = authz.TXN_DENIED if transactional else authz.GROUP_DENIED
+    denied = {"node_id": -1, "host": "", "port": -1, "error_code": kio_error(denied_error),
+              "error_message": authz.MESSAGES[denied_error]}
+    if ctx.api_version < 4:
+        if check(Operation.DESCRIBE, kind, request.key):
+            return await inner(ctx, request)
+        return authz.response(ctx, **denied)
+    keys = tuple(request.coordinator_keys)
+    allowed, _ = authz.split(keys, lambda key: check(Operation.DESCRIBE, kind, key))
+    answered = {}
+    if allowed:
+        inner_response = await inner(ctx, dataclasses.replace(request, coordinator_keys=allowed))
+        answered = {c.key: c for c in inner_response.coordinators}
+    coordinators = tuple(answered[key] if key in answered
+                         else authz.nested(ctx, "Coordinator", key=key, **denied) for key in keys)
+    return authz.response(ctx, coordinators=coordinators)
+
+
+@authz.rule(ApiKey.INIT_PRODUCER_ID)
+async def _authorize_init_producer_id(ctx: RequestContext, request: Any, inner: authz.Inner,
+                            check: authz.Check) -> Any:
+    if request.transactional_id is not None:
+        ok = check(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+        error = authz.TXN_DENIED
+    else:
+        ok = check.cluster(Operation.IDEMPOTENT_WRITE) or check.authorizer.allowed_on_any(
+            check.principal, check.host, Operation.WRITE, ResourceType.TOPIC)
+        error = authz.CLUSTER_DENIED
+    if ok:
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(error), producer_id=-1, producer_epoch=-1)

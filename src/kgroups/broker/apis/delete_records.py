@@ -16,12 +16,16 @@ so they survive a restart; a failed write answers KAFKA_STORAGE_ERROR and moves 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -51,7 +55,7 @@ def _check(ctx: RequestContext, topic: str, partition: int,
     return ErrorCode.NONE, target
 
 
-@handles(api_key=21, min_version=0, max_version=2)
+@handles(api_key=ApiKey.DELETE_RECORDS, min_version=0, max_version=2)
 async def delete_records(ctx: RequestContext, request: Any) -> Any:
     # One answer per partition, the last offset asked for it counting, as Kafka's map keeps it.
     asked: dict[tuple[str, int], int] = {}
@@ -92,3 +96,20 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(delete_records)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.DELETE_RECORDS)
+async def _authorize_delete_records(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                    check: authz.Check) -> Any:
+    """Delete on each topic; a denied one answers TOPIC_AUTHORIZATION_FAILED per partition
+    whether or not it exists."""
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DELETE, t.name))
+    topics: tuple[Any, ...] = ()
+    if allowed:
+        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    return authz.response(ctx, topics=topics + tuple(authz.nested(
+        ctx, "DeleteRecordsTopicResult", name=t.name, partitions=authz.partition_entries(
+            ctx, "DeleteRecordsPartitionResult", t, authz.TOPIC_DENIED, low_watermark=-1))
+        for t in denied))

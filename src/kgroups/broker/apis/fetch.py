@@ -12,16 +12,20 @@ format those versions carry (down_convert.py), as Kafka 3.9 did.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.down_convert import down_convert, fetch_magic
 from kgroups.broker.events import log_event
 from kgroups.broker.legacy_schemas import nested
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import OffsetOutOfRangeError
@@ -109,7 +113,7 @@ def _legacy_response(version: int, results: list[tuple[str, list[PartitionRead]]
     return response_cls(throttle_time=NO_THROTTLE, responses=responses)
 
 
-@handles(api_key=1, min_version=0, max_version=12)
+@handles(api_key=ApiKey.FETCH, min_version=0, max_version=12)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
@@ -143,3 +147,23 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(fetch)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.FETCH)
+async def _authorize_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
+                           check: authz.Check) -> Any:
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.topic))
+    responses: tuple[Any, ...] = ()
+    if allowed:
+        responses = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed)))
+                          .responses)
+    denied_topics = tuple(authz.nested(
+        ctx, "FetchableTopicResponse", topic=t.topic, partitions=tuple(authz.nested(
+            ctx, "PartitionData", partition_index=p.partition,
+            error_code=kio_error(authz.TOPIC_DENIED), high_watermark=-1, last_stable_offset=-1,
+            log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
+            records=None) for p in t.partitions)) for t in denied)
+    return authz.response(ctx, error_code=kio_error(ErrorCode.NONE), session_id=0,
+                          responses=responses + denied_topics)

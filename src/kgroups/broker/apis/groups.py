@@ -8,15 +8,19 @@ Kafka drops them). Version-dependent *behaviour* stays in the core, which gets `
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import rebalance_field
 from kgroups.broker.apis import consumer_groups
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
+    Operation,
     ResourceType,
     all_operations,
 )
@@ -55,7 +59,7 @@ class _GroupApi:
 
 
 class JoinGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 11, 0, 9
+    api_key, min_version, max_version = ApiKey.JOIN_GROUP, 0, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
@@ -98,7 +102,7 @@ class JoinGroupHandler(_GroupApi):
 
 
 class SyncGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 14, 0, 5
+    api_key, min_version, max_version = ApiKey.SYNC_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version >= 5 and (request.protocol_type is None
@@ -130,7 +134,7 @@ class SyncGroupHandler(_GroupApi):
 
 
 class HeartbeatHandler(_GroupApi):
-    api_key, min_version, max_version = 12, 0, 4
+    api_key, min_version, max_version = ApiKey.HEARTBEAT, 0, 4
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         answer: core.HeartbeatResponse = await _ask(ctx, lambda request_id: core.HeartbeatRequest(
@@ -145,7 +149,7 @@ class HeartbeatHandler(_GroupApi):
 
 
 class LeaveGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 13, 0, 5
+    api_key, min_version, max_version = ApiKey.LEAVE_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version < 3:
@@ -190,7 +194,7 @@ def _partition_errors_response(
 class OffsetCommitHandler(_GroupApi):
     # kio 0.6.5 ships OffsetCommit from v2 (Kafka 4 dropped v0/v1); v10 names topics by id,
     # which a broker without topic ids cannot honour.
-    api_key, min_version, max_version = 8, 2, 9
+    api_key, min_version, max_version = ApiKey.OFFSET_COMMIT, 2, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         # As Kafka's request handler does, partitions the cluster's metadata does not have are
@@ -255,7 +259,7 @@ def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
 
 class OffsetFetchHandler(_GroupApi):
     # kio 0.6.5 ships OffsetFetch from v1; v10 names topics by id (see OffsetCommit).
-    api_key, min_version, max_version = 9, 1, 9
+    api_key, min_version, max_version = ApiKey.OFFSET_FETCH, 1, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         batched = ctx.api_version >= 8
@@ -318,7 +322,7 @@ class OffsetFetchHandler(_GroupApi):
 
 
 class DescribeGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 15, 0, 6
+    api_key, min_version, max_version = ApiKey.DESCRIBE_GROUPS, 0, 6
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups)
@@ -367,7 +371,7 @@ class DescribeGroupsHandler(_GroupApi):
 
 
 class ListGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 16, 0, 5
+    api_key, min_version, max_version = ApiKey.LIST_GROUPS, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         states = tuple(getattr(request, "states_filter", ()) or ())
@@ -390,7 +394,7 @@ class ListGroupsHandler(_GroupApi):
 
 
 class DeleteGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 42, 0, 2
+    api_key, min_version, max_version = ApiKey.DELETE_GROUPS, 0, 2
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups_names)
@@ -406,7 +410,7 @@ class DeleteGroupsHandler(_GroupApi):
 
 
 class OffsetDeleteHandler(_GroupApi):
-    api_key, min_version, max_version = 47, 0, 0
+    api_key, min_version, max_version = ApiKey.OFFSET_DELETE, 0, 0
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         topics = tuple(
@@ -442,3 +446,173 @@ def install(registry: HandlerRegistry) -> None:
     for handler_class in GROUP_HANDLERS:
         registry.register(handler_class())  # type: ignore[arg-type]
     consumer_groups.install(registry)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+_GROUP_DENIED_FIELDS: dict[int, dict[str, Any]] = {
+    ApiKey.JOIN_GROUP: {"generation_id": -1, "protocol_type": None, "leader": "",
+                        "skip_assignment": False, "member_id": "", "members": ()},
+    ApiKey.HEARTBEAT: {},
+    ApiKey.SYNC_GROUP: {"protocol_type": None, "protocol_name": None, "assignment": b""},
+}
+
+
+@authz.rule(ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP)
+async def _authorize_group_read(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                check: authz.Check) -> Any:
+    if check.group(Operation.READ, request.group_id):
+        return await inner(ctx, request)
+    fields = dict(_GROUP_DENIED_FIELDS[ctx.api_key])
+    if ctx.api_key == ApiKey.JOIN_GROUP:  # nullable from v7; before, the empty string
+        fields["protocol_name"] = None if ctx.api_version >= 7 else ""
+    return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), **fields)
+
+
+@authz.rule(ApiKey.LEAVE_GROUP)
+async def _authorize_leave_group(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    if check.group(Operation.READ, request.group_id):
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), members=())
+
+
+@authz.rule(ApiKey.OFFSET_COMMIT)
+async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    def denied_topic(topic: Any, error: ErrorCode) -> Any:
+        return authz.nested(ctx, "OffsetCommitResponseTopic", name=topic.name, partitions=(
+            authz.partition_entries(ctx, "OffsetCommitResponsePartition", topic, error)))
+
+    if not check.group(Operation.READ, request.group_id):
+        return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
+                                           for t in request.topics))
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
+    topics: tuple[Any, ...] = ()
+    if allowed:
+        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    return authz.response(ctx, topics=topics + tuple(denied_topic(t, authz.TOPIC_DENIED)
+                                                     for t in denied))
+
+
+_NO_OFFSET = {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
+
+
+def _fetch_topics(ctx: RequestContext, check: authz.Check, topics: Any, answered: Any,
+                  topic_cls: str, partition_cls: str) -> tuple[Any, ...]:
+    """OffsetFetch's topics: asked-for unauthorized ones answer TOPIC_AUTHORIZATION_FAILED per
+    partition; when all were asked for (null), unauthorized ones are left out."""
+    if topics is None:
+        return tuple(t for t in answered if check.topic(Operation.DESCRIBE, t.name))
+    denied = tuple(
+        authz.nested(ctx, topic_cls, name=t.name, partitions=authz.partition_entries(
+            ctx, partition_cls, t, authz.TOPIC_DENIED, **_NO_OFFSET))
+        for t in topics if not check.topic(Operation.DESCRIBE, t.name))
+    return tuple(answered) + denied
+
+
+@authz.rule(ApiKey.OFFSET_FETCH)
+async def _authorize_offset_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                  check: authz.Check) -> Any:
+    if ctx.api_version < 8:
+        asked = request.topics
+        if not check.group(Operation.DESCRIBE, request.group_id):
+            if ctx.api_version < 2:  # no group-level error yet: each partition carries it
+                return authz.response(ctx, topics=tuple(authz.nested(
+                    ctx, "OffsetFetchResponseTopic", name=t.name,
+                    partitions=authz.partition_entries(
+                        ctx, "OffsetFetchResponsePartition", t, authz.GROUP_DENIED, **_NO_OFFSET))
+                    for t in asked))
+            return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), topics=())
+        allowed = None if asked is None else tuple(
+            t for t in asked if check.topic(Operation.DESCRIBE, t.name))
+        answered: tuple[Any, ...] = ()
+        if allowed is None or allowed:
+            response = await inner(ctx, dataclasses.replace(request, topics=allowed))
+            if int(getattr(response, "error_code", ErrorCode.NONE)) != 0:
+                return response
+            answered = tuple(response.topics)
+        return dataclasses.replace(
+            authz.response(ctx, error_code=kio_error(ErrorCode.NONE), topics=()),
+            topics=_fetch_topics(ctx, check, asked, answered, "OffsetFetchResponseTopic",
+                                 "OffsetFetchResponsePartition"))
+    groups = tuple(request.groups)
+    allowed_groups = []
+    for group in groups:
+        if check.group(Operation.DESCRIBE, group.group_id):
+            topics = None if group.topics is None else tuple(
+                t for t in group.topics if check.topic(Operation.DESCRIBE, t.name))
+            allowed_groups.append(dataclasses.replace(group, topics=topics))
+    answered_groups = {}
+    if allowed_groups:
+        response = await inner(ctx, dataclasses.replace(request, groups=tuple(allowed_groups)))
+        answered_groups = {g.group_id: g for g in response.groups}
+    results = []
+    for group in groups:
+        if group.group_id not in answered_groups:
+            results.append(authz.nested(ctx, "OffsetFetchResponseGroup", group_id=group.group_id,
+                                   error_code=kio_error(authz.GROUP_DENIED), topics=()))
+            continue
+        answer = answered_groups[group.group_id]
+        results.append(dataclasses.replace(answer, topics=_fetch_topics(
+            ctx, check, group.topics, answer.topics, "OffsetFetchResponseTopics",
+            "OffsetFetchResponsePartitions")))
+    return authz.response(ctx, groups=tuple(results))
+
+
+@authz.rule(ApiKey.OFFSET_DELETE)
+async def _authorize_offset_delete(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    if not check.group(Operation.DELETE, request.group_id):
+        return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), topics=())
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
+    response = await inner(ctx, dataclasses.replace(request, topics=allowed))
+    if int(response.error_code) != 0:  # a group-level error answers without topics
+        return response
+    denied_topics = tuple(authz.nested(ctx, "OffsetDeleteResponseTopic", name=t.name, partitions=(
+        authz.partition_entries(ctx, "OffsetDeleteResponsePartition", t, authz.TOPIC_DENIED)))
+        for t in denied)
+    return dataclasses.replace(response, topics=tuple(response.topics) + denied_topics)
+
+
+@authz.rule(ApiKey.DESCRIBE_GROUPS)
+async def _authorize_describe_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                           check: authz.Check) -> Any:
+    names = tuple(request.groups)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
+    answered = {}
+    if allowed:
+        answered = {g.group_id: g for g in
+                    (await inner(ctx, dataclasses.replace(request, groups=allowed))).groups}
+    denied = {"error_code": kio_error(authz.GROUP_DENIED),
+              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
+              "group_state": "", "protocol_type": "", "protocol_data": "", "members": (),
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
+    return authz.response(ctx, groups=tuple(
+        check.with_group_operations(answered[name]) if name in answered
+        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+
+
+@authz.rule(ApiKey.DELETE_GROUPS)
+async def _authorize_delete_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    names = tuple(request.groups_names)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DELETE, name))
+    answered = {}
+    if allowed:
+        answered = {r.group_id: r for r in (await inner(
+            ctx, dataclasses.replace(request, groups_names=allowed))).results}
+    return authz.response(ctx, results=tuple(
+        answered[name] if name in answered else authz.nested(
+            ctx, "DeletableGroupResult", group_id=name, error_code=kio_error(authz.GROUP_DENIED))
+        for name in names))
+
+
+@authz.rule(ApiKey.LIST_GROUPS)
+async def _authorize_list_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    response = await inner(ctx, request)
+    if check.cluster(Operation.DESCRIBE):
+        return response
+    return dataclasses.replace(response, groups=tuple(
+        g for g in response.groups if check.group(Operation.DESCRIBE, g.group_id)))

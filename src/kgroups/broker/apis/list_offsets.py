@@ -15,12 +15,16 @@ plus the log end offset stamped now when the active segment holds data; the answ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import decode_batch
@@ -138,7 +142,7 @@ def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
     return response_cls(topics=tuple(topics))
 
 
-@handles(api_key=2, min_version=0, max_version=11)
+@handles(api_key=ApiKey.LIST_OFFSETS, min_version=0, max_version=11)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version == 0:
         return _list_offsets_v0(ctx, request)
@@ -160,3 +164,22 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(list_offsets)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.LIST_OFFSETS)
+async def _authorize_list_offsets(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                  check: authz.Check) -> Any:
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DESCRIBE, t.name))
+    topics: tuple[Any, ...] = ()
+    if allowed:
+        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    # v0 answers a list of offsets; later versions one offset and its timestamp.
+    unknown: dict[str, Any] = ({"old_style_offsets": ()} if ctx.api_version == 0 else
+                               {"timestamp": -1, "offset": -1, "leader_epoch": -1})
+    denied_topics = tuple(authz.nested(ctx, "ListOffsetsTopicResponse", name=t.name, partitions=(
+        authz.partition_entries(ctx, "ListOffsetsPartitionResponse", t, authz.TOPIC_DENIED,
+                                **unknown)))
+        for t in denied)
+    return authz.response(ctx, topics=topics + denied_topics)

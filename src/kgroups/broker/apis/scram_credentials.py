@@ -8,7 +8,10 @@ import datetime
 from collections import Counter
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -28,7 +31,7 @@ def _store(ctx: RequestContext) -> Any:
     return ctx.session.security.scram
 
 
-@handles(api_key=50, min_version=0, max_version=0)
+@handles(api_key=ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, min_version=0, max_version=0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(50, ctx.api_version)
     result_cls = sibling(response_cls, "DescribeUserScramCredentialsResult")
@@ -68,7 +71,7 @@ def _upsert_problem(upsertion: Any) -> tuple[ErrorCode, str] | None:
     return None
 
 
-@handles(api_key=51, min_version=0, max_version=0)
+@handles(api_key=ApiKey.ALTER_USER_SCRAM_CREDENTIALS, min_version=0, max_version=0)
 async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     """Every change is checked first; the valid ones are stored together, in one write."""
     response_cls = response_type(51, ctx.api_version)
@@ -120,3 +123,27 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
 def install(registry: HandlerRegistry) -> None:
     for handler in (describe_user_scram_credentials, alter_user_scram_credentials):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+async def _authorize_describe_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                    check: authz.Check) -> Any:
+    if check.cluster(Operation.DESCRIBE):
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
+                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], results=())
+
+
+@authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
+async def _authorize_alter_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    if check.cluster(Operation.ALTER):
+        return await inner(ctx, request)
+    users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
+    return authz.response(ctx, results=tuple(
+        authz.nested(ctx, "AlterUserScramCredentialsResult", user=user,
+                     error_code=kio_error(authz.CLUSTER_DENIED),
+                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED])
+        for user in users))
