@@ -131,7 +131,7 @@ async def _authorize_describe_acls(ctx: RequestContext, request: Any, inner: aut
     if check.cluster(Operation.DESCRIBE):
         return await inner(ctx, request)
     return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], resources=())
+                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], resources=())
 
 
 @authz.rule(ApiKey.CREATE_ACLS)
@@ -141,7 +141,8 @@ async def _authorize_create_acls(ctx: RequestContext, request: Any, inner: authz
         return await inner(ctx, request)
     return authz.response(ctx, results=tuple(
         authz.nested(ctx, "AclCreationResult", error_code=kio_error(authz.CLUSTER_DENIED),
-                error_message=authz.MESSAGES[authz.CLUSTER_DENIED]) for _ in request.creations))
+                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED])
+        for _ in request.creations))
 
 
 @authz.rule(ApiKey.DELETE_ACLS)
@@ -151,5 +152,5 @@ async def _authorize_delete_acls(ctx: RequestContext, request: Any, inner: authz
         return await inner(ctx, request)
     return authz.response(ctx, filter_results=tuple(
         authz.nested(ctx, "DeleteAclsFilterResult", error_code=kio_error(authz.CLUSTER_DENIED),
-                error_message=authz.MESSAGES[authz.CLUSTER_DENIED], matching_acls=())
+                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], matching_acls=())
         for _ in request.filters))

@@ -312,7 +312,7 @@ def _metadata_operations(check: authz.Check, response: Any, topics: tuple[Any, .
 
 @authz.rule(ApiKey.FIND_COORDINATOR)
 async def _authorize_find_coordinator(ctx: RequestContext, request: Any, inner: authz.Inner,
-                            check: authz.Check) -> Any:
+                                      check: authz.Check) -> Any:
     transactional = int(getattr(request, "key_type", 0)) == 1
     kind = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
     denied_error = authz.TXN_DENIED if transactional else authz.GROUP_DENIED
@@ -335,7 +335,7 @@ async def _authorize_find_coordinator(ctx: RequestContext, request: Any, inner: 
 
 @authz.rule(ApiKey.INIT_PRODUCER_ID)
 async def _authorize_init_producer_id(ctx: RequestContext, request: Any, inner: authz.Inner,
-                            check: authz.Check) -> Any:
+                                      check: authz.Check) -> Any:
     if request.transactional_id is not None:
         ok = check(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
         error = authz.TXN_DENIED

@@ -350,8 +350,6 @@ def install(registry: HandlerRegistry) -> None:
 
 # ConfigResource types: topic, broker, broker logger, client metrics, group.
 _CONFIG_TOPIC, _CONFIG_GROUP = 2, 32
-
-
 _CONFIG_CLUSTER_WIDE = frozenset({4, 8, 16})
 
 
@@ -391,7 +389,7 @@ async def _authorize_alter_configs(ctx: RequestContext, request: Any, inner: aut
 
 @authz.rule(ApiKey.DESCRIBE_CONFIGS)
 async def _authorize_describe_configs(ctx: RequestContext, request: Any, inner: authz.Inner,
-                            check: authz.Check) -> Any:
+                                      check: authz.Check) -> Any:
     def denial(resource: Any) -> ErrorCode | None:
         return _config_denial(check, Operation.DESCRIBE_CONFIGS, resource)
 
@@ -409,8 +407,8 @@ async def _authorize_describe_configs(ctx: RequestContext, request: Any, inner: 
             results.append(answered[key])
         else:
             results.append(authz.nested(ctx, "DescribeConfigsResult",
-                                   error_code=kio_error(error or ErrorCode.NONE),
-                                   error_message=authz.MESSAGES.get(error) if error else None,
-                                   resource_type=resource.resource_type,
-                                   resource_name=resource.resource_name, configs=()))
+                                        error_code=kio_error(error or ErrorCode.NONE),
+                                        error_message=authz.MESSAGES.get(error) if error else None,
+                                        resource_type=resource.resource_type,
+                                        resource_name=resource.resource_name, configs=()))
     return authz.response(ctx, results=tuple(results))

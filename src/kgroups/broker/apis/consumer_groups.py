@@ -148,7 +148,7 @@ HIDDEN_TOPICS_MESSAGE = ("The group has described topic(s) that the client is no
 
 @authz.rule(ApiKey.CONSUMER_GROUP_DESCRIBE)
 async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                   check: authz.Check) -> Any:
+                                             check: authz.Check) -> Any:
     names = tuple(request.group_ids)
     allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
     answered = {}
@@ -181,11 +181,11 @@ async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, 
 
 @authz.rule(ApiKey.CONSUMER_GROUP_HEARTBEAT)
 async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                    check: authz.Check) -> Any:
+                                              check: authz.Check) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return authz.response(ctx, error_code=kio_error(code), error_message=message,
-                         member_id=None, member_epoch=-1, heartbeat_interval=authz.NO_THROTTLE,
-                         assignment=None)
+                              member_id=None, member_epoch=-1, heartbeat_interval=authz.NO_THROTTLE,
+                              assignment=None)
 
     if not check.group(Operation.READ, request.group_id):
         return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])

@@ -53,7 +53,7 @@ async def _ask(ctx: RequestContext, make: Callable[[core.RequestId], Any]) -> An
 class _GroupApi:
     """Common shape of a group API handler; subclasses set the key/versions and `__call__`."""
 
-    api_key: int
+    api_key: ApiKey
     min_version: int
     max_version: int
 
@@ -486,7 +486,7 @@ async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: aut
 
     if not check.group(Operation.READ, request.group_id):
         return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
-                                           for t in request.topics))
+                                                for t in request.topics))
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
     topics: tuple[Any, ...] = ()
     if allowed:
@@ -551,7 +551,7 @@ async def _authorize_offset_fetch(ctx: RequestContext, request: Any, inner: auth
     for group in groups:
         if group.group_id not in answered_groups:
             results.append(authz.nested(ctx, "OffsetFetchResponseGroup", group_id=group.group_id,
-                                   error_code=kio_error(authz.GROUP_DENIED), topics=()))
+                                        error_code=kio_error(authz.GROUP_DENIED), topics=()))
             continue
         answer = answered_groups[group.group_id]
         results.append(dataclasses.replace(answer, topics=_fetch_topics(
@@ -577,7 +577,7 @@ async def _authorize_offset_delete(ctx: RequestContext, request: Any, inner: aut
 
 @authz.rule(ApiKey.DESCRIBE_GROUPS)
 async def _authorize_describe_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
-                           check: authz.Check) -> Any:
+                                     check: authz.Check) -> Any:
     names = tuple(request.groups)
     allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
     answered = {}

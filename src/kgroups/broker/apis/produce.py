@@ -322,7 +322,7 @@ async def _authorize_produce(ctx: RequestContext, request: Any, inner: authz.Inn
         if int(request.acks) == 0:
             raise CloseConnection("produce_transactional_id_unauthorized")
         return authz.response(ctx, responses=tuple(_produce_topic(ctx, t, authz.TXN_DENIED)
-                                              for t in request.topic_data))
+                                                   for t in request.topic_data))
     allowed, denied = authz.split(request.topic_data,
                                   lambda t: check.topic(Operation.WRITE, t.name))
     if denied and int(request.acks) == 0:
@@ -340,5 +340,5 @@ async def _authorize_produce(ctx: RequestContext, request: Any, inner: authz.Inn
 def _produce_topic(ctx: RequestContext, topic: Any, error: ErrorCode) -> Any:
     return authz.nested(ctx, "TopicProduceResponse", name=topic.name, partition_responses=tuple(
         authz.nested(ctx, "PartitionProduceResponse", index=p.index, error_code=kio_error(error),
-                base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=(),
-                error_message=None) for p in topic.partition_data))
+                     base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=(),
+                     error_message=None) for p in topic.partition_data))

@@ -32,8 +32,8 @@ def install(registry: HandlerRegistry) -> None:
 
 @authz.rule(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 async def _authorize_describe_client_quotas(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                  check: authz.Check) -> Any:
+                                            check: authz.Check) -> Any:
     if check.cluster(Operation.DESCRIBE_CONFIGS):
         return await inner(ctx, request)
     return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], entries=None)
+                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], entries=None)

@@ -133,7 +133,7 @@ async def _authorize_describe_scram(ctx: RequestContext, request: Any, inner: au
     if check.cluster(Operation.DESCRIBE):
         return await inner(ctx, request)
     return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], results=())
+                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], results=())
 
 
 @authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)

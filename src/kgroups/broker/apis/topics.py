@@ -258,7 +258,7 @@ async def _authorize_delete_topics(ctx: RequestContext, request: Any, inner: aut
 
 @authz.rule(ApiKey.CREATE_PARTITIONS)
 async def _authorize_create_partitions(ctx: RequestContext, request: Any, inner: authz.Inner,
-                             check: authz.Check) -> Any:
+                                       check: authz.Check) -> Any:
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.ALTER, t.name))
     results: tuple[Any, ...] = ()
     if allowed:
