@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import descriptors
+from kgroups.broker.apis import request_fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
 from kgroups.broker.events import log_event
@@ -313,7 +314,7 @@ def _metadata_operations(check: authz.Check, response: Any, topics: tuple[Any, .
 @authz.rule(ApiKey.FIND_COORDINATOR)
 async def _authorize_find_coordinator(ctx: RequestContext, request: Any, inner: authz.Inner,
                                       check: authz.Check) -> Any:
-    transactional = int(getattr(request, "key_type", 0)) == 1
+    transactional = request_fields.coordinator_key_type(request) == TRANSACTION_KEY_TYPE
     kind = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
     denied_error = authz.TXN_DENIED if transactional else authz.GROUP_DENIED
     denied = {"node_id": -1, "host": "", "port": -1, "error_code": kio_error(denied_error),

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
@@ -39,12 +40,6 @@ _CLASSIC_MEMBER_TYPE = 0
 _CONSUMER_MEMBER_TYPE = 1
 
 
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
-    return int(value)
-
-
 class ConsumerGroupHeartbeatHandler:
     api_key, min_version, max_version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1
 
@@ -59,9 +54,9 @@ class ConsumerGroupHeartbeatHandler:
                 member_epoch=int(request.member_epoch),
                 instance_id=request.instance_id,
                 rack_id=request.rack_id,
-                rebalance_timeout_ms=_ms(request.rebalance_timeout),
+                rebalance_timeout_ms=fields.milliseconds(request.rebalance_timeout),
                 subscribed_topic_names=None if names is None else tuple(names),
-                subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+                subscribed_topic_regex=fields.heartbeat_topic_regex(request),
                 server_assignor=request.server_assignor,
                 topic_partitions=None if owned is None else tuple(
                     (t.topic_id or uuid.UUID(int=0), tuple(int(p) for p in t.partitions))

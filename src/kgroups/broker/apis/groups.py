@@ -15,6 +15,7 @@ from typing import Any
 
 from kgroups.broker import rebalance_field
 from kgroups.broker.apis import consumer_groups
+from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
@@ -29,12 +30,6 @@ from kgroups.coordinator import api as core
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
-    return int(value)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -69,13 +64,13 @@ class JoinGroupHandler(_GroupApi):
             member_id=request.member_id,
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
-            session_timeout_ms=_ms(request.session_timeout),
-            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
-            group_instance_id=getattr(request, "group_instance_id", None),
+            session_timeout_ms=fields.milliseconds(request.session_timeout),
+            rebalance_timeout_ms=fields.join_rebalance_timeout_ms(request),
+            group_instance_id=fields.join_group_instance_id(request),
             client_id=ctx.client_id or "",
             client_host=_client_host(ctx),
             version=version,
-            reason=getattr(request, "reason", None),
+            reason=fields.join_reason(request),
         ))
         response = _response(ctx)
         member_type = sibling(response, "JoinGroupResponseMember")
@@ -112,15 +107,16 @@ class SyncGroupHandler(_GroupApi):
             return build(_response(ctx), throttle_time=_NO_THROTTLE,
                          error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
                          protocol_type=None, protocol_name=None, assignment=b"")
+        protocol_type, protocol_name = fields.sync_protocol(request)
         answer: core.SyncGroupResponse = await _ask(ctx, lambda request_id: core.SyncGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
             generation_id=int(request.generation_id),
             member_id=request.member_id,
             assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
-            group_instance_id=getattr(request, "group_instance_id", None),
-            protocol_type=getattr(request, "protocol_type", None),
-            protocol_name=getattr(request, "protocol_name", None),
+            group_instance_id=fields.sync_group_instance_id(request),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
             version=ctx.api_version,
         ))
         return build(
@@ -142,7 +138,7 @@ class HeartbeatHandler(_GroupApi):
             group_id=request.group_id,
             generation_id=int(request.generation_id),
             member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
+            group_instance_id=fields.heartbeat_group_instance_id(request),
         ))
         return build(_response(ctx), throttle_time=_NO_THROTTLE,
                      error_code=kio_error(answer.error))
@@ -156,7 +152,7 @@ class LeaveGroupHandler(_GroupApi):
             members: tuple[core.MemberIdentity, ...] = (core.MemberIdentity(request.member_id),)
         else:
             members = tuple(
-                core.MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                core.MemberIdentity(m.member_id, m.group_instance_id, fields.leave_reason(m))
                 for m in request.members
             )
         answer: core.LeaveGroupResponse = await _ask(ctx, lambda request_id: core.LeaveGroupRequest(
@@ -215,7 +211,7 @@ class OffsetCommitHandler(_GroupApi):
                     partition=int(p.partition_index),
                     offset=int(p.committed_offset),
                     metadata=p.committed_metadata,
-                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                    leader_epoch=fields.commit_leader_epoch(p),
                 ))
             if partitions:
                 known.append(core.OffsetCommitTopic(topic.name, tuple(partitions)))
@@ -228,8 +224,8 @@ class OffsetCommitHandler(_GroupApi):
                     topics=tuple(known),
                     generation_id=int(request.generation_id_or_member_epoch),
                     member_id=request.member_id,
-                    group_instance_id=getattr(request, "group_instance_id", None),
-                    retention_time_ms=_ms(getattr(request, "retention_time", -1)),
+                    group_instance_id=fields.commit_group_instance_id(request),
+                    retention_time_ms=fields.commit_retention_ms(request),
                     version=ctx.api_version,
                 ),
             )
@@ -264,8 +260,7 @@ class OffsetFetchHandler(_GroupApi):
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         batched = ctx.api_version >= 8
         if batched:
-            groups = tuple(_fetch_group(g.group_id, g.topics, getattr(g, "member_id", None),
-                                        int(getattr(g, "member_epoch", -1)))
+            groups = tuple(_fetch_group(g.group_id, g.topics, *fields.fetch_member(g))
                            for g in request.groups)
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
@@ -331,7 +326,7 @@ class DescribeGroupsHandler(_GroupApi):
         # authorizer, acl_enforcement narrows them to the principal's. One in error carries
         # Integer.MIN_VALUE, as in Kafka 4.3.1.
         operations = (all_operations(ResourceType.GROUP)
-                      if getattr(request, "include_authorized_operations", False)
+                      if fields.describe_include_operations(request)
                       else OPERATIONS_NOT_REQUESTED)
         answer: core.DescribeGroupsResponse = await _ask(
             ctx, lambda request_id: core.DescribeGroupsRequest(
@@ -374,8 +369,8 @@ class ListGroupsHandler(_GroupApi):
     api_key, min_version, max_version = ApiKey.LIST_GROUPS, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        states = tuple(getattr(request, "states_filter", ()) or ())
-        types = tuple(getattr(request, "types_filter", ()) or ())
+        states = fields.list_states_filter(request)
+        types = fields.list_types_filter(request)
         answer: core.ListGroupsResponse = await _ask(
             ctx, lambda request_id: core.ListGroupsRequest(request_id, states_filter=states)
         )

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from kgroups.broker import descriptors
+from kgroups.broker.apis import request_fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.configs import TOPIC_CONFIG_SOURCE, topic_config_entries
@@ -235,7 +236,7 @@ async def _authorize_create_topics(ctx: RequestContext, request: Any, inner: aut
 @authz.rule(ApiKey.DELETE_TOPICS)
 async def _authorize_delete_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
                                    check: authz.Check) -> Any:
-    names = getattr(request, "topic_names", None)
+    names = request_fields.deleted_topic_names(request)
     if names is not None:  # v0-v5: names only
         allowed, denied = authz.split(names, lambda n: check.topic(Operation.DELETE, n))
         forward = dataclasses.replace(request, topic_names=allowed)
