@@ -1,7 +1,7 @@
 """KIP-848's consumer-group APIs on the wire: ConsumerGroupHeartbeat (68) and
-ConsumerGroupDescribe (69), versions 0-1, mapped to and from the coordinator core's types.
+ConsumerGroupDescribe (69), versions 0-1, mapped to and from the coordinator's messages.
 
-The core names topics by id, as the protocol does; it knows the broker's topics (name, stable
+The coordinator names topics by id, as the protocol does; it knows the broker's topics (name, stable
 id, partition count) from the coordinator runtime, which the topic catalogue tells of every
 topic created, deleted or grown, so the change reaches a group at its next heartbeat.
 """
@@ -91,7 +91,7 @@ class ConsumerGroupDescribeHandler:
         group_ids = tuple(request.group_ids)
         answer: ConsumerGroupDescribeResponse = await ctx.broker.coordinator.call(
             lambda request_id: ConsumerGroupDescribeRequest(request_id, group_ids))
-        core = ctx.broker.coordinator.core
+        shard = ctx.broker.coordinator.core
         response = response_type(ApiKey.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         group_cls = sibling(response, "DescribedGroup")
         member_cls = sibling(response, "Member")
@@ -104,7 +104,7 @@ class ConsumerGroupDescribeHandler:
 
         def named(topics: TopicPartitionList) -> Any:
             return build(assignment_cls, topic_partitions=tuple(
-                build(topic_cls, topic_id=t, topic_name=core.topic_name(t) or "", partitions=p)
+                build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
                 for t, p in topics))
 
         return build(response, throttle_time=_NO_THROTTLE, groups=tuple(

@@ -1,9 +1,10 @@
-"""The group APIs on the wire: kio messages in every version <-> the coordinator core's types.
+"""The group APIs on the wire: kio requests in every version <-> the coordinator's messages.
 
-The sans-IO core (`kgroups.coordinator`) knows nothing of API versions' field layouts; each
-handler here reads what its version carries, asks the coordinator runtime, and builds the
-response class of the same version (fields a version lacks are dropped by `wire.build`, as
-Kafka drops them). Version-dependent *behaviour* stays in the core, which gets `version`.
+The sans-IO coordinator (`kgroups.coordinator`) knows nothing of API versions' field layouts;
+each handler here reads what its version carries (`request_fields` for the fields only some
+versions have), asks the coordinator runtime, and builds the response class of the same
+version (fields a version lacks are dropped by `wire.build`, as Kafka drops them).
+Version-dependent *behaviour* stays in the coordinator, which gets `version`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kgroups.broker.security.authorizer import (
     all_operations,
 )
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
-from kgroups.coordinator import api as core
+from kgroups.coordinator import api as messages
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)
@@ -41,7 +42,7 @@ def _response(ctx: RequestContext) -> type[Any]:
     return response_type(ctx.api_key, ctx.api_version)
 
 
-async def _ask(ctx: RequestContext, make: Callable[[core.RequestId], Any]) -> Any:
+async def _ask(ctx: RequestContext, make: Callable[[messages.RequestId], Any]) -> Any:
     return await ctx.broker.coordinator.call(make)
 
 
@@ -58,7 +59,8 @@ class JoinGroupHandler(_GroupApi):
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
-        answer: core.JoinGroupResponse = await _ask(ctx, lambda request_id: core.JoinGroupRequest(
+        answer: messages.JoinGroupResponse = await _ask(
+            ctx, lambda request_id: messages.JoinGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
             member_id=request.member_id,
@@ -108,7 +110,8 @@ class SyncGroupHandler(_GroupApi):
                          error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
                          protocol_type=None, protocol_name=None, assignment=b"")
         protocol_type, protocol_name = fields.sync_protocol(request)
-        answer: core.SyncGroupResponse = await _ask(ctx, lambda request_id: core.SyncGroupRequest(
+        answer: messages.SyncGroupResponse = await _ask(
+            ctx, lambda request_id: messages.SyncGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
             generation_id=int(request.generation_id),
@@ -133,7 +136,8 @@ class HeartbeatHandler(_GroupApi):
     api_key, min_version, max_version = ApiKey.HEARTBEAT, 0, 4
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        answer: core.HeartbeatResponse = await _ask(ctx, lambda request_id: core.HeartbeatRequest(
+        answer: messages.HeartbeatResponse = await _ask(
+            ctx, lambda request_id: messages.HeartbeatRequest(
             request_id=request_id,
             group_id=request.group_id,
             generation_id=int(request.generation_id),
@@ -149,13 +153,15 @@ class LeaveGroupHandler(_GroupApi):
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version < 3:
-            members: tuple[core.MemberIdentity, ...] = (core.MemberIdentity(request.member_id),)
+            members: tuple[messages.MemberIdentity, ...] = (
+                messages.MemberIdentity(request.member_id),)
         else:
             members = tuple(
-                core.MemberIdentity(m.member_id, m.group_instance_id, fields.leave_reason(m))
+                messages.MemberIdentity(m.member_id, m.group_instance_id, fields.leave_reason(m))
                 for m in request.members
             )
-        answer: core.LeaveGroupResponse = await _ask(ctx, lambda request_id: core.LeaveGroupRequest(
+        answer: messages.LeaveGroupResponse = await _ask(
+            ctx, lambda request_id: messages.LeaveGroupRequest(
             request_id=request_id, group_id=request.group_id, members=members,
             version=ctx.api_version,
         ))
@@ -174,7 +180,7 @@ class LeaveGroupHandler(_GroupApi):
 
 def _partition_errors_response(
     response: type[Any], topic_class: str, partition_class: str,
-    topics: tuple[core.TopicPartitionErrors, ...],
+    topics: tuple[messages.TopicPartitionErrors, ...],
 ) -> tuple[Any, ...]:
     topic_type = sibling(response, topic_class)
     partition_type = sibling(response, partition_class)
@@ -197,7 +203,7 @@ class OffsetCommitHandler(_GroupApi):
         # refused here (a partition whose log is offline is still known), and only the rest go
         # to the coordinator (not at all if none are left).
         errors: dict[tuple[str, int], ErrorCode] = {}
-        known: list[core.OffsetCommitTopic] = []
+        known: list[messages.OffsetCommitTopic] = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
@@ -207,18 +213,18 @@ class OffsetCommitHandler(_GroupApi):
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
                     continue
-                partitions.append(core.OffsetCommitPartition(
+                partitions.append(messages.OffsetCommitPartition(
                     partition=int(p.partition_index),
                     offset=int(p.committed_offset),
                     metadata=p.committed_metadata,
                     leader_epoch=fields.commit_leader_epoch(p),
                 ))
             if partitions:
-                known.append(core.OffsetCommitTopic(topic.name, tuple(partitions)))
+                known.append(messages.OffsetCommitTopic(topic.name, tuple(partitions)))
         if known:
-            answer: core.OffsetCommitResponse = await _ask(
+            answer: messages.OffsetCommitResponse = await _ask(
                 ctx,
-                lambda request_id: core.OffsetCommitRequest(
+                lambda request_id: messages.OffsetCommitRequest(
                     request_id=request_id,
                     group_id=request.group_id,
                     topics=tuple(known),
@@ -233,8 +239,8 @@ class OffsetCommitHandler(_GroupApi):
                 for result in answered.partitions:
                     errors[(answered.name, result.partition)] = result.error
         in_request_order = tuple(
-            core.TopicPartitionErrors(topic.name, tuple(
-                core.PartitionError(int(p.partition_index),
+            messages.TopicPartitionErrors(topic.name, tuple(
+                messages.PartitionError(int(p.partition_index),
                                     errors[(topic.name, int(p.partition_index))])
                 for p in topic.partitions
             ))
@@ -247,10 +253,10 @@ class OffsetCommitHandler(_GroupApi):
 
 
 def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
-                 member_epoch: int = -1) -> core.OffsetFetchGroup:
+                 member_epoch: int = -1) -> messages.OffsetFetchGroup:
     wanted = None if topics is None else tuple(
         (t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
-    return core.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
+    return messages.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
 
 
 class OffsetFetchHandler(_GroupApi):
@@ -264,8 +270,9 @@ class OffsetFetchHandler(_GroupApi):
                            for g in request.groups)
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
-        answer: core.OffsetFetchResponse = await _ask(
-            ctx, lambda request_id: core.OffsetFetchRequest(request_id=request_id, groups=groups)
+        answer: messages.OffsetFetchResponse = await _ask(
+            ctx, lambda request_id: messages.OffsetFetchRequest(request_id=request_id,
+                                                                groups=groups)
         )
         response = _response(ctx)
         if batched:
@@ -288,7 +295,7 @@ class OffsetFetchHandler(_GroupApi):
 
     @staticmethod
     def _topics(response: type[Any], topic_class: str, partition_class: str,
-                fetched: core.FetchedGroup) -> tuple[Any, ...]:
+                fetched: messages.FetchedGroup) -> tuple[Any, ...]:
         topic_type = sibling(response, topic_class)
         partition_type = sibling(response, partition_class)
         return tuple(
@@ -302,7 +309,7 @@ class OffsetFetchHandler(_GroupApi):
         )
 
     @staticmethod
-    def _error_topics(response: type[Any], group: core.OffsetFetchGroup,
+    def _error_topics(response: type[Any], group: messages.OffsetFetchGroup,
                       error: ErrorCode) -> tuple[Any, ...]:
         topic_type = sibling(response, "OffsetFetchResponseTopic")
         partition_type = sibling(response, "OffsetFetchResponsePartition")
@@ -328,8 +335,8 @@ class DescribeGroupsHandler(_GroupApi):
         operations = (all_operations(ResourceType.GROUP)
                       if fields.describe_include_operations(request)
                       else OPERATIONS_NOT_REQUESTED)
-        answer: core.DescribeGroupsResponse = await _ask(
-            ctx, lambda request_id: core.DescribeGroupsRequest(
+        answer: messages.DescribeGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.DescribeGroupsRequest(
                 request_id=request_id, group_ids=group_ids, version=ctx.api_version)
         )
         response = _response(ctx)
@@ -371,8 +378,8 @@ class ListGroupsHandler(_GroupApi):
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         states = fields.list_states_filter(request)
         types = fields.list_types_filter(request)
-        answer: core.ListGroupsResponse = await _ask(
-            ctx, lambda request_id: core.ListGroupsRequest(request_id, states_filter=states)
+        answer: messages.ListGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.ListGroupsRequest(request_id, states_filter=states)
         )
         listed = answer.groups
         if types:
@@ -393,8 +400,8 @@ class DeleteGroupsHandler(_GroupApi):
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups_names)
-        answer: core.DeleteGroupsResponse = await _ask(
-            ctx, lambda request_id: core.DeleteGroupsRequest(request_id, group_ids)
+        answer: messages.DeleteGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.DeleteGroupsRequest(request_id, group_ids)
         )
         response = _response(ctx)
         result_type = sibling(response, "DeletableGroupResult")
@@ -411,8 +418,9 @@ class OffsetDeleteHandler(_GroupApi):
         topics = tuple(
             (t.name, tuple(int(p.partition_index) for p in t.partitions)) for t in request.topics
         )
-        answer: core.OffsetDeleteResponse = await _ask(
-            ctx, lambda request_id: core.OffsetDeleteRequest(request_id, request.group_id, topics)
+        answer: messages.OffsetDeleteResponse = await _ask(
+            ctx,
+            lambda request_id: messages.OffsetDeleteRequest(request_id, request.group_id, topics)
         )
         response = _response(ctx)
         return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
