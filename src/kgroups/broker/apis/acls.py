@@ -128,29 +128,22 @@ def install(registry: HandlerRegistry) -> None:
 @authz.rule(ApiKey.DESCRIBE_ACLS)
 async def _authorize_describe_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
                                    check: authz.Check) -> Any:
-    if check.cluster(Operation.DESCRIBE):
-        return await inner(ctx, request)
-    return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], resources=())
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE,
+                                    lambda: authz.cluster_denied(ctx, resources=()))
 
 
 @authz.rule(ApiKey.CREATE_ACLS)
 async def _authorize_create_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
                                  check: authz.Check) -> Any:
-    if check.cluster(Operation.ALTER):
-        return await inner(ctx, request)
-    return authz.response(ctx, results=tuple(
-        authz.nested(ctx, "AclCreationResult", error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED])
-        for _ in request.creations))
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
+        authz.response(ctx, results=tuple(authz.cluster_denied(ctx, "AclCreationResult")
+                                          for _ in request.creations))))
 
 
 @authz.rule(ApiKey.DELETE_ACLS)
 async def _authorize_delete_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
                                  check: authz.Check) -> Any:
-    if check.cluster(Operation.ALTER):
-        return await inner(ctx, request)
-    return authz.response(ctx, filter_results=tuple(
-        authz.nested(ctx, "DeleteAclsFilterResult", error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED], matching_acls=())
-        for _ in request.filters))
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
+        authz.response(ctx, filter_results=tuple(
+            authz.cluster_denied(ctx, "DeleteAclsFilterResult", matching_acls=())
+            for _ in request.filters))))

@@ -146,10 +146,9 @@ async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, 
                                              check: authz.Check) -> Any:
     names = tuple(request.group_ids)
     allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
-    answered = {}
-    if allowed:
-        answered = {g.group_id: g for g in
-                    (await inner(ctx, dataclasses.replace(request, group_ids=allowed))).groups}
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
+        lambda response: response.groups)
     denied = {"error_code": kio_error(authz.GROUP_DENIED),
               "error_message": authz.MESSAGES[authz.GROUP_DENIED],
               "group_state": "", "group_epoch": -1, "assignment_epoch": -1,

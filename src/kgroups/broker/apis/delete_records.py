@@ -16,7 +16,6 @@ so they survive a restart; a failed write answers KAFKA_STORAGE_ERROR and moves 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -106,9 +105,8 @@ async def _authorize_delete_records(ctx: RequestContext, request: Any, inner: au
     """Delete on each topic; a denied one answers TOPIC_AUTHORIZATION_FAILED per partition
     whether or not it exists."""
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DELETE, t.name))
-    topics: tuple[Any, ...] = ()
-    if allowed:
-        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                              lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(authz.nested(
         ctx, "DeleteRecordsTopicResult", name=t.name, partitions=authz.partition_entries(
             ctx, "DeleteRecordsPartitionResult", t, authz.TOPIC_DENIED, low_watermark=-1))

@@ -12,7 +12,6 @@ format those versions carry (down_convert.py), as Kafka 3.9 did.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -155,10 +154,8 @@ def install(registry: HandlerRegistry) -> None:
 async def _authorize_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
                            check: authz.Check) -> Any:
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.topic))
-    responses: tuple[Any, ...] = ()
-    if allowed:
-        responses = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed)))
-                          .responses)
+    responses = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                                  lambda response: response.responses)
     denied_topics = tuple(authz.nested(
         ctx, "FetchableTopicResponse", topic=t.topic, partitions=tuple(authz.nested(
             ctx, "PartitionData", partition_index=p.partition,

@@ -491,9 +491,8 @@ async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: aut
         return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
                                                 for t in request.topics))
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
-    topics: tuple[Any, ...] = ()
-    if allowed:
-        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                              lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(denied_topic(t, authz.TOPIC_DENIED)
                                                      for t in denied))
 
@@ -583,10 +582,9 @@ async def _authorize_describe_groups(ctx: RequestContext, request: Any, inner: a
                                      check: authz.Check) -> Any:
     names = tuple(request.groups)
     allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
-    answered = {}
-    if allowed:
-        answered = {g.group_id: g for g in
-                    (await inner(ctx, dataclasses.replace(request, groups=allowed))).groups}
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, groups=ids),
+        lambda response: response.groups)
     denied = {"error_code": kio_error(authz.GROUP_DENIED),
               "error_message": authz.MESSAGES[authz.GROUP_DENIED],
               "group_state": "", "protocol_type": "", "protocol_data": "", "members": (),
@@ -601,10 +599,9 @@ async def _authorize_delete_groups(ctx: RequestContext, request: Any, inner: aut
                                    check: authz.Check) -> Any:
     names = tuple(request.groups_names)
     allowed, _ = authz.split(names, lambda name: check.group(Operation.DELETE, name))
-    answered = {}
-    if allowed:
-        answered = {r.group_id: r for r in (await inner(
-            ctx, dataclasses.replace(request, groups_names=allowed))).results}
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, groups_names=ids),
+        lambda response: response.results)
     return authz.response(ctx, results=tuple(
         answered[name] if name in answered else authz.nested(
             ctx, "DeletableGroupResult", group_id=name, error_code=kio_error(authz.GROUP_DENIED))

@@ -15,7 +15,6 @@ plus the log end offset stamped now when the active segment holds data; the answ
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Any
@@ -172,9 +171,8 @@ def install(registry: HandlerRegistry) -> None:
 async def _authorize_list_offsets(ctx: RequestContext, request: Any, inner: authz.Inner,
                                   check: authz.Check) -> Any:
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DESCRIBE, t.name))
-    topics: tuple[Any, ...] = ()
-    if allowed:
-        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                              lambda response: response.topics)
     # v0 answers a list of offsets; later versions one offset and its timestamp.
     unknown: dict[str, Any] = ({"old_style_offsets": ()} if ctx.api_version == 0 else
                                {"timestamp": -1, "offset": -1, "leader_epoch": -1})

@@ -33,7 +33,5 @@ def install(registry: HandlerRegistry) -> None:
 @authz.rule(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 async def _authorize_describe_client_quotas(ctx: RequestContext, request: Any, inner: authz.Inner,
                                             check: authz.Check) -> Any:
-    if check.cluster(Operation.DESCRIBE_CONFIGS):
-        return await inner(ctx, request)
-    return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], entries=None)
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE_CONFIGS,
+                                    lambda: authz.cluster_denied(ctx, entries=None))

@@ -130,20 +130,15 @@ def install(registry: HandlerRegistry) -> None:
 @authz.rule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
 async def _authorize_describe_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
                                     check: authz.Check) -> Any:
-    if check.cluster(Operation.DESCRIBE):
-        return await inner(ctx, request)
-    return authz.response(ctx, error_code=kio_error(authz.CLUSTER_DENIED),
-                          error_message=authz.MESSAGES[authz.CLUSTER_DENIED], results=())
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE,
+                                    lambda: authz.cluster_denied(ctx, results=()))
 
 
 @authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
 async def _authorize_alter_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
                                  check: authz.Check) -> Any:
-    if check.cluster(Operation.ALTER):
-        return await inner(ctx, request)
     users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
-    return authz.response(ctx, results=tuple(
-        authz.nested(ctx, "AlterUserScramCredentialsResult", user=user,
-                     error_code=kio_error(authz.CLUSTER_DENIED),
-                     error_message=authz.MESSAGES[authz.CLUSTER_DENIED])
-        for user in users))
+    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
+        authz.response(ctx, results=tuple(
+            authz.cluster_denied(ctx, "AlterUserScramCredentialsResult", user=user)
+            for user in users))))

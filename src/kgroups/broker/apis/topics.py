@@ -223,9 +223,8 @@ async def _authorize_create_topics(ctx: RequestContext, request: Any, inner: aut
     on_cluster = check.cluster(Operation.CREATE)
     allowed, denied = authz.split(request.topics, lambda t: on_cluster or check.topic(
         Operation.CREATE, t.name))
-    topics: tuple[Any, ...] = ()
-    if allowed:
-        topics = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).topics)
+    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                              lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(authz.nested(
         ctx, "CreatableTopicResult", name=t.name, topic_id=None,
         error_code=kio_error(authz.TOPIC_DENIED), error_message="Authorization failed.",
@@ -261,9 +260,8 @@ async def _authorize_delete_topics(ctx: RequestContext, request: Any, inner: aut
 async def _authorize_create_partitions(ctx: RequestContext, request: Any, inner: authz.Inner,
                                        check: authz.Check) -> Any:
     allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.ALTER, t.name))
-    results: tuple[Any, ...] = ()
-    if allowed:
-        results = tuple((await inner(ctx, dataclasses.replace(request, topics=allowed))).results)
+    results = await authz.allowed_topics_answer(ctx, request, inner, allowed,
+                                              lambda response: response.results)
     return authz.response(ctx, results=results + tuple(authz.nested(
         ctx, "CreatePartitionsTopicResult", name=t.name, error_code=kio_error(authz.TOPIC_DENIED),
         error_message="The topic authorization is failed.") for t in denied))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +141,45 @@ def split(items: Any, allowed: Callable[[Any], bool]) -> tuple[tuple[Any, ...], 
     for item in items:
         (yes if allowed(item) else no).append(item)
     return tuple(yes), tuple(no)
+
+
+async def allowed_topics_answer(ctx: RequestContext, request: Any, inner: Inner,
+                                allowed: tuple[Any, ...],
+                                results: Callable[[Any], Iterable[Any]]) -> tuple[Any, ...]:
+    """What the handler answers for the allowed `topics` alone (`results` picks them from its
+    response); nothing, without asking it, when none is allowed."""
+    if not allowed:
+        return ()
+    return tuple(results(await inner(ctx, dataclasses.replace(request, topics=allowed))))
+
+
+async def answers_by_group(ctx: RequestContext, inner: Inner, allowed: tuple[str, ...],
+                           forward: Callable[[tuple[str, ...]], Any],
+                           results: Callable[[Any], Iterable[Any]]) -> dict[str, Any]:
+    """The handler's answer per group id for the allowed groups alone (`forward` makes the
+    request naming them, `results` picks the entries of its response); nothing, without asking
+    it, when none is allowed."""
+    if not allowed:
+        return {}
+    return {entry.group_id: entry for entry in results(await inner(ctx, forward(allowed)))}
+
+
+async def cluster_rule(ctx: RequestContext, request: Any, inner: Inner, check: Check,
+                       operation: Operation, denied: Callable[[], Any]) -> Any:
+    """The rule of an API Kafka checks on the cluster alone: `operation` on the cluster lets
+    the request through, else `denied()` answers it."""
+    if check.cluster(operation):
+        return await inner(ctx, request)
+    return denied()
+
+
+def cluster_denied(ctx: RequestContext, class_name: str | None = None, /, **fields: Any) -> Any:
+    """CLUSTER_AUTHORIZATION_FAILED with its text: the response itself, or one entry of it
+    (`class_name`) where the error goes per entry."""
+    denied = {"error_code": kio_error(CLUSTER_DENIED), "error_message": MESSAGES[CLUSTER_DENIED]}
+    if class_name is None:
+        return response(ctx, **denied, **fields)
+    return nested(ctx, class_name, **denied, **fields)
 
 
 def partition_entries(ctx: RequestContext, cls: str, topic: Any, error: ErrorCode,
