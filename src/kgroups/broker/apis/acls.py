@@ -125,25 +125,12 @@ def install(registry: HandlerRegistry) -> None:
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------
 
-@authz.rule(ApiKey.DESCRIBE_ACLS)
-async def _authorize_describe_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                   check: authz.Check) -> Any:
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE,
-                                    lambda: authz.cluster_denied(ctx, resources=()))
-
-
-@authz.rule(ApiKey.CREATE_ACLS)
-async def _authorize_create_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                 check: authz.Check) -> Any:
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
-        authz.response(ctx, results=tuple(authz.cluster_denied(ctx, "AclCreationResult")
-                                          for _ in request.creations))))
-
-
-@authz.rule(ApiKey.DELETE_ACLS)
-async def _authorize_delete_acls(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                 check: authz.Check) -> Any:
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
-        authz.response(ctx, filter_results=tuple(
-            authz.cluster_denied(ctx, "DeleteAclsFilterResult", matching_acls=())
-            for _ in request.filters))))
+authz.rule(ApiKey.DESCRIBE_ACLS)(authz.on_cluster(
+    Operation.DESCRIBE, lambda ctx, _: authz.cluster_denied(ctx, resources=())))
+authz.rule(ApiKey.CREATE_ACLS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, results=tuple(
+        authz.cluster_denied(ctx, "AclCreationResult") for _ in request.creations))))
+authz.rule(ApiKey.DELETE_ACLS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, filter_results=tuple(
+        authz.cluster_denied(ctx, "DeleteAclsFilterResult", matching_acls=())
+        for _ in request.filters))))

@@ -30,8 +30,5 @@ def install(registry: HandlerRegistry) -> None:
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------
 
-@authz.rule(ApiKey.DESCRIBE_CLIENT_QUOTAS)
-async def _authorize_describe_client_quotas(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                            check: authz.Check) -> Any:
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE_CONFIGS,
-                                    lambda: authz.cluster_denied(ctx, entries=None))
+authz.rule(ApiKey.DESCRIBE_CLIENT_QUOTAS)(authz.on_cluster(
+    Operation.DESCRIBE_CONFIGS, lambda ctx, _: authz.cluster_denied(ctx, entries=None)))

@@ -127,18 +127,9 @@ def install(registry: HandlerRegistry) -> None:
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------
 
-@authz.rule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
-async def _authorize_describe_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                    check: authz.Check) -> Any:
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.DESCRIBE,
-                                    lambda: authz.cluster_denied(ctx, results=()))
-
-
-@authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)
-async def _authorize_alter_scram(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                 check: authz.Check) -> Any:
-    users = dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))
-    return await authz.cluster_rule(ctx, request, inner, check, Operation.ALTER, lambda: (
-        authz.response(ctx, results=tuple(
-            authz.cluster_denied(ctx, "AlterUserScramCredentialsResult", user=user)
-            for user in users))))
+authz.rule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)(authz.on_cluster(
+    Operation.DESCRIBE, lambda ctx, _: authz.cluster_denied(ctx, results=())))
+authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, results=tuple(
+        authz.cluster_denied(ctx, "AlterUserScramCredentialsResult", user=user)
+        for user in dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))))))

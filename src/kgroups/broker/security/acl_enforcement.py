@@ -164,13 +164,16 @@ async def answers_by_group(ctx: RequestContext, inner: Inner, allowed: tuple[str
     return {entry.group_id: entry for entry in results(await inner(ctx, forward(allowed)))}
 
 
-async def cluster_rule(ctx: RequestContext, request: Any, inner: Inner, check: Check,
-                       operation: Operation, denied: Callable[[], Any]) -> Any:
+def on_cluster(operation: Operation, denied: Callable[[RequestContext, Any], Any]) -> Rule:
     """The rule of an API Kafka checks on the cluster alone: `operation` on the cluster lets
-    the request through, else `denied()` answers it."""
-    if check.cluster(operation):
-        return await inner(ctx, request)
-    return denied()
+    the request through, else `denied(ctx, request)` answers it."""
+
+    async def cluster_rule(ctx: RequestContext, request: Any, inner: Inner, check: Check) -> Any:
+        if check.cluster(operation):
+            return await inner(ctx, request)
+        return denied(ctx, request)
+
+    return cluster_rule
 
 
 def cluster_denied(ctx: RequestContext, class_name: str | None = None, /, **fields: Any) -> Any:
