@@ -18,7 +18,7 @@ from kgroups.broker import rebalance_field
 from kgroups.broker.apis import consumer_groups
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
@@ -46,15 +46,7 @@ async def _ask(ctx: RequestContext, make: Callable[[messages.RequestId], Any]) -
     return await ctx.broker.coordinator.call(make)
 
 
-class _GroupApi:
-    """Common shape of a group API handler; subclasses set the key/versions and `__call__`."""
-
-    api_key: ApiKey
-    min_version: int
-    max_version: int
-
-
-class JoinGroupHandler(_GroupApi):
+class JoinGroupHandler:
     api_key, min_version, max_version = ApiKey.JOIN_GROUP, 0, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -98,7 +90,7 @@ class JoinGroupHandler(_GroupApi):
         )
 
 
-class SyncGroupHandler(_GroupApi):
+class SyncGroupHandler:
     api_key, min_version, max_version = ApiKey.SYNC_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -132,7 +124,7 @@ class SyncGroupHandler(_GroupApi):
         )
 
 
-class HeartbeatHandler(_GroupApi):
+class HeartbeatHandler:
     api_key, min_version, max_version = ApiKey.HEARTBEAT, 0, 4
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -148,7 +140,7 @@ class HeartbeatHandler(_GroupApi):
                      error_code=kio_error(answer.error))
 
 
-class LeaveGroupHandler(_GroupApi):
+class LeaveGroupHandler:
     api_key, min_version, max_version = ApiKey.LEAVE_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -193,7 +185,7 @@ def _partition_errors_response(
     )
 
 
-class OffsetCommitHandler(_GroupApi):
+class OffsetCommitHandler:
     # kio 0.6.5 ships OffsetCommit from v2 (Kafka 4 dropped v0/v1); v10 names topics by id,
     # which a broker without topic ids cannot honour.
     api_key, min_version, max_version = ApiKey.OFFSET_COMMIT, 2, 9
@@ -259,7 +251,7 @@ def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
     return messages.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
 
 
-class OffsetFetchHandler(_GroupApi):
+class OffsetFetchHandler:
     # kio 0.6.5 ships OffsetFetch from v1; v10 names topics by id (see OffsetCommit).
     api_key, min_version, max_version = ApiKey.OFFSET_FETCH, 1, 9
 
@@ -323,7 +315,7 @@ class OffsetFetchHandler(_GroupApi):
         )
 
 
-class DescribeGroupsHandler(_GroupApi):
+class DescribeGroupsHandler:
     api_key, min_version, max_version = ApiKey.DESCRIBE_GROUPS, 0, 6
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -372,7 +364,7 @@ class DescribeGroupsHandler(_GroupApi):
         return build(response, throttle_time=_NO_THROTTLE, groups=described)
 
 
-class ListGroupsHandler(_GroupApi):
+class ListGroupsHandler:
     api_key, min_version, max_version = ApiKey.LIST_GROUPS, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -395,7 +387,7 @@ class ListGroupsHandler(_GroupApi):
                      ))
 
 
-class DeleteGroupsHandler(_GroupApi):
+class DeleteGroupsHandler:
     api_key, min_version, max_version = ApiKey.DELETE_GROUPS, 0, 2
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -411,7 +403,7 @@ class DeleteGroupsHandler(_GroupApi):
         ))
 
 
-class OffsetDeleteHandler(_GroupApi):
+class OffsetDeleteHandler:
     api_key, min_version, max_version = ApiKey.OFFSET_DELETE, 0, 0
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
@@ -429,25 +421,25 @@ class OffsetDeleteHandler(_GroupApi):
                          answer.topics))
 
 
-GROUP_HANDLERS: tuple[type[_GroupApi], ...] = (
-    JoinGroupHandler,
-    SyncGroupHandler,
-    HeartbeatHandler,
-    LeaveGroupHandler,
-    OffsetCommitHandler,
-    OffsetFetchHandler,
-    DescribeGroupsHandler,
-    ListGroupsHandler,
-    DeleteGroupsHandler,
-    OffsetDeleteHandler,
+GROUP_HANDLERS: tuple[ApiHandler, ...] = (
+    JoinGroupHandler(),
+    SyncGroupHandler(),
+    HeartbeatHandler(),
+    LeaveGroupHandler(),
+    OffsetCommitHandler(),
+    OffsetFetchHandler(),
+    DescribeGroupsHandler(),
+    ListGroupsHandler(),
+    DeleteGroupsHandler(),
+    OffsetDeleteHandler(),
 )
 
 
 def install(registry: HandlerRegistry) -> None:
     """Register every group API (kgroups.broker.broker.install_handlers calls it),
     KIP-848's consumer-group APIs included."""
-    for handler_class in GROUP_HANDLERS:
-        registry.register(handler_class())  # type: ignore[arg-type]
+    for handler in GROUP_HANDLERS:
+        registry.register(handler)
     consumer_groups.install(registry)
 
 
