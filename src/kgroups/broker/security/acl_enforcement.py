@@ -7,10 +7,11 @@ hands the handler only what is allowed, and merges the two answers, so the handl
 unaware of ACLs and an unauthorized client learns nothing a Kafka broker would not tell it
 (an unauthorized topic is TOPIC_AUTHORIZATION_FAILED whether or not it exists).
 
-Each API family's rule sits beside its handler, in its module of `kgroups.broker.apis`
-(`@acl.rule(ApiKey.OFFSET_COMMIT)` in apis/groups.py), registered in `RULES` when that module
-is imported, which registering its handler needs anyway. An API without a rule is served to
-super users only: a handler added later is closed by default rather than open.
+Each API family's rule sits beside its handler, in its module of `kgroups.broker.apis`, which
+imports this one as `authz` (`@authz.rule(ApiKey.OFFSET_COMMIT)` in apis/groups.py): it is in
+`RULES` once that module is imported, which registering its handler needs anyway. An API
+without a rule is served to super users only: a handler added later is closed by default
+rather than open.
 """
 
 from __future__ import annotations
