@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
@@ -365,50 +365,41 @@ def _config_denial(check: authz.Check, operation: Operation, resource: Any) -> E
     return None  # the handler refuses a type it does not know
 
 
+async def _checked_resources(ctx: RequestContext, request: Any, inner: authz.Inner,
+                             check: authz.Check, operation: Operation,
+                             results: Callable[[Any], Iterable[Any]], entry_class: str,
+                             **denied_extra: Any) -> tuple[Any, ...]:
+    """Each resource's entry in request order: the handler's for the allowed ones (asked
+    about those alone), a denied `entry_class` with the denial's error for the rest."""
+    resources = tuple(request.resources)
+    allowed = tuple(r for r in resources if _config_denial(check, operation, r) is None)
+    answered: dict[tuple[int, str], Any] = {}
+    if allowed:
+        answered = {(int(r.resource_type), r.resource_name): r for r in results(await inner(
+            ctx, dataclasses.replace(request, resources=allowed)))}
+    entries = []
+    for resource in resources:
+        error = _config_denial(check, operation, resource)
+        key = (int(resource.resource_type), resource.resource_name)
+        entries.append(answered[key] if error is None and key in answered else authz.nested(
+            ctx, entry_class, error_code=kio_error(error or ErrorCode.NONE),
+            error_message=authz.MESSAGES.get(error) if error else None,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+            **denied_extra))
+    return tuple(entries)
+
+
 @authz.rule(ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
 async def _authorize_alter_configs(ctx: RequestContext, request: Any, inner: authz.Inner,
                                    check: authz.Check) -> Any:
-    resources = tuple(request.resources)
-    allowed = tuple(r for r in resources
-                    if _config_denial(check, Operation.ALTER_CONFIGS, r) is None)
-    answered: dict[tuple[int, str], Any] = {}
-    if allowed:
-        answered = {(int(r.resource_type), r.resource_name): r for r in (await inner(
-            ctx, dataclasses.replace(request, resources=allowed))).responses}
-    responses = []
-    for resource in resources:
-        error = _config_denial(check, Operation.ALTER_CONFIGS, resource)
-        key = (int(resource.resource_type), resource.resource_name)
-        responses.append(answered[key] if error is None and key in answered else authz.nested(
-            ctx, "AlterConfigsResourceResponse", error_code=kio_error(error or ErrorCode.NONE),
-            error_message=authz.MESSAGES.get(error) if error else None,
-            resource_type=resource.resource_type,
-            resource_name=resource.resource_name))
-    return authz.response(ctx, responses=tuple(responses))
+    return authz.response(ctx, responses=await _checked_resources(
+        ctx, request, inner, check, Operation.ALTER_CONFIGS, lambda response: response.responses,
+        "AlterConfigsResourceResponse"))
 
 
 @authz.rule(ApiKey.DESCRIBE_CONFIGS)
 async def _authorize_describe_configs(ctx: RequestContext, request: Any, inner: authz.Inner,
                                       check: authz.Check) -> Any:
-    def denial(resource: Any) -> ErrorCode | None:
-        return _config_denial(check, Operation.DESCRIBE_CONFIGS, resource)
-
-    resources = tuple(request.resources)
-    allowed = tuple(r for r in resources if denial(r) is None)
-    answered: dict[tuple[int, str], Any] = {}
-    if allowed:
-        answered = {(int(r.resource_type), r.resource_name): r for r in (await inner(
-            ctx, dataclasses.replace(request, resources=allowed))).results}
-    results = []
-    for resource in resources:
-        key = (int(resource.resource_type), resource.resource_name)
-        error = denial(resource)
-        if error is None and key in answered:
-            results.append(answered[key])
-        else:
-            results.append(authz.nested(ctx, "DescribeConfigsResult",
-                                        error_code=kio_error(error or ErrorCode.NONE),
-                                        error_message=authz.MESSAGES.get(error) if error else None,
-                                        resource_type=resource.resource_type,
-                                        resource_name=resource.resource_name, configs=()))
-    return authz.response(ctx, results=tuple(results))
+    return authz.response(ctx, results=await _checked_resources(
+        ctx, request, inner, check, Operation.DESCRIBE_CONFIGS, lambda response: response.results,
+        "DescribeConfigsResult", configs=()))
