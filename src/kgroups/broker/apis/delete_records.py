@@ -104,9 +104,9 @@ async def _authorize_delete_records(ctx: RequestContext, request: Any, inner: au
                                     check: authz.Check) -> Any:
     """Delete on each topic; a denied one answers TOPIC_AUTHORIZATION_FAILED per partition
     whether or not it exists."""
-    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DELETE, t.name))
-    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                              lambda response: response.topics)
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.DELETE, t.name),
+        lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(authz.nested(
         ctx, "DeleteRecordsTopicResult", name=t.name, partitions=authz.partition_entries(
             ctx, "DeleteRecordsPartitionResult", t, authz.TOPIC_DENIED, low_watermark=-1))

@@ -153,9 +153,9 @@ def install(registry: HandlerRegistry) -> None:
 @authz.rule(ApiKey.FETCH)
 async def _authorize_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
                            check: authz.Check) -> Any:
-    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.topic))
-    responses = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                                  lambda response: response.responses)
+    responses, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.READ, t.topic),
+        lambda response: response.responses)
     denied_topics = tuple(authz.nested(
         ctx, "FetchableTopicResponse", topic=t.topic, partitions=tuple(authz.nested(
             ctx, "PartitionData", partition_index=p.partition,

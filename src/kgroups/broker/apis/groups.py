@@ -482,9 +482,9 @@ async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: aut
     if not check.group(Operation.READ, request.group_id):
         return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
                                                 for t in request.topics))
-    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
-    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                              lambda response: response.topics)
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.READ, t.name),
+        lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(denied_topic(t, authz.TOPIC_DENIED)
                                                      for t in denied))
 

@@ -170,9 +170,9 @@ def install(registry: HandlerRegistry) -> None:
 @authz.rule(ApiKey.LIST_OFFSETS)
 async def _authorize_list_offsets(ctx: RequestContext, request: Any, inner: authz.Inner,
                                   check: authz.Check) -> Any:
-    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.DESCRIBE, t.name))
-    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                              lambda response: response.topics)
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.DESCRIBE, t.name),
+        lambda response: response.topics)
     # v0 answers a list of offsets; later versions one offset and its timestamp.
     unknown: dict[str, Any] = ({"old_style_offsets": ()} if ctx.api_version == 0 else
                                {"timestamp": -1, "offset": -1, "leader_epoch": -1})

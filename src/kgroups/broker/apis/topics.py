@@ -221,10 +221,9 @@ def install(registry: HandlerRegistry) -> None:
 async def _authorize_create_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
                                    check: authz.Check) -> Any:
     on_cluster = check.cluster(Operation.CREATE)
-    allowed, denied = authz.split(request.topics, lambda t: on_cluster or check.topic(
-        Operation.CREATE, t.name))
-    topics = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                              lambda response: response.topics)
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: on_cluster or check.topic(Operation.CREATE, t.name),
+        lambda response: response.topics)
     return authz.response(ctx, topics=topics + tuple(authz.nested(
         ctx, "CreatableTopicResult", name=t.name, topic_id=None,
         error_code=kio_error(authz.TOPIC_DENIED), error_message="Authorization failed.",
@@ -259,9 +258,9 @@ async def _authorize_delete_topics(ctx: RequestContext, request: Any, inner: aut
 @authz.rule(ApiKey.CREATE_PARTITIONS)
 async def _authorize_create_partitions(ctx: RequestContext, request: Any, inner: authz.Inner,
                                        check: authz.Check) -> Any:
-    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.ALTER, t.name))
-    results = await authz.allowed_topics_answer(ctx, request, inner, allowed,
-                                              lambda response: response.results)
+    results, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.ALTER, t.name),
+        lambda response: response.results)
     return authz.response(ctx, results=results + tuple(authz.nested(
         ctx, "CreatePartitionsTopicResult", name=t.name, error_code=kio_error(authz.TOPIC_DENIED),
         error_message="The topic authorization is failed.") for t in denied))

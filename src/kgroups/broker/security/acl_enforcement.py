@@ -144,14 +144,17 @@ def split(items: Any, allowed: Callable[[Any], bool]) -> tuple[tuple[Any, ...], 
     return tuple(yes), tuple(no)
 
 
-async def allowed_topics_answer(ctx: RequestContext, request: Any, inner: Inner,
-                                allowed: tuple[Any, ...],
-                                results: Callable[[Any], Iterable[Any]]) -> tuple[Any, ...]:
-    """What the handler answers for the allowed `topics` alone (`results` picks them from its
-    response); nothing, without asking it, when none is allowed."""
-    if not allowed:
-        return ()
-    return tuple(results(await inner(ctx, dataclasses.replace(request, topics=allowed))))
+async def answer_allowed_topics(ctx: RequestContext, request: Any, inner: Inner,
+                                allowed: Callable[[Any], bool],
+                                results: Callable[[Any], Iterable[Any]],
+                                ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The handler's entries for the request's allowed `topics` alone (`results` picks them
+    from its response; it is not asked when none is allowed), and the denied topics, each in
+    request order."""
+    passed, denied = split(request.topics, allowed)
+    if not passed:
+        return (), denied
+    return tuple(results(await inner(ctx, dataclasses.replace(request, topics=passed)))), denied
 
 
 async def answers_by_group(ctx: RequestContext, inner: Inner, allowed: tuple[str, ...],
