@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from kio.schema.create_topics.v7 import request as create_topics
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KafkaBroker
 
 from kgroups.tools.wire_client import KafkaWireClient, WireError

@@ -50,7 +50,7 @@ from typing import Any
 
 import pytest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 

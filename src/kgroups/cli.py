@@ -1,6 +1,6 @@
 """The `kgroups` command. Each part of kgroups registers its own sub-commands here, so this
 module stays a table of contents: `register(subparsers)` in each part's `cli` module adds the
-parsers, and each parser's `handler` default runs it and returns the exit code. Those modules
+parsers, and each parser's `run` default runs it and returns the exit code. Those modules
 import their heavy dependencies (the broker, Spark) only when their command runs."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.handler(args) or 0)
+    return int(args.run(args) or 0)
 
 
 if __name__ == "__main__":

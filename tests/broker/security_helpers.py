@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kio.schema.alter_user_scram_credentials.v0 import request as scram_request
-from tests.broker.conftest import InProcessBroker
+from tests.broker.servers import InProcessBroker
 
 from kgroups.broker.broker import Broker
 from kgroups.broker.config import BrokerConfig

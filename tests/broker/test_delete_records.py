@@ -24,7 +24,7 @@ from tests.broker.broker_wire_helpers import (
     produce_request,
     request_of,
 )
-from tests.broker.conftest import InProcessBroker, ServerProcess
+from tests.broker.servers import InProcessBroker, ServerProcess
 from tests.kafka_harness import KafkaBroker
 
 from kgroups.broker.log_cleaner import clean_once

@@ -19,7 +19,6 @@ import kafka.errors
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from tests.broker.conftest import InProcessBroker
 from tests.broker.security_helpers import (
     Certificates,
     add_scram_user,
@@ -28,6 +27,7 @@ from tests.broker.security_helpers import (
     running_broker,
     secure_settings,
 )
+from tests.broker.servers import InProcessBroker
 from tests.java_harness import JavaConsumer
 
 from kgroups.tools.wire_client import KafkaWireClient

@@ -101,15 +101,15 @@ def test_one_group_gets_a_bounded_share_of_each_loop_turn(inprocess_broker: Any)
         if running[0]:
             inprocess_broker.loop.call_soon(tick)
 
-    core = broker.coordinator.core
-    heartbeat = core.consumer_group_heartbeat
+    shard = broker.coordinator.shard
+    heartbeat = shard.consumer_group_heartbeat
 
     def counted(request: Any, now: int) -> Any:
         per_turn[turns[0]] += 1
         return heartbeat(request, now)
 
     async def install() -> None:
-        core.consumer_group_heartbeat = counted
+        shard.consumer_group_heartbeat = counted
         tick()
 
     inprocess_broker.call(install)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kio.schema.sasl_authenticate.v1.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 from kgroups.broker.events import LOGGER_NAME, configure_logging, log_event
 from kgroups.tools.wire_client import KafkaWireClient, WireError

@@ -22,8 +22,8 @@ from tests.broker.broker_wire_helpers import (
     raw_socket,
     read_frame,
 )
-from tests.broker.conftest import ServerProcess
 from tests.broker.security_helpers import jaas_users
+from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
 from kgroups.broker.wire import decode_response, encode_request, response_type

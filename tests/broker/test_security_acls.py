@@ -26,7 +26,6 @@ from tests.broker.broker_wire_helpers import (
     produce_request,
     request_of,
 )
-from tests.broker.conftest import InProcessBroker
 from tests.broker.security_helpers import (
     CLIENT_PRINCIPAL,
     Certificates,
@@ -35,6 +34,7 @@ from tests.broker.security_helpers import (
     running_broker,
     secure_settings,
 )
+from tests.broker.servers import InProcessBroker
 from tests.kafka_harness import run_kafka_tool
 
 from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext

@@ -18,7 +18,6 @@ from kio.schema.describe_user_scram_credentials.v0 import request as describe_sc
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from tests.broker.broker_wire_helpers import metadata_request
-from tests.broker.conftest import InProcessBroker, ServerProcess
 from tests.broker.security_helpers import (
     CLIENT_PRINCIPAL,
     Certificates,
@@ -29,6 +28,7 @@ from tests.broker.security_helpers import (
     running_broker,
     secure_settings,
 )
+from tests.broker.servers import InProcessBroker, ServerProcess
 
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.security.listeners import certificate_principal

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.static.primitive import i8
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.storage.conftest import postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 from kgroups.errors import ErrorCode

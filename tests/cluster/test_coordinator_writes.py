@@ -15,7 +15,7 @@ from kgroups.broker.cluster.offsets_reader import OffsetsReader
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.topics import TopicCatalog
-from kgroups.coordinator import messages as core
+from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
 from kgroups.log.config import LogConfig
 from kgroups.log.durability import GroupCommit
@@ -53,14 +53,14 @@ async def _commit_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     given_up: list[int] = []
     runtime.give_up = given_up.append
     runtime.partition_gained(0)
-    while 0 not in runtime.core.owned_partitions:
+    while 0 not in runtime.shard.owned_partitions:
         await asyncio.sleep(0.01)
-    answer = await runtime.call(lambda request_id: core.OffsetCommitRequest(
-        request_id, "g", (core.OffsetCommitTopic("t", (core.OffsetCommitPartition(0, 5),)),)))
+    answer = await runtime.call(lambda request_id: messages.OffsetCommitRequest(request_id, "g", (
+        messages.OffsetCommitTopic("t", (messages.OffsetCommitPartition(0, 5),)),)))
     await asyncio.sleep(0.05)  # the fenced partition is unloaded on the next loop turns
     (topic,) = answer.topics
     (partition,) = topic.partitions
-    loaded = 0 in runtime.core.owned_partitions
+    loaded = 0 in runtime.shard.owned_partitions
     await runtime.stop()
     return partition.error, loaded, given_up
 
@@ -119,13 +119,13 @@ def test_writes_behind_a_failed_one_are_not_appended(
         monkeypatch.setattr(OffsetsReader, "read", empty)
         monkeypatch.setattr(topics, "log", lambda topic, partition: log)
         runtime.partition_gained(0)
-        while 0 not in runtime.core.owned_partitions:
+        while 0 not in runtime.shard.owned_partitions:
             await asyncio.sleep(0.01)
 
-        async def commit(group: str) -> core.OffsetCommitResponse:
-            answer: core.OffsetCommitResponse = await runtime.call(
-                lambda request_id: core.OffsetCommitRequest(request_id, group, (
-                    core.OffsetCommitTopic("t", (core.OffsetCommitPartition(0, 5),)),)))
+        async def commit(group: str) -> messages.OffsetCommitResponse:
+            answer: messages.OffsetCommitResponse = await runtime.call(
+                lambda request_id: messages.OffsetCommitRequest(request_id, group, (
+                    messages.OffsetCommitTopic("t", (messages.OffsetCommitPartition(0, 5),)),)))
             return answer
 
         answers = await asyncio.gather(commit("first"), commit("second"))

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.types import TopicName
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.cluster.conftest import Cluster
 
 from kgroups.tools.wire_client import KafkaWireClient

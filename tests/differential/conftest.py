@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from diff_dialog import Script, differences, normalise, render, run_both
 from diff_setup import TOPICS, create_topics
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, kgroups_overrides
 
 Known = dict[str, tuple[Any, Any]]

@@ -17,7 +17,7 @@ import pytest
 from diff_dialog import Connection, Dialog
 from diff_setup import create_topics as _create_topics
 from tests.broker.broker_wire_helpers import create_topic, metadata_request
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 
 from kgroups.broker.wire import build, request_type, sibling

@@ -16,7 +16,7 @@ from diff_dialog import Dialog
 from diff_flows import new_member, send_join, wait_members
 from diff_requests import describe, join
 from diff_setup import create_topics
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 from kgroups.broker.wire import build, request_type

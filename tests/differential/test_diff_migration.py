@@ -18,7 +18,7 @@ from diff_dialog import Connection, Dialog
 from diff_requests import commit, describe, heartbeat, join, leave, sync
 from diff_setup import create_topics
 from tests.broker.broker_wire_helpers import metadata_request
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 from kgroups.broker.wire import build, request_type, sibling

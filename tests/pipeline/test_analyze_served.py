@@ -11,13 +11,13 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
-from tests.broker.conftest import ServerProcess
 from tests.broker.group_interop_helpers import (
     FAST_GROUP_OVERRIDES,
     create_topic,
     produce,
     wait_until,
 )
+from tests.broker.servers import ServerProcess
 
 from kgroups.pipeline.job import run_analysis
 

@@ -33,7 +33,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_tools import CONSOLE_CONSUMER, GET_OFFSETS, GROUPS, TOPICS, Side, run_tool
 from tests.broker.broker_wire_helpers import create_topic, produce_request
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides, run_kafka_tool
 from kgroups.log.batch import build_batch

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_log_files import assert_same_records
 from tests.broker.broker_wire_helpers import create_topic
-from tests.broker.conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 from kgroups.broker.wire import build, request_type
 from kgroups.tools.wire_client import KafkaWireClient

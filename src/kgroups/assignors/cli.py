@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="also print balance (min/max partitions per member) and partitions moved",
     )
-    parser.set_defaults(handler=run_assign)
+    parser.set_defaults(run=run_assign)
 
 
 def run_assign(args: argparse.Namespace) -> int:

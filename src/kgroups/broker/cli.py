@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="least severe event logged (default %(default)s)")
-    parser.set_defaults(handler=run_serve)
+    parser.set_defaults(run=run_serve)
 
 
 class StartupError(Exception):

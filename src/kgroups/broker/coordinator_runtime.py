@@ -1,11 +1,11 @@
 """Runs the sans-IO group coordinator on the broker's event loop.
 
-The core decides; this shell does the I/O it asks for: replies resolve the futures the group
+The shard decides; this shell does the I/O it asks for: replies resolve the futures the group
 handlers await, writes become RecordBatch v2 appends to __consumer_offsets (the reply that waits
-on a write is released only after the fsync, via GroupCommit), and the core's timers collapse to
+on a write is released only after the fsync, via GroupCommit), and the shard's timers collapse to
 one loop timer at `next_deadline()`. On start every __consumer_offsets partition is replayed into
-the core in the background; requests for a partition still loading get
-COORDINATOR_LOAD_IN_PROGRESS from the core and clients retry, as with Kafka.
+the shard in the background; requests for a partition still loading get
+COORDINATOR_LOAD_IN_PROGRESS from the shard and clients retry, as with Kafka.
 
 A partition that cannot be loaded (a damaged segment, an I/O error, a bug in the loader) is
 failed, as Kafka's coordinator runtime fails it: one ERROR line says why (file and byte for
@@ -43,8 +43,8 @@ from kgroups.coordinator import (
     GroupCoordinatorConfig,
     PartitionImage,
     latest_values,
+    messages,
 )
-from kgroups.coordinator import messages as core
 from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
@@ -73,26 +73,27 @@ logger = logging.getLogger("kgroups.coordinator")
 
 # Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
 _DEFAULT_CLEANER_BACKOFF_MS = 15_000
-# Requests naming one group that the core takes per event-loop turn; the group's others wait,
+# Requests naming one group that the shard takes per event-loop turn; the group's others wait,
 # in arrival order, for the next turn. A client pipelining thousands of joins into one group
-# gets them read in one turn; without the bound the core would run them all before anyone
+# gets them read in one turn; without the bound the shard would run them all before anyone
 # else's request (other groups' commits and heartbeats, fetches) was looked at.
 GROUP_REQUESTS_PER_TURN = 32
-# Every request the core takes; `_handle` routes each type to its GroupCoordinator method.
-CoreRequest = (core.JoinGroupRequest | core.SyncGroupRequest | core.HeartbeatRequest
-               | core.LeaveGroupRequest | core.OffsetCommitRequest | core.OffsetFetchRequest
-               | core.OffsetDeleteRequest | core.DescribeGroupsRequest | core.ListGroupsRequest
-               | core.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
-               | ConsumerGroupDescribeRequest)
+# Every message the coordinator shard takes; `_dispatch` routes each type to its method.
+CoordinatorMessage = (
+    messages.JoinGroupRequest | messages.SyncGroupRequest | messages.HeartbeatRequest
+    | messages.LeaveGroupRequest | messages.OffsetCommitRequest | messages.OffsetFetchRequest
+    | messages.OffsetDeleteRequest | messages.DescribeGroupsRequest | messages.ListGroupsRequest
+    | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
+    | ConsumerGroupDescribeRequest)
 
 
-def _groups_named(request: CoreRequest) -> tuple[str, ...]:
+def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
     """The groups a request is about: a describe waits behind its groups' earlier requests
     too, so it sees what they did (as Kafka answers a connection's requests in order)."""
     group_id = getattr(request, "group_id", None)
     if group_id is not None:
         return (group_id,)
-    if isinstance(request, core.OffsetFetchRequest):
+    if isinstance(request, messages.OffsetFetchRequest):
         return tuple(dict.fromkeys(group.group_id for group in request.groups))
     return tuple(dict.fromkeys(getattr(request, "group_ids", ())))
 
@@ -167,12 +168,12 @@ class CoordinatorRuntime:
         self._appends = appends
         self._group_commit = group_commit
         self.config = coordinator_config(config)
-        self.core = GroupCoordinator(self.config, new_uuid=uuid.uuid4)  # member ids
+        self.shard = GroupCoordinator(self.config, new_uuid=uuid.uuid4)  # member ids
         self._request_ids = itertools.count(1)
-        self._waiting: dict[core.RequestId, asyncio.Future[Any]] = {}
+        self._waiting: dict[messages.RequestId, asyncio.Future[Any]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline: int | None = None
-        # Offsets partitions with a failed write the core has not been told of yet.
+        # Offsets partitions with a failed write the shard has not been told of yet.
         self._failing: set[int] = set()
         self.background = BackgroundTasks(task_counts)
         self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
@@ -213,7 +214,7 @@ class CoordinatorRuntime:
                 await self._serve_metrics(*self._metrics_address)
             return
         for partition in range(partitions):
-            self.core.begin_loading(partition)
+            self.shard.begin_loading(partition)
         self.background.spawn("offsets-loader", self._load_all(partitions),
                               on_crash=self._loader_crashed)
         self.background.supervise("offsets-cleaner",
@@ -253,7 +254,7 @@ class CoordinatorRuntime:
 
     def partition_failure(self, group_id: str) -> str | None:
         """Why the group's __consumer_offsets partition is not served, if it failed."""
-        return self.failed_partitions.get(self.core.partition_of(group_id))
+        return self.failed_partitions.get(self.shard.partition_of(group_id))
 
     async def _load_all(self, partitions: int) -> None:
         started = time.monotonic()
@@ -271,7 +272,7 @@ class CoordinatorRuntime:
                           partition=partition, count=skipped)
             total += count
             try:
-                self._apply(self.core.load_image(partition, image, wall_clock_ms()))
+                self._apply(self.shard.load_image(partition, image, wall_clock_ms()))
             except ValueError as exc:
                 # Records of groups placed elsewhere (written by hand through Produce): the
                 # partition stays unowned rather than serving groups from the wrong place.
@@ -289,7 +290,7 @@ class CoordinatorRuntime:
         """This broker now leads `__consumer_offsets-<partition>`: its groups answer
         COORDINATOR_LOAD_IN_PROGRESS until the store's batches are read and loaded."""
         self.failed_partitions.pop(partition, None)
-        self.core.begin_loading(partition)
+        self.shard.begin_loading(partition)
         self._loads[partition] = asyncio.get_running_loop().create_task(
             self._load_leased(partition), name=f"offsets-load-{partition}")
 
@@ -298,7 +299,7 @@ class CoordinatorRuntime:
         load = self._loads.pop(partition, None)
         if load is not None:
             load.cancel()
-        self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+        self._apply(self.shard.unload_partition(partition, wall_clock_ms()))
 
     async def _load_leased(self, partition: int) -> None:
         assert self._reader is not None
@@ -316,7 +317,7 @@ class CoordinatorRuntime:
             self._loads.pop(partition, None)
             log_event(logger, logging.WARNING, "offsets_load_failed", partition=partition,
                       error=exc)
-            self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+            self._apply(self.shard.unload_partition(partition, wall_clock_ms()))
             self.give_up(partition)
             return
         self._loads.pop(partition, None)
@@ -324,7 +325,7 @@ class CoordinatorRuntime:
             log_event(logger, logging.WARNING, "offsets_records_skipped",
                       partition=partition, count=skipped)
         try:
-            self._apply(self.core.load_image(partition, image, wall_clock_ms()))
+            self._apply(self.shard.load_image(partition, image, wall_clock_ms()))
         except ValueError as exc:  # records of groups placed elsewhere (see _load_all)
             self._fail_partition(partition, exc)
             return
@@ -337,11 +338,11 @@ class CoordinatorRuntime:
         self.failed_partitions[partition] = f"{OFFSETS_TOPIC}-{partition} failed to load: {error}"
         log_event(logger, logging.ERROR, "offsets_partition_failed", partition=partition,
                   error=error)
-        self._apply(self.core.unload_partition(partition, wall_clock_ms()))
+        self._apply(self.shard.unload_partition(partition, wall_clock_ms()))
 
     def _loader_crashed(self, error: BaseException) -> None:
         """The loader died of something unforeseen: what it had not loaded fails with it."""
-        for partition in sorted(self.core.loading_partitions):
+        for partition in sorted(self.shard.loading_partitions):
             self._fail_partition(partition, error)
         self._loaded.set()
 
@@ -368,7 +369,7 @@ class CoordinatorRuntime:
                 await asyncio.sleep(0)
 
     def topics_changed(self) -> None:
-        """Give the core the topics as they are now (name, stable id, partition count): the
+        """Give the shard the topics as they are now (name, stable id, partition count): the
         catalogue calls this whenever a topic is created, grown or deleted, so consumer groups
         see the change at their next heartbeat, as Kafka's coordinator sees a metadata image."""
         topics = {}
@@ -382,12 +383,12 @@ class CoordinatorRuntime:
                 continue
             if topic_id is not None:
                 topics[name] = TopicInfo(topic_id, count)
-        self.core.set_topics(topics, wall_clock_ms())
+        self.shard.set_topics(topics, wall_clock_ms())
 
     # -- requests --------------------------------------------------------------------------
 
-    async def call(self, make_request: Callable[[core.RequestId], CoreRequest]) -> Any:
-        """Hand one request to the core and wait for its reply (which may come much later:
+    async def call(self, make_request: Callable[[messages.RequestId], CoordinatorMessage]) -> Any:
+        """Hand one request to the shard and wait for its reply (which may come much later:
         a JoinGroup is answered when the rebalance completes)."""
         request_id = next(self._request_ids)
         started = time.monotonic()
@@ -398,7 +399,7 @@ class CoordinatorRuntime:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
-            self._apply(self._handle(request, wall_clock_ms()))
+            self._apply(self._dispatch(request, wall_clock_ms()))
             return await future
         finally:
             self._waiting.pop(request_id, None)
@@ -454,33 +455,33 @@ class CoordinatorRuntime:
         if self._taken:
             self._end_turn_later()
 
-    def _handle(self, request: CoreRequest, now: int) -> Effects:
-        core_api = self.core
+    def _dispatch(self, request: CoordinatorMessage, now: int) -> Effects:
+        shard = self.shard
         match request:
-            case core.JoinGroupRequest():
-                return core_api.join_group(request, now)
-            case core.SyncGroupRequest():
-                return core_api.sync_group(request, now)
-            case core.HeartbeatRequest():
-                return core_api.heartbeat(request, now)
-            case core.LeaveGroupRequest():
-                return core_api.leave_group(request, now)
-            case core.OffsetCommitRequest():
-                return core_api.offset_commit(request, now)
-            case core.OffsetFetchRequest():
-                return core_api.offset_fetch(request, now)
-            case core.OffsetDeleteRequest():
-                return core_api.offset_delete(request, now)
-            case core.DescribeGroupsRequest():
-                return core_api.describe_groups(request, now)
-            case core.ListGroupsRequest():
-                return core_api.list_groups(request, now)
-            case core.DeleteGroupsRequest():
-                return core_api.delete_groups(request, now)
+            case messages.JoinGroupRequest():
+                return shard.join_group(request, now)
+            case messages.SyncGroupRequest():
+                return shard.sync_group(request, now)
+            case messages.HeartbeatRequest():
+                return shard.heartbeat(request, now)
+            case messages.LeaveGroupRequest():
+                return shard.leave_group(request, now)
+            case messages.OffsetCommitRequest():
+                return shard.offset_commit(request, now)
+            case messages.OffsetFetchRequest():
+                return shard.offset_fetch(request, now)
+            case messages.OffsetDeleteRequest():
+                return shard.offset_delete(request, now)
+            case messages.DescribeGroupsRequest():
+                return shard.describe_groups(request, now)
+            case messages.ListGroupsRequest():
+                return shard.list_groups(request, now)
+            case messages.DeleteGroupsRequest():
+                return shard.delete_groups(request, now)
             case ConsumerGroupHeartbeatRequest():
-                return core_api.consumer_group_heartbeat(request, now)
+                return shard.consumer_group_heartbeat(request, now)
             case ConsumerGroupDescribeRequest():
-                return core_api.consumer_group_describe(request, now)
+                return shard.consumer_group_describe(request, now)
         assert_never(request)
 
     # -- effects ---------------------------------------------------------------------------
@@ -524,10 +525,10 @@ class CoordinatorRuntime:
             self.metrics.observe_rebalance(time.monotonic() - started)
 
     def _append(self, write: Write) -> None:
-        """Append now (so writes keep the order the core emitted them); the write completes
+        """Append now (so writes keep the order the shard emitted them); the write completes
         when the log's flush policy lets it be acknowledged (after an fsync in the background
         where flush.messages asks for one). Once a write of a partition fails, the later ones
-        already emitted are not appended: the core fails them with it (it reverts to the failed
+        already emitted are not appended: the shard fails them with it (it reverts to the failed
         write, as Kafka does), so the log must never hold them without it."""
         partition = write.offsets_partition
         if partition in self._failing:
@@ -581,7 +582,7 @@ class CoordinatorRuntime:
         asyncio.get_running_loop().call_soon(complete)
 
     def _fenced(self, partition: int) -> None:
-        if partition in self.core.owned_partitions:
+        if partition in self.shard.owned_partitions:
             self.partition_lost(partition)
             self.give_up(partition)
 
@@ -599,10 +600,10 @@ class CoordinatorRuntime:
         self._complete(write_id, error)
 
     def _complete(self, write_id: int, error: ErrorCode | None) -> None:
-        self._apply(self.core.write_completed(write_id, error, wall_clock_ms()))
+        self._apply(self.shard.write_completed(write_id, error, wall_clock_ms()))
 
     def _rearm_timer(self) -> None:
-        deadline = self.core.next_deadline()
+        deadline = self.shard.next_deadline()
         if deadline == self._timer_deadline and (deadline is None or self._timer is not None):
             return
         if self._timer is not None:
@@ -616,7 +617,7 @@ class CoordinatorRuntime:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_deadline = None
-        self._apply(self.core.advance_time(wall_clock_ms()))
+        self._apply(self.shard.advance_time(wall_clock_ms()))
 
     @staticmethod
     def _log_member_removed(removal: MemberRemoved) -> None:

@@ -53,7 +53,7 @@ _MAX_REQUEST_HEAD = 16 * 1024
 class CoordinatorState(Protocol):
     """What the collector reads of the coordinator runtime (which imports this module)."""
 
-    core: GroupCoordinator
+    shard: GroupCoordinator
     rebalance_counts: dict[str, Counter[str]]  # group -> cause -> rebalances started
     load_seconds: dict[int, float]  # offsets partition -> time to load it
     background: BackgroundTasks  # its counts are the whole broker's (background.TaskCounts)
@@ -96,7 +96,7 @@ class CoordinatorMetrics:
     def snapshot(self) -> Snapshot:
         """Everything read at scrape time, as plain data (on the loop: no locks needed)."""
         runtime = self._runtime
-        summaries = runtime.core.group_summaries()
+        summaries = runtime.shard.group_summaries()
         now = time.time_ns() // 1_000_000  # record timestamps are wall-clock ms
         # Per partition, once per scrape: its log end and a reader of record timestamps.
         partitions: dict[tuple[str, int], tuple[int, RecordTimes, int] | None] = {}
@@ -123,7 +123,7 @@ class CoordinatorMetrics:
             summaries=summaries,
             rebalance_counts={group: dict(causes)
                               for group, causes in runtime.rebalance_counts.items()},
-            offsets_expired=runtime.core.offsets_expired_total,
+            offsets_expired=runtime.shard.offsets_expired_total,
             load_seconds=dict(runtime.load_seconds),
             offsets=rows,
             log_ends={key: known[0] for key, known in partitions.items() if known is not None},

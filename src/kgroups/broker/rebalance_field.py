@@ -15,6 +15,7 @@ import json
 from functools import cache
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.wire import response_type, sibling
 from kgroups.coordinator.rebalance_cause import RebalanceCause, RebalanceNote
 
@@ -31,7 +32,7 @@ def wants_rebalance_field(client_id: str | None, version: int) -> bool:
 @cache
 def extended_response(version: int) -> tuple[type[Any], type[Any]]:
     """(response class, described-group class) of DescribeGroups `version` with the field."""
-    base_response = response_type(15, version)
+    base_response = response_type(ApiKey.DESCRIBE_GROUPS, version)
     base_group = sibling(base_response, "DescribedGroup")
     group = dataclasses.make_dataclass(
         "DescribedGroup",

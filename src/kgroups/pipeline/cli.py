@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
                         help="an S3-compatible store for s3:// paths (MinIO, Ceph, ...), e.g. "
                         "http://127.0.0.1:9000; sets AWS_ENDPOINT_URL for the driver and the "
                         "executors (credentials: the usual AWS_* variables on every node)")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(run=run)
 
 
 def process_seconds() -> float | None:

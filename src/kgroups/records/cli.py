@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
     )
     decode.add_argument("--key", required=True, help="the record key, hex")
     decode.add_argument("--value", help="the record value, hex (omit for no value)")
-    decode.set_defaults(handler=run_decode)
+    decode.set_defaults(run=run_decode)
 
     offsets = subparsers.add_parser("offsets", help="read __consumer_offsets segment files")
     offsets_commands = offsets.add_subparsers(dest="offsets_command", required=True)
@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
                       help="segment .log file, __consumer_offsets partition directory or data "
                       "dir; or, alone, a kgroups store's URL, postgresql://USER[:PASSWORD]@HOST:"
                       "PORT/DATABASE")
-    dump.set_defaults(handler=run_dump)
+    dump.set_defaults(run=run_dump)
 
 
 def run_decode(args: argparse.Namespace) -> int:

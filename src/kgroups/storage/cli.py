@@ -35,7 +35,7 @@ def register(subparsers: Any) -> None:
     into.add_argument("data_dir", type=Path, metavar="DATA_DIR", help="the data directory")
     into.add_argument("--to", required=True, metavar="URL",
                       help="the store, postgresql://USER[:PASSWORD]@HOST:PORT/DATABASE")
-    into.set_defaults(handler=run_import)
+    into.set_defaults(run=run_import)
     out = commands.add_parser(
         "export", help="write a PostgreSQL store's topics and records as a data directory",
         description="Kafka's segment files, which `kgroups serve --data-dir` and Kafka's "
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
     out.add_argument("url", metavar="URL", help="the store, postgresql://...")
     out.add_argument("--to", required=True, type=Path, metavar="DATA_DIR",
                      help="the directory to write")
-    out.set_defaults(handler=run_export)
+    out.set_defaults(run=run_export)
 
 
 def run_import(args: Any) -> int:

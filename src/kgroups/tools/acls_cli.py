@@ -171,7 +171,7 @@ def _run(client: KafkaWireClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def _handle(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace) -> int:
     actions = [name for name in ("add", "remove", "list") if getattr(args, name)]
     if len(actions) != 1:
         print("kgroups acls: error: name one action: --add, --remove or --list", file=sys.stderr)
@@ -218,4 +218,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add("--producer", action="store_true", help="Write, Describe, Create on the topics")
     add("--consumer", action="store_true", help="Read, Describe on the topics, Read on groups")
     add("--force", action="store_true", help="remove without asking")
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(run=_command)

@@ -22,6 +22,7 @@ from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.rebalance_field import extended_response, rebalance_of
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.coordinator.rebalance_cause import RebalanceNote
@@ -147,7 +148,7 @@ def list_groups(
 ) -> list[GroupListing]:
     """Groups in any of `states` (all when empty) and of any of `types` ("classic",
     "consumer"); the type filter needs ListGroups v5, which Kafka 3.8+ brokers have."""
-    if client.supports(16, 5):
+    if client.supports(ApiKey.LIST_GROUPS, 5):
         response = client.call(ListGroupsRequestV5(states_filter=states, types_filter=types))
     else:
         if types:
@@ -297,11 +298,11 @@ def _with_offsets(client: KafkaWireClient, group: GroupDescription) -> GroupDesc
 def _describe_consumer_group(client: KafkaWireClient, group_id: str) -> GroupDescription | None:
     """A KIP-848 consumer group through ConsumerGroupDescribe (None if the broker has no such
     API or no such group): epochs, and each member's current and target assignment."""
-    version = next((v for v in (1, 0) if client.supports(69, v)), None)
+    version = next((v for v in (1, 0) if client.supports(ApiKey.CONSUMER_GROUP_DESCRIBE, v)), None)
     if version is None:
         return None
-    response = client.call(build(request_type(69, version), group_ids=(group_id,),
-                                 include_authorized_operations=False))
+    response = client.call(build(request_type(ApiKey.CONSUMER_GROUP_DESCRIBE, version),
+                                 group_ids=(group_id,), include_authorized_operations=False))
     (group,) = response.groups
     if int(group.error_code) == ErrorCode.GROUP_ID_NOT_FOUND or group.group_state == "Dead":
         return None
@@ -366,7 +367,7 @@ def delete_offsets(
                 continue
         wanted[topic] = tuple(sorted({*wanted.get(topic, ()), *partitions}))
     if wanted:
-        request = request_type(47, 0)
+        request = request_type(ApiKey.OFFSET_DELETE, 0)
         response = client.call(build(request, group_id=group_id, topics=tuple(
             build(sibling(request, "OffsetDeleteRequestTopic"), name=topic, partitions=tuple(
                 build(sibling(request, "OffsetDeleteRequestPartition"), partition_index=p)

@@ -413,7 +413,7 @@ def _positive_ms(text: str) -> int:
     return value
 
 
-def _handle(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
         _check_options(action, args)
@@ -496,4 +496,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --reset-offsets: print the plan as CSV that --from-file reads back")
     add("--output", choices=("text", "json"), default="text",
         help="text tables as Kafka's tool prints them, or JSON for scripts")
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(run=_command)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from kio.static.primitive import i8, i32, i64
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.lag_time import first_timestamp, lag_seconds
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.errors import ErrorCode
@@ -64,7 +65,7 @@ def first_timestamps(client: KafkaWireClient,
 def _fetch(client: KafkaWireClient,
            positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], bytes]:
     """The bytes each partition's answer carried (those answered with an error left out)."""
-    request = request_type(1, _FETCH_VERSION)
+    request = request_type(ApiKey.FETCH, _FETCH_VERSION)
     topic_type = sibling(request, "FetchTopic")
     partition_type = sibling(request, "FetchPartition")
     by_topic: dict[str, list[int]] = {}

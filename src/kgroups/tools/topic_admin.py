@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.tools.admin import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, AdminError, list_offsets
@@ -63,8 +64,8 @@ def _failed(code: int, message: str | None, what: str) -> AdminError:
 def create_topic(client: KafkaWireClient, name: str, partitions: int | None,
                  configs: dict[str, str], replication_factor: int | None = None) -> None:
     """CreateTopics for one topic; None for the broker's default partitions / replication."""
-    version = _version(client, 19, 7, "CreateTopics")
-    request = request_type(19, version)
+    version = _version(client, ApiKey.CREATE_TOPICS, 7, "CreateTopics")
+    request = request_type(ApiKey.CREATE_TOPICS, version)
     topic = build(sibling(request, "CreatableTopic"), name=name,
                   num_partitions=-1 if partitions is None else partitions,
                   replication_factor=-1 if replication_factor is None else replication_factor,
@@ -78,8 +79,8 @@ def create_topic(client: KafkaWireClient, name: str, partitions: int | None,
 
 
 def delete_topic(client: KafkaWireClient, name: str) -> None:
-    version = _version(client, 20, 5, "DeleteTopics")
-    (result,) = client.call(build(request_type(20, version), topic_names=(name,),
+    version = _version(client, ApiKey.DELETE_TOPICS, 5, "DeleteTopics")
+    (result,) = client.call(build(request_type(ApiKey.DELETE_TOPICS, version), topic_names=(name,),
                                   timeout=_TIMEOUT)).responses
     if int(result.error_code) != ErrorCode.NONE:
         raise _failed(int(result.error_code), getattr(result, "error_message", None),
@@ -88,8 +89,8 @@ def delete_topic(client: KafkaWireClient, name: str) -> None:
 
 def add_partitions(client: KafkaWireClient, name: str, total: int) -> None:
     """CreatePartitions: grow the topic to `total` partitions (kafka-topics --alter)."""
-    version = _version(client, 37, 3, "CreatePartitions")
-    request = request_type(37, version)
+    version = _version(client, ApiKey.CREATE_PARTITIONS, 3, "CreatePartitions")
+    request = request_type(ApiKey.CREATE_PARTITIONS, version)
     (result,) = client.call(build(request, topics=(build(
         sibling(request, "CreatePartitionsTopic"), name=name, count=total, assignments=None),),
         timeout=_TIMEOUT, validate_only=False)).results
@@ -102,8 +103,8 @@ def delete_records(client: KafkaWireClient, offsets: Mapping[tuple[str, int], in
     """DeleteRecords: move each partition's log start up to its offset (-1: the high
     watermark). Returns (error, low watermark) per partition; the low watermark is the new
     log start offset when the error is NONE."""
-    version = _version(client, 21, 2, "DeleteRecords")
-    request = request_type(21, version)
+    version = _version(client, ApiKey.DELETE_RECORDS, 2, "DeleteRecords")
+    request = request_type(ApiKey.DELETE_RECORDS, version)
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in offsets.items():
         by_topic.setdefault(topic, []).append((partition, offset))
@@ -118,8 +119,8 @@ def delete_records(client: KafkaWireClient, offsets: Mapping[tuple[str, int], in
 
 
 def _metadata(client: KafkaWireClient, names: list[str] | None) -> Any:
-    version = _version(client, 3, 12, "Metadata")
-    request = request_type(3, version)
+    version = _version(client, ApiKey.METADATA, 12, "Metadata")
+    request = request_type(ApiKey.METADATA, version)
     topics = None if names is None else tuple(
         build(sibling(request, "MetadataRequestTopic"), name=name, topic_id=None)
         for name in names)
@@ -134,8 +135,8 @@ def list_topics(client: KafkaWireClient, *, include_internal: bool = True) -> li
 
 
 def _topic_configs(client: KafkaWireClient, name: str) -> dict[str, str]:
-    version = _version(client, 32, 4, "DescribeConfigs")
-    request = request_type(32, version)
+    version = _version(client, ApiKey.DESCRIBE_CONFIGS, 4, "DescribeConfigs")
+    request = request_type(ApiKey.DESCRIBE_CONFIGS, version)
     (result,) = client.call(build(request, resources=(build(
         sibling(request, "DescribeConfigsResource"), resource_type=TOPIC_RESOURCE,
         resource_name=name, configuration_keys=None),), include_synonyms=False,

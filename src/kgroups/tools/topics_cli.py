@@ -116,7 +116,7 @@ def _run(client: KafkaWireClient, action: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def _handle(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace) -> int:
     try:
         action = _action(args)
         if action == "delete_records":  # the file is checked before anything is sent
@@ -176,4 +176,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --list, --describe: leave out internal topics (__consumer_offsets)")
     add("--output", choices=("text", "json"), default="text",
         help="text as kafka-topics prints it, or JSON for scripts")
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(run=_command)

@@ -64,7 +64,7 @@ def _list(client: KafkaWireClient, names: list[str]) -> None:
     print(table(("USER", "MECHANISM", "ITERATIONS"), rows))
 
 
-def _handle(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace) -> int:
     if sum(bool(x) for x in (args.add, args.delete, args.list)) != 1:
         print("kgroups users: error: name one action: --add USER, --delete USER or --list",
               file=sys.stderr)
@@ -101,4 +101,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add("--password", help="the password (asked for when not given)")
     add("--iterations", type=int, default=DEFAULT_ITERATIONS,
         help="PBKDF2 iterations (Kafka accepts 4096 to 16384)")
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(run=_command)

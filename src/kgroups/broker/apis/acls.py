@@ -8,8 +8,16 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
-from kgroups.broker.security.authorizer import AclBinding, AclFilter, Authorizer, binding_problem
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import (
+    AclBinding,
+    AclFilter,
+    Authorizer,
+    Operation,
+    binding_problem,
+)
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
@@ -28,9 +36,9 @@ def _filter(entry: Any) -> AclFilter:
                      entry.host_filter, int(entry.operation), int(entry.permission_type))
 
 
-@handles(api_key=29, min_version=1, max_version=3)
+@handles(api_key=ApiKey.DESCRIBE_ACLS, min_version=1, max_version=3)
 async def describe_acls(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(29, ctx.api_version)
+    response_cls = response_type(ApiKey.DESCRIBE_ACLS, ctx.api_version)
     authorizer = _authorizer(ctx)
     acl_filter = _filter(request)
     problem = DISABLED if authorizer is None else acl_filter.problem()
@@ -54,9 +62,9 @@ async def describe_acls(ctx: RequestContext, request: Any) -> Any:
                  error_message=None, resources=resources)
 
 
-@handles(api_key=30, min_version=1, max_version=3)
+@handles(api_key=ApiKey.CREATE_ACLS, min_version=1, max_version=3)
 async def create_acls(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(30, ctx.api_version)
+    response_cls = response_type(ApiKey.CREATE_ACLS, ctx.api_version)
     result_cls = sibling(response_cls, "AclCreationResult")
     authorizer = _authorizer(ctx)
     results = []
@@ -80,9 +88,9 @@ async def create_acls(ctx: RequestContext, request: Any) -> Any:
     return build(response_cls, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-@handles(api_key=31, min_version=1, max_version=3)
+@handles(api_key=ApiKey.DELETE_ACLS, min_version=1, max_version=3)
 async def delete_acls(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(31, ctx.api_version)
+    response_cls = response_type(ApiKey.DELETE_ACLS, ctx.api_version)
     result_cls = sibling(response_cls, "DeleteAclsFilterResult")
     matching_cls = sibling(response_cls, "DeleteAclsMatchingAcl")
     authorizer = _authorizer(ctx)
@@ -113,3 +121,16 @@ async def delete_acls(ctx: RequestContext, request: Any) -> Any:
 def install(registry: HandlerRegistry) -> None:
     for handler in (describe_acls, create_acls, delete_acls):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+authz.rule(ApiKey.DESCRIBE_ACLS)(authz.on_cluster(
+    Operation.DESCRIBE, lambda ctx, _: authz.cluster_denied(ctx, resources=())))
+authz.rule(ApiKey.CREATE_ACLS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, results=tuple(
+        authz.cluster_denied(ctx, "AclCreationResult") for _ in request.creations))))
+authz.rule(ApiKey.DELETE_ACLS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, filter_results=tuple(
+        authz.cluster_denied(ctx, "DeleteAclsFilterResult", matching_acls=())
+        for _ in request.filters))))

@@ -9,6 +9,7 @@ each partition's leader and leader epoch, and for FindCoordinator the leader of 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import uuid
@@ -18,6 +19,8 @@ from typing import Any
 from kio.static.primitive import i8
 
 from kgroups.broker import descriptors
+from kgroups.broker.apis import request_fields
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
 from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
@@ -27,8 +30,11 @@ from kgroups.broker.metadata_answer import (
     MetadataAnswer,
     encoded_topic,
 )
+from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
+    CLUSTER_NAME,
     OPERATIONS_NOT_REQUESTED,
+    Operation,
     ResourceType,
     all_operations,
 )
@@ -73,9 +79,9 @@ def _auto_create(broker: HandlerServices, name: str) -> ErrorCode:
     return ErrorCode.NONE
 
 
-@handles(api_key=18, min_version=0, max_version=4)
+@handles(api_key=ApiKey.API_VERSIONS, min_version=0, max_version=4)
 async def api_versions(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(18, ctx.api_version)
+    response_cls = response_type(ApiKey.API_VERSIONS, ctx.api_version)
     api_version_cls = sibling(response_cls, "ApiVersion")
     keys = tuple(
         api_version_cls(api_key=h.api_key, min_version=h.min_version, max_version=h.max_version)
@@ -160,7 +166,7 @@ def _asked_topic(ctx: RequestContext, request: Any, wanted: str | uuid.UUID,
                  encode: Callable[[str], CachedTopic], operations: int) -> Any:
     """The entry of a topic asked for by name or id: auto-created if missing and allowed."""
     broker = ctx.broker
-    topic_cls = sibling(response_type(3, ctx.api_version), "MetadataResponseTopic")
+    topic_cls = sibling(response_type(ApiKey.METADATA, ctx.api_version), "MetadataResponseTopic")
     if isinstance(wanted, uuid.UUID):
         name = _name_of(broker, wanted)
         if name is None:
@@ -198,10 +204,10 @@ def _brokers(ctx: RequestContext) -> tuple[list[BrokerEndpoint], int]:
     return live, live[0].node_id if live else -1
 
 
-@handles(api_key=3, min_version=0, max_version=12)
+@handles(api_key=ApiKey.METADATA, min_version=0, max_version=12)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    response_cls = response_type(3, ctx.api_version)
+    response_cls = response_type(ApiKey.METADATA, ctx.api_version)
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
 
     # v8+ may ask for the operations allowed on each topic (a missing one too) and, until v10,
@@ -236,10 +242,10 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                           getattr(frame, "cluster_authorized_operations", None))
 
 
-@handles(api_key=10, min_version=0, max_version=6)
+@handles(api_key=ApiKey.FIND_COORDINATOR, min_version=0, max_version=6)
 async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
-    response_cls = response_type(10, ctx.api_version)
+    response_cls = response_type(ApiKey.FIND_COORDINATOR, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
     feature = NOT_SERVED_KEY_TYPES.get(key_type)
     if feature is not None:
@@ -263,7 +269,7 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
                        else INVALID_REQUEST_TEXT)
         if failure is None and key_type == GROUP_KEY_TYPE and broker.leadership is not None:
             return _leased_coordinator(broker.leadership,
-                                       broker.coordinator.core.partition_of(key),
+                                       broker.coordinator.shard.partition_of(key),
                                        ctx.api_version)
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
@@ -300,11 +306,11 @@ BROKERS_ENDPOINT_TYPE = 1  # DescribeCluster's endpoint_type for brokers (2: con
 UNSUPPORTED_ENDPOINT_TYPE = 119  # Kafka's error code; nothing else in kgroups answers it
 
 
-@handles(api_key=60, min_version=0, max_version=2)
+@handles(api_key=ApiKey.DESCRIBE_CLUSTER, min_version=0, max_version=2)
 async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     """The brokers and the controller id as Metadata lists them; a request for controller
     endpoints (v1+) gets Kafka's UNSUPPORTED_ENDPOINT_TYPE, as a broker answers it."""
-    response_cls = response_type(60, ctx.api_version)
+    response_cls = response_type(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
     broker_cls = sibling(response_cls, "DescribeClusterBroker")
     endpoint_type = int(getattr(request, "endpoint_type", BROKERS_ENDPOINT_TYPE))
     operations = (all_operations(ResourceType.CLUSTER)
@@ -325,9 +331,9 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
                  controller_id=controller, brokers=brokers, **common)
 
 
-@handles(api_key=22, min_version=0, max_version=5)
+@handles(api_key=ApiKey.INIT_PRODUCER_ID, min_version=0, max_version=5)
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(22, ctx.api_version)
+    response_cls = response_type(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
         ctx.broker.not_served.report(ctx.client_host, ctx.client_id, "transactions",
                                      f"InitProducerId(transactional_id) v{ctx.api_version}")
@@ -349,3 +355,97 @@ def install(registry: HandlerRegistry) -> None:
     for handler in (api_versions, metadata, find_coordinator, describe_cluster,
                     init_producer_id):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.METADATA)
+async def _authorize_metadata(ctx: RequestContext, request: Any, inner: authz.Inner,
+                              check: authz.Check) -> Any:
+    """Describe on each topic; a missing one is auto-created only with Create (on the
+    cluster or the topic), else it answers TOPIC_AUTHORIZATION_FAILED. All topics (null):
+    the unauthorized ones are left out."""
+    asked = request.topics
+    if asked is None or (ctx.api_version == 0 and not asked):
+        response = await inner(ctx, request)
+        return _metadata_operations(check, response, tuple(
+            t for t in response.topics if check.topic(Operation.DESCRIBE, t.name)))
+    existing = ctx.broker.topics.partition_counts()
+    may_create = check.cluster(Operation.CREATE)
+
+    def allowed(topic: Any) -> bool:
+        if topic.name is None:  # asked by id: resolved and checked below
+            return True
+        if not check.topic(Operation.DESCRIBE, topic.name):
+            return False
+        return topic.name in existing or may_create or check.topic(Operation.CREATE, topic.name)
+
+    passed, denied = authz.split(asked, allowed)
+    response = await inner(ctx, dataclasses.replace(request, topics=passed))
+    # v0 reads an empty list as every topic: when all named ones were denied, only the
+    # brokers of that answer are wanted.
+    kept = () if not passed and ctx.api_version == 0 else tuple(
+        t for t in response.topics if t.name is None or check.topic(Operation.DESCRIBE, t.name))
+    denied_topics = tuple(authz.nested(
+        ctx, "MetadataResponseTopic", error_code=kio_error(authz.TOPIC_DENIED), name=t.name,
+        topic_id=None, is_internal=False, partitions=(),
+        topic_authorized_operations=OPERATIONS_NOT_REQUESTED) for t in denied)
+    return _metadata_operations(check, response, kept + denied_topics)
+
+
+def _metadata_operations(check: authz.Check, response: Any, topics: tuple[Any, ...]) -> Any:
+    """The Metadata answer with these topics and its operations narrowed to the principal."""
+    cluster = getattr(response, "cluster_authorized_operations", None)
+    if cluster is not None:
+        response = dataclasses.replace(response, cluster_authorized_operations=check.operations(
+            int(cluster), ResourceType.CLUSTER, CLUSTER_NAME))
+    return dataclasses.replace(response, topics=tuple(
+        check.with_topic_operations(t) for t in topics))
+
+
+@authz.rule(ApiKey.FIND_COORDINATOR)
+async def _authorize_find_coordinator(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                      check: authz.Check) -> Any:
+    transactional = request_fields.coordinator_key_type(request) == TRANSACTION_KEY_TYPE
+    kind = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
+    denied_error = authz.TXN_DENIED if transactional else authz.GROUP_DENIED
+    denied = {"node_id": -1, "host": "", "port": -1, "error_code": kio_error(denied_error),
+              "error_message": authz.MESSAGES[denied_error]}
+    if ctx.api_version < 4:
+        if check(Operation.DESCRIBE, kind, request.key):
+            return await inner(ctx, request)
+        return authz.response(ctx, **denied)
+    keys = tuple(request.coordinator_keys)
+    allowed, _ = authz.split(keys, lambda key: check(Operation.DESCRIBE, kind, key))
+    answered = {}
+    if allowed:
+        inner_response = await inner(ctx, dataclasses.replace(request, coordinator_keys=allowed))
+        answered = {c.key: c for c in inner_response.coordinators}
+    coordinators = tuple(answered[key] if key in answered
+                         else authz.nested(ctx, "Coordinator", key=key, **denied) for key in keys)
+    return authz.response(ctx, coordinators=coordinators)
+
+
+@authz.rule(ApiKey.DESCRIBE_CLUSTER)
+async def _authorize_describe_cluster(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                      check: authz.Check) -> Any:
+    """The brokers are anyone's to see, as Metadata lists them; the cluster's operations,
+    when asked for, are narrowed to the principal's."""
+    response = await inner(ctx, request)
+    return dataclasses.replace(response, cluster_authorized_operations=check.operations(
+        int(response.cluster_authorized_operations), ResourceType.CLUSTER, CLUSTER_NAME))
+
+
+@authz.rule(ApiKey.INIT_PRODUCER_ID)
+async def _authorize_init_producer_id(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                      check: authz.Check) -> Any:
+    if request.transactional_id is not None:
+        ok = check(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+        error = authz.TXN_DENIED
+    else:
+        ok = check.cluster(Operation.IDEMPOTENT_WRITE) or check.authorizer.allowed_on_any(
+            check.principal, check.host, Operation.WRITE, ResourceType.TOPIC)
+        error = authz.CLUSTER_DENIED
+    if ok:
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(error), producer_id=-1, producer_epoch=-1)

@@ -14,10 +14,12 @@ refused per resource.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.dynamic_configs import (
@@ -28,6 +30,8 @@ from kgroups.broker.dynamic_configs import (
 )
 from kgroups.broker.events import log_event
 from kgroups.broker.group_configs import GROUP_SETTINGS
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.security.sensitive_settings import (
     is_sensitive,
     overridden_setting,
@@ -203,9 +207,9 @@ def _describe_group(ctx: RequestContext, entry_cls: type[Any], name: str,
     return ErrorCode.NONE, None, tuple(entries)
 
 
-@handles(api_key=32, min_version=1, max_version=4)
+@handles(api_key=ApiKey.DESCRIBE_CONFIGS, min_version=1, max_version=4)
 async def describe_configs(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(32, ctx.api_version)
+    response_cls = response_type(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
     result_cls = sibling(response_cls, "DescribeConfigsResult")
     entry_cls = sibling(response_cls, "DescribeConfigsResourceResult")
     results = []
@@ -322,13 +326,13 @@ def _alter_resources(ctx: RequestContext, request: Any, legacy: bool) -> Any:
     return build(response_cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
-@handles(api_key=44, min_version=0, max_version=1)
+@handles(api_key=ApiKey.INCREMENTAL_ALTER_CONFIGS, min_version=0, max_version=1)
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     """Each named setting set, deleted, appended to or subtracted from."""
     return _alter_resources(ctx, request, legacy=False)
 
 
-@handles(api_key=33, min_version=0, max_version=2)
+@handles(api_key=ApiKey.ALTER_CONFIGS, min_version=0, max_version=2)
 async def alter_configs(ctx: RequestContext, request: Any) -> Any:
     """The legacy AlterConfigs (clients' admin APIs still send it): as on Kafka, a resource's
     whole set of settings (a topic's own, or a broker layer's) is replaced by the given ones,
@@ -340,3 +344,62 @@ def install(registry: HandlerRegistry) -> None:
     registry.register(describe_configs)
     registry.register(incremental_alter_configs)
     registry.register(alter_configs)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+# ConfigResource types: topic, broker, broker logger, client metrics, group.
+_CONFIG_TOPIC, _CONFIG_GROUP = 2, 32
+_CONFIG_CLUSTER_WIDE = frozenset({4, 8, 16})
+
+
+def _config_denial(check: authz.Check, operation: Operation, resource: Any) -> ErrorCode | None:
+    """Kafka's check of one config resource: the topic, the group, or the cluster."""
+    kind, name = int(resource.resource_type), resource.resource_name
+    if kind == _CONFIG_TOPIC:
+        return None if check.topic(operation, name) else authz.TOPIC_DENIED
+    if kind == _CONFIG_GROUP:
+        return None if check.group(operation, name) else authz.GROUP_DENIED
+    if kind in _CONFIG_CLUSTER_WIDE:
+        return None if check.cluster(operation) else authz.CLUSTER_DENIED
+    return None  # the handler refuses a type it does not know
+
+
+async def _checked_resources(ctx: RequestContext, request: Any, inner: authz.Inner,
+                             check: authz.Check, operation: Operation,
+                             results: Callable[[Any], Iterable[Any]], entry_class: str,
+                             **denied_extra: Any) -> tuple[Any, ...]:
+    """Each resource's entry in request order: the handler's for the allowed ones (asked
+    about those alone), a denied `entry_class` with the denial's error for the rest."""
+    resources = tuple(request.resources)
+    allowed = tuple(r for r in resources if _config_denial(check, operation, r) is None)
+    answered: dict[tuple[int, str], Any] = {}
+    if allowed:
+        answered = {(int(r.resource_type), r.resource_name): r for r in results(await inner(
+            ctx, dataclasses.replace(request, resources=allowed)))}
+    entries = []
+    for resource in resources:
+        error = _config_denial(check, operation, resource)
+        key = (int(resource.resource_type), resource.resource_name)
+        entries.append(answered[key] if error is None and key in answered else authz.nested(
+            ctx, entry_class, error_code=kio_error(error or ErrorCode.NONE),
+            error_message=authz.MESSAGES.get(error) if error else None,
+            resource_type=resource.resource_type, resource_name=resource.resource_name,
+            **denied_extra))
+    return tuple(entries)
+
+
+@authz.rule(ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS)
+async def _authorize_alter_configs(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    return authz.response(ctx, responses=await _checked_resources(
+        ctx, request, inner, check, Operation.ALTER_CONFIGS, lambda response: response.responses,
+        "AlterConfigsResourceResponse"))
+
+
+@authz.rule(ApiKey.DESCRIBE_CONFIGS)
+async def _authorize_describe_configs(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                      check: authz.Check) -> Any:
+    return authz.response(ctx, results=await _checked_resources(
+        ctx, request, inner, check, Operation.DESCRIBE_CONFIGS, lambda response: response.results,
+        "DescribeConfigsResult", configs=()))

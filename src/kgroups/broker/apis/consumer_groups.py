@@ -1,20 +1,26 @@
 """KIP-848's consumer-group APIs on the wire: ConsumerGroupHeartbeat (68) and
-ConsumerGroupDescribe (69), versions 0-1, mapped to and from the coordinator core's types.
+ConsumerGroupDescribe (69), versions 0-1, mapped to and from the coordinator's messages.
 
-The core names topics by id, as the protocol does; it knows the broker's topics (name, stable
+The coordinator names topics by id, as the protocol does; it knows the broker's topics (name, stable
 id, partition count) from the coordinator runtime, which the topic catalogue tells of every
 topic created, deleted or grown, so the change reaches a group at its next heartbeat.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
+from kgroups.broker.apis import request_fields as fields
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
+    Operation,
     ResourceType,
     all_operations,
 )
@@ -34,14 +40,8 @@ _CLASSIC_MEMBER_TYPE = 0
 _CONSUMER_MEMBER_TYPE = 1
 
 
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
-    return int(value)
-
-
 class ConsumerGroupHeartbeatHandler:
-    api_key, min_version, max_version = 68, 0, 1
+    api_key, min_version, max_version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         owned = request.topic_partitions
@@ -54,9 +54,9 @@ class ConsumerGroupHeartbeatHandler:
                 member_epoch=int(request.member_epoch),
                 instance_id=request.instance_id,
                 rack_id=request.rack_id,
-                rebalance_timeout_ms=_ms(request.rebalance_timeout),
+                rebalance_timeout_ms=fields.milliseconds(request.rebalance_timeout),
                 subscribed_topic_names=None if names is None else tuple(names),
-                subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+                subscribed_topic_regex=fields.heartbeat_topic_regex(request),
                 server_assignor=request.server_assignor,
                 topic_partitions=None if owned is None else tuple(
                     (t.topic_id or uuid.UUID(int=0), tuple(int(p) for p in t.partitions))
@@ -66,7 +66,7 @@ class ConsumerGroupHeartbeatHandler:
                 version=ctx.api_version,
                 describable_topics=ctx.describable_topics,
             ))
-        response = response_type(68, ctx.api_version)
+        response = response_type(ApiKey.CONSUMER_GROUP_HEARTBEAT, ctx.api_version)
         assignment = None
         if answer.assignment is not None:
             assignment = build(sibling(response, "Assignment"), topic_partitions=_wire_topics(
@@ -85,14 +85,14 @@ def _wire_topics(topic_cls: type[Any], topics: TopicPartitionList) -> tuple[Any,
 
 
 class ConsumerGroupDescribeHandler:
-    api_key, min_version, max_version = 69, 0, 1
+    api_key, min_version, max_version = ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.group_ids)
         answer: ConsumerGroupDescribeResponse = await ctx.broker.coordinator.call(
             lambda request_id: ConsumerGroupDescribeRequest(request_id, group_ids))
-        core = ctx.broker.coordinator.core
-        response = response_type(69, ctx.api_version)
+        shard = ctx.broker.coordinator.shard
+        response = response_type(ApiKey.CONSUMER_GROUP_DESCRIBE, ctx.api_version)
         group_cls = sibling(response, "DescribedGroup")
         member_cls = sibling(response, "Member")
         assignment_cls = sibling(response, "Assignment")
@@ -104,7 +104,7 @@ class ConsumerGroupDescribeHandler:
 
         def named(topics: TopicPartitionList) -> Any:
             return build(assignment_cls, topic_partitions=tuple(
-                build(topic_cls, topic_id=t, topic_name=core.topic_name(t) or "", partitions=p)
+                build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
                 for t, p in topics))
 
         return build(response, throttle_time=_NO_THROTTLE, groups=tuple(
@@ -133,3 +133,63 @@ class ConsumerGroupDescribeHandler:
 def install(registry: HandlerRegistry) -> None:
     registry.register(ConsumerGroupHeartbeatHandler())
     registry.register(ConsumerGroupDescribeHandler())
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+HIDDEN_TOPICS_MESSAGE = ("The group has described topic(s) that the client is not authorized "
+                         "to describe.")
+
+
+@authz.rule(ApiKey.CONSUMER_GROUP_DESCRIBE)
+async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                             check: authz.Check) -> Any:
+    names = tuple(request.group_ids)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
+        lambda response: response.groups)
+    denied = {"error_code": kio_error(authz.GROUP_DENIED),
+              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
+              "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+              "assignor_name": "", "members": (),
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
+    # A group whose members hold or are to get a topic the principal may not Describe is not
+    # shown at all, as Kafka answers it (the topic's name would tell what it may not know).
+    hidden = {"error_code": kio_error(authz.TOPIC_DENIED), "error_message": HIDDEN_TOPICS_MESSAGE,
+              "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
+              "members": (), "authorized_operations": OPERATIONS_NOT_REQUESTED}
+
+    def shown(group: Any) -> Any:
+        topics = {topic.topic_name for member in group.members
+                  for assignment in (member.assignment, member.target_assignment)
+                  for topic in assignment.topic_partitions}
+        if all(check.topic(Operation.DESCRIBE, topic) for topic in topics):
+            return check.with_group_operations(group)
+        return authz.nested(ctx, "DescribedGroup", group_id=group.group_id, **hidden)
+
+    return authz.response(ctx, groups=tuple(
+        shown(answered[name]) if name in answered
+        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+
+
+@authz.rule(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                              check: authz.Check) -> Any:
+    def error(code: ErrorCode, message: str) -> Any:
+        return authz.response(ctx, error_code=kio_error(code), error_message=message,
+                              member_id=None, member_epoch=-1, heartbeat_interval=authz.NO_THROTTLE,
+                              assignment=None)
+
+    if not check.group(Operation.READ, request.group_id):
+        return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])
+    unauthorized = sorted(name for name in request.subscribed_topic_names or ()
+                          if not check.topic(Operation.DESCRIBE, name))
+    if unauthorized:
+        return error(authz.TOPIC_DENIED,
+                     f"Not authorized to access topics: [{', '.join(unauthorized)}]")
+    # A regex resolved on this heartbeat keeps only the topics its principal may Describe.
+    def describable(names: Iterable[str]) -> frozenset[str]:
+        return frozenset(name for name in names if check.topic(Operation.DESCRIBE, name))
+
+    return await inner(dataclasses.replace(ctx, describable_topics=describable), request)

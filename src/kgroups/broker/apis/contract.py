@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.wire import has_message_schema
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ class HandlerServices(Protocol):
 class RequestContext:
     """What a handler may know about the request beyond its body."""
 
-    api_key: int
+    api_key: ApiKey
     api_version: int
     correlation_id: int
     client_id: str | None
@@ -84,7 +85,7 @@ class ApiHandler(Protocol):
     The key and version range are read-only, as the frozen handlers hold them."""
 
     @property
-    def api_key(self) -> int: ...
+    def api_key(self) -> ApiKey: ...
 
     @property
     def min_version(self) -> int: ...
@@ -149,7 +150,7 @@ HandlerFunction = Callable[[RequestContext, Any], Awaitable[Any]]
 class FunctionHandler:
     """An ApiHandler made from one coroutine function and the versions it speaks."""
 
-    api_key: int
+    api_key: ApiKey
     min_version: int
     max_version: int
     function: HandlerFunction
@@ -158,10 +159,10 @@ class FunctionHandler:
         return await self.function(ctx, request)
 
 
-def handles(api_key: int, min_version: int, max_version: int) -> Callable[
+def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[
     [HandlerFunction], FunctionHandler
 ]:
-    """Decorator: `@handles(3, 0, 12) async def metadata(ctx, request): ...`."""
+    """Decorator: `@handles(ApiKey.METADATA, 0, 12) async def metadata(ctx, request): ...`."""
 
     def wrap(function: HandlerFunction) -> FunctionHandler:
         return FunctionHandler(api_key, min_version, max_version, function)

@@ -22,9 +22,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -58,7 +61,7 @@ def _check(ctx: RequestContext, topic: str, partition: int,
     return ErrorCode.NONE, target
 
 
-@handles(api_key=21, min_version=0, max_version=2)
+@handles(api_key=ApiKey.DELETE_RECORDS, min_version=0, max_version=2)
 async def delete_records(ctx: RequestContext, request: Any) -> Any:
     # One answer per partition, the last offset asked for it counting, as Kafka's map keeps it.
     asked: dict[tuple[str, int], int] = {}
@@ -83,7 +86,7 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
         assert log is not None  # checked above, on this same loop turn
         return log.log_start_offset
 
-    response_cls = response_type(21, ctx.api_version)
+    response_cls = response_type(ApiKey.DELETE_RECORDS, ctx.api_version)
     topic_cls = sibling(response_cls, "DeleteRecordsTopicResult")
     partition_cls = sibling(response_cls, "DeleteRecordsPartitionResult")
     by_topic: dict[str, list[int]] = {}
@@ -100,3 +103,19 @@ async def delete_records(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(delete_records)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.DELETE_RECORDS)
+async def _authorize_delete_records(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                    check: authz.Check) -> Any:
+    """Delete on each topic; a denied one answers TOPIC_AUTHORIZATION_FAILED per partition
+    whether or not it exists."""
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.DELETE, t.name),
+        lambda response: response.topics)
+    return authz.response(ctx, topics=topics + tuple(authz.nested(
+        ctx, "DeleteRecordsTopicResult", name=t.name, partitions=authz.partition_entries(
+            ctx, "DeleteRecordsPartitionResult", t, authz.TOPIC_DENIED, low_watermark=-1))
+        for t in denied))

@@ -23,12 +23,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.down_convert import down_convert, fetch_magic
 from kgroups.broker.events import log_event
 from kgroups.broker.leader_hints import NO_EPOCH, epoch_error, leader_fields, node_endpoint_fields
 from kgroups.broker.legacy_schemas import nested
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
@@ -109,7 +112,7 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[P
 
 def _legacy_response(version: int, results: list[tuple[str, list[PartitionRead]]]) -> Any:
     """Fetch v0-v3: the records as old-format messages, no log start offset or session."""
-    response_cls = response_type(1, version)
+    response_cls = response_type(ApiKey.FETCH, version)
     topic_cls = nested(response_cls, "responses")
     partition_cls = nested(topic_cls, "partitions")
     magic = fetch_magic(version)
@@ -126,7 +129,7 @@ def _legacy_response(version: int, results: list[tuple[str, list[PartitionRead]]
     return response_cls(throttle_time=NO_THROTTLE, responses=responses)
 
 
-@handles(api_key=1, min_version=0, max_version=12)
+@handles(api_key=ApiKey.FETCH, min_version=0, max_version=12)
 async def fetch(ctx: RequestContext, request: Any) -> Any:
     deadline = time.monotonic() + request.max_wait.total_seconds()
     min_bytes = int(request.min_bytes)
@@ -142,7 +145,7 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
     if ctx.api_version <= 3:
         return _legacy_response(ctx.api_version, results)
-    response_cls = response_type(1, ctx.api_version)
+    response_cls = response_type(ApiKey.FETCH, ctx.api_version)
     topic_cls = sibling(response_cls, "FetchableTopicResponse")
     partition_cls = sibling(response_cls, "PartitionData")
     module = sys.modules[response_cls.__module__]
@@ -164,3 +167,21 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(fetch)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.FETCH)
+async def _authorize_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
+                           check: authz.Check) -> Any:
+    responses, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.READ, t.topic),
+        lambda response: response.responses)
+    denied_topics = tuple(authz.nested(
+        ctx, "FetchableTopicResponse", topic=t.topic, partitions=tuple(authz.nested(
+            ctx, "PartitionData", partition_index=p.partition,
+            error_code=kio_error(authz.TOPIC_DENIED), high_watermark=-1, last_stable_offset=-1,
+            log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1,
+            records=None) for p in t.partitions)) for t in denied)
+    return authz.response(ctx, error_code=kio_error(ErrorCode.NONE), session_id=0,
+                          responses=responses + denied_topics)

@@ -1,36 +1,36 @@
-"""The group APIs on the wire: kio messages in every version <-> the coordinator core's types.
+"""The group APIs on the wire: kio requests in every version <-> the coordinator's messages.
 
-The sans-IO core (`kgroups.coordinator`) knows nothing of API versions' field layouts; each
-handler here reads what its version carries, asks the coordinator runtime, and builds the
-response class of the same version (fields a version lacks are dropped by `wire.build`, as
-Kafka drops them). Version-dependent *behaviour* stays in the core, which gets `version`.
+The sans-IO coordinator (`kgroups.coordinator`) knows nothing of API versions' field layouts;
+each handler here reads what its version carries (`request_fields` for the fields only some
+versions have), asks the coordinator runtime, and builds the response class of the same
+version (fields a version lacks are dropped by `wire.build`, as Kafka drops them).
+Version-dependent *behaviour* stays in the coordinator, which gets `version`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import rebalance_field
 from kgroups.broker.apis import consumer_groups
-from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.apis import request_fields as fields
+from kgroups.broker.apis.api_keys import ApiKey
+from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
+from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
+    Operation,
     ResourceType,
     all_operations,
 )
 from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
-from kgroups.coordinator import messages as core
+from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
 
 _NO_THROTTLE = datetime.timedelta(0)
-
-
-def _ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return value // datetime.timedelta(milliseconds=1)
-    return int(value)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -42,36 +42,29 @@ def _response(ctx: RequestContext) -> type[Any]:
     return response_type(ctx.api_key, ctx.api_version)
 
 
-async def _ask(ctx: RequestContext, make: Callable[[core.RequestId], Any]) -> Any:
+async def _ask(ctx: RequestContext, make: Callable[[messages.RequestId], Any]) -> Any:
     return await ctx.broker.coordinator.call(make)
 
 
-class _GroupApi:
-    """Common shape of a group API handler; subclasses set the key/versions and `__call__`."""
-
-    api_key: int
-    min_version: int
-    max_version: int
-
-
-class JoinGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 11, 0, 9
+class JoinGroupHandler:
+    api_key, min_version, max_version = ApiKey.JOIN_GROUP, 0, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         version = ctx.api_version
-        answer: core.JoinGroupResponse = await _ask(ctx, lambda request_id: core.JoinGroupRequest(
+        answer: messages.JoinGroupResponse = await _ask(
+            ctx, lambda request_id: messages.JoinGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
             member_id=request.member_id,
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
-            session_timeout_ms=_ms(request.session_timeout),
-            rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", -1)),
-            group_instance_id=getattr(request, "group_instance_id", None),
+            session_timeout_ms=fields.milliseconds(request.session_timeout),
+            rebalance_timeout_ms=fields.join_rebalance_timeout_ms(request),
+            group_instance_id=fields.join_group_instance_id(request),
             client_id=ctx.client_id or "",
             client_host=_client_host(ctx),
             version=version,
-            reason=getattr(request, "reason", None),
+            reason=fields.join_reason(request),
         ))
         response = _response(ctx)
         member_type = sibling(response, "JoinGroupResponseMember")
@@ -97,8 +90,8 @@ class JoinGroupHandler(_GroupApi):
         )
 
 
-class SyncGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 14, 0, 5
+class SyncGroupHandler:
+    api_key, min_version, max_version = ApiKey.SYNC_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version >= 5 and (request.protocol_type is None
@@ -108,15 +101,17 @@ class SyncGroupHandler(_GroupApi):
             return build(_response(ctx), throttle_time=_NO_THROTTLE,
                          error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
                          protocol_type=None, protocol_name=None, assignment=b"")
-        answer: core.SyncGroupResponse = await _ask(ctx, lambda request_id: core.SyncGroupRequest(
+        protocol_type, protocol_name = fields.sync_protocol(request)
+        answer: messages.SyncGroupResponse = await _ask(
+            ctx, lambda request_id: messages.SyncGroupRequest(
             request_id=request_id,
             group_id=request.group_id,
             generation_id=int(request.generation_id),
             member_id=request.member_id,
             assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
-            group_instance_id=getattr(request, "group_instance_id", None),
-            protocol_type=getattr(request, "protocol_type", None),
-            protocol_name=getattr(request, "protocol_name", None),
+            group_instance_id=fields.sync_group_instance_id(request),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
             version=ctx.api_version,
         ))
         return build(
@@ -129,33 +124,36 @@ class SyncGroupHandler(_GroupApi):
         )
 
 
-class HeartbeatHandler(_GroupApi):
-    api_key, min_version, max_version = 12, 0, 4
+class HeartbeatHandler:
+    api_key, min_version, max_version = ApiKey.HEARTBEAT, 0, 4
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        answer: core.HeartbeatResponse = await _ask(ctx, lambda request_id: core.HeartbeatRequest(
+        answer: messages.HeartbeatResponse = await _ask(
+            ctx, lambda request_id: messages.HeartbeatRequest(
             request_id=request_id,
             group_id=request.group_id,
             generation_id=int(request.generation_id),
             member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
+            group_instance_id=fields.heartbeat_group_instance_id(request),
         ))
         return build(_response(ctx), throttle_time=_NO_THROTTLE,
                      error_code=kio_error(answer.error))
 
 
-class LeaveGroupHandler(_GroupApi):
-    api_key, min_version, max_version = 13, 0, 5
+class LeaveGroupHandler:
+    api_key, min_version, max_version = ApiKey.LEAVE_GROUP, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         if ctx.api_version < 3:
-            members: tuple[core.MemberIdentity, ...] = (core.MemberIdentity(request.member_id),)
+            members: tuple[messages.MemberIdentity, ...] = (
+                messages.MemberIdentity(request.member_id),)
         else:
             members = tuple(
-                core.MemberIdentity(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                messages.MemberIdentity(m.member_id, m.group_instance_id, fields.leave_reason(m))
                 for m in request.members
             )
-        answer: core.LeaveGroupResponse = await _ask(ctx, lambda request_id: core.LeaveGroupRequest(
+        answer: messages.LeaveGroupResponse = await _ask(
+            ctx, lambda request_id: messages.LeaveGroupRequest(
             request_id=request_id, group_id=request.group_id, members=members,
             version=ctx.api_version,
         ))
@@ -174,7 +172,7 @@ class LeaveGroupHandler(_GroupApi):
 
 def _partition_errors_response(
     response: type[Any], topic_class: str, partition_class: str,
-    topics: tuple[core.TopicPartitionErrors, ...],
+    topics: tuple[messages.TopicPartitionErrors, ...],
 ) -> tuple[Any, ...]:
     topic_type = sibling(response, topic_class)
     partition_type = sibling(response, partition_class)
@@ -187,17 +185,17 @@ def _partition_errors_response(
     )
 
 
-class OffsetCommitHandler(_GroupApi):
+class OffsetCommitHandler:
     # kio 0.6.5 ships OffsetCommit from v2 (Kafka 4 dropped v0/v1); v10 names topics by id,
     # which a broker without topic ids cannot honour.
-    api_key, min_version, max_version = 8, 2, 9
+    api_key, min_version, max_version = ApiKey.OFFSET_COMMIT, 2, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         # As Kafka's request handler does, partitions the cluster's metadata does not have are
         # refused here (a partition whose log is offline is still known), and only the rest go
         # to the coordinator (not at all if none are left).
         errors: dict[tuple[str, int], ErrorCode] = {}
-        known: list[core.OffsetCommitTopic] = []
+        known: list[messages.OffsetCommitTopic] = []
         for topic in request.topics:
             partitions = []
             for p in topic.partitions:
@@ -207,25 +205,25 @@ class OffsetCommitHandler(_GroupApi):
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     )
                     continue
-                partitions.append(core.OffsetCommitPartition(
+                partitions.append(messages.OffsetCommitPartition(
                     partition=int(p.partition_index),
                     offset=int(p.committed_offset),
                     metadata=p.committed_metadata,
-                    leader_epoch=int(getattr(p, "committed_leader_epoch", -1)),
+                    leader_epoch=fields.commit_leader_epoch(p),
                 ))
             if partitions:
-                known.append(core.OffsetCommitTopic(topic.name, tuple(partitions)))
+                known.append(messages.OffsetCommitTopic(topic.name, tuple(partitions)))
         if known:
-            answer: core.OffsetCommitResponse = await _ask(
+            answer: messages.OffsetCommitResponse = await _ask(
                 ctx,
-                lambda request_id: core.OffsetCommitRequest(
+                lambda request_id: messages.OffsetCommitRequest(
                     request_id=request_id,
                     group_id=request.group_id,
                     topics=tuple(known),
                     generation_id=int(request.generation_id_or_member_epoch),
                     member_id=request.member_id,
-                    group_instance_id=getattr(request, "group_instance_id", None),
-                    retention_time_ms=_ms(getattr(request, "retention_time", -1)),
+                    group_instance_id=fields.commit_group_instance_id(request),
+                    retention_time_ms=fields.commit_retention_ms(request),
                     version=ctx.api_version,
                 ),
             )
@@ -233,8 +231,8 @@ class OffsetCommitHandler(_GroupApi):
                 for result in answered.partitions:
                     errors[(answered.name, result.partition)] = result.error
         in_request_order = tuple(
-            core.TopicPartitionErrors(topic.name, tuple(
-                core.PartitionError(int(p.partition_index),
+            messages.TopicPartitionErrors(topic.name, tuple(
+                messages.PartitionError(int(p.partition_index),
                                     errors[(topic.name, int(p.partition_index))])
                 for p in topic.partitions
             ))
@@ -247,26 +245,26 @@ class OffsetCommitHandler(_GroupApi):
 
 
 def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,
-                 member_epoch: int = -1) -> core.OffsetFetchGroup:
+                 member_epoch: int = -1) -> messages.OffsetFetchGroup:
     wanted = None if topics is None else tuple(
         (t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
-    return core.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
+    return messages.OffsetFetchGroup(group_id, wanted, member_id, member_epoch)
 
 
-class OffsetFetchHandler(_GroupApi):
+class OffsetFetchHandler:
     # kio 0.6.5 ships OffsetFetch from v1; v10 names topics by id (see OffsetCommit).
-    api_key, min_version, max_version = 9, 1, 9
+    api_key, min_version, max_version = ApiKey.OFFSET_FETCH, 1, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         batched = ctx.api_version >= 8
         if batched:
-            groups = tuple(_fetch_group(g.group_id, g.topics, getattr(g, "member_id", None),
-                                        int(getattr(g, "member_epoch", -1)))
+            groups = tuple(_fetch_group(g.group_id, g.topics, *fields.fetch_member(g))
                            for g in request.groups)
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
-        answer: core.OffsetFetchResponse = await _ask(
-            ctx, lambda request_id: core.OffsetFetchRequest(request_id=request_id, groups=groups)
+        answer: messages.OffsetFetchResponse = await _ask(
+            ctx, lambda request_id: messages.OffsetFetchRequest(request_id=request_id,
+                                                                groups=groups)
         )
         response = _response(ctx)
         if batched:
@@ -289,7 +287,7 @@ class OffsetFetchHandler(_GroupApi):
 
     @staticmethod
     def _topics(response: type[Any], topic_class: str, partition_class: str,
-                fetched: core.FetchedGroup) -> tuple[Any, ...]:
+                fetched: messages.FetchedGroup) -> tuple[Any, ...]:
         topic_type = sibling(response, topic_class)
         partition_type = sibling(response, partition_class)
         return tuple(
@@ -303,7 +301,7 @@ class OffsetFetchHandler(_GroupApi):
         )
 
     @staticmethod
-    def _error_topics(response: type[Any], group: core.OffsetFetchGroup,
+    def _error_topics(response: type[Any], group: messages.OffsetFetchGroup,
                       error: ErrorCode) -> tuple[Any, ...]:
         topic_type = sibling(response, "OffsetFetchResponseTopic")
         partition_type = sibling(response, "OffsetFetchResponsePartition")
@@ -317,8 +315,8 @@ class OffsetFetchHandler(_GroupApi):
         )
 
 
-class DescribeGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 15, 0, 6
+class DescribeGroupsHandler:
+    api_key, min_version, max_version = ApiKey.DESCRIBE_GROUPS, 0, 6
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups)
@@ -327,10 +325,10 @@ class DescribeGroupsHandler(_GroupApi):
         # authorizer, acl_enforcement narrows them to the principal's. One in error carries
         # Integer.MIN_VALUE, as in Kafka 4.3.1.
         operations = (all_operations(ResourceType.GROUP)
-                      if getattr(request, "include_authorized_operations", False)
+                      if fields.describe_include_operations(request)
                       else OPERATIONS_NOT_REQUESTED)
-        answer: core.DescribeGroupsResponse = await _ask(
-            ctx, lambda request_id: core.DescribeGroupsRequest(
+        answer: messages.DescribeGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.DescribeGroupsRequest(
                 request_id=request_id, group_ids=group_ids, version=ctx.api_version)
         )
         response = _response(ctx)
@@ -366,14 +364,14 @@ class DescribeGroupsHandler(_GroupApi):
         return build(response, throttle_time=_NO_THROTTLE, groups=described)
 
 
-class ListGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 16, 0, 5
+class ListGroupsHandler:
+    api_key, min_version, max_version = ApiKey.LIST_GROUPS, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        states = tuple(getattr(request, "states_filter", ()) or ())
-        types = tuple(getattr(request, "types_filter", ()) or ())
-        answer: core.ListGroupsResponse = await _ask(
-            ctx, lambda request_id: core.ListGroupsRequest(request_id, states_filter=states)
+        states = fields.list_states_filter(request)
+        types = fields.list_types_filter(request)
+        answer: messages.ListGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.ListGroupsRequest(request_id, states_filter=states)
         )
         listed = answer.groups
         if types:
@@ -389,13 +387,13 @@ class ListGroupsHandler(_GroupApi):
                      ))
 
 
-class DeleteGroupsHandler(_GroupApi):
-    api_key, min_version, max_version = 42, 0, 2
+class DeleteGroupsHandler:
+    api_key, min_version, max_version = ApiKey.DELETE_GROUPS, 0, 2
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups_names)
-        answer: core.DeleteGroupsResponse = await _ask(
-            ctx, lambda request_id: core.DeleteGroupsRequest(request_id, group_ids)
+        answer: messages.DeleteGroupsResponse = await _ask(
+            ctx, lambda request_id: messages.DeleteGroupsRequest(request_id, group_ids)
         )
         response = _response(ctx)
         result_type = sibling(response, "DeletableGroupResult")
@@ -405,15 +403,16 @@ class DeleteGroupsHandler(_GroupApi):
         ))
 
 
-class OffsetDeleteHandler(_GroupApi):
-    api_key, min_version, max_version = 47, 0, 0
+class OffsetDeleteHandler:
+    api_key, min_version, max_version = ApiKey.OFFSET_DELETE, 0, 0
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         topics = tuple(
             (t.name, tuple(int(p.partition_index) for p in t.partitions)) for t in request.topics
         )
-        answer: core.OffsetDeleteResponse = await _ask(
-            ctx, lambda request_id: core.OffsetDeleteRequest(request_id, request.group_id, topics)
+        answer: messages.OffsetDeleteResponse = await _ask(
+            ctx,
+            lambda request_id: messages.OffsetDeleteRequest(request_id, request.group_id, topics)
         )
         response = _response(ctx)
         return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
@@ -422,23 +421,190 @@ class OffsetDeleteHandler(_GroupApi):
                          answer.topics))
 
 
-GROUP_HANDLERS: tuple[type[_GroupApi], ...] = (
-    JoinGroupHandler,
-    SyncGroupHandler,
-    HeartbeatHandler,
-    LeaveGroupHandler,
-    OffsetCommitHandler,
-    OffsetFetchHandler,
-    DescribeGroupsHandler,
-    ListGroupsHandler,
-    DeleteGroupsHandler,
-    OffsetDeleteHandler,
+GROUP_HANDLERS: tuple[ApiHandler, ...] = (
+    JoinGroupHandler(),
+    SyncGroupHandler(),
+    HeartbeatHandler(),
+    LeaveGroupHandler(),
+    OffsetCommitHandler(),
+    OffsetFetchHandler(),
+    DescribeGroupsHandler(),
+    ListGroupsHandler(),
+    DeleteGroupsHandler(),
+    OffsetDeleteHandler(),
 )
 
 
 def install(registry: HandlerRegistry) -> None:
     """Register every group API (kgroups.broker.broker.install_handlers calls it),
     KIP-848's consumer-group APIs included."""
-    for handler_class in GROUP_HANDLERS:
-        registry.register(handler_class())  # type: ignore[arg-type]
+    for handler in GROUP_HANDLERS:
+        registry.register(handler)
     consumer_groups.install(registry)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+_GROUP_DENIED_FIELDS: dict[int, dict[str, Any]] = {
+    ApiKey.JOIN_GROUP: {"generation_id": -1, "protocol_type": None, "leader": "",
+                        "skip_assignment": False, "member_id": "", "members": ()},
+    ApiKey.HEARTBEAT: {},
+    ApiKey.SYNC_GROUP: {"protocol_type": None, "protocol_name": None, "assignment": b""},
+}
+
+
+@authz.rule(ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.SYNC_GROUP)
+async def _authorize_group_read(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                check: authz.Check) -> Any:
+    if check.group(Operation.READ, request.group_id):
+        return await inner(ctx, request)
+    fields = dict(_GROUP_DENIED_FIELDS[ctx.api_key])
+    if ctx.api_key == ApiKey.JOIN_GROUP:  # nullable from v7; before, the empty string
+        fields["protocol_name"] = None if ctx.api_version >= 7 else ""
+    return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), **fields)
+
+
+@authz.rule(ApiKey.LEAVE_GROUP)
+async def _authorize_leave_group(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    if check.group(Operation.READ, request.group_id):
+        return await inner(ctx, request)
+    return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), members=())
+
+
+@authz.rule(ApiKey.OFFSET_COMMIT)
+async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    def denied_topic(topic: Any, error: ErrorCode) -> Any:
+        return authz.nested(ctx, "OffsetCommitResponseTopic", name=topic.name, partitions=(
+            authz.partition_entries(ctx, "OffsetCommitResponsePartition", topic, error)))
+
+    if not check.group(Operation.READ, request.group_id):
+        return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
+                                                for t in request.topics))
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.READ, t.name),
+        lambda response: response.topics)
+    return authz.response(ctx, topics=topics + tuple(denied_topic(t, authz.TOPIC_DENIED)
+                                                     for t in denied))
+
+
+_NO_OFFSET = {"committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
+
+
+def _fetch_topics(ctx: RequestContext, check: authz.Check, topics: Any, answered: Any,
+                  topic_cls: str, partition_cls: str) -> tuple[Any, ...]:
+    """OffsetFetch's topics: asked-for unauthorized ones answer TOPIC_AUTHORIZATION_FAILED per
+    partition; when all were asked for (null), unauthorized ones are left out."""
+    if topics is None:
+        return tuple(t for t in answered if check.topic(Operation.DESCRIBE, t.name))
+    denied = tuple(
+        authz.nested(ctx, topic_cls, name=t.name, partitions=authz.partition_entries(
+            ctx, partition_cls, t, authz.TOPIC_DENIED, **_NO_OFFSET))
+        for t in topics if not check.topic(Operation.DESCRIBE, t.name))
+    return tuple(answered) + denied
+
+
+@authz.rule(ApiKey.OFFSET_FETCH)
+async def _authorize_offset_fetch(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                  check: authz.Check) -> Any:
+    if ctx.api_version < 8:
+        asked = request.topics
+        if not check.group(Operation.DESCRIBE, request.group_id):
+            if ctx.api_version < 2:  # no group-level error yet: each partition carries it
+                return authz.response(ctx, topics=tuple(authz.nested(
+                    ctx, "OffsetFetchResponseTopic", name=t.name,
+                    partitions=authz.partition_entries(
+                        ctx, "OffsetFetchResponsePartition", t, authz.GROUP_DENIED, **_NO_OFFSET))
+                    for t in asked))
+            return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), topics=())
+        allowed = None if asked is None else tuple(
+            t for t in asked if check.topic(Operation.DESCRIBE, t.name))
+        answered: tuple[Any, ...] = ()
+        if allowed is None or allowed:
+            response = await inner(ctx, dataclasses.replace(request, topics=allowed))
+            if int(getattr(response, "error_code", ErrorCode.NONE)) != 0:
+                return response
+            answered = tuple(response.topics)
+        return dataclasses.replace(
+            authz.response(ctx, error_code=kio_error(ErrorCode.NONE), topics=()),
+            topics=_fetch_topics(ctx, check, asked, answered, "OffsetFetchResponseTopic",
+                                 "OffsetFetchResponsePartition"))
+    groups = tuple(request.groups)
+    allowed_groups = []
+    for group in groups:
+        if check.group(Operation.DESCRIBE, group.group_id):
+            topics = None if group.topics is None else tuple(
+                t for t in group.topics if check.topic(Operation.DESCRIBE, t.name))
+            allowed_groups.append(dataclasses.replace(group, topics=topics))
+    answered_groups = {}
+    if allowed_groups:
+        response = await inner(ctx, dataclasses.replace(request, groups=tuple(allowed_groups)))
+        answered_groups = {g.group_id: g for g in response.groups}
+    results = []
+    for group in groups:
+        if group.group_id not in answered_groups:
+            results.append(authz.nested(ctx, "OffsetFetchResponseGroup", group_id=group.group_id,
+                                        error_code=kio_error(authz.GROUP_DENIED), topics=()))
+            continue
+        answer = answered_groups[group.group_id]
+        results.append(dataclasses.replace(answer, topics=_fetch_topics(
+            ctx, check, group.topics, answer.topics, "OffsetFetchResponseTopics",
+            "OffsetFetchResponsePartitions")))
+    return authz.response(ctx, groups=tuple(results))
+
+
+@authz.rule(ApiKey.OFFSET_DELETE)
+async def _authorize_offset_delete(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    if not check.group(Operation.DELETE, request.group_id):
+        return authz.response(ctx, error_code=kio_error(authz.GROUP_DENIED), topics=())
+    allowed, denied = authz.split(request.topics, lambda t: check.topic(Operation.READ, t.name))
+    response = await inner(ctx, dataclasses.replace(request, topics=allowed))
+    if int(response.error_code) != 0:  # a group-level error answers without topics
+        return response
+    denied_topics = tuple(authz.nested(ctx, "OffsetDeleteResponseTopic", name=t.name, partitions=(
+        authz.partition_entries(ctx, "OffsetDeleteResponsePartition", t, authz.TOPIC_DENIED)))
+        for t in denied)
+    return dataclasses.replace(response, topics=tuple(response.topics) + denied_topics)
+
+
+@authz.rule(ApiKey.DESCRIBE_GROUPS)
+async def _authorize_describe_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                     check: authz.Check) -> Any:
+    names = tuple(request.groups)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, groups=ids),
+        lambda response: response.groups)
+    denied = {"error_code": kio_error(authz.GROUP_DENIED),
+              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
+              "group_state": "", "protocol_type": "", "protocol_data": "", "members": (),
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
+    return authz.response(ctx, groups=tuple(
+        check.with_group_operations(answered[name]) if name in answered
+        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+
+
+@authz.rule(ApiKey.DELETE_GROUPS)
+async def _authorize_delete_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    names = tuple(request.groups_names)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DELETE, name))
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, groups_names=ids),
+        lambda response: response.results)
+    return authz.response(ctx, results=tuple(
+        answered[name] if name in answered else authz.nested(
+            ctx, "DeletableGroupResult", group_id=name, error_code=kio_error(authz.GROUP_DENIED))
+        for name in names))
+
+
+@authz.rule(ApiKey.LIST_GROUPS)
+async def _authorize_list_groups(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                 check: authz.Check) -> Any:
+    response = await inner(ctx, request)
+    if check.cluster(Operation.DESCRIBE):
+        return response
+    return dataclasses.replace(response, groups=tuple(
+        g for g in response.groups if check.group(Operation.DESCRIBE, g.group_id)))

@@ -24,9 +24,12 @@ import os
 import time
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.leader_hints import NO_EPOCH, epoch_error
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.wire import build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import decode_batch
@@ -129,7 +132,7 @@ def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
 
 
 def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(2, 0)
+    response_cls = response_type(ApiKey.LIST_OFFSETS, 0)
     topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
     partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
     topics = []
@@ -145,11 +148,11 @@ def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
     return response_cls(topics=tuple(topics))
 
 
-@handles(api_key=2, min_version=0, max_version=11)
+@handles(api_key=ApiKey.LIST_OFFSETS, min_version=0, max_version=11)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version == 0:
         return _list_offsets_v0(ctx, request)
-    response_cls = response_type(2, ctx.api_version)
+    response_cls = response_type(ApiKey.LIST_OFFSETS, ctx.api_version)
     topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
     partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
     topics = []
@@ -168,3 +171,21 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(list_offsets)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.LIST_OFFSETS)
+async def _authorize_list_offsets(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                  check: authz.Check) -> Any:
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.DESCRIBE, t.name),
+        lambda response: response.topics)
+    # v0 answers a list of offsets; later versions one offset and its timestamp.
+    unknown: dict[str, Any] = ({"old_style_offsets": ()} if ctx.api_version == 0 else
+                               {"timestamp": -1, "offset": -1, "leader_epoch": -1})
+    denied_topics = tuple(authz.nested(ctx, "ListOffsetsTopicResponse", name=t.name, partitions=(
+        authz.partition_entries(ctx, "ListOffsetsPartitionResponse", t, authz.TOPIC_DENIED,
+                                **unknown)))
+        for t in denied)
+    return authz.response(ctx, topics=topics + denied_topics)

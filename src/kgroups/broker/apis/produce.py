@@ -28,6 +28,7 @@ also finds a leader that moved meanwhile.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 import sys
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
@@ -49,6 +51,8 @@ from kgroups.broker.record_policy import (
     stamp_log_append_time,
     timestamp_errors,
 )
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation, ResourceType
 from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import build, kio_error, response_type, sibling
@@ -283,7 +287,7 @@ def _append_time(ms: int) -> datetime | None:
     return None if ms < 0 else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-@handles(api_key=0, min_version=3, max_version=12)
+@handles(api_key=ApiKey.PRODUCE, min_version=3, max_version=12)
 async def produce(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     acks = int(request.acks)
@@ -307,7 +311,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
         if any(o.error != ErrorCode.NONE for _, partitions in outcomes for _, o in partitions):
             raise CloseConnection("acks0_produce_failed")
         return None
-    response_cls = response_type(0, ctx.api_version)
+    response_cls = response_type(ApiKey.PRODUCE, ctx.api_version)
     topic_cls = sibling(response_cls, "TopicProduceResponse")
     partition_cls = sibling(response_cls, "PartitionProduceResponse")
     module = sys.modules[response_cls.__module__]
@@ -335,3 +339,35 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
 
 def install(registry: HandlerRegistry) -> None:
     registry.register(produce)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.PRODUCE)
+async def _authorize_produce(ctx: RequestContext, request: Any, inner: authz.Inner,
+                             check: authz.Check) -> Any:
+    if request.transactional_id is not None and not check(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        if int(request.acks) == 0:
+            raise CloseConnection("produce_transactional_id_unauthorized")
+        return authz.response(ctx, responses=tuple(_produce_topic(ctx, t, authz.TXN_DENIED)
+                                                   for t in request.topic_data))
+    allowed, denied = authz.split(request.topic_data,
+                                  lambda t: check.topic(Operation.WRITE, t.name))
+    if denied and int(request.acks) == 0:
+        raise CloseConnection("produce_topic_unauthorized")  # acks=0 learns of errors so
+    responses: tuple[Any, ...] = ()
+    if allowed:
+        response = await inner(ctx, dataclasses.replace(request, topic_data=allowed))
+        if response is None:
+            return None
+        responses = tuple(response.responses)
+    return authz.response(ctx, responses=responses + tuple(
+        _produce_topic(ctx, t, authz.TOPIC_DENIED) for t in denied))
+
+
+def _produce_topic(ctx: RequestContext, topic: Any, error: ErrorCode) -> Any:
+    return authz.nested(ctx, "TopicProduceResponse", name=topic.name, partition_responses=tuple(
+        authz.nested(ctx, "PartitionProduceResponse", index=p.index, error_code=kio_error(error),
+                     base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=(),
+                     error_message=None) for p in topic.partition_data))

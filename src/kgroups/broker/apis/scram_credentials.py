@@ -8,7 +8,10 @@ import datetime
 from collections import Counter
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.security.scram import (
     MAX_ITERATIONS,
     MECHANISM_IDS,
@@ -28,9 +31,9 @@ def _store(ctx: RequestContext) -> Any:
     return ctx.session.security.scram
 
 
-@handles(api_key=50, min_version=0, max_version=0)
+@handles(api_key=ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, min_version=0, max_version=0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(50, ctx.api_version)
+    response_cls = response_type(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ctx.api_version)
     result_cls = sibling(response_cls, "DescribeUserScramCredentialsResult")
     info_cls = sibling(response_cls, "CredentialInfo")
     users = _store(ctx).users()
@@ -68,10 +71,10 @@ def _upsert_problem(upsertion: Any) -> tuple[ErrorCode, str] | None:
     return None
 
 
-@handles(api_key=51, min_version=0, max_version=0)
+@handles(api_key=ApiKey.ALTER_USER_SCRAM_CREDENTIALS, min_version=0, max_version=0)
 async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any:
     """Every change is checked first; the valid ones are stored together, in one write."""
-    response_cls = response_type(51, ctx.api_version)
+    response_cls = response_type(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ctx.api_version)
     result_cls = sibling(response_cls, "AlterUserScramCredentialsResult")
     store = _store(ctx)
     errors: dict[str, tuple[ErrorCode, str]] = {}
@@ -120,3 +123,13 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> Any
 def install(registry: HandlerRegistry) -> None:
     for handler in (describe_user_scram_credentials, alter_user_scram_credentials):
         registry.register(handler)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+authz.rule(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)(authz.on_cluster(
+    Operation.DESCRIBE, lambda ctx, _: authz.cluster_denied(ctx, results=())))
+authz.rule(ApiKey.ALTER_USER_SCRAM_CREDENTIALS)(authz.on_cluster(
+    Operation.ALTER, lambda ctx, request: authz.response(ctx, results=tuple(
+        authz.cluster_denied(ctx, "AlterUserScramCredentialsResult", user=user)
+        for user in dict.fromkeys(c.name for c in (*request.deletions, *request.upsertions))))))

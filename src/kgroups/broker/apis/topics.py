@@ -3,15 +3,20 @@ replication 1)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from typing import Any
 
 from kgroups.broker import descriptors
+from kgroups.broker.apis import request_fields
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.configs import TOPIC_CONFIG_SOURCE, topic_config_entries
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_configs import TopicConfigError, topic_log_config
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import build, kio_error, response_type, sibling
@@ -93,9 +98,9 @@ def _created_configs(ctx: RequestContext, config_cls: type[Any], topic: Any,
     return tuple(entries)
 
 
-@handles(api_key=19, min_version=2, max_version=7)
+@handles(api_key=ApiKey.CREATE_TOPICS, min_version=2, max_version=7)
 async def create_topics(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(19, ctx.api_version)
+    response_cls = response_type(ApiKey.CREATE_TOPICS, ctx.api_version)
     result_cls = sibling(response_cls, "CreatableTopicResult")
     config_cls = getattr(sys.modules[response_cls.__module__], "CreatableTopicConfigs", None)
     results = []
@@ -131,9 +136,9 @@ def _delete_one(ctx: RequestContext, name: str | None) -> tuple[ErrorCode, str |
     return error, "This server does not host this topic-partition."
 
 
-@handles(api_key=20, min_version=1, max_version=6)
+@handles(api_key=ApiKey.DELETE_TOPICS, min_version=1, max_version=6)
 async def delete_topics(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(20, ctx.api_version)
+    response_cls = response_type(ApiKey.DELETE_TOPICS, ctx.api_version)
     result_cls = sibling(response_cls, "DeletableTopicResult")
     if ctx.api_version >= 6:
         targets = [(topic.name, topic.topic_id) for topic in request.topics]
@@ -187,9 +192,9 @@ def _grow_one(ctx: RequestContext, topic: Any, validate_only: bool) -> tuple[Err
     return ErrorCode.NONE, None
 
 
-@handles(api_key=37, min_version=0, max_version=3)
+@handles(api_key=ApiKey.CREATE_PARTITIONS, min_version=0, max_version=3)
 async def create_partitions(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(37, ctx.api_version)
+    response_cls = response_type(ApiKey.CREATE_PARTITIONS, ctx.api_version)
     result_cls = sibling(response_cls, "CreatePartitionsTopicResult")
     names = [topic.name for topic in request.topics]
     results = []
@@ -208,3 +213,54 @@ def install(registry: HandlerRegistry) -> None:
     registry.register(create_topics)
     registry.register(create_partitions)
     registry.register(delete_topics)
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+@authz.rule(ApiKey.CREATE_TOPICS)
+async def _authorize_create_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    on_cluster = check.cluster(Operation.CREATE)
+    topics, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: on_cluster or check.topic(Operation.CREATE, t.name),
+        lambda response: response.topics)
+    return authz.response(ctx, topics=topics + tuple(authz.nested(
+        ctx, "CreatableTopicResult", name=t.name, topic_id=None,
+        error_code=kio_error(authz.TOPIC_DENIED), error_message="Authorization failed.",
+        topic_config_error_code=kio_error(ErrorCode.NONE), num_partitions=-1,
+        replication_factor=-1, configs=None) for t in denied))
+
+
+@authz.rule(ApiKey.DELETE_TOPICS)
+async def _authorize_delete_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                   check: authz.Check) -> Any:
+    names = request_fields.deleted_topic_names(request)
+    if names is not None:  # v0-v5: names only
+        allowed, denied = authz.split(names, lambda n: check.topic(Operation.DELETE, n))
+        forward = dataclasses.replace(request, topic_names=allowed)
+        denied_names = denied
+    else:
+        topics = ctx.broker.topics
+        by_id = {topics.topic_id(name): name for name in topics.partition_counts()}
+        allowed, denied = authz.split(request.topics, lambda t: check.topic(
+            Operation.DELETE, t.name if t.name is not None else by_id.get(t.topic_id, "")))
+        forward = dataclasses.replace(request, topics=allowed)
+        denied_names = tuple(t.name for t in denied)
+    results: tuple[Any, ...] = ()
+    if allowed:
+        results = tuple((await inner(ctx, forward)).responses)
+    return authz.response(ctx, responses=results + tuple(authz.nested(
+        ctx, "DeletableTopicResult", name=name, topic_id=None,
+        error_code=kio_error(authz.TOPIC_DENIED), error_message=authz.MESSAGES[authz.TOPIC_DENIED])
+        for name in denied_names))
+
+
+@authz.rule(ApiKey.CREATE_PARTITIONS)
+async def _authorize_create_partitions(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                       check: authz.Check) -> Any:
+    results, denied = await authz.answer_allowed_topics(
+        ctx, request, inner, lambda t: check.topic(Operation.ALTER, t.name),
+        lambda response: response.results)
+    return authz.response(ctx, results=results + tuple(authz.nested(
+        ctx, "CreatePartitionsTopicResult", name=t.name, error_code=kio_error(authz.TOPIC_DENIED),
+        error_message="The topic authorization is failed.") for t in denied))

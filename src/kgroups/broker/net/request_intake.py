@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.static.primitive import i16
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import CloseConnection, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.net.connection import Refusal
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("kgroups.server")
 
-API_VERSIONS_KEY = 18
-SASL_AUTHENTICATE = 36
 SIZE_PREFIX_BYTES = 4
 
 Answer = Coroutine[Any, Any, bytes | None]
@@ -64,7 +63,7 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
     if handler is None:
         raise Refusal("unknown_api_key", api_key=api_key, version=api_version)
     if not registry.supports(api_key, api_version):
-        if api_key != API_VERSIONS_KEY:
+        if api_key != ApiKey.API_VERSIONS:
             raise Refusal("unsupported_version", api_key=api_key, version=api_version)
         # Kafka answers an ApiVersions it cannot parse with v0 + the supported list, so a
         # newer client can retry with a version both sides know.
@@ -78,10 +77,11 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
     if request.unused_bytes:
         log_event(logger, logging.DEBUG, "request_trailing_bytes", peer=peer, api_key=api_key,
                   version=api_version, unused=request.unused_bytes)
-    if not session.authenticated and session.mechanism is not None and api_key != SASL_AUTHENTICATE:
+    if (not session.authenticated and session.mechanism is not None
+            and api_key != ApiKey.SASL_AUTHENTICATE):
         return _out_of_sequence(session, request)
-    ctx = RequestContext(api_key, api_version, correlation_id, request.client_id, client_host,
-                         broker, session)
+    ctx = RequestContext(handler.api_key, api_version, correlation_id, request.client_id,
+                         client_host, broker, session)
     return dispatch(handler, ctx, request.body)
 
 
@@ -93,7 +93,7 @@ def _check_sasl_sequence(session: Session, api_key: int) -> None:
         if session.mechanism is None:
             raise Refusal("unauthenticated_request", api_key=api_key,
                           listener=session.listener.name)
-    elif api_key == SASL_AUTHENTICATE and session.mechanism is None:
+    elif api_key == ApiKey.SASL_AUTHENTICATE and session.mechanism is None:
         raise Refusal("sasl_authenticate_before_handshake", listener=session.listener.name)
 
 

@@ -16,6 +16,7 @@ import datetime
 import hmac
 from typing import Any
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.security.authorizer import OPERATIONS_NOT_REQUESTED
 from kgroups.broker.security.scram import ScramExchange, ScramFailure
@@ -33,10 +34,10 @@ def _session(ctx: RequestContext) -> Session:
     return session
 
 
-@handles(api_key=17, min_version=0, max_version=1)
+@handles(api_key=ApiKey.SASL_HANDSHAKE, min_version=0, max_version=1)
 async def sasl_handshake(ctx: RequestContext, request: Any) -> Any:
     session = _session(ctx)
-    response_cls = response_type(17, ctx.api_version)
+    response_cls = response_type(ApiKey.SASL_HANDSHAKE, ctx.api_version)
     mechanisms = session.mechanisms
     if session.authenticated:
         # Kafka's answer once authenticated, or on a listener without SASL; the connection stays.
@@ -117,10 +118,10 @@ async def raw_token(session: Session, token: bytes) -> bytes | None:
     return None if error != ErrorCode.NONE else reply
 
 
-@handles(api_key=36, min_version=0, max_version=2)
+@handles(api_key=ApiKey.SASL_AUTHENTICATE, min_version=0, max_version=2)
 async def sasl_authenticate(ctx: RequestContext, request: Any) -> Any:
     session = _session(ctx)
-    response_cls = response_type(36, ctx.api_version)
+    response_cls = response_type(ApiKey.SASL_AUTHENTICATE, ctx.api_version)
 
     def answer(error: ErrorCode, message: str | None, token: bytes = b"") -> Any:
         return build(response_cls, error_code=kio_error(error), error_message=message,
@@ -141,13 +142,13 @@ def out_of_sequence(session: Session, api_key: int, api_version: int, request: A
     session.failure = {"reason": "unexpected_request_during_sasl", "api_key": str(api_key)}
     error = kio_error(ErrorCode.ILLEGAL_SASL_STATE)
     response_cls = response_type(api_key, api_version)
-    if api_key == 18:
+    if api_key == ApiKey.API_VERSIONS:
         return build(response_cls, error_code=error, api_keys=(), throttle_time=NO_LIFETIME,
                      supported_features=(), finalized_features_epoch=-1,
                      finalized_features=(), zk_migration_ready=False)
-    if api_key == 17:
+    if api_key == ApiKey.SASL_HANDSHAKE:
         return build(response_cls, error_code=error, mechanisms=())
-    if api_key == 3:
+    if api_key == ApiKey.METADATA:
         topic_cls = sibling(response_cls, "MetadataResponseTopic")
         return build(response_cls, throttle_time=NO_LIFETIME, brokers=(), cluster_id=None,
                      controller_id=-1, cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.cluster.catalog_books import StoreAcls, StoreCredentials
 from kgroups.broker.events import log_event
 from kgroups.broker.security.authorizer import Authorizer
@@ -43,7 +44,8 @@ _JAAS_USER = re.compile(r'\buser_(?P<name>[^\s=]+)\s*=\s*"(?P<secret>(?:[^"\\]|\
 DEFAULT_FAILED_AUTH_DELAY_MS = 100
 SCRAM_FILE = "security/scram-credentials.json"
 # Served before a SASL connection has authenticated: SaslHandshake, ApiVersions, SaslAuthenticate.
-PRE_AUTH_API_KEYS = frozenset({17, 18, 36})
+PRE_AUTH_API_KEYS = frozenset({
+    ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS, ApiKey.SASL_AUTHENTICATE})
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 logger = logging.getLogger("kgroups.security")
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from tests.broker.acl_scenarios import AUTHORIZER
 from tests.broker.broker_wire_helpers import create_topic
-from tests.broker.conftest import InProcessBroker
 from tests.broker.security_helpers import (
     Certificates,
     make_certificates,
     running_broker,
     secure_settings,
 )
+from tests.broker.servers import InProcessBroker
 from tests.kafka_harness import run_kafka_tool
 
 from kgroups.cli import main

@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect, create_topic, produce_request
+from tests.broker.broker_wire_helpers import connect, create_topic, produce_request
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.coordinator_runtime import read_partition_image
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.cli import main

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect, create_topic, produce_request
+from tests.broker.broker_wire_helpers import connect, create_topic, produce_request
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.cli import build_parser, main
 from kgroups.log.batch import build_batch
