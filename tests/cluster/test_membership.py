@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.metadata.v9 import request as metadata
 from kio.schema.types import TopicName
 from tests.broker.servers import ServerProcess
@@ -80,6 +81,18 @@ def test_find_coordinator_agrees_from_every_broker(cluster: Cluster) -> None:
     groups = [f"group-{index}" for index in range(12)]
     answers = _agreed(lambda node: [cluster.coordinator(group, node) for group in groups])
     assert isinstance(answers, list) and set(answers) == {1, 2, 3}, answers
+
+
+def test_topics_take_a_replication_factor_up_to_the_live_brokers(cluster: Cluster) -> None:
+    """A Kafka client creating topics with replication factor 3 on three brokers (the copies
+    are PostgreSQL's) succeeds; 4 is refused as Kafka refuses it."""
+    _agreed(lambda node: len(_metadata(cluster, node).brokers))
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    created = admin.create_topics([NewTopic("three-copies", 2, 3), NewTopic("four-copies", 2, 4)])
+    assert created["three-copies"].result(30) is None
+    with pytest.raises(KafkaException) as refused:
+        created["four-copies"].result(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
 
 
 def _serve(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:

@@ -49,9 +49,13 @@ def _create_one(
         return (ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"Topic '{topic.name}' collides with existing topic: {colliding}", -1)
     replication = int(topic.replication_factor)
-    if replication not in (USE_BROKER_DEFAULT, 1):
+    # A cluster's copies are PostgreSQL's, but Kafka's rule stands: no more replicas than
+    # live brokers (a client asking for 3 on a three-broker cluster is right).
+    available = 1 if broker.leadership is None else len(broker.leadership.brokers())
+    if replication != USE_BROKER_DEFAULT and not 1 <= replication <= available:
         return (ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"Replication factor: {replication} larger than available brokers: 1.", -1)
+                f"Replication factor: {replication} larger than available brokers: "
+                f"{available}.", -1)
     if topic.assignments:
         partitions = len(topic.assignments)
     elif int(topic.num_partitions) == USE_BROKER_DEFAULT:
