@@ -15,6 +15,7 @@ from diff_requests import (
     leave,
     list_groups,
 )
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -31,6 +32,7 @@ def test_describe_unknown_and_existing_groups(converse, version: int) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_describe_a_simple_group(converse) -> None:
     def script(d: Dialog) -> None:
         a = d.connect("a")
@@ -40,6 +42,7 @@ def test_describe_a_simple_group(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_describe_through_a_rebalance(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"], do_sync=False)
@@ -122,6 +125,7 @@ def test_delete_groups(converse, version: int) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_a_deleted_group_starts_afresh(converse) -> None:
     def script(d: Dialog) -> None:
         (m,) = form_group(d, ["m"])
@@ -138,6 +142,7 @@ def test_find_coordinator_versions(converse, version: int) -> None:
     converse(lambda d: d.connect("a").call(find_coordinator(d.group, v=version)))
 
 
+@ON_BOTH_ENGINES
 def test_find_coordinator_batch(converse) -> None:
     def script(d: Dialog) -> None:
         a = d.connect("a")

@@ -19,6 +19,7 @@ import pytest
 from diff_dialog import Connection, Dialog
 from diff_flows import form_group
 from diff_requests import commit, describe, list_groups
+from diff_setup import ON_BOTH_ENGINES
 
 from kgroups.broker.wire import build, request_type, sibling
 
@@ -112,6 +113,7 @@ def test_describe_groups_on_a_consumer_group(converse, version: int) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_a_consumer_group_whose_member_left_is_listed_empty(converse) -> None:
     def script(d: Dialog) -> None:
         conn = d.connect("c")

@@ -15,6 +15,7 @@ from typing import Any
 import diff_requests
 import pytest
 from diff_dialog import Connection, Dialog
+from diff_setup import ON_BOTH_ENGINES
 from diff_setup import create_topics as _create_topics
 from tests.broker.broker_wire_helpers import create_topic, metadata_request
 from tests.broker.servers import ServerProcess
@@ -57,8 +58,8 @@ def synchronous_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kafk
 
 
 @pytest.fixture
-def ports(synchronous_kafka: KafkaBroker, synchronous_kgroups: ServerProcess) -> dict[str, int]:
-    return {"kafka": synchronous_kafka.port, "kgroups": synchronous_kgroups.port}
+def ports(synchronous_kafka: KafkaBroker, kgroups_on: ServerProcess) -> dict[str, int]:
+    return {"kafka": synchronous_kafka.port, "kgroups": kgroups_on.port}
 
 TOPIC = "diff-t"  # 3 partitions (tests/differential/conftest.py)
 CONSUMER_GROUP_KEYS = (ConsumerGroupMetadataKey, ConsumerGroupMemberMetadataKey,
@@ -147,6 +148,7 @@ class Member:
         self.d.record(f"describe[{self.name}]", groups)
 
 
+@ON_BOTH_ENGINES
 def test_request_errors(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a = Member(d, "a")
@@ -164,6 +166,7 @@ def test_request_errors(converse, ports) -> None:
     converse(script, ports=ports)
 
 
+@ON_BOTH_ENGINES
 def test_two_members_reconcile_revoke_before_assign_then_one_leaves(
     converse, ports, synchronous_kafka: KafkaBroker,
 ) -> None:
@@ -213,6 +216,7 @@ def _offsets_records(broker: KafkaBroker) -> list[tuple[bytes, bytes | None]]:
     return records
 
 
+@ON_BOTH_ENGINES
 def test_static_member_leaves_for_a_while_and_comes_back(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a, b = Member(d, "a"), Member(d, "b")
@@ -242,6 +246,7 @@ def test_api_versions_of_the_consumer_group_apis(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_target_assignment_batching_as_kafka_43(converse) -> None:
     """Both brokers with their defaults: group.consumer.assignment.interval.ms of 1 s (KIP-1263).
     A second and third member joining right after the first are answered at the first's
@@ -355,6 +360,7 @@ def _await_partitions(admin: KafkaWireClient, topic: str, count: int | None) -> 
     time.sleep(0.5)
 
 
+@ON_BOTH_ENGINES
 def test_regex_subscriptions_errors_resolution_and_sharing(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a, b = RegexMember(d, "a"), RegexMember(d, "b")
@@ -392,6 +398,7 @@ def test_regex_with_names_and_internal_topics(converse, ports) -> None:
     converse(script, ports=ports)
 
 
+@ON_BOTH_ENGINES
 def test_created_grown_and_deleted_topics_move_the_group(
     converse, ports, synchronous_kafka: KafkaBroker,
 ) -> None:
@@ -453,6 +460,7 @@ def offset_fetch_v9(group: str, member: str | None, epoch: int) -> Any:
                                           partition_indexes=(0, 1, 2)),)),))
 
 
+@ON_BOTH_ENGINES
 def test_offset_commit_and_fetch_check_member_epochs(converse, ports) -> None:
     """OffsetCommit v9 / OffsetFetch v9 of a consumer group: the member epoch, KIP-1251's older
     epoch for partitions held since then, unknown members, admin requests, old versions."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from diff_dialog import Connection, Dialog
 from diff_requests import api_versions
+from diff_setup import ON_BOTH_ENGINES
 from tests.broker.broker_wire_helpers import (
     fetch_request,
     list_offsets_request,
@@ -87,6 +88,7 @@ def look(d: Dialog, c: Connection, topic: str, *fetch_offsets: int) -> None:
             "log_start_offset": int(answer.log_start_offset), "offsets": offsets[:3]})
 
 
+@ON_BOTH_ENGINES
 def test_versions_served(converse: Any) -> None:
     def script(d: Dialog) -> None:
         answer = d.connect("a").call(api_versions(), record=False)
@@ -96,6 +98,7 @@ def test_versions_served(converse: Any) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_the_start_moves_forward_only(converse: Any, version: int) -> None:
     def script(d: Dialog) -> None:
@@ -119,6 +122,7 @@ def test_the_start_moves_forward_only(converse: Any, version: int) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_every_refusal(converse: Any) -> None:
     def script(d: Dialog) -> None:
         c = d.connect("a")

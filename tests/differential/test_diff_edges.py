@@ -22,10 +22,12 @@ from diff_requests import (
     subscription,
     sync,
 )
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
 
+@ON_BOTH_ENGINES
 def test_consumers_join_a_group_that_only_held_offsets(converse) -> None:
     def script(d: Dialog) -> None:
         admin = d.connect("admin")
@@ -106,6 +108,7 @@ def test_list_groups_mid_rebalance(converse, state: str) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 @pytest.mark.parametrize("version", [7, 9])
 def test_fetch_requiring_stable_offsets(converse, version: int) -> None:
     def script(d: Dialog) -> None:

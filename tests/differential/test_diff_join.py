@@ -7,6 +7,7 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import form_group, new_member, send_join, wait_members
 from diff_requests import describe, heartbeat, join, leave, subscription
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -56,6 +57,7 @@ def test_new_group_needs_a_protocol_type_and_protocols(converse, protocol_type, 
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_protocol_vote_takes_the_most_preferred_common_protocol(converse) -> None:
     """a and b prefer roundrobin, c prefers range; all three support both and sticky; the
     candidates are the common ones and each member votes for its first candidate."""
@@ -107,6 +109,7 @@ def test_follower_rejoin_with_same_metadata_in_stable_keeps_the_generation(conve
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_leader_rejoin_in_stable_starts_a_rebalance(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"])
@@ -144,6 +147,7 @@ def test_rejoin_in_completing_rebalance_resends_the_generation(converse) -> None
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_rejoin_after_the_group_emptied_is_unknown(converse) -> None:
     def script(d: Dialog) -> None:
         (a,) = form_group(d, ["a"])
@@ -162,6 +166,7 @@ def test_unknown_member_id_on_an_existing_group(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_pending_member_is_not_a_member_yet(converse) -> None:
     """MEMBER_ID_REQUIRED makes b pending: the group stays Stable with only a in it."""
     def script(d: Dialog) -> None:
@@ -173,6 +178,7 @@ def test_pending_member_is_not_a_member_yet(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_three_members_form_one_generation(converse) -> None:
     def script(d: Dialog) -> None:
         members = form_group(d, ["a", "b", "c"], topics=("diff-t", "diff-u"))

@@ -7,6 +7,7 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import form_group, new_member, send_join
 from diff_requests import describe, heartbeat, leave
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -29,6 +30,7 @@ def test_leave_on_a_missing_group(converse, version: int) -> None:
     converse(lambda d: d.connect("a").call(leave(d.group, [(UNKNOWN, None)], v=version)))
 
 
+@ON_BOTH_ENGINES
 def test_batch_with_known_unknown_and_static_members(converse) -> None:
     def script(d: Dialog) -> None:
         a, b, c = form_group(d, ["a", "b", "c"])
@@ -39,6 +41,7 @@ def test_batch_with_known_unknown_and_static_members(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_leave_starts_a_rebalance_for_the_others(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"])
@@ -50,6 +53,7 @@ def test_leave_starts_a_rebalance_for_the_others(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_leave_while_preparing_completes_the_join(converse) -> None:
     """a rejoined and waits for b; b's leave lets the join phase complete without it."""
     def script(d: Dialog) -> None:

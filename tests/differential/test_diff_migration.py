@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from diff_dialog import Connection, Dialog
 from diff_requests import commit, describe, heartbeat, join, leave, sync
-from diff_setup import create_topics
+from diff_setup import ON_BOTH_ENGINES, create_topics
 from tests.broker.broker_wire_helpers import metadata_request
 from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
@@ -61,8 +61,8 @@ def migration_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaB
 
 
 @pytest.fixture
-def ports(migration_kafka: KafkaBroker, synchronous_kgroups: ServerProcess) -> dict[str, int]:
-    return {"kafka": migration_kafka.port, "kgroups": synchronous_kgroups.port}
+def ports(migration_kafka: KafkaBroker, kgroups_on: ServerProcess) -> dict[str, int]:
+    return {"kafka": migration_kafka.port, "kgroups": kgroups_on.port}
 
 
 @pytest.fixture(scope="module")
@@ -248,6 +248,7 @@ def stable_classic_group(d: Dialog, names: Names) -> Classic:
     return c
 
 
+@ON_BOTH_ENGINES
 def test_upgrade_rejoin_commit_and_downgrade(converse, ports,
                                             migration_kafka: KafkaBroker) -> None:
     groups: list[str] = []
@@ -298,6 +299,7 @@ def test_upgrade_rejoin_commit_and_downgrade(converse, ports,
     assert rebuilt.consumer is None and len(rebuilt.members) == 1
 
 
+@ON_BOTH_ENGINES
 def test_classic_requests_inside_a_consumer_group(converse, ports) -> None:
     def script(d: Dialog) -> None:
         names = Names()
@@ -363,6 +365,7 @@ def test_upgrade_with_user_data_in_assignments_or_no_assignment_yet(converse, po
     converse(script, ports=ports)
 
 
+@ON_BOTH_ENGINES
 def test_a_classic_static_member_replaces_the_last_consumer_one(converse, ports) -> None:
     def script(d: Dialog) -> None:
         names = Names()

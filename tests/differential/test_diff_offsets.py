@@ -7,6 +7,7 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import form_group, send_join, sync_all
 from diff_requests import commit, describe, fetch, fetch_groups, leave, offset_delete
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -38,6 +39,7 @@ def test_fetch_versions(converse, version: int) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_fetch_batch_of_groups(converse) -> None:
     def script(d: Dialog) -> None:
         a = d.connect("a")
@@ -59,6 +61,7 @@ def test_commit_to_a_missing_group_with_a_generation(converse, version: int) -> 
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_member_commits_in_each_state(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"], do_sync=False)
@@ -105,6 +108,7 @@ def test_metadata_size_limit(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_unknown_topic_and_partition(converse) -> None:
     def script(d: Dialog) -> None:
         a = d.connect("a")
@@ -137,6 +141,7 @@ def test_offset_delete_on_a_simple_group(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_offset_delete_of_a_subscribed_topic(converse) -> None:
     def script(d: Dialog) -> None:
         (a,) = form_group(d, ["a"], topics=("diff-t",))
@@ -148,6 +153,7 @@ def test_offset_delete_of_a_subscribed_topic(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_offset_delete_during_a_rebalance(converse) -> None:
     def script(d: Dialog) -> None:
         (a,) = form_group(d, ["a"], topics=("diff-t",), do_sync=False)

@@ -16,6 +16,7 @@ import pytest
 from diff_dialog import Dialog, differences, render, run_both
 from diff_flows import Member, new_member, send_join, sync_all, wait_members
 from diff_requests import commit, describe, fetch, heartbeat, leave, sync
+from diff_setup import ON_BOTH_ENGINES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -119,6 +120,7 @@ class Model:
             d.connect("describer").call(describe(d.group))
 
 
+@ON_BOTH_ENGINES
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(script=st.lists(moves, min_size=3, max_size=8))
 def test_random_conversation(differential_ports: dict[str, int],

@@ -7,6 +7,7 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import Member, form_group, send_join
 from diff_requests import commit, describe, heartbeat, join, leave, sync
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -29,6 +30,7 @@ def _restart(d: Dialog, member: Member, version: int = 9) -> Member:
     return restarted
 
 
+@ON_BOTH_ENGINES
 @pytest.mark.parametrize("leader", [True, False])
 def test_restart_in_stable_replaces_the_member_without_rebalance(converse, leader: bool) -> None:
     def script(d: Dialog) -> None:
@@ -61,6 +63,7 @@ def test_unknown_instance_with_a_member_id_is_unknown(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_known_instance_with_another_member_id_is_fenced_everywhere(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"], static=True)
@@ -105,6 +108,7 @@ def test_restart_in_completing_rebalance_starts_a_rebalance(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_restart_fences_the_old_incarnations_pending_join(converse) -> None:
     """The leader's rejoin is parked (the follower has not rejoined) when a restarted leader
     takes its instance id over: the parked join is answered FENCED_INSTANCE_ID."""

@@ -9,6 +9,7 @@ import pytest
 from diff_dialog import Dialog
 from diff_flows import form_group, send_join, sync_all, wait_members
 from diff_requests import assignment, describe, heartbeat, join, leave, sync
+from diff_setup import ON_BOTH_ENGINES
 
 pytestmark = pytest.mark.kafka
 
@@ -29,6 +30,7 @@ def test_sync_on_a_missing_group(converse) -> None:
     converse(lambda d: d.connect("a").call(sync(d.group, 1, UNKNOWN)))
 
 
+@ON_BOTH_ENGINES
 def test_sync_errors_in_order(converse) -> None:
     def script(d: Dialog) -> None:
         (a,) = form_group(d, ["a"], do_sync=False)
@@ -79,6 +81,7 @@ def test_assignment_for_an_unknown_member_is_ignored(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_follower_sync_parks_until_the_leaders(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"], do_sync=False)
@@ -136,6 +139,7 @@ def test_heartbeat_errors_in_order(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_heartbeat_in_each_state(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = form_group(d, ["a", "b"], do_sync=False)
@@ -156,6 +160,7 @@ def test_heartbeat_in_each_state(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_session_expiry_removes_a_silent_member(converse) -> None:
     """b's session is 600 ms and it stays silent; a keeps heartbeating and is told to rejoin."""
     def script(d: Dialog) -> None:
@@ -182,6 +187,7 @@ def test_session_expiry_removes_a_silent_member(converse) -> None:
     converse(script)
 
 
+@ON_BOTH_ENGINES
 def test_members_that_never_sync_are_removed_after_the_rebalance_timeout(converse) -> None:
     """The leader never sends SyncGroup: after the rebalance timeout (1.5 s) it is removed,
     the follower's parked SyncGroup is told to rejoin and the follower is alone."""
