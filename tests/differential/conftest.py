@@ -40,12 +40,15 @@ def kgroups_engine() -> str:
 
 @pytest.fixture(scope="session")
 def differential_kafka(kafka_broker: Any) -> Any:
+    """The session's Kafka with the shared topics (created once, when a conversation first
+    needs it)."""
     create_topics(kafka_broker.bootstrap)
     return kafka_broker
 
 
 @pytest.fixture(scope="session")
 def differential_kgroups(kgroups_broker: Any) -> Any:
+    """The session's kgroups (local data directory) with the shared topics."""
     create_topics(kgroups_broker.bootstrap)
     return kgroups_broker
 
@@ -53,6 +56,8 @@ def differential_kgroups(kgroups_broker: Any) -> Any:
 @pytest.fixture
 def differential_ports(request: pytest.FixtureRequest, differential_kafka: Any,
                        kgroups_engine: str) -> dict[str, int]:
+    """The two brokers a conversation runs against; the PostgreSQL one starts only if a test
+    asks for it."""
     kgroups = request.getfixturevalue(
         {"local": "differential_kgroups", "postgresql": "kgroups_postgres_broker"}[kgroups_engine])
     return {"kafka": differential_kafka.port, "kgroups": kgroups.port}
