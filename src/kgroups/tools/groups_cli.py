@@ -19,13 +19,12 @@ from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.tools import admin, lag_reader
 from kgroups.tools.cli_output import (
     DefaultsShown,
-    parse_bootstrap,
     parse_topic,
     print_json,
     run_to_pipe,
     table,
 )
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.client_security import add_connection_options, connect_tool
 from kgroups.tools.offset_reset import (
     ResetTarget,
     export_csv,
@@ -38,7 +37,6 @@ from kgroups.tools.offset_reset import (
 )
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
@@ -440,9 +438,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add = parser.add_argument
     add("words", nargs="*", metavar="[ACTION [GROUP ...]]",
         help=f"older form: an action ({', '.join(ACTIONS)}) and the groups it acts on")
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
+    add_connection_options(parser)
     add("--timeout", type=_positive_ms, default=5000, metavar="MS",
         help="how long to wait for each answer of the broker, in milliseconds "
              "(kafka-consumer-groups' option and default)")

@@ -16,11 +16,10 @@ from pathlib import Path
 
 from kgroups.tools import delete_records_cli, topic_admin
 from kgroups.tools.admin import AdminError
-from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap, print_json, run_to_pipe
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.cli_output import DefaultsShown, print_json, run_to_pipe
+from kgroups.tools.client_security import add_connection_options, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ACTIONS = ("create", "list", "describe", "alter", "delete", "delete_records")
 
 
@@ -143,9 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "broker. Name one action: --create, --list, --describe, --alter, --delete "
                     "or --delete-records.")
     add = parser.add_argument
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
+    add_connection_options(parser)
     add("--create", action="store_true", help="create a topic (--topic, --partitions, --config)")
     add("--list", action="store_true", help="list the topics' names")
     add("--describe", action="store_true",

@@ -19,11 +19,9 @@ from kgroups.broker.security.scram import (
     MECHANISM_NAMES,
     salted_password,
 )
-from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap, table
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.cli_output import DefaultsShown, table
+from kgroups.tools.client_security import add_connection_options, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _alter(client: KafkaWireClient, args: argparse.Namespace) -> None:
@@ -89,9 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(what kafka-configs --entity-type users --alter --add-config "
                     "'SCRAM-SHA-256=[password=...]' does).")
     add = parser.add_argument
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
+    add_connection_options(parser)
     add("--add", metavar="USER", help="add or replace USER's credentials")
     add("--delete", metavar="USER", help="delete USER's credentials")
     add("--list", action="store_true", help="list users and their mechanisms")
