@@ -36,7 +36,7 @@ from kgroups.records.wire import (
     read_int32,
     read_int64,
     read_string,
-    read_uvarint,
+    read_tagged_fields,
     short,
     write_compact_nullable_string,
     write_string,
@@ -320,15 +320,15 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
     value: ConsumerGroupValue
     if isinstance(key, ConsumerGroupMetadataKey):
         epoch, pos = read_int32(data, pos, f"{what} epoch")
-        tags, pos = _read_tags(data, pos, what)
+        tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupMetadataValue(epoch, _int64_of(tags, what))
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         epoch, pos = read_int32(data, pos, f"{what} assignmentEpoch")
-        tags, pos = _read_tags(data, pos, what)
+        tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupTargetAssignmentMetadataValue(epoch, _int64_of(tags, what))
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         partitions, pos = _read_partitions(data, pos, f"{what} topicPartitions")
-        _tags, pos = _read_tags(data, pos, what)
+        _tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupTargetAssignmentMemberValue(partitions)
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
         epoch, pos = read_int32(data, pos, f"{what} memberEpoch")
@@ -340,7 +340,7 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
             data, pos + 1, f"{what} assignedPartitions")
         pending, pending_epochs, pos = _read_partitions_epochs(
             data, pos, f"{what} partitionsPendingRevocation")
-        _tags, pos = _read_tags(data, pos, what)
+        _tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupCurrentMemberAssignmentValue(
             epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs)
     elif isinstance(key, ConsumerGroupRegularExpressionKey):
@@ -369,7 +369,7 @@ def _read_member_metadata(
     regex, pos = read_compact_nullable_string(data, pos, f"{what} subscribedTopicRegex")
     timeout, pos = read_int32(data, pos, f"{what} rebalanceTimeoutMs")
     assignor, pos = read_compact_nullable_string(data, pos, f"{what} serverAssignor")
-    tags, pos = _read_tags(data, pos, what)
+    tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupMemberMetadataValue(
         instance_id, rack_id, client_id, client_host, tuple(names), regex, timeout, assignor,
         tags.get(0),
@@ -386,7 +386,7 @@ def _read_regular_expression(
         topics.append(topic)
     version, pos = read_int64(data, pos, f"{what} version")
     timestamp, pos = read_int64(data, pos, f"{what} timestamp")
-    _tags, pos = _read_tags(data, pos, what)
+    _tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupRegularExpressionValue(tuple(topics), version, timestamp), pos
 
 
@@ -411,11 +411,11 @@ def _read_partition_metadata(
             for _ in range(size):
                 rack, pos = read_compact_string(data, pos, f"{at}.partitionMetadata racks")
                 racks.append(rack)
-            _tags, pos = _read_tags(data, pos, f"{at}.partitionMetadata[{entry}]")
+            _tags, pos = read_tagged_fields(data, pos, f"{at}.partitionMetadata[{entry}]")
             racks_of.append((partition, tuple(racks)))
-        _tags, pos = _read_tags(data, pos, at)
+        _tags, pos = read_tagged_fields(data, pos, at)
         topics.append(SubscribedTopicMetadata(topic_id, name, partitions, tuple(racks_of)))
-    _tags, pos = _read_tags(data, pos, what)
+    _tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupPartitionMetadataValue(tuple(topics)), pos
 
 
@@ -440,7 +440,7 @@ def _read_partitions_epochs(
         for _ in range(size):
             partition, pos = read_int32(data, pos, f"{what}[{index}].partitions")
             partitions.append(partition)
-        tags, pos = _read_tags(data, pos, f"{what}[{index}]")
+        tags, pos = read_tagged_fields(data, pos, f"{what}[{index}]")
         topics.append((topic_id, tuple(partitions)))
         epochs.append(None if 0 not in tags else _int32_array(tags[0], f"{what}[{index}]"))
     return tuple(topics), (tuple(epochs) if any(e is not None for e in epochs) else ()), pos
@@ -455,20 +455,6 @@ def _int32_array(raw: bytes, what: str) -> tuple[int, ...]:
     if pos != len(raw):
         raise fail(f"{what} epochs", pos, f"{len(raw) - pos} unexpected trailing bytes")
     return tuple(values)
-
-
-def _read_tags(data: bytes, pos: int, what: str) -> tuple[dict[int, bytes], int]:
-    """A tagged-field section as {tag: raw bytes} (callers pick the tags they know)."""
-    tags: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, f"{what} tag")
-        size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
-        if pos + size > len(data):
-            raise short(f"{what} tagged field {tag}", pos, size, data)
-        tags[tag] = bytes(data[pos : pos + size])
-        pos += size
-    return tags, pos
 
 
 def _int64_of(tags: dict[int, bytes], what: str) -> int:

@@ -154,16 +154,23 @@ def read_compact_array_length(data: bytes, pos: int, what: str) -> tuple[int, in
     return length_plus_one - 1, end
 
 
-def skip_tagged_fields(data: bytes, pos: int, what: str) -> int:
-    """Skip a tagged-field section: unknown tags are allowed by design and never an error."""
+def read_tagged_fields(data: bytes, pos: int, what: str) -> tuple[dict[int, bytes], int]:
+    """A tagged-field section as {tag: raw bytes} (callers pick the tags they know)."""
+    tags: dict[int, bytes] = {}
     count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
     for _ in range(count):
-        _tag, pos = read_uvarint(data, pos, f"{what} tag")
+        tag, pos = read_uvarint(data, pos, f"{what} tag")
         size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
         if pos + size > len(data):
-            raise short(f"{what} tagged field", pos, size, data)
+            raise short(f"{what} tagged field {tag}", pos, size, data)
+        tags[tag] = bytes(data[pos : pos + size])
         pos += size
-    return pos
+    return tags, pos
+
+
+def skip_tagged_fields(data: bytes, pos: int, what: str) -> int:
+    """Skip a tagged-field section: unknown tags are allowed by design and never an error."""
+    return read_tagged_fields(data, pos, what)[1]
 
 
 def array_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
