@@ -25,12 +25,11 @@ import time
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.leader_hints import NO_EPOCH, epoch_error
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import decode_batch
 from kgroups.log.partition_log import PartitionLog
