@@ -36,6 +36,7 @@ from kgroups.records.wire import (
     read_int32,
     read_int64,
     read_string,
+    read_strings,
     read_tagged_fields,
     short,
     write_compact_nullable_string,
@@ -361,17 +362,13 @@ def _read_member_metadata(
     rack_id, pos = read_compact_nullable_string(data, pos, f"{what} rackId")
     client_id, pos = read_compact_string(data, pos, f"{what} clientId")
     client_host, pos = read_compact_string(data, pos, f"{what} clientHost")
-    count, pos = read_compact_array_length(data, pos, f"{what} subscribedTopicNames")
-    names = []
-    for index in range(count):
-        name, pos = read_compact_string(data, pos, f"{what} subscribedTopicNames[{index}]")
-        names.append(name)
+    names, pos = read_strings(data, pos, f"{what} subscribedTopicNames", compact=True)
     regex, pos = read_compact_nullable_string(data, pos, f"{what} subscribedTopicRegex")
     timeout, pos = read_int32(data, pos, f"{what} rebalanceTimeoutMs")
     assignor, pos = read_compact_nullable_string(data, pos, f"{what} serverAssignor")
     tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupMemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, tuple(names), regex, timeout, assignor,
+        instance_id, rack_id, client_id, client_host, names, regex, timeout, assignor,
         tags.get(0),
     ), pos
 
@@ -379,15 +376,11 @@ def _read_member_metadata(
 def _read_regular_expression(
     data: bytes, pos: int, what: str
 ) -> tuple[ConsumerGroupRegularExpressionValue, int]:
-    count, pos = read_compact_array_length(data, pos, f"{what} topics")
-    topics = []
-    for index in range(count):
-        topic, pos = read_compact_string(data, pos, f"{what} topics[{index}]")
-        topics.append(topic)
+    topics, pos = read_strings(data, pos, f"{what} topics", compact=True)
     version, pos = read_int64(data, pos, f"{what} version")
     timestamp, pos = read_int64(data, pos, f"{what} timestamp")
     _tags, pos = read_tagged_fields(data, pos, what)
-    return ConsumerGroupRegularExpressionValue(tuple(topics), version, timestamp), pos
+    return ConsumerGroupRegularExpressionValue(topics, version, timestamp), pos
 
 
 def _read_partition_metadata(

@@ -22,6 +22,7 @@ from kgroups.records.wire import (
     read_nullable_bytes,
     read_nullable_string,
     read_string,
+    read_strings,
     write_nullable_bytes,
     write_nullable_string,
     write_string,
@@ -55,11 +56,7 @@ def encode_subscription(sub: ConsumerSubscription) -> bytes:
 
 def decode_subscription(data: bytes) -> ConsumerSubscription:
     version, pos, what = _read_version(data, "subscription")
-    count, pos = array_length(data, pos, f"{what} topics")
-    topics = []
-    for index in range(count):
-        topic, pos = read_string(data, pos, f"{what} topics[{index}]")
-        topics.append(topic)
+    topics, pos = read_strings(data, pos, f"{what} topics", compact=False)
     user_data, pos = read_nullable_bytes(data, pos, f"{what} userData")
     owned: tuple[TopicPartitions, ...] = ()
     generation_id = -1
@@ -71,7 +68,7 @@ def decode_subscription(data: bytes) -> ConsumerSubscription:
     if version >= 3:
         rack_id, pos = read_nullable_string(data, pos, f"{what} rackId")
     _expect_end(data, pos, version, what)
-    return ConsumerSubscription(tuple(topics), user_data, owned, generation_id, rack_id, version)
+    return ConsumerSubscription(topics, user_data, owned, generation_id, rack_id, version)
 
 
 def encode_assignment(a: ConsumerAssignment) -> bytes:

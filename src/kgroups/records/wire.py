@@ -181,6 +181,19 @@ def array_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
     return count, end
 
 
+def read_strings(data: bytes, pos: int, what: str, compact: bool) -> tuple[tuple[str, ...], int]:
+    """An array of strings (topic names), in the compact (flexible) encoding or the classic
+    one; each error names the element it stopped at."""
+    length, string = ((read_compact_array_length, read_compact_string) if compact
+                      else (array_length, read_string))
+    count, pos = length(data, pos, what)
+    strings = []
+    for index in range(count):
+        text, pos = string(data, pos, f"{what}[{index}]")
+        strings.append(text)
+    return tuple(strings), pos
+
+
 def write_string(value: str) -> bytes:
     raw = value.encode()
     return INT16.pack(len(raw)) + raw
