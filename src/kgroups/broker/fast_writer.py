@@ -35,6 +35,7 @@ from kio.static.constants import uuid_zero
 
 from kgroups.broker.class_cache import class_cache
 from kgroups.broker.generated_code import FunctionSource
+from kgroups.log.batch import uvarint
 
 # encode(entity, out): appends the entity's bytes to `out`, in pieces; b"".join(out) is the wire.
 Encoder = Callable[[Any, list[Any]], None]
@@ -53,18 +54,6 @@ _FIXED: dict[str, tuple[str, str]] = {
 _NULLABLE_DATETIME = "(-1 if {v} is None else round({v}.timestamp() * 1000))"
 
 _ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
-
-
-def uvarint(value: int) -> bytes:
-    """Unsigned LEB128, as Kafka's ByteUtils.writeUnsignedVarint."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _GLOBALS: dict[str, Any] = {

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.log.batch import uvarint
 from kgroups.records.classic_member import decode_classic_member_metadata
 from kgroups.records.wire import (
     INT16,
@@ -41,7 +42,6 @@ from kgroups.records.wire import (
     short,
     write_compact_nullable_string,
     write_string,
-    write_uvarint,
 )
 
 # (topic id, sorted partitions) pairs, as the records and the heartbeat list them.
@@ -244,19 +244,19 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         parts += [_partitions(value.topic_partitions), b"\x00"]
     elif isinstance(value, ConsumerGroupPartitionMetadataValue):
-        parts.append(write_uvarint(len(value.topics) + 1))
+        parts.append(uvarint(len(value.topics) + 1))
         for topic in value.topics:
             parts += [topic.topic_id.bytes, write_compact_nullable_string(topic.topic_name),
                       INT32.pack(topic.num_partitions),
-                      write_uvarint(len(topic.partition_racks) + 1)]
+                      uvarint(len(topic.partition_racks) + 1)]
             for partition, racks in topic.partition_racks:
-                parts += [INT32.pack(partition), write_uvarint(len(racks) + 1),
+                parts += [INT32.pack(partition), uvarint(len(racks) + 1),
                           *(write_compact_nullable_string(r) for r in racks), b"\x00"]
             parts.append(b"\x00")
         parts.append(b"\x00")
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         parts += [
-            write_uvarint(len(value.topics) + 1),
+            uvarint(len(value.topics) + 1),
             *(write_compact_nullable_string(t) for t in value.topics),
             INT64.pack(value.version), INT64.pack(value.timestamp), b"\x00",
         ]
@@ -273,7 +273,7 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
             write_compact_nullable_string(value.rack_id),
             write_compact_nullable_string(value.client_id),
             write_compact_nullable_string(value.client_host),
-            write_uvarint(len(value.subscribed_topic_names) + 1),
+            uvarint(len(value.subscribed_topic_names) + 1),
             *(write_compact_nullable_string(t) for t in value.subscribed_topic_names),
             write_compact_nullable_string(value.subscribed_topic_regex),
             INT32.pack(value.rebalance_timeout_ms),
@@ -283,7 +283,7 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         if classic is None:
             parts.append(b"\x00")
         else:
-            parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(classic)), classic]
+            parts += [uvarint(1), uvarint(0), uvarint(len(classic)), classic]
     return b"".join(parts)
 
 
@@ -291,7 +291,7 @@ def _int64_tag(number: int) -> bytes:
     """A section holding tag 0 = `number` (int64), or nothing when it is 0 (its default)."""
     if number == 0:
         return b"\x00"
-    return write_uvarint(1) + write_uvarint(0) + write_uvarint(8) + INT64.pack(number)
+    return uvarint(1) + uvarint(0) + uvarint(8) + INT64.pack(number)
 
 
 def _partitions(
@@ -299,16 +299,16 @@ def _partitions(
 ) -> bytes:
     """A compact array of {TopicId uuid, Partitions []int32} structs; an entry's tag 0 holds
     its per-partition epochs when `epochs` has them."""
-    parts = [write_uvarint(len(topics) + 1)]
+    parts = [uvarint(len(topics) + 1)]
     for index, (topic_id, partitions) in enumerate(topics):
-        parts += [topic_id.bytes, write_uvarint(len(partitions) + 1)]
+        parts += [topic_id.bytes, uvarint(len(partitions) + 1)]
         parts += [INT32.pack(p) for p in partitions]
         topic_epochs = epochs[index] if index < len(epochs) else None
         if topic_epochs is None:
             parts.append(b"\x00")
             continue
-        body = write_uvarint(len(topic_epochs) + 1) + b"".join(INT32.pack(e) for e in topic_epochs)
-        parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(body)), body]
+        body = uvarint(len(topic_epochs) + 1) + b"".join(INT32.pack(e) for e in topic_epochs)
+        parts += [uvarint(1), uvarint(0), uvarint(len(body)), body]
     return b"".join(parts)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from kgroups.log.batch import uvarint
+
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
@@ -207,24 +209,15 @@ def write_nullable_bytes(value: bytes | None) -> bytes:
     return INT32.pack(-1) if value is None else INT32.pack(len(value)) + value
 
 
-def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def write_compact_nullable_string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     raw = value.encode()
-    return write_uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def write_compact_bytes(value: bytes) -> bytes:
-    return write_uvarint(len(value) + 1) + value
+    return uvarint(len(value) + 1) + value
 
 
 EMPTY_TAGGED_FIELDS = b"\x00"
