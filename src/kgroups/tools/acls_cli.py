@@ -21,8 +21,7 @@ from kgroups.broker.security.authorizer import (
     Permission,
     ResourceType,
 )
-from kgroups.tools.cli_output import DefaultsShown
-from kgroups.tools.client_security import add_connection_options, connect_tool
+from kgroups.tools.client_security import admin_command, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 # kafka-acls' operation names, e.g. --operation DescribeConfigs.
@@ -188,12 +187,10 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "acls", help="kafka-acls over the Kafka wire: add, list, remove ACLs",
-        formatter_class=DefaultsShown,
-        description="Kafka's kafka-acls for any Kafka-compatible broker with an authorizer.")
+    parser = admin_command(
+        subparsers, "acls", "kafka-acls over the Kafka wire: add, list, remove ACLs",
+        "Kafka's kafka-acls for any Kafka-compatible broker with an authorizer.")
     add = parser.add_argument
-    add_connection_options(parser)
     add("--add", action="store_true", help="add ACLs")
     add("--remove", action="store_true", help="remove ACLs")
     add("--list", action="store_true", help="list ACLs (all, or of the resources given)")
