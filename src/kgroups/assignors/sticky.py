@@ -25,7 +25,7 @@ from kgroups.assignors.model import (
     ordered_members,
 )
 from kgroups.assignors.space import UNOWNED, GroupAssignment, PartitionSpace
-from kgroups.assignors.sticky_engine import place, tied_claims
+from kgroups.assignors.sticky_engine import Placement, place, tied_claims
 from kgroups.assignors.sticky_racks import RackLayout
 from kgroups.assignors.user_data import (
     UserDataError,
@@ -69,12 +69,19 @@ class StickyAssignor(PartitionAssignor):
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
+        members, space, _, placement = self._placed(cluster, group_subscription)
+        return GroupAssignment(space, [m.member_id for m in members], placement.owner)
+
+    def _placed(
+        self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
+    ) -> tuple[list[MemberSubscription], PartitionSpace, Claims, Placement]:
+        """The members in the sticky order, their partitions, what they claim and where the
+        sticky placement puts each partition: both strategies start from this."""
         members = ordered_members(group_subscription, static_first=False)
         space = PartitionSpace.build(cluster, members)
-        placement = place(
-            space, members, self.claims(space, members), RackLayout.build(cluster, space, members)
-        )
-        return GroupAssignment(space, [m.member_id for m in members], placement.owner)
+        claims = self.claims(space, members)
+        return members, space, claims, place(
+            space, members, claims, RackLayout.build(cluster, space, members))
 
 
 class CooperativeStickyAssignor(StickyAssignor):
@@ -111,10 +118,7 @@ class CooperativeStickyAssignor(StickyAssignor):
     def assign(
         self, cluster: ClusterMetadata, group_subscription: Sequence[MemberSubscription]
     ) -> GroupAssignment:
-        members = ordered_members(group_subscription, static_first=False)
-        space = PartitionSpace.build(cluster, members)
-        claims = self.claims(space, members)
-        placement = place(space, members, claims, RackLayout.build(cluster, space, members))
+        members, space, claims, placement = self._placed(cluster, group_subscription)
         owner = placement.owner
         moving = (placement.previous >= 0) & (owner != placement.previous)
         revoked_from = np.where(moving, placement.previous, UNOWNED).astype(np.int32)

@@ -28,6 +28,7 @@ from kgroups.broker.topic_configs import (
     SUBTRACT,
     ConfigChange,
     TopicConfigStore,
+    merged_list,
 )
 from kgroups.log.config import LogConfig
 
@@ -156,13 +157,7 @@ class DynamicBrokerConfigs:
                     raise DynamicConfigError(
                         f"Config value {verb} is not allowed for config key: {change.name}", 40)
                 start = layer.get(change.name, KAFKA_BROKER_DEFAULTS.get(change.name, ""))
-                parts = [p for p in start.split(",") if p]
-                for item in value.split(","):
-                    if change.operation == APPEND and item not in parts:
-                        parts.append(item)
-                    elif change.operation == SUBTRACT and item in parts:
-                        parts.remove(item)
-                value = ",".join(parts)
+                value = merged_list(start, change)
             problem = _kafka_value_problem(change.name, value)
             if problem is not None:
                 raise DynamicConfigError(problem)

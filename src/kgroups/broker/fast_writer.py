@@ -34,6 +34,8 @@ from kio.serial._introspect import (
 from kio.static.constants import uuid_zero
 
 from kgroups.broker.class_cache import class_cache
+from kgroups.broker.generated_code import FunctionSource
+from kgroups.log.batch import uvarint
 
 # encode(entity, out): appends the entity's bytes to `out`, in pieces; b"".join(out) is the wire.
 Encoder = Callable[[Any, list[Any]], None]
@@ -54,18 +56,6 @@ _NULLABLE_DATETIME = "(-1 if {v} is None else round({v}.timestamp() * 1000))"
 _ONE_BYTE = tuple(bytes((value,)) for value in range(0x80))
 
 
-def uvarint(value: int) -> bytes:
-    """Unsigned LEB128, as Kafka's ByteUtils.writeUnsignedVarint."""
-    if value < 0x80:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 _GLOBALS: dict[str, Any] = {
     "_uvarint": uvarint, "_ONE_BYTE": _ONE_BYTE, "_UUID_ZERO": uuid_zero.bytes,
     "_int16": struct.Struct(">h").pack, "_int32": struct.Struct(">i").pack,
@@ -73,29 +63,19 @@ _GLOBALS: dict[str, Any] = {
 }
 
 
-class _Emitter:
+class _Emitter(FunctionSource):
     """Writes the body of one generated encoder; `e` is the entity, `a` appends to `out`."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.namespace = dict(_GLOBALS)
+        super().__init__(dict(_GLOBALS))
         self.codes = ""  # the pending run of fixed-size fields: struct codes ...
         self.values: list[str] = []  # ... and the expressions packed
 
     def compile(self, label: str) -> Encoder:
         self.flush_fixed(1)
-        source = "\n".join(["def encode(e, out):", "    a = out.append", *self.lines])
-        exec(compile(source, f"<encoder of {label}>", "exec"), self.namespace)
-        encoder: Encoder = self.namespace["encode"]
+        encoder: Encoder = self.define(["def encode(e, out):", "    a = out.append"], [],
+                                       "encode", f"<encoder of {label}>")
         return encoder
-
-    def line(self, indent: int, text: str) -> None:
-        self.lines.append("    " * indent + text)
-
-    def constant(self, value: Any) -> str:
-        name = f"_c{len(self.namespace)}"
-        self.namespace[name] = value
-        return name
 
     def fixed(self, code: str, value: str | None) -> None:
         """Add a fixed-size field (or, with no value, a zero pad byte) to the pending run."""
@@ -119,6 +99,18 @@ class _Emitter:
 
     def null(self, indent: int, flexible: bool) -> None:
         self.line(indent, "a(b'\\x00')" if flexible else "a(b'\\xff\\xff\\xff\\xff')")
+
+    def value(self, getter: str) -> None:
+        """The pending fixed-size run written, then the field read into the local `v`."""
+        self.flush_fixed(1)
+        self.line(1, f"v = {getter}")
+
+    def array_prefix(self, flexible: bool) -> None:
+        """An array `v`: null, or its count with the elements to follow at indent 2."""
+        self.line(1, "if v is None:")
+        self.null(2, flexible)
+        self.line(1, "else:")
+        self.length(2, flexible, "len(v)")
 
     def sized(self, indent: int, kafka_type: str, flexible: bool, value: str) -> None:
         """A string or bytes value `value` (a local name), None written as null."""
@@ -147,8 +139,7 @@ def _emit_field(out: _Emitter, field: Field[Any], flexible: bool, is_header: boo
     getter = f"e.{field.name}"
     if is_header and field.name == "client_id":
         # Kafka keeps the request header's client id a legacy string in every version.
-        out.flush_fixed(1)
-        out.line(1, f"v = {getter}")
+        out.value(getter)
         out.sized(1, "string", False, "v")
         return
     # A tagged field is written only when set, so kio treats it as not nullable.
@@ -156,13 +147,9 @@ def _emit_field(out: _Emitter, field: Field[Any], flexible: bool, is_header: boo
     kind = classify_field(field)
     if isinstance(kind, EntityField | EntityTupleField):
         element = out.constant(entity_encoder(kind.type_))
-        out.flush_fixed(1)
-        out.line(1, f"v = {getter}")
+        out.value(getter)
         if kind.is_array:
-            out.line(1, "if v is None:")
-            out.null(2, flexible)
-            out.line(1, "else:")
-            out.length(2, flexible, "len(v)")
+            out.array_prefix(flexible)
             out.line(2, f"for x in v: {element}(x, out)")
         elif optional:
             out.line(1, "if v is None: a(b'\\xff')")
@@ -178,12 +165,8 @@ def _emit_field(out: _Emitter, field: Field[Any], flexible: bool, is_header: boo
         if not kind.is_array:
             out.fixed(code, expression.format(v=getter))
             return
-        out.flush_fixed(1)
-        out.line(1, f"v = {getter}")
-        out.line(1, "if v is None:")
-        out.null(2, flexible)
-        out.line(1, "else:")
-        out.length(2, flexible, "len(v)")
+        out.value(getter)
+        out.array_prefix(flexible)
         if expression == "{v}":  # the elements pack as they are: one pack for the array
             out.line(2, f"a(_pack('>%d{code}' % len(v), *v))")
         else:
@@ -191,13 +174,9 @@ def _emit_field(out: _Emitter, field: Field[Any], flexible: bool, is_header: boo
             out.line(2, f"for x in v: a({packer}({expression.format(v='x')}))")
         return
     assert isinstance(kind, PrimitiveTupleField) or not kind.is_array
-    out.flush_fixed(1)
-    out.line(1, f"v = {getter}")
+    out.value(getter)
     if kind.is_array:
-        out.line(1, "if v is None:")
-        out.null(2, flexible)
-        out.line(1, "else:")
-        out.length(2, flexible, "len(v)")
+        out.array_prefix(flexible)
         out.line(2, "for x in v:")
         out.sized(3, kafka_type, flexible, "x")
     else:

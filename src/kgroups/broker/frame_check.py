@@ -34,6 +34,7 @@ from kio.serial._introspect import (
 )
 
 from kgroups.broker.class_cache import class_cache
+from kgroups.broker.generated_code import FunctionSource
 
 # (frame, position, end) -> position after the checked entity; raises FrameCheckError.
 Checker = Callable[[bytes | memoryview, int, int], int]
@@ -105,28 +106,18 @@ _GLOBALS: dict[str, Any] = {
 }
 
 
-class _Emitter:
+class _Emitter(FunctionSource):
     """Writes the body of one generated checker; `pos`, `frame` and `end` are its locals."""
 
     def __init__(self, namespace: dict[str, Any]) -> None:
-        self.lines: list[str] = []
-        self.namespace = namespace
+        super().__init__(namespace)
         self.pending_fixed = 0
 
     def compile(self, label: str) -> Checker:
         """The checker function: the emitted lines, then the position reached."""
-        source = "\n".join(["def check(frame, pos, end):", *self.lines, "    return pos"])
-        exec(compile(source, f"<frame check of {label}>", "exec"), self.namespace)
-        checker: Checker = self.namespace["check"]
+        checker: Checker = self.define(["def check(frame, pos, end):"], ["    return pos"],
+                                       "check", f"<frame check of {label}>")
         return checker
-
-    def line(self, indent: int, text: str) -> None:
-        self.lines.append("    " * indent + text)
-
-    def constant(self, value: Any) -> str:
-        name = f"_c{len(self.namespace)}"
-        self.namespace[name] = value
-        return name
 
     def flush_fixed(self, indent: int) -> None:
         if self.pending_fixed:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgroups.broker.fast_writer import uvarint
 from kgroups.broker.wire import SelfEncodingResponse, encode_entity
+from kgroups.log.batch import uvarint
 
 _INT32 = struct.Struct(">i")
 # The first version with topic_authorized_operations, and with flexible (compact) encoding,

@@ -260,19 +260,17 @@ class SnapshotCollector(Collector):
                 lag.add_metric(names, max(log_end - committed, 0))
             if seconds is not None:
                 lag_time.add_metric(names, seconds)
-        latest = GaugeMetricFamily(
-            "kafka_partition_latest_offset",
-            "Log end offset of each partition a group committed on or is assigned",
-            labels=["topic", "partition"])
-        for (topic, partition), log_end in sorted(self._snapshot.log_ends.items()):
-            latest.add_metric([topic, str(partition)], log_end)
-        earliest = GaugeMetricFamily(
-            "kafka_partition_earliest_offset",
-            "Log start offset of each partition a group committed on or is assigned",
-            labels=["topic", "partition"])
-        for (topic, partition), log_start in sorted(self._snapshot.log_starts.items()):
-            earliest.add_metric([topic, str(partition)], log_start)
-        yield from (offset, lag, lag_time, latest, earliest)
+        yield from (offset, lag, lag_time)
+        for name, description, offsets in (
+                ("kafka_partition_latest_offset", "Log end offset", self._snapshot.log_ends),
+                ("kafka_partition_earliest_offset", "Log start offset",
+                 self._snapshot.log_starts)):
+            gauge = GaugeMetricFamily(
+                name, f"{description} of each partition a group committed on or is assigned",
+                labels=["topic", "partition"])
+            for (topic, partition), value in sorted(offsets.items()):
+                gauge.add_metric([topic, str(partition)], value)
+            yield gauge
 
 
 class MetricsServer:

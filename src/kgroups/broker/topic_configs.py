@@ -221,8 +221,16 @@ class InvalidRequestError(ValueError):
     """An IncrementalAlterConfigs resource Kafka refuses as a malformed request."""
 
 
-def _parts(value: str | None) -> list[str]:
-    return [part for part in (value or "").split(",") if part]
+def merged_list(start: str | None, change: ConfigChange) -> str:
+    """A LIST setting after an APPEND (items not yet there, at the end) or a SUBTRACT (items
+    removed): topic and broker configs take the same two operations."""
+    parts = [part for part in (start or "").split(",") if part]
+    for item in str(change.value).split(","):
+        if change.operation == APPEND and item not in parts:
+            parts.append(item)
+        elif change.operation == SUBTRACT and item in parts:
+            parts.remove(item)
+    return ",".join(parts)
 
 
 def check_shape(changes: Sequence[ConfigChange]) -> None:
@@ -255,13 +263,7 @@ def apply_changes(current: Mapping[str, str],
                 raise TopicConfigError(
                     f"Can't {'APPEND' if change.operation == APPEND else 'SUBTRACT'} to key "
                     f"{change.name} because its type is not LIST.")
-            parts = _parts(result.get(change.name, setting.default))
-            for item in value.split(","):
-                if change.operation == APPEND and item not in parts:
-                    parts.append(item)
-                elif change.operation == SUBTRACT and item in parts:
-                    parts.remove(item)
-            value = ",".join(parts)
+            value = merged_list(result.get(change.name, setting.default), change)
         result[change.name] = value
     for name, value in result.items():
         _check_setting(name, value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import datetime
 import importlib
 import pkgutil
 import struct
@@ -28,6 +29,9 @@ from kgroups.broker.fast_writer import Encoder, entity_encoder
 from kgroups.broker.frame_check import FrameCheckError, check_request
 from kgroups.broker.legacy_schemas import LEGACY_SCHEMAS
 from kgroups.errors import ErrorCode
+
+# Every answer's throttle_time: kgroups enforces no quotas, so it never asks a client to wait.
+NO_THROTTLE = datetime.timedelta(0)
 
 _SIZE = struct.Struct(">i")
 _API_KEY_VERSION_CORRELATION = struct.Struct(">hhi")

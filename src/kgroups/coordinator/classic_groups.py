@@ -308,16 +308,7 @@ class ClassicGroups:
         instance_id = req.group_instance_id
         assert instance_id is not None
         old_member = group.members[old_id]
-        if old_member.join_request is not None:
-            self._ctx.reply(
-                old_member.join_request,
-                JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id),
-            )
-            group.set_join_request(old_member, None)
-        if old_member.sync_request is not None:
-            self._ctx.reply(old_member.sync_request,
-                            SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
-            old_member.sync_request = None
+        self._ctx.answer_parked(group, old_member, ErrorCode.FENCED_INSTANCE_ID)
         self._ctx.cancel_session(group, old_id)
         self._ctx.member_removed(group, old_id, instance_id,
                                  RemovalReason.FENCED_BY_STATIC_REPLACEMENT)

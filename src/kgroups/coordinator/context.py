@@ -39,7 +39,7 @@ from kgroups.coordinator.effects import (
 )
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.journal import Journal, KeyUndo, stored_value
-from kgroups.coordinator.messages import RequestId
+from kgroups.coordinator.messages import JoinGroupResponse, RequestId, SyncGroupResponse
 from kgroups.coordinator.persistence import apply_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
@@ -157,6 +157,16 @@ class ShardContext:
 
     def reply(self, request_id: RequestId, response: AnyResponse) -> None:
         self.fx.replies.append(Reply(request_id, response))
+
+    def answer_parked(self, group: ClassicGroup, member: Member, error: ErrorCode) -> None:
+        """`error` to the member's parked JoinGroup and SyncGroup, if it has any: a member
+        fenced, a group unloaded or migrated must not leave its client waiting."""
+        if member.join_request is not None:
+            self.reply(member.join_request, JoinGroupResponse(error, member_id=member.member_id))
+            group.set_join_request(member, None)
+        if member.sync_request is not None:
+            self.reply(member.sync_request, SyncGroupResponse(error))
+            member.sync_request = None
 
     def write_when_durable(
         self,

@@ -33,14 +33,12 @@ from kgroups.coordinator.messages import (
     DescribeGroupsRequest,
     HeartbeatRequest,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
     ListGroupsRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
-    SyncGroupResponse,
 )
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
@@ -331,16 +329,7 @@ class GroupCoordinator:
         doomed = [g for g in self._groups.values() if g.offsets_partition == offsets_partition]
         for group in doomed:
             for member in group.members.values():
-                if member.join_request is not None:
-                    self._ctx.reply(
-                        member.join_request,
-                        JoinGroupResponse(ErrorCode.NOT_COORDINATOR, member_id=member.member_id),
-                    )
-                    group.set_join_request(member, None)
-                if member.sync_request is not None:
-                    self._ctx.reply(member.sync_request,
-                                    SyncGroupResponse(ErrorCode.NOT_COORDINATOR))
-                    member.sync_request = None
+                self._ctx.answer_parked(group, member, ErrorCode.NOT_COORDINATOR)
             self._ctx.transition(group, GroupState.DEAD)
             del self._groups[group.group_id]
         gone = {g.group_id for g in doomed}

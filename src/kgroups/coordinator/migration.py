@@ -44,10 +44,6 @@ from kgroups.coordinator.context import ShardContext, ignore_failure, ignore_suc
 from kgroups.coordinator.effects import RebalanceCause, RemovalReason
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
 from kgroups.coordinator.journal import Journal
-from kgroups.coordinator.messages import (
-    JoinGroupResponse,
-    SyncGroupResponse,
-)
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_record,
@@ -179,14 +175,7 @@ class Migration:
         back with them if the journal is reverted."""
         gid = group.group_id
         for member in group.members.values():
-            if member.join_request is not None:
-                self._ctx.reply(member.join_request, JoinGroupResponse(
-                    ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
-                group.set_join_request(member, None)
-            if member.sync_request is not None:
-                self._ctx.reply(member.sync_request,
-                                SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
-                member.sync_request = None
+            self._ctx.answer_parked(group, member, ErrorCode.REBALANCE_IN_PROGRESS)
             self._ctx.cancel_session(group, member.member_id)
         for pending in group.pending_members:
             self._ctx.timers.cancel(pending_member_timer(gid, pending))

@@ -152,17 +152,22 @@ class RecordBatch:
 # ------------------------------------------------------------------------------------ encoding
 
 
+def uvarint(value: int) -> bytes:
+    """Unsigned LEB128, as Kafka's ByteUtils.writeUnsignedVarint: the counts and lengths of
+    flexible messages and records, and (zigzagged) every length and delta inside a record."""
+    if value < 0x80:
+        return _SMALL_VARINTS[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _varint(value: int) -> bytes:
     """Zigzag varint, as every length and delta inside a record is written."""
-    zigzag = (value << 1) ^ (value >> 63)
-    if zigzag < 0x80:
-        return _SMALL_VARINTS[zigzag]
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return uvarint((value << 1) ^ (value >> 63))
 
 
 _SMALL_VARINTS = [bytes((n,)) for n in range(0x80)]

@@ -30,7 +30,9 @@ def _bucket(span: pd.Timedelta) -> str:
     return _BUCKETS[-1]
 
 
-def _png(figure: plt.Figure) -> str:
+def png_img(figure: plt.Figure) -> str:
+    """The figure inlined as an <img>, so a report is one self-contained HTML file; the figure
+    is closed, as pyplot keeps every open one alive."""
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=90)
@@ -77,7 +79,7 @@ def causes_chart(causes: pd.DataFrame, groups: list[str]) -> str:
     axes[0, 0].legend(handles, every_cause, fontsize="x-small", loc="upper left",
                       ncols=min(4, len(every_cause)))
     axes[-1, 0].set_xlabel(f"time (UTC), bars of {bucket}")
-    return _png(figure)
+    return png_img(figure)
 
 
 def causes_section(causes: pd.DataFrame, table_html: Callable[[pd.DataFrame], str]) -> str:

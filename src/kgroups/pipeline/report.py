@@ -3,9 +3,7 @@ so it can be mailed or attached to a ticket and still open anywhere."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 import re
 from dataclasses import dataclass, field
@@ -19,7 +17,7 @@ matplotlib.use("Agg")  # no display on servers or Spark drivers
 import matplotlib.pyplot as plt  # the backend must be chosen before pyplot loads
 import pandas as pd
 
-from kgroups.pipeline.rebalance_report import causes_section
+from kgroups.pipeline.rebalance_report import causes_section, png_img
 
 # More lines than this on one lag chart are unreadable; the groups with the most lag are kept.
 MAX_LAG_LINES = 12
@@ -54,15 +52,6 @@ class ReportData:
     units: str = "segments"
 
 
-def _png(figure: plt.Figure) -> str:
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png", dpi=90)
-    plt.close(figure)
-    encoded = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<img alt="" src="data:image/png;base64,{encoded}">'
-
-
 def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
     """A step line whose every value, the last included, spans its bucket: steps-post draws a
     value from its time to the next, so the last one (and a series of one point) would
@@ -88,7 +77,7 @@ def commits_chart(frame: pd.DataFrame) -> str:
     _steps(axes, frame["minute"], frame["commits"])
     axes.set_ylabel("commits / minute")
     axes.set_ylim(bottom=0)
-    return _png(figure)
+    return png_img(figure)
 
 
 def lag_chart(frame: pd.DataFrame | None, column: str = "lag",
@@ -107,7 +96,7 @@ def lag_chart(frame: pd.DataFrame | None, column: str = "lag",
     axes.set_ylabel(label)
     axes.set_ylim(bottom=0)
     axes.legend(fontsize="small", loc="upper left")
-    return _png(figure)
+    return png_img(figure)
 
 
 def rebalance_timeline(frame: pd.DataFrame) -> str:
@@ -124,7 +113,7 @@ def rebalance_timeline(frame: pd.DataFrame) -> str:
     if len(groups) < len(counts):
         axes.set_title(f"the {len(groups)} of {len(counts)} groups with the most rebalances",
                        fontsize="small")
-    return _png(figure)
+    return png_img(figure)
 
 
 def moved_chart(frame: pd.DataFrame) -> str:
@@ -152,7 +141,7 @@ def moved_chart(frame: pd.DataFrame) -> str:
             axes.set_xticks(positions, labels, rotation=60, ha="right", fontsize="x-small")
     axes.set_ylabel("partitions")
     axes.legend(fontsize="small")
-    return _png(figure)
+    return png_img(figure)
 
 
 # The summary's columns an operator reads first, in this order; every other column follows in
@@ -281,7 +270,7 @@ def partition_lag_chart(rows: pd.DataFrame) -> str:
     axes.set_ylabel("lag (records)")
     axes.set_ylim(bottom=0)
     axes.legend(fontsize="x-small", loc="upper left", ncols=2)
-    return _png(figure)
+    return png_img(figure)
 
 
 def partition_lag(frame: pd.DataFrame | None, over_time: pd.DataFrame | None = None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kgroups.log.batch import uvarint
 from kgroups.records.wire import (
     INT32,
     read_compact_array_length,
@@ -22,7 +23,6 @@ from kgroups.records.wire import (
     skip_tagged_fields,
     write_compact_bytes,
     write_compact_nullable_string,
-    write_uvarint,
 )
 
 _PRESENT = 1
@@ -35,8 +35,8 @@ class ClassicMemberMetadata:
 
 
 def encode_classic_member_metadata(metadata: ClassicMemberMetadata) -> bytes:
-    parts = [write_uvarint(_PRESENT), INT32.pack(metadata.session_timeout_ms),
-             write_uvarint(len(metadata.supported_protocols) + 1)]
+    parts = [uvarint(_PRESENT), INT32.pack(metadata.session_timeout_ms),
+             uvarint(len(metadata.supported_protocols) + 1)]
     for name, protocol_metadata in metadata.supported_protocols:
         parts += [write_compact_nullable_string(name), write_compact_bytes(protocol_metadata),
                   b"\x00"]

@@ -15,6 +15,7 @@ import dataclasses
 import struct
 from typing import Any
 
+from kgroups.log.batch import uvarint
 from kgroups.records import consumer_protocol
 from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
@@ -69,7 +70,6 @@ from kgroups.records.wire import (
     write_nullable_bytes,
     write_nullable_string,
     write_string,
-    write_uvarint,
 )
 
 __all__ = [
@@ -264,7 +264,7 @@ def _offset_commit_tags(topic_id: bytes | None) -> bytes:
         return EMPTY_TAGGED_FIELDS
     if len(topic_id) != _UUID_SIZE:
         raise ValueError(f"OffsetCommitValue topicId must be {_UUID_SIZE} bytes")
-    return write_uvarint(1) + write_uvarint(_TOPIC_ID_TAG) + write_uvarint(_UUID_SIZE) + topic_id
+    return uvarint(1) + uvarint(_TOPIC_ID_TAG) + uvarint(_UUID_SIZE) + topic_id
 
 
 def _read_offset_commit_tags(data: bytes, pos: int, what: str) -> tuple[bytes | None, int]:
@@ -305,7 +305,7 @@ def _encode_group_metadata_value(value: GroupMetadataValue, version: int) -> byt
     if version >= 2:
         parts.append(INT64.pack(value.current_state_timestamp))
     count = len(value.members)
-    parts.append(write_uvarint(count + 1) if flexible else INT32.pack(count))
+    parts.append(uvarint(count + 1) if flexible else INT32.pack(count))
     for member in value.members:
         parts.append(string(member.member_id))
         if version >= 3:

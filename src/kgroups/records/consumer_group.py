@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.log.batch import uvarint
 from kgroups.records.classic_member import decode_classic_member_metadata
 from kgroups.records.wire import (
     INT16,
@@ -36,11 +37,11 @@ from kgroups.records.wire import (
     read_int32,
     read_int64,
     read_string,
-    read_uvarint,
+    read_strings,
+    read_tagged_fields,
     short,
     write_compact_nullable_string,
     write_string,
-    write_uvarint,
 )
 
 # (topic id, sorted partitions) pairs, as the records and the heartbeat list them.
@@ -243,19 +244,19 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         parts += [_partitions(value.topic_partitions), b"\x00"]
     elif isinstance(value, ConsumerGroupPartitionMetadataValue):
-        parts.append(write_uvarint(len(value.topics) + 1))
+        parts.append(uvarint(len(value.topics) + 1))
         for topic in value.topics:
             parts += [topic.topic_id.bytes, write_compact_nullable_string(topic.topic_name),
                       INT32.pack(topic.num_partitions),
-                      write_uvarint(len(topic.partition_racks) + 1)]
+                      uvarint(len(topic.partition_racks) + 1)]
             for partition, racks in topic.partition_racks:
-                parts += [INT32.pack(partition), write_uvarint(len(racks) + 1),
+                parts += [INT32.pack(partition), uvarint(len(racks) + 1),
                           *(write_compact_nullable_string(r) for r in racks), b"\x00"]
             parts.append(b"\x00")
         parts.append(b"\x00")
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         parts += [
-            write_uvarint(len(value.topics) + 1),
+            uvarint(len(value.topics) + 1),
             *(write_compact_nullable_string(t) for t in value.topics),
             INT64.pack(value.version), INT64.pack(value.timestamp), b"\x00",
         ]
@@ -272,7 +273,7 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
             write_compact_nullable_string(value.rack_id),
             write_compact_nullable_string(value.client_id),
             write_compact_nullable_string(value.client_host),
-            write_uvarint(len(value.subscribed_topic_names) + 1),
+            uvarint(len(value.subscribed_topic_names) + 1),
             *(write_compact_nullable_string(t) for t in value.subscribed_topic_names),
             write_compact_nullable_string(value.subscribed_topic_regex),
             INT32.pack(value.rebalance_timeout_ms),
@@ -282,7 +283,7 @@ def encode_consumer_group_value(value: ConsumerGroupValue) -> bytes:
         if classic is None:
             parts.append(b"\x00")
         else:
-            parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(classic)), classic]
+            parts += [uvarint(1), uvarint(0), uvarint(len(classic)), classic]
     return b"".join(parts)
 
 
@@ -290,7 +291,7 @@ def _int64_tag(number: int) -> bytes:
     """A section holding tag 0 = `number` (int64), or nothing when it is 0 (its default)."""
     if number == 0:
         return b"\x00"
-    return write_uvarint(1) + write_uvarint(0) + write_uvarint(8) + INT64.pack(number)
+    return uvarint(1) + uvarint(0) + uvarint(8) + INT64.pack(number)
 
 
 def _partitions(
@@ -298,16 +299,16 @@ def _partitions(
 ) -> bytes:
     """A compact array of {TopicId uuid, Partitions []int32} structs; an entry's tag 0 holds
     its per-partition epochs when `epochs` has them."""
-    parts = [write_uvarint(len(topics) + 1)]
+    parts = [uvarint(len(topics) + 1)]
     for index, (topic_id, partitions) in enumerate(topics):
-        parts += [topic_id.bytes, write_uvarint(len(partitions) + 1)]
+        parts += [topic_id.bytes, uvarint(len(partitions) + 1)]
         parts += [INT32.pack(p) for p in partitions]
         topic_epochs = epochs[index] if index < len(epochs) else None
         if topic_epochs is None:
             parts.append(b"\x00")
             continue
-        body = write_uvarint(len(topic_epochs) + 1) + b"".join(INT32.pack(e) for e in topic_epochs)
-        parts += [write_uvarint(1), write_uvarint(0), write_uvarint(len(body)), body]
+        body = uvarint(len(topic_epochs) + 1) + b"".join(INT32.pack(e) for e in topic_epochs)
+        parts += [uvarint(1), uvarint(0), uvarint(len(body)), body]
     return b"".join(parts)
 
 
@@ -320,15 +321,15 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
     value: ConsumerGroupValue
     if isinstance(key, ConsumerGroupMetadataKey):
         epoch, pos = read_int32(data, pos, f"{what} epoch")
-        tags, pos = _read_tags(data, pos, what)
+        tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupMetadataValue(epoch, _int64_of(tags, what))
     elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
         epoch, pos = read_int32(data, pos, f"{what} assignmentEpoch")
-        tags, pos = _read_tags(data, pos, what)
+        tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupTargetAssignmentMetadataValue(epoch, _int64_of(tags, what))
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         partitions, pos = _read_partitions(data, pos, f"{what} topicPartitions")
-        _tags, pos = _read_tags(data, pos, what)
+        _tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupTargetAssignmentMemberValue(partitions)
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
         epoch, pos = read_int32(data, pos, f"{what} memberEpoch")
@@ -340,7 +341,7 @@ def decode_consumer_group_value(key: ConsumerGroupKey, data: bytes) -> ConsumerG
             data, pos + 1, f"{what} assignedPartitions")
         pending, pending_epochs, pos = _read_partitions_epochs(
             data, pos, f"{what} partitionsPendingRevocation")
-        _tags, pos = _read_tags(data, pos, what)
+        _tags, pos = read_tagged_fields(data, pos, what)
         value = ConsumerGroupCurrentMemberAssignmentValue(
             epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs)
     elif isinstance(key, ConsumerGroupRegularExpressionKey):
@@ -361,17 +362,13 @@ def _read_member_metadata(
     rack_id, pos = read_compact_nullable_string(data, pos, f"{what} rackId")
     client_id, pos = read_compact_string(data, pos, f"{what} clientId")
     client_host, pos = read_compact_string(data, pos, f"{what} clientHost")
-    count, pos = read_compact_array_length(data, pos, f"{what} subscribedTopicNames")
-    names = []
-    for index in range(count):
-        name, pos = read_compact_string(data, pos, f"{what} subscribedTopicNames[{index}]")
-        names.append(name)
+    names, pos = read_strings(data, pos, f"{what} subscribedTopicNames", compact=True)
     regex, pos = read_compact_nullable_string(data, pos, f"{what} subscribedTopicRegex")
     timeout, pos = read_int32(data, pos, f"{what} rebalanceTimeoutMs")
     assignor, pos = read_compact_nullable_string(data, pos, f"{what} serverAssignor")
-    tags, pos = _read_tags(data, pos, what)
+    tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupMemberMetadataValue(
-        instance_id, rack_id, client_id, client_host, tuple(names), regex, timeout, assignor,
+        instance_id, rack_id, client_id, client_host, names, regex, timeout, assignor,
         tags.get(0),
     ), pos
 
@@ -379,15 +376,11 @@ def _read_member_metadata(
 def _read_regular_expression(
     data: bytes, pos: int, what: str
 ) -> tuple[ConsumerGroupRegularExpressionValue, int]:
-    count, pos = read_compact_array_length(data, pos, f"{what} topics")
-    topics = []
-    for index in range(count):
-        topic, pos = read_compact_string(data, pos, f"{what} topics[{index}]")
-        topics.append(topic)
+    topics, pos = read_strings(data, pos, f"{what} topics", compact=True)
     version, pos = read_int64(data, pos, f"{what} version")
     timestamp, pos = read_int64(data, pos, f"{what} timestamp")
-    _tags, pos = _read_tags(data, pos, what)
-    return ConsumerGroupRegularExpressionValue(tuple(topics), version, timestamp), pos
+    _tags, pos = read_tagged_fields(data, pos, what)
+    return ConsumerGroupRegularExpressionValue(topics, version, timestamp), pos
 
 
 def _read_partition_metadata(
@@ -411,11 +404,11 @@ def _read_partition_metadata(
             for _ in range(size):
                 rack, pos = read_compact_string(data, pos, f"{at}.partitionMetadata racks")
                 racks.append(rack)
-            _tags, pos = _read_tags(data, pos, f"{at}.partitionMetadata[{entry}]")
+            _tags, pos = read_tagged_fields(data, pos, f"{at}.partitionMetadata[{entry}]")
             racks_of.append((partition, tuple(racks)))
-        _tags, pos = _read_tags(data, pos, at)
+        _tags, pos = read_tagged_fields(data, pos, at)
         topics.append(SubscribedTopicMetadata(topic_id, name, partitions, tuple(racks_of)))
-    _tags, pos = _read_tags(data, pos, what)
+    _tags, pos = read_tagged_fields(data, pos, what)
     return ConsumerGroupPartitionMetadataValue(tuple(topics)), pos
 
 
@@ -440,7 +433,7 @@ def _read_partitions_epochs(
         for _ in range(size):
             partition, pos = read_int32(data, pos, f"{what}[{index}].partitions")
             partitions.append(partition)
-        tags, pos = _read_tags(data, pos, f"{what}[{index}]")
+        tags, pos = read_tagged_fields(data, pos, f"{what}[{index}]")
         topics.append((topic_id, tuple(partitions)))
         epochs.append(None if 0 not in tags else _int32_array(tags[0], f"{what}[{index}]"))
     return tuple(topics), (tuple(epochs) if any(e is not None for e in epochs) else ()), pos
@@ -455,20 +448,6 @@ def _int32_array(raw: bytes, what: str) -> tuple[int, ...]:
     if pos != len(raw):
         raise fail(f"{what} epochs", pos, f"{len(raw) - pos} unexpected trailing bytes")
     return tuple(values)
-
-
-def _read_tags(data: bytes, pos: int, what: str) -> tuple[dict[int, bytes], int]:
-    """A tagged-field section as {tag: raw bytes} (callers pick the tags they know)."""
-    tags: dict[int, bytes] = {}
-    count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos, f"{what} tag")
-        size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
-        if pos + size > len(data):
-            raise short(f"{what} tagged field {tag}", pos, size, data)
-        tags[tag] = bytes(data[pos : pos + size])
-        pos += size
-    return tags, pos
 
 
 def _int64_of(tags: dict[int, bytes], what: str) -> int:

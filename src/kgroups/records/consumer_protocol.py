@@ -22,6 +22,7 @@ from kgroups.records.wire import (
     read_nullable_bytes,
     read_nullable_string,
     read_string,
+    read_strings,
     write_nullable_bytes,
     write_nullable_string,
     write_string,
@@ -54,15 +55,8 @@ def encode_subscription(sub: ConsumerSubscription) -> bytes:
 
 
 def decode_subscription(data: bytes) -> ConsumerSubscription:
-    version, pos = read_int16(data, 0, "subscription version")
-    if version < 0:
-        raise RecordDecodeError(f"cannot read subscription version at byte 0: {version}", 0)
-    what = f"subscription v{version}"
-    count, pos = array_length(data, pos, f"{what} topics")
-    topics = []
-    for index in range(count):
-        topic, pos = read_string(data, pos, f"{what} topics[{index}]")
-        topics.append(topic)
+    version, pos, what = _read_version(data, "subscription")
+    topics, pos = read_strings(data, pos, f"{what} topics", compact=False)
     user_data, pos = read_nullable_bytes(data, pos, f"{what} userData")
     owned: tuple[TopicPartitions, ...] = ()
     generation_id = -1
@@ -74,7 +68,7 @@ def decode_subscription(data: bytes) -> ConsumerSubscription:
     if version >= 3:
         rack_id, pos = read_nullable_string(data, pos, f"{what} rackId")
     _expect_end(data, pos, version, what)
-    return ConsumerSubscription(tuple(topics), user_data, owned, generation_id, rack_id, version)
+    return ConsumerSubscription(topics, user_data, owned, generation_id, rack_id, version)
 
 
 def encode_assignment(a: ConsumerAssignment) -> bytes:
@@ -90,10 +84,7 @@ def encode_assignment(a: ConsumerAssignment) -> bytes:
 
 
 def decode_assignment(data: bytes) -> ConsumerAssignment:
-    version, pos = read_int16(data, 0, "assignment version")
-    if version < 0:
-        raise RecordDecodeError(f"cannot read assignment version at byte 0: {version}", 0)
-    what = f"assignment v{version}"
+    version, pos, what = _read_version(data, "assignment")
     assigned, pos = _read_topic_partitions(data, pos, f"{what} assignedPartitions")
     user_data, pos = read_nullable_bytes(data, pos, f"{what} userData")
     _expect_end(data, pos, version, what)
@@ -157,6 +148,15 @@ def _read_topic_partitions(
         items.append(TopicPartitions(topic, partitions))
         pos = end
     return tuple(items), pos
+
+
+def _read_version(data: bytes, kind: str) -> tuple[int, int, str]:
+    """The version a subscription or assignment starts with (never negative), the position
+    after it, and the name its errors give it."""
+    version, pos = read_int16(data, 0, f"{kind} version")
+    if version < 0:
+        raise RecordDecodeError(f"cannot read {kind} version at byte 0: {version}", 0)
+    return version, pos, f"{kind} v{version}"
 
 
 def _expect_end(data: bytes, pos: int, version: int, what: str) -> None:

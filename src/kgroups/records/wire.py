@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import struct
 
+from kgroups.log.batch import uvarint
+
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
@@ -154,16 +156,23 @@ def read_compact_array_length(data: bytes, pos: int, what: str) -> tuple[int, in
     return length_plus_one - 1, end
 
 
-def skip_tagged_fields(data: bytes, pos: int, what: str) -> int:
-    """Skip a tagged-field section: unknown tags are allowed by design and never an error."""
+def read_tagged_fields(data: bytes, pos: int, what: str) -> tuple[dict[int, bytes], int]:
+    """A tagged-field section as {tag: raw bytes} (callers pick the tags they know)."""
+    tags: dict[int, bytes] = {}
     count, pos = read_uvarint(data, pos, f"{what} tagged-field count")
     for _ in range(count):
-        _tag, pos = read_uvarint(data, pos, f"{what} tag")
+        tag, pos = read_uvarint(data, pos, f"{what} tag")
         size, pos = read_uvarint(data, pos, f"{what} tagged-field size")
         if pos + size > len(data):
-            raise short(f"{what} tagged field", pos, size, data)
+            raise short(f"{what} tagged field {tag}", pos, size, data)
+        tags[tag] = bytes(data[pos : pos + size])
         pos += size
-    return pos
+    return tags, pos
+
+
+def skip_tagged_fields(data: bytes, pos: int, what: str) -> int:
+    """Skip a tagged-field section: unknown tags are allowed by design and never an error."""
+    return read_tagged_fields(data, pos, what)[1]
 
 
 def array_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
@@ -172,6 +181,19 @@ def array_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
     if count < 0:
         raise fail(what, pos, f"count {count}")
     return count, end
+
+
+def read_strings(data: bytes, pos: int, what: str, compact: bool) -> tuple[tuple[str, ...], int]:
+    """An array of strings (topic names), in the compact (flexible) encoding or the classic
+    one; each error names the element it stopped at."""
+    length, string = ((read_compact_array_length, read_compact_string) if compact
+                      else (array_length, read_string))
+    count, pos = length(data, pos, what)
+    strings = []
+    for index in range(count):
+        text, pos = string(data, pos, f"{what}[{index}]")
+        strings.append(text)
+    return tuple(strings), pos
 
 
 def write_string(value: str) -> bytes:
@@ -187,24 +209,15 @@ def write_nullable_bytes(value: bytes | None) -> bytes:
     return INT32.pack(-1) if value is None else INT32.pack(len(value)) + value
 
 
-def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def write_compact_nullable_string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     raw = value.encode()
-    return write_uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def write_compact_bytes(value: bytes) -> bytes:
-    return write_uvarint(len(value) + 1) + value
+    return uvarint(len(value) + 1) + value
 
 
 EMPTY_TAGGED_FIELDS = b"\x00"

@@ -21,11 +21,9 @@ from kgroups.broker.security.authorizer import (
     Permission,
     ResourceType,
 )
-from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.client_security import admin_command, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # kafka-acls' operation names, e.g. --operation DescribeConfigs.
 OPERATIONS = {"".join(part.capitalize() for part in op.name.split("_")): op
               for op in Operation if op not in (Operation.UNKNOWN, Operation.ANY)}
@@ -189,14 +187,10 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "acls", help="kafka-acls over the Kafka wire: add, list, remove ACLs",
-        formatter_class=DefaultsShown,
-        description="Kafka's kafka-acls for any Kafka-compatible broker with an authorizer.")
+    parser = admin_command(
+        subparsers, "acls", "kafka-acls over the Kafka wire: add, list, remove ACLs",
+        "Kafka's kafka-acls for any Kafka-compatible broker with an authorizer.")
     add = parser.add_argument
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
     add("--add", action="store_true", help="add ACLs")
     add("--remove", action="store_true", help="remove ACLs")
     add("--list", action="store_true", help="list ACLs (all, or of the resources given)")

@@ -19,6 +19,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from kgroups.broker.config import ConfigError, parse_properties
 from kgroups.broker.security.scram import credential_from_salted, salted_password
+from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 _JAAS_OPTION = re.compile(r'\b(?P<key>username|password)\s*=\s*"(?P<value>(?:[^"\\]|\\.)*)"')
@@ -153,8 +154,19 @@ def connect_tool(bootstrap: tuple[str, int], command_config: Path | None,
         raise WireError(f"--command-config {command_config}: {exc}") from None
 
 
-def add_command_config_option(parser: argparse.ArgumentParser) -> None:
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def admin_command(subparsers: argparse._SubParsersAction, name: str, summary: str,
+                  description: str) -> argparse.ArgumentParser:
+    """The subcommand of one admin command (groups, topics, acls, users), with the options
+    every one of them reaches its broker by: --bootstrap-server and --command-config."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, help=summary, formatter_class=DefaultsShown, description=description)
+    parser.add_argument("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
+                        metavar="HOST:PORT", help="broker to connect to")
     parser.add_argument("--command-config", type=Path, metavar="FILE",
                         help="client properties (security.protocol, sasl.mechanism, "
                              "sasl.jaas.config, ssl.truststore.location...) as Kafka's "
                              "tools read them")
+    return parser

@@ -18,14 +18,12 @@ from pathlib import Path
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.tools import admin, lag_reader
 from kgroups.tools.cli_output import (
-    DefaultsShown,
-    parse_bootstrap,
     parse_topic,
     print_json,
     run_to_pipe,
     table,
 )
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.client_security import admin_command, connect_tool
 from kgroups.tools.offset_reset import (
     ResetTarget,
     export_csv,
@@ -38,7 +36,6 @@ from kgroups.tools.offset_reset import (
 )
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
@@ -429,20 +426,17 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "groups", help="kafka-consumer-groups over the Kafka wire: list, describe, delete "
-                       "groups, reset or delete their offsets",
-        formatter_class=DefaultsShown,
-        description="Kafka's kafka-consumer-groups for any Kafka-compatible broker. Name one "
-                    "action (--list, --describe, --delete, --reset-offsets, --delete-offsets) "
-                    "or, in the older form, the action word followed by groups: "
-                    "`kgroups groups describe GROUP...`.")
+    parser = admin_command(
+        subparsers, "groups",
+        "kafka-consumer-groups over the Kafka wire: list, describe, delete groups, reset or "
+        "delete their offsets",
+        "Kafka's kafka-consumer-groups for any Kafka-compatible broker. Name one "
+        "action (--list, --describe, --delete, --reset-offsets, --delete-offsets) "
+        "or, in the older form, the action word followed by groups: "
+        "`kgroups groups describe GROUP...`.")
     add = parser.add_argument
     add("words", nargs="*", metavar="[ACTION [GROUP ...]]",
         help=f"older form: an action ({', '.join(ACTIONS)}) and the groups it acts on")
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
     add("--timeout", type=_positive_ms, default=5000, metavar="MS",
         help="how long to wait for each answer of the broker, in milliseconds "
              "(kafka-consumer-groups' option and default)")

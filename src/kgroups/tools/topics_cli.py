@@ -16,11 +16,10 @@ from pathlib import Path
 
 from kgroups.tools import delete_records_cli, topic_admin
 from kgroups.tools.admin import AdminError
-from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap, print_json, run_to_pipe
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.cli_output import print_json, run_to_pipe
+from kgroups.tools.client_security import admin_command, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 ACTIONS = ("create", "list", "describe", "alter", "delete", "delete_records")
 
 
@@ -135,17 +134,13 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "topics", help="kafka-topics over the Kafka wire: create, list, describe, alter, "
-                       "delete topics",
-        formatter_class=DefaultsShown,
-        description="Kafka's kafka-topics (and kafka-delete-records) for any Kafka-compatible "
-                    "broker. Name one action: --create, --list, --describe, --alter, --delete "
-                    "or --delete-records.")
+    parser = admin_command(
+        subparsers, "topics",
+        "kafka-topics over the Kafka wire: create, list, describe, alter, delete topics",
+        "Kafka's kafka-topics (and kafka-delete-records) for any Kafka-compatible "
+        "broker. Name one action: --create, --list, --describe, --alter, --delete "
+        "or --delete-records.")
     add = parser.add_argument
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
     add("--create", action="store_true", help="create a topic (--topic, --partitions, --config)")
     add("--list", action="store_true", help="list the topics' names")
     add("--describe", action="store_true",

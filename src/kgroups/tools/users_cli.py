@@ -19,11 +19,9 @@ from kgroups.broker.security.scram import (
     MECHANISM_NAMES,
     salted_password,
 )
-from kgroups.tools.cli_output import DefaultsShown, parse_bootstrap, table
-from kgroups.tools.client_security import add_command_config_option, connect_tool
+from kgroups.tools.cli_output import table
+from kgroups.tools.client_security import admin_command, connect_tool
 from kgroups.tools.wire_client import KafkaWireClient, WireError
-
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def _alter(client: KafkaWireClient, args: argparse.Namespace) -> None:
@@ -82,16 +80,12 @@ def _command(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "users", help="SCRAM users over the Kafka wire: add, delete, list credentials",
-        formatter_class=DefaultsShown,
-        description="Manage SCRAM-SHA-256/512 credentials on any Kafka-compatible broker "
-                    "(what kafka-configs --entity-type users --alter --add-config "
-                    "'SCRAM-SHA-256=[password=...]' does).")
+    parser = admin_command(
+        subparsers, "users", "SCRAM users over the Kafka wire: add, delete, list credentials",
+        "Manage SCRAM-SHA-256/512 credentials on any Kafka-compatible broker "
+        "(what kafka-configs --entity-type users --alter --add-config "
+        "'SCRAM-SHA-256=[password=...]' does).")
     add = parser.add_argument
-    add("--bootstrap-server", type=parse_bootstrap, default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT", help="broker to connect to")
-    add_command_config_option(parser)
     add("--add", metavar="USER", help="add or replace USER's credentials")
     add("--delete", metavar="USER", help="delete USER's credentials")
     add("--list", action="store_true", help="list users and their mechanisms")

@@ -4,7 +4,6 @@ Kafka does; who may call them is decided in acl_enforcement.py (Describe/Alter o
 
 from __future__ import annotations
 
-import datetime
 from collections import defaultdict
 from typing import Any
 
@@ -18,10 +17,9 @@ from kgroups.broker.security.authorizer import (
     Operation,
     binding_problem,
 )
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
-NO_THROTTLE = datetime.timedelta(0)
 DISABLED = "No Authorizer is configured."
 
 

@@ -10,7 +10,6 @@ each partition's leader and leader epoch, and for FindCoordinator the leader of 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import uuid
 from collections.abc import Callable
@@ -39,12 +38,11 @@ from kgroups.broker.security.authorizer import (
     all_operations,
 )
 from kgroups.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, topic_name_error
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.topics")
 
-NO_THROTTLE = datetime.timedelta(0)
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
 # FindCoordinator key types of features kgroups does not serve yet (logged once per client).
 NOT_SERVED_KEY_TYPES = {TRANSACTION_KEY_TYPE: "transactions", SHARE_KEY_TYPE: "share groups"}

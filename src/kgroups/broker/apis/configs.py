@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.dynamic_configs import (
     CLUSTER_DEFAULT,
@@ -49,7 +48,7 @@ from kgroups.broker.topic_configs import (
     check_shape,
     topic_log_config,
 )
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.configs")

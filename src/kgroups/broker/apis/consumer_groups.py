@@ -24,7 +24,7 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
@@ -34,7 +34,6 @@ from kgroups.coordinator.consumer_messages import (
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
-_NO_THROTTLE = datetime.timedelta(0)
 # ConsumerGroupDescribe v1 MemberType: 0 = classic protocol (online migration), 1 = consumer.
 _CLASSIC_MEMBER_TYPE = 0
 _CONSUMER_MEMBER_TYPE = 1
@@ -72,7 +71,7 @@ class ConsumerGroupHeartbeatHandler:
             assignment = build(sibling(response, "Assignment"), topic_partitions=_wire_topics(
                 sibling(response, "TopicPartitions"), answer.assignment))
         return build(
-            response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+            response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
             error_message=answer.error_message, member_id=answer.member_id,
             member_epoch=answer.member_epoch,
             heartbeat_interval=datetime.timedelta(milliseconds=answer.heartbeat_interval_ms),
@@ -107,7 +106,7 @@ class ConsumerGroupDescribeHandler:
                 build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
                 for t, p in topics))
 
-        return build(response, throttle_time=_NO_THROTTLE, groups=tuple(
+        return build(response, throttle_time=NO_THROTTLE, groups=tuple(
             build(
                 group_cls, error_code=kio_error(g.error), error_message=g.error_message,
                 group_id=g.group_id, group_state=g.state, group_epoch=g.group_epoch,
@@ -178,7 +177,7 @@ async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any,
                                               check: authz.Check) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return authz.response(ctx, error_code=kio_error(code), error_message=message,
-                              member_id=None, member_epoch=-1, heartbeat_interval=authz.NO_THROTTLE,
+                              member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
                               assignment=None)
 
     if not check.group(Operation.READ, request.group_id):

@@ -23,13 +23,12 @@ import logging
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topics import INTERNAL_TOPICS
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.delete_records")

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.down_convert import down_convert, fetch_magic
 from kgroups.broker.events import log_event
@@ -33,7 +32,7 @@ from kgroups.broker.legacy_schemas import nested
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_storage import NotLeaderHint
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import OffsetOutOfRangeError
 

@@ -10,7 +10,6 @@ Version-dependent *behaviour* stays in the coordinator, which gets `version`.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -26,11 +25,9 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, has_field, kio_error, response_type, sibling
 from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
-
-_NO_THROTTLE = datetime.timedelta(0)
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -74,7 +71,7 @@ class JoinGroupHandler:
             protocol_name = ""
         return build(
             response,
-            throttle_time=_NO_THROTTLE,
+            throttle_time=NO_THROTTLE,
             error_code=kio_error(answer.error),
             generation_id=answer.generation_id,
             protocol_type=answer.protocol_type,
@@ -98,7 +95,7 @@ class SyncGroupHandler:
                                      or request.protocol_name is None):
             # From v5 both are mandatory: Kafka refuses the request before the coordinator
             # sees it, whatever the group's state.
-            return build(_response(ctx), throttle_time=_NO_THROTTLE,
+            return build(_response(ctx), throttle_time=NO_THROTTLE,
                          error_code=kio_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL),
                          protocol_type=None, protocol_name=None, assignment=b"")
         protocol_type, protocol_name = fields.sync_protocol(request)
@@ -116,7 +113,7 @@ class SyncGroupHandler:
         ))
         return build(
             _response(ctx),
-            throttle_time=_NO_THROTTLE,
+            throttle_time=NO_THROTTLE,
             error_code=kio_error(answer.error),
             protocol_type=answer.protocol_type,
             protocol_name=answer.protocol_name,
@@ -136,7 +133,7 @@ class HeartbeatHandler:
             member_id=request.member_id,
             group_instance_id=fields.heartbeat_group_instance_id(request),
         ))
-        return build(_response(ctx), throttle_time=_NO_THROTTLE,
+        return build(_response(ctx), throttle_time=NO_THROTTLE,
                      error_code=kio_error(answer.error))
 
 
@@ -166,7 +163,7 @@ class LeaveGroupHandler:
                       error_code=kio_error(r.error))
                 for r in answer.members
             )
-        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+        return build(response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
                      members=results)
 
 
@@ -239,7 +236,7 @@ class OffsetCommitHandler:
             for topic in request.topics
         )
         response = _response(ctx)
-        return build(response, throttle_time=_NO_THROTTLE, topics=_partition_errors_response(
+        return build(response, throttle_time=NO_THROTTLE, topics=_partition_errors_response(
             response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition",
             in_request_order))
 
@@ -269,7 +266,7 @@ class OffsetFetchHandler:
         response = _response(ctx)
         if batched:
             group_type = sibling(response, "OffsetFetchResponseGroup")
-            return build(response, throttle_time=_NO_THROTTLE, groups=tuple(
+            return build(response, throttle_time=NO_THROTTLE, groups=tuple(
                 build(group_type, group_id=g.group_id, error_code=kio_error(g.error),
                       topics=self._topics(response, "OffsetFetchResponseTopics",
                                           "OffsetFetchResponsePartitions", g))
@@ -282,7 +279,7 @@ class OffsetFetchHandler:
         else:
             topics = self._topics(response, "OffsetFetchResponseTopic",
                                   "OffsetFetchResponsePartition", fetched)
-        return build(response, throttle_time=_NO_THROTTLE, topics=topics,
+        return build(response, throttle_time=NO_THROTTLE, topics=topics,
                      error_code=kio_error(fetched.error))
 
     @staticmethod
@@ -361,7 +358,7 @@ class DescribeGroupsHandler:
             described = tuple(
                 rebalance_field.with_rebalance(d, g.last_rebalance, ctx.api_version)
                 for d, g in zip(described, answer.groups, strict=True))
-        return build(response, throttle_time=_NO_THROTTLE, groups=described)
+        return build(response, throttle_time=NO_THROTTLE, groups=described)
 
 
 class ListGroupsHandler:
@@ -379,7 +376,7 @@ class ListGroupsHandler:
             listed = tuple(g for g in listed if g.group_type in wanted)
         response = _response(ctx)
         listed_type = sibling(response, "ListedGroup")
-        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+        return build(response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
                      groups=tuple(
                          build(listed_type, group_id=g.group_id, protocol_type=g.protocol_type,
                                group_state=g.state, group_type=g.group_type)
@@ -397,7 +394,7 @@ class DeleteGroupsHandler:
         )
         response = _response(ctx)
         result_type = sibling(response, "DeletableGroupResult")
-        return build(response, throttle_time=_NO_THROTTLE, results=tuple(
+        return build(response, throttle_time=NO_THROTTLE, results=tuple(
             build(result_type, group_id=group_id, error_code=kio_error(error))
             for group_id, error in answer.results
         ))
@@ -415,7 +412,7 @@ class OffsetDeleteHandler:
             lambda request_id: messages.OffsetDeleteRequest(request_id, request.group_id, topics)
         )
         response = _response(ctx)
-        return build(response, throttle_time=_NO_THROTTLE, error_code=kio_error(answer.error),
+        return build(response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
                      topics=_partition_errors_response(
                          response, "OffsetDeleteResponseTopic", "OffsetDeleteResponsePartition",
                          answer.topics))

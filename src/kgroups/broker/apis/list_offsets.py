@@ -25,12 +25,11 @@ import time
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.leader_hints import NO_EPOCH, epoch_error
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import decode_batch
 from kgroups.log.partition_log import PartitionLog
@@ -131,41 +130,34 @@ def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
     return ErrorCode.NONE, tuple(offsets)
 
 
-def _list_offsets_v0(ctx: RequestContext, request: Any) -> Any:
-    response_cls = response_type(ApiKey.LIST_OFFSETS, 0)
-    topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
-    partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for entry in topic.partitions:
-            error, offsets = _lookup_v0(ctx, topic.name, int(entry.partition_index),
-                                        int(entry.timestamp), int(entry.max_num_offsets))
-            partitions.append(partition_cls(
-                partition_index=entry.partition_index, error_code=kio_error(error),
-                old_style_offsets=offsets))
-        topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
-    return response_cls(topics=tuple(topics))
+def _answer_v0(ctx: RequestContext, topic: str, entry: Any) -> dict[str, Any]:
+    """v0 asks for up to `max_num_offsets` offsets before a time, and gets a list of them."""
+    error, offsets = _lookup_v0(ctx, topic, int(entry.partition_index), int(entry.timestamp),
+                                int(entry.max_num_offsets))
+    return {"error_code": kio_error(error), "old_style_offsets": offsets}
+
+
+def _answer(ctx: RequestContext, topic: str, entry: Any) -> dict[str, Any]:
+    """v1 on ask for one offset (and its timestamp and epoch) at a time."""
+    error, offset, found_at, epoch = _lookup(
+        ctx, topic, int(entry.partition_index), int(entry.timestamp),
+        int(getattr(entry, "current_leader_epoch", NO_EPOCH)))
+    return {"error_code": kio_error(error), "timestamp": found_at, "offset": offset,
+            "leader_epoch": epoch}
 
 
 @handles(api_key=ApiKey.LIST_OFFSETS, min_version=0, max_version=11)
 async def list_offsets(ctx: RequestContext, request: Any) -> Any:
-    if ctx.api_version == 0:
-        return _list_offsets_v0(ctx, request)
+    answer = _answer_v0 if ctx.api_version == 0 else _answer
     response_cls = response_type(ApiKey.LIST_OFFSETS, ctx.api_version)
     topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
     partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
     topics = []
     for topic in request.topics:
-        partitions = []
-        for entry in topic.partitions:
-            error, offset, found_at, epoch = _lookup(
-                ctx, topic.name, int(entry.partition_index), int(entry.timestamp),
-                int(getattr(entry, "current_leader_epoch", NO_EPOCH)))
-            partitions.append(build(partition_cls, partition_index=entry.partition_index,
-                                    error_code=kio_error(error), timestamp=found_at,
-                                    offset=offset, leader_epoch=epoch))
-        topics.append(build(topic_cls, name=topic.name, partitions=tuple(partitions)))
+        partitions = tuple(build(partition_cls, partition_index=entry.partition_index,
+                                 **answer(ctx, topic.name, entry))
+                           for entry in topic.partitions)
+        topics.append(build(topic_cls, name=topic.name, partitions=partitions))
     return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 

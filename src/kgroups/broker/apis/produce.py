@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
 from kgroups.broker.leader_hints import leader_fields, node_endpoint_fields
@@ -55,7 +54,7 @@ from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation, ResourceType
 from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.topics import INTERNAL_TOPICS
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import (
     MAGIC,

@@ -4,7 +4,6 @@ and its --describe work against kgroups as they do against Kafka."""
 
 from __future__ import annotations
 
-import datetime
 from collections import Counter
 from typing import Any
 
@@ -20,10 +19,8 @@ from kgroups.broker.security.scram import (
     ScramCredential,
     credential_from_salted,
 )
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 def _store(ctx: RequestContext) -> Any:

@@ -11,7 +11,6 @@ from typing import Any
 from kgroups.broker import descriptors
 from kgroups.broker.apis import request_fields
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.cluster import NO_THROTTLE
 from kgroups.broker.apis.configs import TOPIC_CONFIG_SOURCE, topic_config_entries
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.events import log_event
@@ -19,7 +18,7 @@ from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_configs import TopicConfigError, topic_log_config
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
-from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.topics")

@@ -17,7 +17,6 @@ rather than open.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -38,12 +37,11 @@ from kgroups.broker.security.authorizer import (
     Operation,
     ResourceType,
 )
-from kgroups.broker.wire import build, has_field, kio_error, response_type, sibling
+from kgroups.broker.wire import NO_THROTTLE, build, has_field, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
 logger = logging.getLogger("kgroups.authorizer")
 
-NO_THROTTLE = datetime.timedelta(0)
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
