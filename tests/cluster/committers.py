@@ -73,13 +73,16 @@ class Librdkafka:
             "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000,
             "log_level": 0, **_protocol_settings(protocol)})
         self.consumer.subscribe([topic])
+        self.read_at: dict[int, float] = {}  # when it last received a record of a partition
+
+    def assigned(self) -> tuple[int, ...]:
+        message = self.consumer.poll(0.05)
+        if message is not None and message.error() is None:
+            self.read_at[message.partition()] = time.monotonic()
+        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
 
     def positions(self) -> dict[int, int] | None:
         return None
-
-    def assigned(self) -> tuple[int, ...]:
-        self.consumer.poll(0.05)
-        return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
 
     def commit(self, offsets: dict[int, int]) -> bool:
         try:
@@ -106,12 +109,15 @@ class KafkaPython:
             group_instance_id=instance, enable_auto_commit=False,
             session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
             metadata_max_age_ms=2000)
+        self.read_at: dict[int, float] = {}
 
     def positions(self) -> dict[int, int] | None:
         return None
 
     def assigned(self) -> tuple[int, ...]:
-        self.consumer.poll(timeout_ms=50)
+        for partition, records in self.consumer.poll(timeout_ms=50).items():
+            if records:
+                self.read_at[partition.partition] = time.monotonic()
         return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
 
     def commit(self, offsets: dict[int, int]) -> bool:
@@ -147,6 +153,7 @@ class Java:
         self.consumer.subscribe(topic)
         self.owned: set[int] = set()
         self.read_to: dict[int, int] = {}
+        self.read_at: dict[int, float] = {}
 
     def assigned(self) -> tuple[int, ...]:
         answer = self.consumer.poll(50)
@@ -155,6 +162,7 @@ class Java:
             self.owned = self.owned | changed if kind == "assigned" else self.owned - changed
         for _, partition, offset, _ in answer["records"]:
             self.read_to[partition] = offset + 1
+            self.read_at[partition] = time.monotonic()
         return tuple(sorted(self.owned))
 
     def positions(self) -> dict[int, int] | None:
