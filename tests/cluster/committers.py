@@ -144,12 +144,10 @@ class Java:
 
     def __init__(self, bootstrap: str, group: str, topic: str, instance: str, logs: Path,
                  protocol: str = "classic") -> None:
-        settings: dict[str, object] = {"bootstrap.servers": bootstrap, "group.id": group,
-                                       "group.instance.id": instance, "client.id": instance,
-                                       "metadata.max.age.ms": 2000, "group.protocol": protocol}
-        if protocol == "classic":
-            settings.update(_protocol_settings(protocol))
-        self.consumer = JavaConsumer(settings, logs / f"java-{group}-{instance}.log")
+        self.consumer = JavaConsumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+            "client.id": instance, "metadata.max.age.ms": 2000,
+            **_protocol_settings(protocol)}, logs / f"java-{group}-{instance}.log")
         self.consumer.subscribe(topic)
         self.owned: set[int] = set()
         self.read_to: dict[int, int] = {}
@@ -169,7 +167,8 @@ class Java:
         return self.read_to
 
     def commit(self, offsets: dict[int, int]) -> bool:
-        assert all(self.read_to.get(p) == offset for p, offset in offsets.items())
+        """`commitSync()`: the positions of what was polled, which `offsets` (taken from
+        `positions()` after that poll) name."""
         return bool(self.consumer.commit().get("ok"))
 
     def close(self) -> None:
