@@ -227,10 +227,15 @@ def start_group(cluster: Cluster, topic: str,
              for index, client in enumerate(clients)]
     for member in group:
         member.start()
+    # Settled: every partition owned once and spread evenly (a consumer-protocol group moves a
+    # partition in two steps, revoked by one member then assigned to another, so a count of
+    # six can still be mid-move), and every member has committed.
+    fair = {PARTITIONS // len(group), -(-PARTITIONS // len(group))}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if all(member.commits for member in group) and \
-                sum(len(member.assignment) for member in group) == PARTITIONS:
+        owned = sorted(p for member in group for p in member.assignment)
+        if all(member.commits for member in group) and owned == list(range(PARTITIONS)) \
+                and all(len(member.assignment) in fair for member in group):
             return group, stop
         time.sleep(0.2)
     raise AssertionError("the group did not settle and commit within 60 s")
