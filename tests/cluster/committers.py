@@ -1,9 +1,12 @@
-"""A classic-protocol librdkafka group whose members commit synchronously, for failover tests.
+"""Groups of real clients whose members commit synchronously, for failover tests: librdkafka
+(classic or `group.protocol=consumer`), kafka-python and the Java KafkaConsumer.
 
-Each member commits the next offset of every partition it is assigned, over and over, and
-remembers when each commit was sent and acknowledged. The commits need no records: what is
-measured is the coordinator (how long the group cannot commit, whether a commit is lost or
-goes back, whether static members keep their partitions)."""
+Each member commits an offset of every partition it is assigned, over and over, and remembers
+when each commit was sent and acknowledged. librdkafka and kafka-python members commit the next
+offset each time and need no records; a Java member (which commits what it consumed, as
+`commitSync()` does) commits the positions of the records it read. What is measured is the
+coordinator (how long the group cannot commit, whether a commit is lost or goes back, whether
+static members keep their partitions)."""
 
 from __future__ import annotations
 
@@ -12,11 +15,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from tests.cluster.conftest import Cluster
+from tests.java_harness import JavaConsumer
 
 PARTITIONS = 6
 
@@ -48,21 +54,35 @@ def create_topic(cluster: Cluster, topic: str) -> None:
 SESSION_TIMEOUT_MS = 30000
 
 
-class Librdkafka:
-    """confluent_kafka's consumer (librdkafka), classic protocol."""
+def _protocol_settings(protocol: str) -> dict[str, object]:
+    """A classic member sets its session and heartbeat; a consumer-protocol member may not
+    (the coordinator's group.consumer.* settings rule them, 45 s by default)."""
+    if protocol == "classic":
+        return {"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000}
+    return {"group.protocol": protocol}
 
-    def __init__(self, bootstrap: str, group: str, topic: str, instance: str) -> None:
+
+class Librdkafka:
+    """confluent_kafka's consumer (librdkafka), classic protocol unless told otherwise."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str,
+                 protocol: str = "classic") -> None:
         self.topic = topic
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
-            "enable.auto.commit": False, "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 2000,
-            "log_level": 0})
+            "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000,
+            "log_level": 0, **_protocol_settings(protocol)})
         self.consumer.subscribe([topic])
+        self.read_at: dict[int, float] = {}  # when it last received a record of a partition
 
     def assigned(self) -> tuple[int, ...]:
-        self.consumer.poll(0.05)
+        message = self.consumer.poll(0.05)
+        if message is not None and message.error() is None:
+            self.read_at[message.partition()] = time.monotonic()
         return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
+
+    def positions(self) -> dict[int, int] | None:
+        return None
 
     def commit(self, offsets: dict[int, int]) -> bool:
         try:
@@ -89,9 +109,15 @@ class KafkaPython:
             group_instance_id=instance, enable_auto_commit=False,
             session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=1000,
             metadata_max_age_ms=2000)
+        self.read_at: dict[int, float] = {}
+
+    def positions(self) -> dict[int, int] | None:
+        return None
 
     def assigned(self) -> tuple[int, ...]:
-        self.consumer.poll(timeout_ms=50)
+        for partition, records in self.consumer.poll(timeout_ms=50).items():
+            if records:
+                self.read_at[partition.partition] = time.monotonic()
         return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
 
     def commit(self, offsets: dict[int, int]) -> bool:
@@ -110,9 +136,53 @@ class KafkaPython:
         self.consumer.close()
 
 
+class Java:
+    """kafka-clients 4.3.1's KafkaConsumer in its own JVM (tests/java ConsumerDriver), classic
+    protocol unless told otherwise. Its `commitSync()` commits the positions of what it polled,
+    so `positions()` follows the records it read (a partition's first commit before any record
+    is at a position this side does not know, and is not counted)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, instance: str, logs: Path,
+                 protocol: str = "classic") -> None:
+        self.consumer = JavaConsumer({
+            "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+            "client.id": instance, "metadata.max.age.ms": 2000,
+            **_protocol_settings(protocol)}, logs / f"java-{group}-{instance}.log")
+        self.consumer.subscribe(topic)
+        self.owned: set[int] = set()
+        self.read_to: dict[int, int] = {}
+        self.read_at: dict[int, float] = {}
+
+    def assigned(self) -> tuple[int, ...]:
+        answer = self.consumer.poll(50)
+        for kind, partitions in answer["events"]:
+            changed = {partition for _, partition in partitions}
+            self.owned = self.owned | changed if kind == "assigned" else self.owned - changed
+        for _, partition, offset, _ in answer["records"]:
+            self.read_to[partition] = offset + 1
+            self.read_at[partition] = time.monotonic()
+        return tuple(sorted(self.owned))
+
+    def positions(self) -> dict[int, int] | None:
+        return self.read_to
+
+    def commit(self, offsets: dict[int, int]) -> bool:
+        """`commitSync()`: the positions of what was polled, which `offsets` (taken from
+        `positions()` after that poll) name."""
+        return bool(self.consumer.commit().get("ok"))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+Client = Librdkafka | KafkaPython | Java
+# (bootstrap, group, topic, group.instance.id) -> a subscribed client
+ClientFactory = Callable[[str, str, str, str], Client]
+
+
 @dataclass(eq=False)
 class Member(threading.Thread):
-    client: Librdkafka | KafkaPython
+    client: Client
     group: str
     instance: str
     stop: threading.Event
@@ -130,7 +200,11 @@ class Member(threading.Thread):
             if not assigned:
                 continue
             self.assignment = assigned
-            offsets = {p: next_offset.get(p, 1) for p in assigned}
+            read_to = self.client.positions()
+            offsets = ({p: next_offset.get(p, 1) for p in assigned} if read_to is None
+                       else {p: read_to[p] for p in assigned if p in read_to})
+            if not offsets:
+                continue
             sent = time.monotonic()
             if not self.client.commit(offsets):
                 self.failures += 1
@@ -142,20 +216,26 @@ class Member(threading.Thread):
 
 
 def start_group(cluster: Cluster, topic: str,
-                clients: tuple[type[Librdkafka | KafkaPython], ...] = (Librdkafka,) * 3,
-                ) -> tuple[list[Member], threading.Event]:
-    """A static member per client, instance ids member-0, member-1..."""
+                clients: tuple[ClientFactory, ...] = (Librdkafka,) * 3,
+                name: str | None = None) -> tuple[list[Member], threading.Event]:
+    """A static member per client, instance ids member-0, member-1...; the group is
+    `name`, else `<topic>-group`."""
     stop = threading.Event()
-    name = f"{topic}-group"
+    name = name or f"{topic}-group"
     group = [Member(client(cluster.bootstrap, name, topic, f"member-{index}"), name,
                     f"member-{index}", stop)
              for index, client in enumerate(clients)]
     for member in group:
         member.start()
+    # Settled: every partition owned once and spread evenly (a consumer-protocol group moves a
+    # partition in two steps, revoked by one member then assigned to another, so a count of
+    # six can still be mid-move), and every member has committed.
+    fair = {PARTITIONS // len(group), -(-PARTITIONS // len(group))}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if all(member.commits for member in group) and \
-                sum(len(member.assignment) for member in group) == PARTITIONS:
+        owned = sorted(p for member in group for p in member.assignment)
+        if all(member.commits for member in group) and owned == list(range(PARTITIONS)) \
+                and all(len(member.assignment) in fair for member in group):
             return group, stop
         time.sleep(0.2)
     raise AssertionError("the group did not settle and commit within 60 s")
@@ -182,12 +262,14 @@ def longest_wait(group: list[Member], moment: float, window_s: float) -> float:
     return max(later - earlier for earlier, later in itertools.pairwise(edges))
 
 
-def last_acknowledged(group: list[Member], before: float | None = None) -> dict[int, int]:
-    """Each partition's highest offset whose commit was acknowledged (before `before`)."""
+def last_acknowledged(group: list[Member], before: float | None = None,
+                      since: float = 0.0) -> dict[int, int]:
+    """Each partition's highest offset whose commit was acknowledged (before `before`; of the
+    commits sent after `since`)."""
     best: dict[int, int] = {}
     for member in group:
         for commit in member.commits:
-            if before is None or commit.acknowledged < before:
+            if (before is None or commit.acknowledged < before) and commit.sent > since:
                 for p, offset in commit.offsets.items():
                     best[p] = max(best.get(p, 0), offset)
     return best

@@ -1,19 +1,24 @@
-"""Coordinator failover with a real client group: the coordinator's broker is killed, stopped
-gracefully, or paused past its lease, and the group goes on committing through another broker
-with nothing it committed lost or moved back, and its static members keep their partitions."""
+"""Coordinator failover with real client groups: the coordinator's broker is killed, stopped
+gracefully, or paused past its lease, and the groups go on committing through another broker
+with nothing they committed lost or moved back, and their static members keep their partitions;
+producers writing with acks=all through the kill lose no acknowledged record."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
 from contextlib import closing
+from functools import partial
+from pathlib import Path
 
 import pytest
+from kio.schema.api_versions.v3 import request as api_versions
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
-from tests.cluster import committers
+from tests.cluster import committers, producers
 from tests.cluster.conftest import Cluster
 
 from kgroups.coordinator.placement import partition_for
@@ -30,9 +35,18 @@ def _other(cluster: Cluster, node: int) -> int:
     return next(other for other in sorted(cluster.brokers) if other != node)
 
 
+def _wait_all_commit_after(group: list[committers.Member], moment: float,
+                           deadline: float) -> None:
+    """Until every member has had a commit sent after `moment` acknowledged (none was fenced
+    or dropped for good)."""
+    while not all(any(commit.sent > moment for commit in member.commits) for member in group):
+        assert time.monotonic() < deadline, [member.failures for member in group]
+        time.sleep(0.2)
+
+
 def _failover(cluster: Cluster, topic: str, how: signal.Signals,
-              clients: tuple[type[committers.Librdkafka | committers.KafkaPython], ...]
-              = (committers.Librdkafka,) * 3) -> tuple[float, float, int]:
+              clients: tuple[committers.ClientFactory, ...] = (committers.Librdkafka,) * 3,
+              ) -> tuple[float, float, int]:
     """Run the group, send `how` to its coordinator's broker; (seconds until the first commit
     sent afterwards was acknowledged, the longest time without an acknowledged commit in the
     10 s after the signal, the node). Checks what must hold either way."""
@@ -48,12 +62,7 @@ def _failover(cluster: Cluster, topic: str, how: signal.Signals,
         recovery = committers.first_commit_after(group, at, timeout_s=40)
         survivor = _other(cluster, victim)
         cluster.wait_coordinator(name, survivor, other_than=victim)
-        # Every member goes on committing (none was fenced or dropped for good).
-        deadline = at + 40
-        while not all(any(commit.sent > at + recovery for commit in member.commits)
-                      for member in group):
-            assert time.monotonic() < deadline, [member.failures for member in group]
-            time.sleep(0.2)
+        _wait_all_commit_after(group, at + recovery, at + 40)
         time.sleep(max(3.0, at + 10 - time.monotonic()))  # more commits, new coordinator
         gap = committers.longest_wait(group, at, 10)
     finally:
@@ -78,6 +87,122 @@ def test_sigkill_of_the_coordinators_broker(cluster: Cluster) -> None:
     # client's retry backoff.
     assert recovery < 15, recovery
     assert gap < 15, gap
+
+
+def _group_led_by(cluster: Cluster, node: int, prefix: str) -> str:
+    """A group name whose coordinator is `node` (the one broker about to be killed)."""
+    for index in range(500):
+        name = f"{prefix}-{index}"
+        if cluster.wait_coordinator(name, 1) == node:
+            return name
+    raise AssertionError(f"node {node} coordinates none of 500 group names")
+
+
+def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
+                                                              tmp_path: Path) -> None:
+    """One SIGKILL of the broker coordinating two groups: a classic group of librdkafka,
+    kafka-python and Java static members, and a consumer-protocol (KIP-848) group of librdkafka
+    and Java static members, all committing synchronously while a librdkafka and a kafka-python
+    producer write to the topic they read with acks=all."""
+    topic = "orders"
+    committers.create_topic(cluster, topic)
+    stop_writing = threading.Event()
+    writers = [producers.Writer(cluster.bootstrap, topic, kind, stop_writing)
+               for kind in ("librdkafka", "kafka-python")]
+    for writer in writers:
+        writer.start()
+    java = partial(committers.Java, logs=tmp_path)
+    classic, stop_classic = committers.start_group(cluster, topic, (
+        committers.Librdkafka, committers.KafkaPython, java), name="orders-classic")
+    victim = cluster.wait_coordinator("orders-classic", 1)
+    consumer_protocol = partial(committers.Librdkafka, protocol="consumer")
+    modern, stop_modern = committers.start_group(cluster, topic, (
+        consumer_protocol, consumer_protocol, partial(java, protocol="consumer")),
+        name=_group_led_by(cluster, victim, "orders-kip848"))
+    groups = {"classic": classic, "consumer": modern}
+    try:
+        time.sleep(2)
+        settled = time.monotonic()
+        before = {(name, member.instance): member.assignment
+                  for name, group in groups.items() for member in group}
+        assert cluster.wait_coordinator(modern[0].group, 1) == victim
+        cluster.signal(victim, signal.SIGKILL)
+        at = time.monotonic()
+        recovery = {name: committers.first_commit_after(group, at, timeout_s=40)
+                    for name, group in groups.items()}
+        for name, group in groups.items():
+            _wait_all_commit_after(group, at + recovery[name], at + 60)
+            cluster.wait_coordinator(group[0].group, _other(cluster, victim), other_than=victim)
+        per_member = {(name, member.instance, type(member.client).__name__):
+                      committers.first_commit_after([member], at, timeout_s=60)
+                      for name, group in groups.items() for member in group}
+        time.sleep(max(3.0, at + 10 - time.monotonic()))
+        # Every member reads every partition of its own again, those whose leader was killed
+        # included (a stall is what its application would notice first).
+        deadline = time.monotonic() + 20
+        while (stalled := [(name, member.instance, type(member.client).__name__, p)
+                           for name, group in groups.items() for member in group
+                           for p in member.assignment
+                           if member.client.read_at.get(p, 0.0) < at + recovery[name]]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop_classic.set()
+        stop_modern.set()
+        stop_writing.set()
+        for member in [*classic, *modern]:
+            member.join(60)
+        for writer in writers:
+            writer.join(120)
+    print(f"\nSIGKILL of node {victim}, coordinator of both groups:")
+    for name, seconds in recovery.items():
+        print(f"  {name} group: first commit sent after the kill acknowledged {seconds:.2f} s "
+              "later")
+    for (name, instance, kind), seconds in per_member.items():
+        print(f"    {name} {instance} ({kind}): {seconds:.2f} s")
+    written = producers.acknowledged(writers)
+    after_kill = [ack for writer in writers for ack in writer.acks if ack.at > at]
+    print(f"  producers: {len(written)} records acknowledged, {len(after_kill)} after the kill, "
+          f"{sum(writer.failed for writer in writers)} refused")
+    for name, seconds in recovery.items():
+        assert seconds < 30, (name, seconds)
+    # Nothing acknowledged is lost, nothing went back: OffsetFetch holds each partition's
+    # highest commit sent once the groups had settled (before, a partition may have moved
+    # between members while the group formed, and a Java member starts from where it reset).
+    for group in groups.values():
+        assert committers.committed(cluster, group[0].group, topic) == \
+            committers.last_acknowledged(group, since=settled)
+        for member in group:
+            for earlier, later in itertools.pairwise(member.commits):
+                assert all(later.offsets[p] >= offset for p, offset in earlier.offsets.items()
+                           if p in later.offsets), member.instance
+    # Static members kept their partitions through the failover, in both protocols.
+    assert {(name, member.instance): member.assignment
+            for name, group in groups.items() for member in group} == before
+    # Every record the producers were told was written is there, with its value.
+    assert all(writer.acks for writer in writers)
+    assert after_kill
+    assert producers.missing(cluster.bootstrap, topic, written) == []
+    assert [stall for stall in stalled if stall[2] != "KafkaPython"] == [], stalled
+    if stalled:
+        # kafka-python 3.0.12 validates its position with OffsetForLeaderEpoch when a
+        # partition's leader epoch moves; kgroups does not serve that API yet
+        # (docs/compatibility.md), and unlike the Java client kafka-python never gives the
+        # check up: the partition is not fetched again. Once the API is served, a stall fails.
+        assert OFFSET_FOR_LEADER_EPOCH not in _served_apis(cluster, _other(cluster, victim)), \
+            stalled
+        pytest.xfail(f"kafka-python reads no more from partitions whose leader moved: {stalled}")
+
+
+OFFSET_FOR_LEADER_EPOCH = 23
+
+
+def _served_apis(cluster: Cluster, node: int) -> set[int]:
+    broker = cluster.brokers[node]
+    with KafkaWireClient(broker.host, broker.port, timeout=10) as client:
+        answer = client.call(api_versions.ApiVersionsRequest(
+            client_software_name="t", client_software_version="1"))
+    return {int(key.api_key) for key in answer.api_keys}
 
 
 def test_sigterm_hands_the_group_over_without_a_client_timeout(cluster: Cluster) -> None:
