@@ -116,23 +116,28 @@ def tansu_broker() -> Iterator[str]:
         process.wait(timeout=30)
 
 
+def produce_messages(bootstrap: str, topic: str, messages: int, partitions: int,
+                     value: bytes) -> float:
+    """Write `messages` records round-robin over the partitions with acks=all; msg/s."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
+    started = time.perf_counter()
+    for index in range(messages):
+        producer.produce(topic, value=value, partition=index % partitions)
+        if index % 10000 == 0:
+            producer.poll(0)
+    if producer.flush(120) != 0:
+        raise RuntimeError("produce did not finish")
+    return messages / (time.perf_counter() - started)
+
+
 def measure(bootstrap: str, messages: int) -> Figures:
     topic = f"bench-{os.getpid()}-{time.monotonic_ns()}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
                                   replication_factor=1)])[topic].result(30)
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    value = b"x" * VALUE_BYTES
-    started = time.perf_counter()
-    for index in range(messages):
-        producer.produce(topic, value=value, partition=index % PARTITIONS)
-        if index % 10000 == 0:
-            producer.poll(0)
-    if producer.flush(120) != 0:
-        raise RuntimeError("produce did not finish")
-    produce_rate = messages / (time.perf_counter() - started)
+    produce_rate = produce_messages(bootstrap, topic, messages, PARTITIONS, b"x" * VALUE_BYTES)
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-assign",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 50})

@@ -25,6 +25,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker_data import produce_messages
+
 PARTITIONS = 6
 VALUE = b"v" * 100
 
@@ -191,16 +193,7 @@ def _records_missing(bootstrap: str, topic: str, acknowledged: list[tuple[int, i
 
 def throughput(bootstrap: str, topic: str, messages: int = 50_000,
                commit_seconds: float = 5.0) -> ThroughputFigures:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1000000})
-    started = time.perf_counter()
-    for index in range(messages):
-        producer.produce(topic, value=VALUE, partition=index % PARTITIONS)
-        if index % 10000 == 0:
-            producer.poll(0)
-    if producer.flush(120) != 0:
-        raise RuntimeError("produce did not finish")
-    produce_rate = messages / (time.perf_counter() - started)
+    produce_rate = produce_messages(bootstrap, topic, messages, PARTITIONS, VALUE)
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",

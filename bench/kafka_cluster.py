@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from tests.kafka_harness import (
     STARTUP_TIMEOUT_S,
     _cluster_id,
@@ -30,9 +28,8 @@ from tests.kafka_harness import (
     _log_options,
     java_command,
     kafka_classpath,
+    wait_for_group_coordinator,
 )
-
-from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 REPLICATED: Mapping[str, str] = {
     "default.replication.factor": "3",
@@ -118,7 +115,10 @@ class KafkaCluster:
             console.close()
         try:
             for node in self.nodes.values():
-                self._wait_ready(node)
+                assert node.process is not None
+                wait_for_group_coordinator("127.0.0.1", node.port, node.process,
+                                           STARTUP_TIMEOUT_S * 2,
+                                           lambda node=node: f"see {node.log_path}")
         except BaseException:
             self.close()
             raise
@@ -131,24 +131,6 @@ class KafkaCluster:
             capture_output=True, text=True, timeout=120, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{result.stdout}{result.stderr}")
-
-    def _wait_ready(self, node: KafkaNode) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S * 2
-        while time.monotonic() < deadline:
-            assert node.process is not None
-            if node.process.poll() is not None:
-                raise RuntimeError(f"Kafka node {node.node_id} exited; see {node.log_path}")
-            try:
-                with KafkaWireClient("127.0.0.1", node.port, client_id="kafka-cluster",
-                                     timeout=10) as client:
-                    response = client.call(FindCoordinatorRequest(
-                        key_type=0, coordinator_keys=("kafka-cluster-probe",)))
-                    if all(int(c.error_code) == 0 for c in response.coordinators):
-                        return
-            except WireError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"Kafka node {node.node_id} did not become ready; see {node.log_path}")
 
     def kill(self, node_id: int) -> None:
         process = self.nodes[node_id].process

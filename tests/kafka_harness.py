@@ -43,7 +43,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,26 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_for_group_coordinator(host: str, port: int, process: subprocess.Popen[bytes],
+                               timeout_s: float, log_tail: Callable[[], str]) -> None:
+    """ApiVersions first, then FindCoordinator until `__consumer_offsets` has a leader:
+    until then group requests get COORDINATOR_NOT_AVAILABLE, which no test means to see."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Kafka exited with {process.returncode}; log:\n{log_tail()}")
+        try:
+            with KafkaWireClient(host, port, client_id="kafka-harness", timeout=10) as client:
+                response = client.call(FindCoordinatorRequest(
+                    key_type=0, coordinator_keys=("kafka-harness-probe",)))
+                if all(int(c.error_code) == 0 for c in response.coordinators):
+                    return
+        except WireError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"Kafka did not become ready in {timeout_s}s; log:\n{log_tail()}")
 
 
 @dataclass
@@ -218,26 +238,9 @@ class KafkaBroker:
         self.start_seconds = time.monotonic() - began
 
     def _wait_ready(self) -> None:
-        """ApiVersions first, then FindCoordinator until `__consumer_offsets` has a leader:
-        until then group requests get COORDINATOR_NOT_AVAILABLE, which no test means to see."""
         assert self.process is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"Kafka exited with {self.process.returncode}; log:\n"
-                                   f"{self.log_text()[-5000:]}")
-            try:
-                with KafkaWireClient(self.host, self.port, client_id="kafka-harness",
-                                     timeout=10) as client:
-                    response = client.call(FindCoordinatorRequest(
-                        key_type=0, coordinator_keys=("kafka-harness-probe",)))
-                    if all(int(c.error_code) == 0 for c in response.coordinators):
-                        return
-            except WireError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"Kafka did not become ready in {STARTUP_TIMEOUT_S}s; log:\n"
-                           f"{self.log_text()[-5000:]}")
+        wait_for_group_coordinator(self.host, self.port, self.process, STARTUP_TIMEOUT_S,
+                                   lambda: self.log_text()[-5000:])
 
     def stop(self) -> int:
         """SIGTERM: Kafka's controlled shutdown, which flushes and closes its logs cleanly."""
