@@ -35,9 +35,10 @@ class RefusingLog:
         raise self.error
 
 
-async def _commit_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                       error: Exception) -> tuple[ErrorCode, bool, list[int]]:
-    """(the commit's error, whether the partition is still loaded, partitions given up)."""
+async def _coordinating(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                        log: object) -> CoordinatorRuntime:
+    """A cluster-mode coordinator runtime that has loaded an empty `__consumer_offsets-0`
+    and appends to `log`."""
     config = BrokerConfig.build(data_dir=tmp_path, overrides=[
         "kgroups.storage=postgresql://kgroups@127.0.0.1:1/unused",
         "offsets.topic.num.partitions=1"])
@@ -49,14 +50,27 @@ async def _commit_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         return b""
 
     monkeypatch.setattr(OffsetsReader, "read", empty)
-    monkeypatch.setattr(topics, "log", lambda topic, partition: RefusingLog(error))
-    given_up: list[int] = []
-    runtime.give_up = given_up.append
+    monkeypatch.setattr(topics, "log", lambda topic, partition: log)
     runtime.partition_gained(0)
     while 0 not in runtime.shard.owned_partitions:
         await asyncio.sleep(0.01)
-    answer = await runtime.call(lambda request_id: messages.OffsetCommitRequest(request_id, "g", (
-        messages.OffsetCommitTopic("t", (messages.OffsetCommitPartition(0, 5),)),)))
+    return runtime
+
+
+async def _commit(runtime: CoordinatorRuntime, group: str) -> messages.OffsetCommitResponse:
+    answer: messages.OffsetCommitResponse = await runtime.call(
+        lambda request_id: messages.OffsetCommitRequest(request_id, group, (
+            messages.OffsetCommitTopic("t", (messages.OffsetCommitPartition(0, 5),)),)))
+    return answer
+
+
+async def _commit_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       error: Exception) -> tuple[ErrorCode, bool, list[int]]:
+    """(the commit's error, whether the partition is still loaded, partitions given up)."""
+    runtime = await _coordinating(tmp_path, monkeypatch, RefusingLog(error))
+    given_up: list[int] = []
+    runtime.give_up = given_up.append
+    answer = await _commit(runtime, "g")
     await asyncio.sleep(0.05)  # the fenced partition is unloaded on the next loop turns
     (topic,) = answer.topics
     (partition,) = topic.partitions
@@ -105,30 +119,9 @@ def test_writes_behind_a_failed_one_are_not_appended(
     second either, or a restart would replay a commit its client was told had failed."""
 
     async def run() -> tuple[list[ErrorCode], list[bytes]]:
-        config = BrokerConfig.build(data_dir=tmp_path, overrides=[
-            "kgroups.storage=postgresql://kgroups@127.0.0.1:1/unused",
-            "offsets.topic.num.partitions=1"])
-        logs = LogManager(tmp_path, LogConfig.from_properties(config.properties))
-        topics = TopicCatalog(logs)
-        runtime = CoordinatorRuntime(config, topics, logs, AppendNotifier(), GroupCommit())
-
-        async def empty(_self: OffsetsReader, _topic: str, _partition: int) -> bytes:
-            return b""
-
         log = FailingOnceLog()
-        monkeypatch.setattr(OffsetsReader, "read", empty)
-        monkeypatch.setattr(topics, "log", lambda topic, partition: log)
-        runtime.partition_gained(0)
-        while 0 not in runtime.shard.owned_partitions:
-            await asyncio.sleep(0.01)
-
-        async def commit(group: str) -> messages.OffsetCommitResponse:
-            answer: messages.OffsetCommitResponse = await runtime.call(
-                lambda request_id: messages.OffsetCommitRequest(request_id, group, (
-                    messages.OffsetCommitTopic("t", (messages.OffsetCommitPartition(0, 5),)),)))
-            return answer
-
-        answers = await asyncio.gather(commit("first"), commit("second"))
+        runtime = await _coordinating(tmp_path, monkeypatch, log)
+        answers = await asyncio.gather(_commit(runtime, "first"), _commit(runtime, "second"))
         errors = [answer.topics[0].partitions[0].error for answer in answers]
         await runtime.stop()
         return errors, log.kept
