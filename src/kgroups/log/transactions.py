@@ -12,9 +12,13 @@ import struct
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-# A control record's key: version (int16), type (int16: 0 ABORT, 1 COMMIT).
+from kgroups.log.batch import build_batch
+
+# A control record's key: version (int16), type (int16: 0 ABORT, 1 COMMIT); a marker's value:
+# version (int16), the coordinator epoch of the transaction coordinator that wrote it (int32).
 _CONTROL_KEY = struct.Struct(">hh")
-_COMMIT = 1
+_MARKER_VALUE = struct.Struct(">hi")
+_ABORT, _COMMIT = 0, 1
 
 Item = TypeVar("Item")
 
@@ -25,6 +29,16 @@ def marker_commits(key: bytes | None) -> bool | None:
     if key is None or len(key) < _CONTROL_KEY.size:
         return None
     return _CONTROL_KEY.unpack_from(key)[1] == _COMMIT
+
+
+def control_batch(producer_id: int, producer_epoch: int, commits: bool,
+                  coordinator_epoch: int, timestamp_ms: int) -> bytes:
+    """A transaction's end in one partition as the control batch Kafka writes: transactional
+    and control attributes set, the producer's id and epoch, no sequence, one marker record."""
+    key = _CONTROL_KEY.pack(0, _COMMIT if commits else _ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return build_batch([(key, value, timestamp_ms)], producer_id=producer_id,
+                       producer_epoch=producer_epoch, transactional=True, control=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,13 +33,13 @@ import logging
 import struct
 import sys
 import time
-import weakref
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, RequestContext, handles
+from kgroups.broker.append_gates import gate_of
 from kgroups.broker.events import log_event
 from kgroups.broker.leader_hints import leader_fields, node_endpoint_fields
 from kgroups.broker.producer_state import BatchIdentity, last_sequence
@@ -74,9 +74,6 @@ _INT32 = struct.Struct(">i")
 # Batches holding more records than this that must be read or recompressed are, in a worker
 # thread (~0.5 us a record read: a few ms on the loop at most, otherwise).
 RECORDS_READ_ON_THE_LOOP = 5_000
-# One gate per log, held from its batches' checks to their append.
-_APPEND_GATES: weakref.WeakKeyDictionary[PartitionLogSeam, asyncio.Lock] = (
-    weakref.WeakKeyDictionary())
 
 VALID_ACKS = (-1, 0, 1)
 # compression.type's codecs; "producer" keeps each batch as the producer compressed it.
@@ -150,10 +147,7 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
         if hint is None:
             return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return PartitionOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=hint)
-    gate = _APPEND_GATES.get(log)
-    if gate is None:
-        gate = _APPEND_GATES[log] = asyncio.Lock()
-    async with gate:
+    async with gate_of(log):
         return await _append_to(ctx, log, topic, partition, records, appended)
 
 
