@@ -20,6 +20,7 @@ from kgroups.broker.apis import (
     delete_records,
     fetch,
     groups,
+    leader_epochs,
     list_offsets,
     produce,
     quotas,
@@ -62,6 +63,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     fetch.install(registry)
     list_offsets.install(registry)
     delete_records.install(registry)
+    leader_epochs.install(registry)
     groups.install(registry)
     sasl.install(registry)
     scram_credentials.install(registry)

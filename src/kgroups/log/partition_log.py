@@ -186,6 +186,11 @@ class PartitionLog:
         """The offset the next appended record gets."""
         return self._segments[-1].next_offset
 
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """[(epoch, start offset)] for OffsetForLeaderEpoch: a single node leads its partitions
+        at Kafka's first epoch, 0, for their whole life, from the log start."""
+        return [(0, self.log_start_offset)]
+
     @property
     def size_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)

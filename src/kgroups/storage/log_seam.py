@@ -53,6 +53,10 @@ class PartitionLogSeam(Protocol):
         """(timestamp, offset) of the first record with the largest timestamp; None if
         empty (ListOffsets MAX_TIMESTAMP)."""
 
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """(epoch, start offset) of each leader epoch the log holds, in offset order, ending
+        with the one it is led at now (OffsetForLeaderEpoch, log.leader_epochs)."""
+
     def advance_log_start(self, offset: int) -> bool:
         """DeleteRecords: move the log start up; whether it moved."""
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
 from kgroups.log.config import LogConfig
+from kgroups.log.leader_epochs import epoch_starts
 from kgroups.log.partition_log import OffsetOutOfRangeError
 from kgroups.storage.database import StorageUnavailableError
 from kgroups.storage.postgresql import Lease, PostgresStore
@@ -151,6 +152,13 @@ class PostgresPartitionLog:
         batch, _ = decode_batch(holder)
         return largest, next((r.offset for r in batch.records if r.timestamp == largest),
                              batch.base_offset)
+
+    def leader_epoch_starts(self) -> list[tuple[int, int]]:
+        """From the epochs the store stamped on the batches, ending with this lease's."""
+        self._settle()
+        return epoch_starts(self._store.epoch_first_offsets(self.lease.topic,
+                                                            self.lease.partition),
+                            self.lease.epoch, self._end)
 
     def advance_log_start(self, offset: int) -> bool:
         self._settle()

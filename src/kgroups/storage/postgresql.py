@@ -347,6 +347,17 @@ class PostgresStore:
             out += data
         return bytes(out)
 
+    def epoch_first_offsets(self, topic: str, partition: int) -> list[tuple[int, int]]:
+        """(partitionLeaderEpoch, first offset) of each epoch stamped on the partition's
+        batches, in offset order: the leader-epoch history OffsetForLeaderEpoch answers from,
+        read from the stamps themselves (bytes 12-15 of each batch) in one statement."""
+        rows = self._db.execute(
+            "SELECT e.epoch, min(e.base_offset) FROM (SELECT base_offset, ('x' || encode("
+            "substring(data FROM %s FOR 4), 'hex'))::bit(32)::integer AS epoch FROM batches "
+            "WHERE topic = %s AND partition = %s) e GROUP BY e.epoch ORDER BY 2",
+            (_PARTITION_LEADER_EPOCH_AT + 1, topic, partition)).fetchall()
+        return [(as_int(epoch), as_int(first)) for epoch, first in rows]
+
     def batches(self, topic: str, partition: int) -> Iterator[bytes]:
         """Every batch of the partition from its log start, in offset order."""
         yield from self.batches_from(topic, partition, 0)
