@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from kio.schema.api_versions.v3 import request as api_versions
 from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
@@ -183,26 +182,9 @@ def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
     assert all(writer.acks for writer in writers)
     assert after_kill
     assert producers.missing(cluster.bootstrap, topic, written) == []
-    assert [stall for stall in stalled if stall[2] != "KafkaPython"] == [], stalled
-    if stalled:
-        # kafka-python 3.0.12 validates its position with OffsetForLeaderEpoch when a
-        # partition's leader epoch moves; kgroups does not serve that API yet
-        # (docs/compatibility.md), and unlike the Java client kafka-python never gives the
-        # check up: the partition is not fetched again. Once the API is served, a stall fails.
-        assert OFFSET_FOR_LEADER_EPOCH not in _served_apis(cluster, _other(cluster, victim)), \
-            stalled
-        pytest.xfail(f"kafka-python reads no more from partitions whose leader moved: {stalled}")
-
-
-OFFSET_FOR_LEADER_EPOCH = 23
-
-
-def _served_apis(cluster: Cluster, node: int) -> set[int]:
-    broker = cluster.brokers[node]
-    with KafkaWireClient(broker.host, broker.port, timeout=10) as client:
-        answer = client.call(api_versions.ApiVersionsRequest(
-            client_software_name="t", client_software_version="1"))
-    return {int(key.api_key) for key in answer.api_keys}
+    # kafka-python and the Java client validate their positions with OffsetForLeaderEpoch
+    # when a partition's leader epoch moves, and fetch it no more until it is answered.
+    assert stalled == []
 
 
 def test_sigterm_hands_the_group_over_without_a_client_timeout(cluster: Cluster) -> None:

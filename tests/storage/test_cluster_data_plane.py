@@ -18,7 +18,14 @@ from typing import Any
 import pytest
 from tests.broker.broker_wire_helpers import nested_of, request_of
 
-from kgroups.broker.apis import cluster, delete_records, fetch, list_offsets, produce
+from kgroups.broker.apis import (
+    cluster,
+    delete_records,
+    fetch,
+    leader_epochs,
+    list_offsets,
+    produce,
+)
 from kgroups.broker.apis.contract import RequestContext
 from kgroups.broker.broker import Broker
 from kgroups.broker.cluster.catalog_books import StoreBrokerConfigs
@@ -247,6 +254,63 @@ def test_a_current_leader_epoch_older_is_fenced_and_newer_unknown(
         == ErrorCode.FENCED_LEADER_EPOCH
     assert int(_list_offset(first, 0, -1, epoch + 1).error_code) \
         == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _epoch_end(node: Node, partition: int, epoch: int, current: int = -1) -> tuple[int, ...]:
+    """OffsetForLeaderEpoch v4 for one partition: (error, epoch, end offset)."""
+    request = request_of(23, 4, replica_id=-1, topics=(
+        nested_of(23, 4, "OffsetForLeaderTopic", topic=TOPIC, partitions=(
+            nested_of(23, 4, "OffsetForLeaderPartition", partition=partition,
+                      current_leader_epoch=current, leader_epoch=epoch),)),))
+    (answer,) = node.call(leader_epochs.offset_for_leader_epoch, 23, 4,
+                          request).topics[0].partitions
+    return int(answer.error_code), int(answer.leader_epoch), int(answer.end_offset)
+
+
+def _hand_over(giver: Node, taker: Node, lease: Lease) -> Lease:
+    """`giver` steps down and releases its lease; `taker` leads at the next epoch."""
+    giver.topics.leadership_lost(TOPIC, 0)
+    giver.store.release_lease(lease)
+    taken = taker.lead(0)
+    giver.view.update({(TOPIC, 0): Leader(taker.node_id, taken.epoch)}, ENDPOINTS)
+    return taken
+
+
+def test_offset_for_leader_epoch_answers_where_each_leaders_epoch_ended(
+        nodes: tuple[Node, Node]) -> None:
+    first, second = nodes
+    _create_on(first, 1, seen_by=second)
+    one = first.lead(0)
+    _produce(first, 0, _records(3))  # offsets 0-2 at epoch `one`
+    two = _hand_over(first, second, one)
+    _produce(second, 0, _records(2))  # 3-4
+    three = _hand_over(second, first, two)
+    _produce(first, 0, _records(1))  # 5
+    four = _hand_over(first, second, three)  # leads, writes nothing
+    assert _epoch_end(second, 0, one.epoch) == (0, one.epoch, 3)
+    assert _epoch_end(second, 0, two.epoch) == (0, two.epoch, 5)
+    assert _epoch_end(second, 0, three.epoch) == (0, three.epoch, 6)
+    assert _epoch_end(second, 0, four.epoch) == (0, four.epoch, 6)
+    assert _epoch_end(second, 0, four.epoch + 1) == (0, -1, -1)
+    assert _epoch_end(second, 0, -1) == (0, -1, -1)
+    # An epoch older than any the log holds: its own number, ended where the log's first began.
+    assert _epoch_end(second, 0, one.epoch - 1) == (0, one.epoch - 1, 0)
+    # A record of a later epoch at its end moves the current epoch's end with it.
+    _produce(second, 0, _records(2))  # 6-7
+    assert _epoch_end(second, 0, four.epoch) == (0, four.epoch, 8)
+    assert _epoch_end(second, 0, three.epoch) == (0, three.epoch, 6)
+    # Records deleted below the log start: the epochs they held end where the log now starts.
+    assert int(_delete_records(second, 0, 4).error_code) == 0
+    assert _epoch_end(second, 0, one.epoch) == (0, one.epoch, 4)
+    assert _epoch_end(second, 0, two.epoch) == (0, two.epoch, 5)
+    # The checks before the answer.
+    assert _epoch_end(second, 0, two.epoch, current=four.epoch) == (0, two.epoch, 5)
+    assert _epoch_end(second, 0, two.epoch, current=three.epoch)[0] \
+        == ErrorCode.FENCED_LEADER_EPOCH
+    assert _epoch_end(second, 0, two.epoch, current=four.epoch + 1)[0] \
+        == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert _epoch_end(first, 0, two.epoch) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1)
+    assert _epoch_end(second, 3, two.epoch) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1)
 
 
 def test_every_broker_sees_topics_created_grown_reconfigured_and_deleted_on_another(

@@ -154,10 +154,11 @@ class PostgresPartitionLog:
                              batch.base_offset)
 
     def leader_epoch_starts(self) -> list[tuple[int, int]]:
-        """From the epochs the store stamped on the batches, ending with this lease's."""
+        """From the epochs the store stamped on the batches, ending with this lease's; none
+        starts below the log start (a batch straddling it begins its epoch there)."""
         self._settle()
-        return epoch_starts(self._store.epoch_first_offsets(self.lease.topic,
-                                                            self.lease.partition),
+        firsts = self._store.epoch_first_offsets(self.lease.topic, self.lease.partition)
+        return epoch_starts(((epoch, max(first, self._start)) for epoch, first in firsts),
                             self.lease.epoch, self._end)
 
     def advance_log_start(self, offset: int) -> bool:
