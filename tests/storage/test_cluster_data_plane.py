@@ -412,6 +412,40 @@ def test_list_offsets_and_delete_records_on_the_postgresql_log(
     assert int(beyond.error_code) == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
+def _list_offsets_v0(node: Node, partition: int, timestamp: int,
+                     max_num_offsets: int) -> tuple[int, list[int]]:
+    request = request_of(2, 0, replica_id=-1, topics=(
+        nested_of(2, 0, "ListOffsetsTopic", name=TOPIC, partitions=(
+            nested_of(2, 0, "ListOffsetsPartition", partition_index=partition,
+                      timestamp=timestamp, max_num_offsets=max_num_offsets),)),))
+    (answer,) = node.call(list_offsets.list_offsets, 2, 0, request).topics[0].partitions
+    return int(answer.error_code), [int(o) for o in answer.old_style_offsets]
+
+
+def test_list_offsets_v0_answers_a_postgresql_log_as_one_segment(
+        nodes: tuple[Node, Node]) -> None:
+    """Burrow's v0 question on a cluster partition: the log end (and start) offsets, as Kafka
+    answers for a partition with one segment, dated by its newest record."""
+    first, second = nodes
+    _create_on(first, 3, seen_by=second)
+    first.lead(0)
+    first.lead(1)
+    for index in range(3):
+        _produce(first, 0, _records(2, NOW_MS + index))  # offsets 0-5, newest at NOW_MS + 3
+    assert _list_offsets_v0(first, 0, -1, 1) == (0, [6])
+    assert _list_offsets_v0(first, 0, -1, 5) == (0, [6, 0])
+    assert _list_offsets_v0(first, 0, -2, 5) == (0, [0])
+    assert _list_offsets_v0(first, 0, NOW_MS + 3, 5) == (0, [0])  # dated by its newest record
+    assert _list_offsets_v0(first, 0, NOW_MS + 2, 5) == (0, [])
+    assert _list_offsets_v0(first, 1, -1, 5) == (0, [0])  # empty: its start only
+    assert _list_offsets_v0(first, 1, 0, 5) == (0, [])
+    assert int(_delete_records(first, 0, 4).error_code) == 0
+    assert _list_offsets_v0(first, 0, -1, 5) == (0, [6, 4])
+    assert _list_offsets_v0(first, 0, -1, -1) == (ErrorCode.UNKNOWN_SERVER_ERROR, [])
+    assert _list_offsets_v0(second, 0, -1, 1) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, [])
+    assert _list_offsets_v0(first, 7, -1, 1) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
 def test_acls_scram_users_and_broker_settings_changed_on_one_broker_hold_on_the_other(
         nodes: tuple[Node, Node]) -> None:
     first, second = nodes

@@ -12,7 +12,9 @@ candidates are each segment's base offset, stamped with the segment file's modif
 plus the log end offset stamped now when the active segment holds data; the answer is up to
 `max_num_offsets` of them, newest first, from the last one at or before the timestamp
 (-1: the log end offset first; -2: the log start offset only). A cluster's PostgreSQL log has no
-segment files to date, so v0 answers UNKNOWN_SERVER_ERROR for its partitions.
+segment files: it is answered as one segment from the log start, dated by its largest record
+timestamp (the time its newest data was written, for a LogAppendTime topic; now when empty),
+which is what Kafka answers for a partition that never rolled a segment.
 
 In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER, and a
 `current_leader_epoch` (v4+) other than this leader's FENCED_LEADER_EPOCH or
@@ -95,14 +97,32 @@ def _lookup_in(log: PartitionLogSeam, timestamp: int) -> tuple[ErrorCode, int, i
     return ErrorCode.NONE, found, _record_timestamp(log, found)
 
 
-def legacy_offsets_before(log: PartitionLog, timestamp: int, max_num_offsets: int,
-                          now_ms: int) -> list[int]:
-    """The offsets ListOffsets v0 returns for one partition, newest first."""
+def _segment_candidates(log: PartitionLog, now_ms: int) -> list[tuple[int, int]]:
+    """(offset, time) candidates of a file log: each segment's base, dated by its file."""
     segments = log.segments()
     candidates = [(max(s.base_offset, log.log_start_offset),
                    os.fstat(s.fd).st_mtime_ns // 1_000_000) for s in segments]
     if segments[-1].size > 0:
         candidates.append((log.log_end_offset, now_ms))
+    return candidates
+
+
+def _single_segment_candidates(log: PartitionLogSeam, timestamp: int,
+                               now_ms: int) -> list[tuple[int, int]]:
+    """The candidates of a log without segment files (PostgreSQL): one segment from the log
+    start, dated by its largest record timestamp (an empty one: now, as a segment just made),
+    read only when a time was asked for."""
+    dated = log.max_timestamp_offset() if timestamp >= 0 else None
+    candidates = [(log.log_start_offset, now_ms if dated is None else dated[0])]
+    if log.log_end_offset > log.log_start_offset:
+        candidates.append((log.log_end_offset, now_ms))
+    return candidates
+
+
+def legacy_offsets_before(candidates: list[tuple[int, int]], timestamp: int,
+                          max_num_offsets: int) -> list[int]:
+    """The offsets ListOffsets v0 returns for one partition, newest first, from its (offset,
+    time) candidates in offset order."""
     if timestamp == LATEST_TIMESTAMP:
         start = len(candidates) - 1
     elif timestamp == EARLIEST_TIMESTAMP:
@@ -116,18 +136,22 @@ def legacy_offsets_before(log: PartitionLog, timestamp: int, max_num_offsets: in
 
 def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
                max_num_offsets: int) -> tuple[ErrorCode, tuple[int, ...]]:
+    topics = ctx.broker.topics
     try:
-        log = ctx.broker.topics.log(topic, partition)
+        log = topics.log(topic, partition)
     except OSError:
         return ErrorCode.KAFKA_STORAGE_ERROR, ()
     if log is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ()
-    if not isinstance(log, PartitionLog):  # a PostgreSQL log: no segment files to date
-        return ErrorCode.UNKNOWN_SERVER_ERROR, ()
+        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                 if topics.elsewhere(topic, partition) is None
+                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return error, ()
     if max_num_offsets < 0:  # Kafka 3.9 failed to size its array: an unknown server error
         return ErrorCode.UNKNOWN_SERVER_ERROR, ()
-    offsets = legacy_offsets_before(log, timestamp, max_num_offsets, int(time.time() * 1000))
-    return ErrorCode.NONE, tuple(offsets)
+    now_ms = int(time.time() * 1000)
+    candidates = (_segment_candidates(log, now_ms) if isinstance(log, PartitionLog)
+                  else _single_segment_candidates(log, timestamp, now_ms))
+    return ErrorCode.NONE, tuple(legacy_offsets_before(candidates, timestamp, max_num_offsets))
 
 
 def _answer_v0(ctx: RequestContext, topic: str, entry: Any) -> dict[str, Any]:
