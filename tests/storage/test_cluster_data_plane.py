@@ -47,7 +47,7 @@ from kgroups.broker.security.state import Security
 from kgroups.broker.topic_configs import SET, ConfigChange
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch, read_header, set_base_offset
+from kgroups.log.batch import build_batch, iter_batches, read_header, set_base_offset
 from kgroups.storage.postgresql import Lease, PostgresStore
 
 pytestmark = pytest.mark.postgresql
@@ -444,6 +444,85 @@ def test_list_offsets_v0_answers_a_postgresql_log_as_one_segment(
     assert _list_offsets_v0(first, 0, -1, -1) == (ErrorCode.UNKNOWN_SERVER_ERROR, [])
     assert _list_offsets_v0(second, 0, -1, 1) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, [])
     assert _list_offsets_v0(first, 7, -1, 1) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
+HOUR_MS = 3_600_000
+
+
+def _read_keys(node: Node, offset: int) -> list[tuple[int, bytes | None]]:
+    """(offset, key) of every record a Fetch from `offset` returns."""
+    answer = _fetch(node, 0, offset)
+    assert int(answer.error_code) == 0, answer
+    return [(r.offset, r.key) for b in iter_batches(bytes(answer.records or b""))
+            for r in b.records if r.offset >= offset]
+
+
+def test_the_leader_applies_retention_ms_in_the_database(nodes: tuple[Node, Node]) -> None:
+    first, _ = nodes
+    first.topics.create(TOPIC, 1, {"retention.ms": str(3 * HOUR_MS)})
+    first.lead(0)
+    for age_hours in (10, 5, 1, 0):  # a batch of two records each: offsets 0-7
+        _produce(first, 0, _records(2, NOW_MS - age_hours * HOUR_MS))
+    first.topics.clean_led_partitions(NOW_MS)
+    assert first.store.partition_state(TOPIC, 0).log_start_offset == 4
+    assert [read_header(b).base_offset for b in first.store.batches(TOPIC, 0)] == [4, 6]
+    assert int(_list_offset(first, 0, -2).offset) == 4
+    assert int(_fetch(first, 0, 3).error_code) == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert [o for o, _ in _read_keys(first, 4)] == [4, 5, 6, 7]
+    # Everything expired: the log is empty and starts at its end.
+    first.topics.clean_led_partitions(NOW_MS + 10 * HOUR_MS)
+    state = first.store.partition_state(TOPIC, 0)
+    assert (state.log_start_offset, state.next_offset) == (8, 8)
+    assert list(first.store.batches(TOPIC, 0)) == []
+
+
+def test_the_leader_applies_retention_bytes_in_the_database(nodes: tuple[Node, Node]) -> None:
+    first, _ = nodes
+    batches = [_records(2, NOW_MS + i) for i in range(4)]
+    first.topics.create(TOPIC, 1, {"retention.bytes": str(2 * len(batches[0]))})
+    first.lead(0)
+    for batch in batches:
+        _produce(first, 0, batch)
+    first.topics.clean_led_partitions(NOW_MS)
+    # The oldest go while what is left still holds retention.bytes: two of the four.
+    assert [read_header(b).base_offset for b in first.store.batches(TOPIC, 0)] == [4, 6]
+    assert first.store.partition_state(TOPIC, 0).log_start_offset == 4
+
+
+def test_the_leader_compacts_a_compacted_topic_in_the_database(
+        nodes: tuple[Node, Node]) -> None:
+    first, _ = nodes
+    first.topics.create(TOPIC, 1, {"cleanup.policy": "compact", "retention.ms": "1"})
+    lease = first.lead(0)
+    for _ in range(3):  # keys k0, k1 at offsets 0-1, 2-3, 4-5
+        _produce(first, 0, _records(2, NOW_MS - 10 * HOUR_MS))
+    _produce(first, 0, build_batch([(b"k0", None, NOW_MS)]))  # 6: k0's tombstone
+    _produce(first, 0, build_batch([(b"k2", b"v", NOW_MS)]))  # 7: the newest batch
+    first.topics.clean_led_partitions(NOW_MS)
+    # Each key's latest record stays at its offset; retention does not apply (compact only).
+    assert _read_keys(first, 0) == [(5, b"k1"), (6, b"k0"), (7, b"k2")]
+    assert first.store.partition_state(TOPIC, 0).log_start_offset == 0
+    stored = [read_header(b) for b in first.store.batches(TOPIC, 0)]
+    assert [(h.base_offset, h.partition_leader_epoch) for h in stored] == [
+        (4, lease.epoch), (6, lease.epoch), (7, lease.epoch)]
+    # The tombstone goes on the first pass after its delete horizon, once records arrived.
+    _produce(first, 0, build_batch([(b"k3", b"v", NOW_MS)]))  # 8
+    first.topics.clean_led_partitions(NOW_MS + 25 * HOUR_MS)
+    assert _read_keys(first, 0) == [(5, b"k1"), (7, b"k2"), (8, b"k3")]
+
+
+def test_a_leader_that_lost_its_lease_cleans_nothing(nodes: tuple[Node, Node]) -> None:
+    first, second = nodes
+    first.topics.create(TOPIC, 1, {"retention.ms": "1000"})
+    second.topics.catalog_changed()
+    first.lead(0, lease_ms=300)
+    _produce(first, 0, _records(2, NOW_MS - HOUR_MS))
+    time.sleep(0.5)
+    second.lead(0)
+    first.topics.clean_led_partitions(NOW_MS)
+    assert first.topics.log(TOPIC, 0) is None  # it stepped down
+    assert second.store.partition_state(TOPIC, 0).log_start_offset == 0
+    assert len(list(second.store.batches(TOPIC, 0))) == 1
 
 
 def test_acls_scram_users_and_broker_settings_changed_on_one_broker_hold_on_the_other(

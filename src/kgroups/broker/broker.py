@@ -199,7 +199,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
-            self.logs, self.config.log_retention_check_interval_ms))
+            self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(
             self.group_commit, self.logs.open_logs, self.log_config.flush_scheduler_interval_ms))
         self.listener_addresses = await self._server.start()

@@ -20,6 +20,7 @@ from kgroups.broker.cluster.topic_store import ClusterTopics
 from kgroups.broker.topic_configs import TOPIC_CONFIG_FIELDS, TOPIC_SETTINGS, topic_log_config
 from kgroups.broker.topic_storage import LocalTopics, NotLeaderHint, TopicStorage
 from kgroups.errors import ErrorCode
+from kgroups.log.compaction import CompactionResult
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
 from kgroups.storage.log_seam import PartitionLogSeam
@@ -105,6 +106,11 @@ class TopicCatalog:
     def leadership_lost(self, topic: str, partition: int) -> None:
         """This broker no longer leads the partition: `log` gives None for it from now on."""
         self._cluster_engine().lose(topic, partition)
+
+    def clean_led_partitions(self, now_ms: int) -> list[tuple[str, int, int, CompactionResult]]:
+        """A cluster broker's retention and compaction of the partitions it leads
+        (ClusterTopics.clean); nothing on a single node, whose LogManager is cleaned."""
+        return [] if self._cluster is None else self._cluster.clean(now_ms)
 
     def _cluster_engine(self) -> ClusterTopics:
         if self._cluster is None:

@@ -9,12 +9,14 @@ and keyless records are kept: the cleaner cannot judge them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from kgroups.log.batch import (
     DELETE_HORIZON,
     Record,
     RecordBatch,
+    check_batch,
     decode_batch,
     encode_batch,
     iter_records_raw,
@@ -32,11 +34,7 @@ class CompactionResult:
 def compact(log: PartitionLog, now_ms: int) -> CompactionResult:
     """Compact every segment of `log` except the active one."""
     segments = log.segments()
-    latest: dict[bytes, int] = {}
-    for segment in segments:
-        for offset, _ts, key, _value in iter_records_raw(segment.pread(segment.size, 0)):
-            if key is not None:
-                latest[key] = offset
+    latest = latest_offsets(segment.pread(segment.size, 0) for segment in segments)
     horizon = now_ms + log.config.delete_retention_ms
     kept = removed = rewritten = 0
     for segment in segments[:-1]:
@@ -44,18 +42,41 @@ def compact(log: PartitionLog, now_ms: int) -> CompactionResult:
         parts = []
         position = 0
         while position < len(original):
-            batch, end = decode_batch(original, position)
-            survivors = _survivors(batch, latest, now_ms)
-            kept += len(survivors)
-            removed += len(batch.records) - len(survivors)
-            if survivors:
-                parts.append(_rebuild(batch, original[position:end], survivors, horizon))
+            end = check_batch(original, position)[1]
+            cleaned, batch_kept, batch_removed = clean_batch(original[position:end], latest,
+                                                             now_ms, horizon)
+            kept += batch_kept
+            removed += batch_removed
+            if cleaned is not None:
+                parts.append(cleaned)
             position = end
-        cleaned = b"".join(parts)
-        if cleaned != original:
-            log.replace_segment(segment, cleaned)
+        cleaned_segment = b"".join(parts)
+        if cleaned_segment != original:
+            log.replace_segment(segment, cleaned_segment)
             rewritten += 1
     return CompactionResult(kept, removed, rewritten)
+
+
+def latest_offsets(chunks: Iterable[bytes]) -> dict[bytes, int]:
+    """Each key's latest offset in `chunks` (whole batches, in offset order)."""
+    latest: dict[bytes, int] = {}
+    for chunk in chunks:
+        for offset, _ts, key, _value in iter_records_raw(chunk):
+            if key is not None:
+                latest[key] = offset
+    return latest
+
+
+def clean_batch(raw: bytes, latest: dict[bytes, int], now_ms: int,
+                horizon: int) -> tuple[bytes | None, int, int]:
+    """One batch cleaned against `latest`: its bytes (the original ones when nothing changed;
+    None when no record survives), and how many records were kept and removed."""
+    batch, _ = decode_batch(raw)
+    survivors = _survivors(batch, latest, now_ms)
+    removed = len(batch.records) - len(survivors)
+    if not survivors:
+        return None, 0, removed
+    return _rebuild(batch, raw, survivors, horizon), len(survivors), removed
 
 
 def _survivors(batch: RecordBatch, latest: dict[bytes, int], now_ms: int) -> list[Record]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
+from kgroups.log.compaction import CompactionResult, clean_batch, latest_offsets
 from kgroups.log.config import LogConfig
 from kgroups.log.leader_epochs import epoch_starts
 from kgroups.log.partition_log import OffsetOutOfRangeError
@@ -55,6 +56,8 @@ class PostgresPartitionLog:
         self._in_doubt: _Identity | None = None
         # Such batches found stored: identity -> (base offset, last offset).
         self._stored_in_doubt: dict[_Identity, tuple[int, int]] = {}
+        # The log end at the last compaction: nothing to do until records arrive past it.
+        self._compacted_to = -1
 
     @property
     def log_start_offset(self) -> int:
@@ -175,6 +178,66 @@ class PostgresPartitionLog:
             raise
         self._start = offset
         return True
+
+    # ------------------------------------------------------------- cleaning (the leader's)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """retention.ms and retention.bytes, as Kafka applies them to segments, with each
+        batch a segment: from the oldest, the batches whose newest record is older than
+        retention.ms, or whose removal still leaves retention.bytes, go (the log start moves
+        past them, in one fenced transaction); the first one that stays ends the pass. How
+        many went."""
+        config = self.config
+        if not config.deletes or (config.retention_ms < 0 and config.retention_bytes < 0):
+            return 0
+        self._settle()
+        topic, partition = self.lease.topic, self.lease.partition
+        size = self._store.partition_bytes(topic, partition) if config.retention_bytes >= 0 else 0
+        start, deleted = self._start, 0
+        for data in self._store.batches_from(topic, partition, self._start):
+            header = read_header(data)
+            expired = (config.retention_ms >= 0
+                       and now_ms - header.max_timestamp > config.retention_ms)
+            oversized = config.retention_bytes >= 0 and size - len(data) >= config.retention_bytes
+            if not (expired or oversized):
+                break
+            size -= len(data)
+            start, deleted = header.base_offset + header.last_offset_delta + 1, deleted + 1
+        if start > self._start:
+            self.advance_log_start(start)
+        return deleted
+
+    def compact(self, now_ms: int) -> CompactionResult:
+        """cleanup.policy=compact: each key's latest record is kept, as the file log's cleaner
+        keeps it (log.compaction), in every batch but the newest (the active segment's
+        counterpart: the idempotent producers' state is rebuilt from the log's last
+        batches); changed batches are rewritten at their offsets in one fenced
+        transaction. Only run when records arrived since the last pass."""
+        self._settle()
+        if self._end == self._compacted_to:
+            return CompactionResult(0, 0, 0)
+        topic, partition = self.lease.topic, self.lease.partition
+        latest = latest_offsets(self._store.batches_from(topic, partition, self._start))
+        horizon = now_ms + self.config.delete_retention_ms
+        cleaned: dict[int, bytes | None] = {}
+        kept = removed = 0
+        pending: bytes | None = None
+        for data in self._store.batches_from(topic, partition, self._start):
+            if pending is not None:
+                result, batch_kept, batch_removed = clean_batch(pending, latest, now_ms,
+                                                                horizon)
+                kept, removed = kept + batch_kept, removed + batch_removed
+                if result != pending:
+                    cleaned[read_header(pending).base_offset] = result
+            pending = data
+        if cleaned:
+            try:
+                self._store.replace_batches(self.lease, cleaned)
+            except StorageUnavailableError:
+                self._stale = True
+                raise
+        self._compacted_to = self._end
+        return CompactionResult(kept, removed, len(cleaned))
 
     def close(self) -> None:
         self.closed = True

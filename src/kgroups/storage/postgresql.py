@@ -320,6 +320,28 @@ class PostgresStore:
                 "DELETE FROM batches WHERE topic = %s AND partition = %s AND last_offset < %s",
                 (lease.topic, lease.partition, offset))
 
+    def replace_batches(self, lease: Lease, cleaned: Mapping[int, bytes | None]) -> None:
+        """Swap batches for their cleaned bytes (same base offset; None: the batch goes), as
+        `lease`'s holder, all in one fenced transaction (compaction)."""
+        with self._db.use() as db, db.transaction():
+            self._locked(db, lease)
+            for base, data in cleaned.items():
+                if data is None:
+                    db.execute("DELETE FROM batches WHERE topic = %s AND partition = %s "
+                               "AND base_offset = %s", (lease.topic, lease.partition, base))
+                else:
+                    last = base + check_batch(data, 0)[0].last_offset_delta
+                    db.execute("UPDATE batches SET data = %s, last_offset = %s WHERE topic = %s "
+                               "AND partition = %s AND base_offset = %s",
+                               (data, last, lease.topic, lease.partition, base))
+
+    def partition_bytes(self, topic: str, partition: int) -> int:
+        """The size of the partition's batches (retention.bytes)."""
+        row = self._db.execute(
+            "SELECT coalesce(sum(octet_length(data)), 0) FROM batches WHERE topic = %s "
+            "AND partition = %s", (topic, partition)).fetchone()
+        return 0 if row is None else as_int(row[0])
+
     @staticmethod
     def _locked(db: Connection, lease: Lease) -> PartitionState:
         """The partition's row, locked until the transaction ends; FencedError unless `lease`

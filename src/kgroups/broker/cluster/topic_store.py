@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 from kgroups.broker.cluster.leadership import LeadershipView
 from kgroups.broker.topic_storage import NotLeaderHint
-from kgroups.log.config import LogConfig
+from kgroups.log.compaction import CompactionResult
+from kgroups.log.config import OFFSETS_TOPIC, LogConfig
 from kgroups.storage.log_seam import PartitionLogSeam
 from kgroups.storage.postgres_log import PostgresPartitionLog
 from kgroups.storage.postgresql import FencedError, Lease, PostgresStore
@@ -57,6 +58,23 @@ class ClusterTopics:
         for topic, partition in list(self._led):
             if partition >= counts.get(topic, 0):
                 self.lose(topic, partition)
+
+    def clean(self, now_ms: int) -> list[tuple[str, int, int, CompactionResult]]:
+        """Retention and compaction of every topic partition this broker leads, as Kafka's
+        leader runs them (the log cleaner's schedule): per partition, (topic, partition,
+        batches deleted by retention, compaction's result). __consumer_offsets is the
+        coordinator's. A partition whose lease was lost meanwhile is dropped, untouched."""
+        done = []
+        for (topic, partition), log in list(self._led.items()):
+            if topic == OFFSETS_TOPIC:
+                continue
+            try:
+                compacted = (log.compact(now_ms) if log.config.compacted
+                             else CompactionResult(0, 0, 0))
+                done.append((topic, partition, log.apply_retention(now_ms), compacted))
+            except FencedError:
+                self.lose(topic, partition)
+        return done
 
     # ------------------------------------------------------------------ TopicStorage
 
