@@ -12,9 +12,9 @@ from typing import Any
 
 from kgroups.assignors import cli as assignors_cli
 from kgroups.broker import cli as broker_cli
+from kgroups.broker.cluster import storage_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
-from kgroups.storage import cli as storage_cli
 from kgroups.tools import acls_cli, groups_cli, topics_cli, users_cli
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.

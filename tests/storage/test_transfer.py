@@ -13,16 +13,32 @@ from tests.broker.broker_wire_helpers import (
     connect,
     create_topic,
     fetch_request,
+    nested_of,
     produce_request,
+    request_of,
 )
 from tests.kafka_harness import run_kafka_tool
 
 from kgroups import serve_in_background
+from kgroups.broker.dynamic_configs import CLUSTER_DEFAULT, PER_BROKER, BrokerConfigFiles
+from kgroups.broker.security.authorizer import (
+    ACL_FILE,
+    AclBinding,
+    AclFile,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from kgroups.broker.security.scram import CredentialFile, credential_from_password
+from kgroups.broker.security.state import SCRAM_FILE
+from kgroups.broker.topic_configs import TopicConfigStore
 from kgroups.cli import main
 from kgroups.log.batch import build_batch, iter_batches
 from kgroups.log.config import LogConfig
 from kgroups.log.manager import LogManager
 from kgroups.log.topic_ids import read_partition_metadata
+from kgroups.storage.postgresql import PostgresStore
 from kgroups.tools import admin
 
 pytestmark = pytest.mark.postgresql
@@ -127,3 +143,58 @@ def test_kafkas_dump_log_segments_reads_the_exported_segments(
     assert dumped.returncode == 0, dumped.stderr
     assert dumped.stdout.count("baseOffset:") == 4
     assert "payload: p0r3v2" in dumped.stdout
+
+
+def _catalog_files(data_dir: Path) -> tuple[object, ...]:
+    """What a single node serves from its catalog files: topic settings, ACLs, SCRAM users
+    and dynamic broker settings, as its books read them."""
+    return (TopicConfigStore(data_dir).load_all(),
+            sorted(AclFile(data_dir / ACL_FILE).load(), key=repr),
+            CredentialFile(data_dir / SCRAM_FILE).load(),
+            BrokerConfigFiles(data_dir).load())
+
+
+def test_the_catalog_moves_with_the_topics_both_ways(
+        tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    source, exported = tmp_path / "source", tmp_path / "exported"
+    _populate(source)
+    TopicConfigStore(source).save("events", {"retention.ms": "3600000",
+                                             "cleanup.policy": "compact,delete"})
+    TopicConfigStore(source).save("deleted-long-ago", {"retention.ms": "1"})
+    acl = AclBinding(ResourceType.TOPIC, "events", PatternType.LITERAL, "User:alice", "*",
+                     Operation.READ, Permission.ALLOW)
+    AclFile(source / ACL_FILE).add([acl], [acl])
+    alice = credential_from_password("SCRAM-SHA-256", "secret", iterations=4096)
+    CredentialFile(source / SCRAM_FILE).apply([], [], {"alice": {"SCRAM-SHA-256": alice}})
+    BrokerConfigFiles(source).save(CLUSTER_DEFAULT, {"log.retention.ms": "86400000"})
+    BrokerConfigFiles(source).save(PER_BROKER, {"message.max.bytes": "2000000"})
+    assert _storage("import", str(source), "--to", postgres_url, "--node-id", "3") == 0
+    out, err = capsys.readouterr()
+    assert "and 1 topics' settings, 1 ACLs, 1 SCRAM users, 2 dynamic broker setting layers" \
+        in out
+    assert "security" not in err and "__topic_configs" not in err
+    store = PostgresStore.open(postgres_url)
+    try:
+        assert store.catalog.topic_configs() == {
+            "events": {"retention.ms": "3600000", "cleanup.policy": "compact,delete"}}
+        assert [AclBinding(*row) for row in store.catalog.acls()] == [acl]
+        assert store.catalog.scram_credentials() == {"alice": {"SCRAM-SHA-256": (
+            alice.salt, alice.stored_key, alice.server_key, alice.iterations)}}
+        assert store.catalog.broker_configs() == {
+            "": {"log.retention.ms": "86400000"}, "3": {"message.max.bytes": "2000000"}}
+        store.catalog.set_broker_configs("4", {"message.max.bytes": "1"})
+    finally:
+        store.close()
+    assert _storage("export", postgres_url, "--to", str(exported), "--node-id", "3") == 0
+    out, err = capsys.readouterr()
+    assert err == "not moved: dynamic settings of node 4\n"
+    TopicConfigStore(source).remove("deleted-long-ago")  # a topic's settings, not the topic
+    assert _catalog_files(exported) == _catalog_files(source)
+    # A single node serves the exported catalog: the topic's settings are in force.
+    with serve_in_background(data_dir=exported) as broker, connect(broker.port) as client:
+        described = client.call(request_of(32, 4, include_synonyms=False,
+                                           include_documentation=False, resources=(nested_of(
+            32, 4, "DescribeConfigsResource", resource_type=2, resource_name="events",
+            configuration_keys=("retention.ms",)),)))
+        (entry,) = described.results[0].configs
+        assert (entry.value, int(entry.config_source)) == ("3600000", 1)  # a topic's own

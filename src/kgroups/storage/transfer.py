@@ -4,9 +4,9 @@ bytes (CRC included), each partition its log start offset and next offset, each 
 
 Writes into the store go through the same fenced appends as a broker's, under a lease taken
 for `TRANSFER_NODE` and given back at the end of each partition, so a transfer into a store a
-cluster is using can never overwrite what a leader wrote. What a data directory holds besides
-its partitions (topic settings, ACLs, SCRAM credentials, dynamic broker settings) is not moved
-yet: the command names what it left.
+cluster is using can never overwrite what a leader wrote. The catalog (topic settings, ACLs,
+SCRAM credentials, dynamic broker settings) is in the broker's files, so the broker's
+cluster/catalog_transfer.py moves it; `left_behind` names the data directory's other entries.
 """
 
 from __future__ import annotations
