@@ -52,3 +52,23 @@ def test_end_offsets_of_epochs(converse: Any, version: int) -> None:
         c.call(epochs_request({topic: [(0, -1, 0)]}, v=version, replica_id=-2))
 
     converse(script)
+
+
+def test_a_single_node_checks_no_current_leader_epoch(converse: Any) -> None:
+    """The one known difference (docs/compatibility.md): Kafka's broker leads at epoch 0 and
+    checks a client's epoch against it; a single kgroups node keeps no epochs (its Metadata
+    gives -1) and checks none, as in its Fetch and ListOffsets."""
+    def script(d: Dialog) -> None:
+        c = d.connect("a")
+        topic = f"ole-{d.group}"
+        make_topic(c, topic, records=2)
+        for current in (0, 1):
+            (answer,) = c.call(epochs_request({topic: [(0, current, 0)]}),
+                               record=False).topics[0].partitions
+            d.record(f"current epoch {current}", (int(answer.error_code),
+                                                  int(answer.leader_epoch),
+                                                  int(answer.end_offset)))
+
+    # Kafka: UNKNOWN_LEADER_EPOCH (75), no epoch, no offset; kgroups: epoch 0 ends at 2.
+    converse(script, known={"1 current epoch 1[0]": (75, 0), "1 current epoch 1[1]": (-1, 0),
+                            "1 current epoch 1[2]": (-1, 2)})
