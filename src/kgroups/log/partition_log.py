@@ -42,6 +42,9 @@ from kgroups.log.batch import (
 )
 from kgroups.log.config import LogConfig
 from kgroups.log.segment import SCAN_WINDOW, Segment
+from kgroups.log.transaction_state import REBUILD_TAIL_OFFSETS, PartitionTransactions
+from kgroups.log.txn_index import AbortedTransaction, append_entry
+from kgroups.log.txn_index import load as load_txn_index
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +89,8 @@ class PartitionLog:
         # The end of what appends have handed to `flush` (their segment marked dirty).
         self._registered_end = self.flushed_through
         self.last_flush = time.monotonic()
+        # Open transactions, the LSO and the aborted ones (kgroups.log.transaction_state).
+        self.transactions = PartitionTransactions()
 
     # ----------------------------------------------------------------------------- opening
 
@@ -136,7 +141,25 @@ class PartitionLog:
             for segment in segments:
                 segment.close()
             raise
-        return cls(directory, config, segments, log_start_offset)
+        log = cls(directory, config, segments, log_start_offset)
+        log._load_transactions()
+        return log
+
+    def _load_transactions(self) -> None:
+        """The aborted transactions from the segments' `.txnindex` files, then the open ones
+        from the log's tail (kgroups.log.transaction_state says the bound)."""
+        aborted: list[AbortedTransaction] = []
+        for segment in self._segments:
+            aborted += load_txn_index(segment.txn_index_path, segment.next_offset)
+        self.transactions = PartitionTransactions(aborted)
+        tail = max(self.log_start_offset, self.log_end_offset - REBUILD_TAIL_OFFSETS)
+        self.transactions.rebuild(self.batch_headers(tail), lambda offset: self.read(offset, 1),
+                                  self._store_abort)
+
+    def _store_abort(self, aborted: AbortedTransaction) -> None:
+        """Into the `.txnindex` of the segment holding the ABORT marker."""
+        slot = bisect_right(self._bases, aborted.last_offset) - 1
+        append_entry(self._segments[slot].txn_index_path, aborted)
 
     # ----------------------------------------------------------------------------- offsets
 
@@ -180,6 +203,7 @@ class PartitionLog:
             oldest.delete()
             del self._segments[0]
             del self._bases[0]
+        self.transactions.forget_below(self._bases[0])
 
     @property
     def log_end_offset(self) -> int:
@@ -226,6 +250,9 @@ class PartitionLog:
         with self._sync_lock:
             self._dirty.add(active)
             self._registered_end = last + 1
+        aborted = self.transactions.observe(header, base, lambda: batch)
+        if aborted is not None:
+            self._store_abort(aborted)
         return base, last
 
     def _offline(self) -> LogOfflineError:

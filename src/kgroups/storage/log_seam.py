@@ -14,10 +14,13 @@ from typing import Protocol
 
 from kgroups.log.batch import BatchHeader
 from kgroups.log.config import LogConfig
+from kgroups.log.transaction_state import PartitionTransactions
 
 
 class PartitionLogSeam(Protocol):
     config: LogConfig
+    # Open transactions, the last stable offset and the aborted ones, fed by append_batch.
+    transactions: PartitionTransactions
 
     @property
     def log_start_offset(self) -> int:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import OffsetOutOfRangeError
+from kgroups.log.transaction_state import REBUILD_TAIL_OFFSETS, PartitionTransactions
+from kgroups.log.txn_index import AbortedTransaction
 from kgroups.storage.database import StorageUnavailableError
 from kgroups.storage.postgresql import Lease, PostgresStore
 
@@ -54,6 +56,16 @@ class PostgresPartitionLog:
         self._in_doubt: _Identity | None = None
         # Such batches found stored: identity -> (base offset, last offset).
         self._stored_in_doubt: dict[_Identity, tuple[int, int]] = {}
+        # Open transactions, the LSO and the aborted ones: the aborted from their table, the
+        # open ones from the log's tail (kgroups.log.transaction_state says the bound).
+        self.transactions = PartitionTransactions(
+            store.aborted_transactions(lease.topic, lease.partition))
+        self.transactions.rebuild(
+            self.batch_headers(max(self._start, self._end - REBUILD_TAIL_OFFSETS)),
+            lambda offset: self.read(offset, 1), self._store_abort)
+
+    def _store_abort(self, aborted: AbortedTransaction) -> None:
+        self._store.add_aborted_transaction(self.lease, aborted)
 
     @property
     def log_start_offset(self) -> int:
@@ -88,6 +100,9 @@ class PostgresPartitionLog:
                 self._in_doubt = _identity(header)
             raise
         self._end = last + 1
+        aborted = self.transactions.observe(header, base, lambda: batch)
+        if aborted is not None:
+            self._store_abort(aborted)
         return base, last
 
     def _settle(self) -> None:
@@ -165,6 +180,7 @@ class PostgresPartitionLog:
             self._stale = True
             raise
         self._start = offset
+        self.transactions.forget_below(offset)
         return True
 
     def close(self) -> None:
