@@ -7,12 +7,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.kafka_harness import java_command, kafka_classpath
+
 from kgroups.log.batch import build_batch
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.transactions import control_batch
 from kgroups.log.txn_index import ENTRY, AbortedTransaction
-from tests.kafka_harness import java_command, kafka_classpath
 
 PRODUCER_A, PRODUCER_B = 1000, 2000
 

@@ -121,6 +121,9 @@ def split_batches(
                 ErrorCode.INVALID_RECORD,
                 message=f"batch holds {record_count} records but its last offset delta is "
                         f"{last_offset_delta}")
+        if header.attributes & CONTROL:
+            return PartitionOutcome(ErrorCode.INVALID_RECORD,
+                                    message="clients may not write control records")
         if next_position - position > max_batch_bytes:
             return PartitionOutcome(
                 ErrorCode.MESSAGE_TOO_LARGE,
@@ -205,14 +208,12 @@ async def _append_to(
 
 def transaction_error(log: PartitionLogSeam, identity: BatchIdentity, batch: bytes) -> ErrorCode:
     """Kafka's checks of a producer's batch against its state in the partition (markers
-    included, which the idempotence table does not see): a client may not write control
-    records (INVALID_RECORD); an epoch older than the producer's last one is fenced
-    (INVALID_PRODUCER_EPOCH, in every version since Kafka 2.7); a non-transactional batch while
-    its transaction is open is INVALID_TXN_STATE. A transactional batch opens the producer's
-    transaction when appended (kgroups.log.transaction_state)."""
+    included, which the idempotence table does not see): an epoch older than the producer's
+    last one is fenced (INVALID_PRODUCER_EPOCH, in every version since Kafka 2.7); a
+    non-transactional batch while its transaction is open is INVALID_TXN_STATE. A
+    transactional batch opens the producer's transaction when appended
+    (kgroups.log.transaction_state)."""
     attributes = _INT16.unpack_from(batch, ATTRIBUTES_AT)[0]
-    if attributes & CONTROL:
-        return ErrorCode.INVALID_RECORD
     producer = log.transactions.producers.get(identity.producer_id)
     if producer is None:
         return ErrorCode.NONE
