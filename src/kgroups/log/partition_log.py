@@ -89,8 +89,9 @@ class PartitionLog:
         # The end of what appends have handed to `flush` (their segment marked dirty).
         self._registered_end = self.flushed_through
         self.last_flush = time.monotonic()
-        # Open transactions, the LSO and the aborted ones (kgroups.log.transaction_state).
-        self.transactions = PartitionTransactions()
+        # Open transactions, the LSO and the aborted ones (kgroups.log.transaction_state),
+        # loaded at first use: opening many logs reads no transaction state.
+        self._transactions: PartitionTransactions | None = None
 
     # ----------------------------------------------------------------------------- opening
 
@@ -141,20 +142,25 @@ class PartitionLog:
             for segment in segments:
                 segment.close()
             raise
-        log = cls(directory, config, segments, log_start_offset)
-        log._load_transactions()
-        return log
+        return cls(directory, config, segments, log_start_offset)
 
-    def _load_transactions(self) -> None:
-        """The aborted transactions from the segments' `.txnindex` files, then the open ones
-        from the log's tail (kgroups.log.transaction_state says the bound)."""
-        aborted: list[AbortedTransaction] = []
-        for segment in self._segments:
-            aborted += load_txn_index(segment.txn_index_path, segment.next_offset)
-        self.transactions = PartitionTransactions(aborted)
-        tail = max(self.log_start_offset, self.log_end_offset - REBUILD_TAIL_OFFSETS)
-        self.transactions.rebuild(self.batch_headers(tail), lambda offset: self.read(offset, 1),
-                                  self._store_abort)
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """The partition's transactions; at first use, the aborted ones from the segments'
+        `.txnindex` files (a torn tail cut), then the open ones from the log's tail
+        (kgroups.log.transaction_state says the bound). Loaded lazily: a broker opens every
+        log at start, and __consumer_offsets' are opened without the framing walk the rebuild
+        would otherwise make of a damaged segment before the coordinator's load names it."""
+        if self._transactions is None:
+            aborted: list[AbortedTransaction] = []
+            for segment in self._segments:
+                aborted += load_txn_index(segment.txn_index_path, segment.next_offset)
+            tracker = PartitionTransactions(aborted)
+            tail = max(self.log_start_offset, self.log_end_offset - REBUILD_TAIL_OFFSETS)
+            tracker.rebuild(self.batch_headers(tail), lambda offset: self.read(offset, 1),
+                            self._store_abort)
+            self._transactions = tracker
+        return self._transactions
 
     def _store_abort(self, aborted: AbortedTransaction) -> None:
         """Into the `.txnindex` of the segment holding the ABORT marker."""
@@ -203,7 +209,8 @@ class PartitionLog:
             oldest.delete()
             del self._segments[0]
             del self._bases[0]
-        self.transactions.forget_below(self._bases[0])
+        if self._transactions is not None:
+            self._transactions.forget_below(self._bases[0])
 
     @property
     def log_end_offset(self) -> int:
@@ -231,6 +238,7 @@ class PartitionLog:
             )
         if self.sync_failure is not None:
             raise self._offline()
+        transactions = self.transactions  # loaded before this batch is in the log
         try:
             active = self._segments[-1]
             if active.size and active.size + len(batch) > self.config.segment_bytes:
@@ -250,7 +258,7 @@ class PartitionLog:
         with self._sync_lock:
             self._dirty.add(active)
             self._registered_end = last + 1
-        aborted = self.transactions.observe(header, base, lambda: batch)
+        aborted = transactions.observe(header, base, lambda: batch)
         if aborted is not None:
             self._store_abort(aborted)
         return base, last

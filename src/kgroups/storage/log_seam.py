@@ -19,8 +19,6 @@ from kgroups.log.transaction_state import PartitionTransactions
 
 class PartitionLogSeam(Protocol):
     config: LogConfig
-    # Open transactions, the last stable offset and the aborted ones, fed by append_batch.
-    transactions: PartitionTransactions
 
     @property
     def log_start_offset(self) -> int:
@@ -37,6 +35,11 @@ class PartitionLogSeam(Protocol):
     @property
     def closed(self) -> bool:
         """The topic was deleted or the broker stopped serving the partition."""
+
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """Open transactions, the last stable offset and the aborted ones, fed by
+        append_batch."""
 
     def append_batch(self, batch: bytes) -> tuple[int, int]:
         """One RecordBatch v2 at the next offsets; (base offset, last offset)."""

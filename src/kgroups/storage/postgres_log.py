@@ -56,13 +56,21 @@ class PostgresPartitionLog:
         self._in_doubt: _Identity | None = None
         # Such batches found stored: identity -> (base offset, last offset).
         self._stored_in_doubt: dict[_Identity, tuple[int, int]] = {}
-        # Open transactions, the LSO and the aborted ones: the aborted from their table, the
-        # open ones from the log's tail (kgroups.log.transaction_state says the bound).
-        self.transactions = PartitionTransactions(
-            store.aborted_transactions(lease.topic, lease.partition))
-        self.transactions.rebuild(
-            self.batch_headers(max(self._start, self._end - REBUILD_TAIL_OFFSETS)),
-            lambda offset: self.read(offset, 1), self._store_abort)
+        # Open transactions, the LSO and the aborted ones, loaded at first use.
+        self._transactions: PartitionTransactions | None = None
+
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """The partition's transactions; at first use, the aborted ones from their table, the
+        open ones from the log's tail (kgroups.log.transaction_state says the bound)."""
+        if self._transactions is None:
+            tracker = PartitionTransactions(
+                self._store.aborted_transactions(self.lease.topic, self.lease.partition))
+            tracker.rebuild(
+                self.batch_headers(max(self._start, self._end - REBUILD_TAIL_OFFSETS)),
+                lambda offset: self.read(offset, 1), self._store_abort)
+            self._transactions = tracker
+        return self._transactions
 
     def _store_abort(self, aborted: AbortedTransaction) -> None:
         self._store.add_aborted_transaction(self.lease, aborted)
@@ -92,6 +100,7 @@ class PostgresPartitionLog:
             stored = self._stored_in_doubt.pop(_identity(header), None)
             if stored is not None:
                 return stored
+        transactions = self.transactions  # loaded before this batch is in the log
         try:
             base, last = self._store.append(self.lease, batch)
         except StorageUnavailableError:
@@ -100,7 +109,7 @@ class PostgresPartitionLog:
                 self._in_doubt = _identity(header)
             raise
         self._end = last + 1
-        aborted = self.transactions.observe(header, base, lambda: batch)
+        aborted = transactions.observe(header, base, lambda: batch)
         if aborted is not None:
             self._store_abort(aborted)
         return base, last
@@ -121,6 +130,7 @@ class PostgresPartitionLog:
                     header.base_offset, header.base_offset + header.last_offset_delta)
         self._start, self._end = state.log_start_offset, state.next_offset
         self._stale, self._in_doubt = False, None
+        self._transactions = None  # rebuilt from what the store holds, at next use
 
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
         self._settle()
@@ -180,7 +190,8 @@ class PostgresPartitionLog:
             self._stale = True
             raise
         self._start = offset
-        self.transactions.forget_below(offset)
+        if self._transactions is not None:
+            self._transactions.forget_below(offset)
         return True
 
     def close(self) -> None:
