@@ -163,9 +163,16 @@ class PartitionLog:
         return self._transactions
 
     def _store_abort(self, aborted: AbortedTransaction) -> None:
-        """Into the `.txnindex` of the segment holding the ABORT marker."""
+        """Into the `.txnindex` of the segment holding the ABORT marker. A failed write is
+        logged and the marker's append stands: the entry is listed from memory, and the
+        rebuild after a restart writes it again from the marker (within its bound)."""
         slot = bisect_right(self._bases, aborted.last_offset) - 1
-        append_entry(self._segments[slot].txn_index_path, aborted)
+        try:
+            append_entry(self._segments[slot].txn_index_path, aborted)
+        except OSError as exc:
+            logger.error("could not add producer %d's aborted transaction (offsets %d-%d) to "
+                         "%s (%s)", aborted.producer_id, aborted.first_offset,
+                         aborted.last_offset, self._segments[slot].txn_index_path, exc)
 
     # ----------------------------------------------------------------------------- offsets
 

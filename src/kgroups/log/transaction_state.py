@@ -52,7 +52,15 @@ class PartitionTransactions:
                 read_batch: Callable[[], bytes]) -> AbortedTransaction | None:
         """Take one appended batch (`header` as written, `base_offset` where it landed;
         `read_batch` gives its bytes, read only for a marker). Returns the aborted
-        transaction an ABORT marker ended, for the caller to store."""
+        transaction an ABORT marker ended, now listed, for the caller to store."""
+        aborted = self._apply(header, base_offset, read_batch)
+        if aborted is not None:
+            self.aborted.append(aborted)
+        return aborted
+
+    def _apply(self, header: BatchHeader, base_offset: int,
+               read_batch: Callable[[], bytes]) -> AbortedTransaction | None:
+        """The batch's effect on its producer; the transaction an ABORT marker ended."""
         producer_id = header.producer_id
         if producer_id == NO_PRODUCER_ID:
             return None
@@ -71,10 +79,8 @@ class PartitionTransactions:
             first, entry.txn_start_offset = entry.txn_start_offset, -1
             if commits or first < 0:  # a marker with no transaction open: nothing to list
                 return None
-            aborted = AbortedTransaction(producer_id, first, base_offset,
-                                         self.last_stable_offset(base_offset + 1))
-            self.aborted.append(aborted)
-            return aborted
+            return AbortedTransaction(producer_id, first, base_offset,
+                                      self.last_stable_offset(base_offset + 1))
         if header.base_sequence >= 0:
             entry.last_sequence = (header.base_sequence + header.last_offset_delta) % (
                 _INT32_MAX + 1)
@@ -86,10 +92,6 @@ class PartitionTransactions:
         """The first offset of the oldest open transaction, else `high_watermark`."""
         return min((p.txn_start_offset for p in self.producers.values()
                     if p.txn_start_offset >= 0), default=high_watermark)
-
-    def open_transaction(self, producer_id: int) -> bool:
-        entry = self.producers.get(producer_id)
-        return entry is not None and entry.txn_start_offset >= 0
 
     def aborted_between(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
         """The aborted transactions a read of [fetch_offset, upper_bound) overlaps (Kafka's
@@ -110,12 +112,7 @@ class PartitionTransactions:
         stored_through = self.aborted[-1].last_offset if self.aborted else -1
         for header in headers:
             base = header.base_offset
-            if header.attributes & CONTROL and base <= stored_through:
-                # already stored: replay its effect on the producer without a second entry
-                known = list(self.aborted)
-                self.observe(header, base, partial(read_batch, base))
-                self.aborted = known
-                continue
-            aborted = self.observe(header, base, partial(read_batch, base))
-            if aborted is not None:
+            aborted = self._apply(header, base, partial(read_batch, base))
+            if aborted is not None and aborted.last_offset > stored_through:
+                self.aborted.append(aborted)
                 store_abort(aborted)

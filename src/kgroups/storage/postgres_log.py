@@ -19,6 +19,7 @@ when an acknowledgement is lost.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
@@ -27,7 +28,9 @@ from kgroups.log.partition_log import OffsetOutOfRangeError
 from kgroups.log.transaction_state import REBUILD_TAIL_OFFSETS, PartitionTransactions
 from kgroups.log.txn_index import AbortedTransaction
 from kgroups.storage.database import StorageUnavailableError
-from kgroups.storage.postgresql import Lease, PostgresStore
+from kgroups.storage.postgresql import FencedError, Lease, PostgresStore
+
+logger = logging.getLogger(__name__)
 
 NO_PRODUCER_ID = -1
 # (producer id, producer epoch, base sequence, last offset delta): what makes a retry a retry.
@@ -73,7 +76,15 @@ class PostgresPartitionLog:
         return self._transactions
 
     def _store_abort(self, aborted: AbortedTransaction) -> None:
-        self._store.add_aborted_transaction(self.lease, aborted)
+        """Keep the aborted transaction in its table. The marker is committed already, so a
+        failure is logged and the append stands: the entry is listed from memory, and whoever
+        loads the partition's transactions next writes it again from the marker."""
+        try:
+            self._store.add_aborted_transaction(self.lease, aborted)
+        except (StorageUnavailableError, FencedError) as exc:
+            logger.error("could not store producer %d's aborted transaction (offsets %d-%d) "
+                         "of %s-%d (%s)", aborted.producer_id, aborted.first_offset,
+                         aborted.last_offset, self.lease.topic, self.lease.partition, exc)
 
     @property
     def log_start_offset(self) -> int:
