@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from broker_wire_helpers import nested_of, request_of
+from tests.broker.broker_wire_helpers import nested_of, request_of
 
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.log.batch import build_batch
