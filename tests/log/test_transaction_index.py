@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from tests.kafka_harness import java_command, kafka_classpath
 
 from kgroups.log.batch import build_batch
@@ -88,17 +89,20 @@ def test_aborted_between_follows_kafkas_overlap_rule(tmp_path: Path) -> None:
     log.close()
 
 
-def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path) -> None:
-    log = PartitionLog.open(tmp_path, LogConfig())
+@pytest.mark.parametrize("segment_bytes", [1 << 30, 200], ids=["one segment", "several"])
+def test_open_and_aborted_transactions_survive_a_restart(tmp_path: Path,
+                                                         segment_bytes: int) -> None:
+    config = LogConfig(segment_bytes=segment_bytes)
+    log = PartitionLog.open(tmp_path, config)
     _history(log)
     producers = dict(log.transactions.producers)
     log.close()
-    reopened = PartitionLog.open(tmp_path, LogConfig())
+    reopened = PartitionLog.open(tmp_path, config)
     assert reopened.transactions.aborted == [AbortedTransaction(PRODUCER_A, 1, 4, 3)]
     assert reopened.transactions.last_stable_offset(reopened.log_end_offset) == 7
     assert reopened.transactions.producers == producers
     # the entry was not written a second time by the rebuild
-    assert (tmp_path / "00000000000000000000.txnindex").stat().st_size == ENTRY.size
+    assert sum(path.stat().st_size for path in tmp_path.glob("*.txnindex")) == ENTRY.size
     reopened.append_batch(_marker(PRODUCER_A, commits=True))
     assert reopened.transactions.last_stable_offset(reopened.log_end_offset) == 10
     reopened.close()
