@@ -406,6 +406,25 @@ def _delete_groups(client: KafkaWireClient, version: int) -> dict[str, Any]:
     return {"": sorted((r.group_id, int(r.error_code)) for r in deleted.results)}
 
 
+def _describe_producers(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    described = client.call(request_of(61, version, topics=tuple(
+        nested_of(61, version, "TopicRequest", name=topic, partition_indexes=(0,))
+        for topic in (*TOPICS, "nonexistent-t"))))
+    return {"": sorted((t.name, [(int(p.error_code), len(p.active_producers))
+                                 for p in t.partitions]) for t in described.topics)}
+
+
+def _write_txn_markers(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """An ABORT for a producer that never wrote: written by whoever holds ClusterAction."""
+    written = client.call(request_of(27, version, markers=(nested_of(
+        27, version, "WritableTxnMarker", producer_id=424242, producer_epoch=0,
+        transaction_result=False, coordinator_epoch=0, transaction_version=0,
+        topics=tuple(nested_of(27, version, "WritableTxnMarkerTopic", name=topic,
+                               partition_indexes=(0,)) for topic in TOPICS)),)))
+    return {"": sorted((t.name, [int(p.error_code) for p in t.partitions])
+                       for m in written.markers for t in m.topics)}
+
+
 # In the order they are sent: commits before the fetches that read them, consumer groups
 # formed before they are described, deletion last.
 PROBES: dict[int, Probe] = {
@@ -414,7 +433,7 @@ PROBES: dict[int, Probe] = {
     2: _list_offsets, 1: _fetch, 19: _create_topics, 0: _produce, 68: _consumer_heartbeat,
     69: _consumer_group_describe, 15: _describe_groups, 32: _describe_configs,
     44: _incremental_alter_configs, 33: _alter_configs, 21: _delete_records,
-    29: _describe_acls, 42: _delete_groups,
+    29: _describe_acls, 61: _describe_producers, 27: _write_txn_markers, 42: _delete_groups,
 }
 
 

@@ -245,7 +245,7 @@ def test_a_version_1_store_is_migrated_keeping_its_data(postgres_url: str) -> No
     store.append(lease, _batch(b"kept"))
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         for table in ("brokers", "topic_configs", "acls", "scram_credentials",
-                      "broker_configs", "catalog_version"):
+                      "broker_configs", "catalog_version", "aborted_transactions"):
             connection.execute(f"DROP TABLE {table}")
         connection.execute("UPDATE kgroups_schema SET version = 1")
     migrated = _open(postgres_url)
@@ -254,7 +254,7 @@ def test_a_version_1_store_is_migrated_keeping_its_data(postgres_url: str) -> No
             for r in b.records] == [b"kept"]
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         row = connection.execute("SELECT version FROM kgroups_schema").fetchone()
-    assert row is not None and row[0] == SCHEMA_VERSION == 2
+    assert row is not None and row[0] == SCHEMA_VERSION == 3
 
 
 def test_a_release_wakes_the_other_brokers_listeners(postgres_url: str) -> None:

@@ -18,6 +18,7 @@ from kgroups.broker.apis import (
     cluster,
     configs,
     delete_records,
+    describe_producers,
     fetch,
     groups,
     leader_epochs,
@@ -26,6 +27,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     topics,
+    write_txn_markers,
 )
 from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
@@ -69,6 +71,8 @@ def install_handlers(registry: HandlerRegistry) -> None:
     scram_credentials.install(registry)
     acls.install(registry)
     quotas.install(registry)
+    write_txn_markers.install(registry)
+    describe_producers.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})

@@ -7,7 +7,9 @@ that partition as committed or drop them. The marker's bytes: kgroups.log.transa
 
 `write_markers` is the one path every marker takes into a log on this broker: appended under the
 partition's gate (kgroups.broker.append_gates) so it is ordered with produce requests, made
-durable like an acks=all produce, and fetchers woken. A partition this broker does not lead
+durable like an acks=all produce, and fetchers woken. Appending it closes the producer's
+transaction in the partition's tracker (kgroups.log.transaction_state): the last stable offset
+moves, and an ABORT is kept in the aborted-transaction index. A partition this broker does not lead
 answers NOT_LEADER_OR_FOLLOWER, one that does not exist UNKNOWN_TOPIC_OR_PARTITION.
 """
 
@@ -24,6 +26,7 @@ from kgroups.broker.events import log_event
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.transactions import control_batch
+from kgroups.storage.log_seam import PartitionLogSeam
 from kgroups.storage.postgresql import FencedError
 
 logger = logging.getLogger("kgroups.txn_markers")
@@ -40,6 +43,8 @@ class MarkerWrite:
     producer_epoch: int
     commits: bool
     coordinator_epoch: int
+    # 2 (KIP-890's transactions v2): the coordinator bumped the epoch for this marker.
+    transaction_version: int = 0
 
 
 async def write_markers(broker: HandlerServices,
@@ -63,6 +68,9 @@ async def _write(broker: HandlerServices, marker: MarkerWrite) -> ErrorCode:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     try:
         async with gate_of(log):
+            refused = _marker_error(log, marker)
+            if refused != ErrorCode.NONE:
+                return refused
             log.append_batch(control_batch(marker.producer_id, marker.producer_epoch,
                                            marker.commits, marker.coordinator_epoch,
                                            int(time.time() * 1000)))
@@ -75,4 +83,25 @@ async def _write(broker: HandlerServices, marker: MarkerWrite) -> ErrorCode:
         log_event(logger, logging.ERROR, "marker_write_failed", topic=marker.topic,
                   partition=marker.partition, producer_id=marker.producer_id, error=exc)
         return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.NONE
+
+
+def _marker_error(log: PartitionLogSeam, marker: MarkerWrite) -> ErrorCode:
+    """Kafka's checks of a marker against the producer's state in the partition: an older
+    producer epoch (for transactions v2, not newer, unless it repeats the marker that ended
+    the producer's last transaction) is INVALID_PRODUCER_EPOCH, an older coordinator epoch
+    TRANSACTION_COORDINATOR_FENCED. A marker for a producer with no open transaction there is
+    written all the same."""
+    producer = log.transactions.producers.get(marker.producer_id)
+    if producer is None:
+        return ErrorCode.NONE
+    if marker.transaction_version >= 2:
+        stale = marker.producer_epoch <= producer.epoch and not (
+            marker.producer_epoch == producer.epoch and producer.txn_start_offset < 0)
+    else:
+        stale = marker.producer_epoch < producer.epoch
+    if stale:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if marker.coordinator_epoch < producer.coordinator_epoch:
+        return ErrorCode.TRANSACTION_COORDINATOR_FENCED
     return ErrorCode.NONE

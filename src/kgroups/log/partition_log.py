@@ -23,6 +23,7 @@ import errno
 import logging
 import os
 import re
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -32,6 +33,9 @@ from pathlib import Path
 
 from kgroups.log.batch import (
     HEADER_SIZE,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    PRODUCER_ID_AT,
     BatchCorruptError,
     BatchHeader,
     check_batch,
@@ -41,7 +45,10 @@ from kgroups.log.batch import (
     set_base_offset,
 )
 from kgroups.log.config import LogConfig
-from kgroups.log.segment import SCAN_WINDOW, Segment
+from kgroups.log.segment import CHECK_WINDOW, SCAN_WINDOW, Segment
+from kgroups.log.transaction_state import REBUILD_TAIL_OFFSETS, PartitionTransactions
+from kgroups.log.txn_index import AbortedTransaction, append_entry
+from kgroups.log.txn_index import load as load_txn_index
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +56,9 @@ _SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 # What a crashed compaction leaves behind (kgroups' and Kafka's cleaner alike): the segment it
 # was replacing is still intact, so the half-written copy is simply removed.
 _LEFTOVER_SUFFIX = ".cleaned"
+_LENGTH = struct.Struct(">i")
+_PRODUCER_ID = struct.Struct(">q")
+NO_PRODUCER = -1
 
 
 class OffsetOutOfRangeError(ValueError):
@@ -86,6 +96,9 @@ class PartitionLog:
         # The end of what appends have handed to `flush` (their segment marked dirty).
         self._registered_end = self.flushed_through
         self.last_flush = time.monotonic()
+        # Open transactions, the LSO and the aborted ones (kgroups.log.transaction_state),
+        # loaded at first use: opening many logs reads no transaction state.
+        self._transactions: PartitionTransactions | None = None
 
     # ----------------------------------------------------------------------------- opening
 
@@ -138,6 +151,36 @@ class PartitionLog:
             raise
         return cls(directory, config, segments, log_start_offset)
 
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """The partition's transactions; at first use, the aborted ones from the segments'
+        `.txnindex` files (a torn tail cut), then the open ones from the log's tail
+        (kgroups.log.transaction_state says the bound). Loaded lazily: a broker opens every
+        log at start, and __consumer_offsets' are opened without the framing walk the rebuild
+        would otherwise make of a damaged segment before the coordinator's load names it."""
+        if self._transactions is None:
+            aborted: list[AbortedTransaction] = []
+            for segment in self._segments:
+                aborted += load_txn_index(segment.txn_index_path, segment.next_offset)
+            tracker = PartitionTransactions(aborted)
+            tail = max(self.log_start_offset, self.log_end_offset - REBUILD_TAIL_OFFSETS)
+            tracker.rebuild(self.producer_batch_headers(tail),
+                            lambda offset: self.read(offset, 1), self._store_abort)
+            self._transactions = tracker
+        return self._transactions
+
+    def _store_abort(self, aborted: AbortedTransaction) -> None:
+        """Into the `.txnindex` of the segment holding the ABORT marker. A failed write is
+        logged and the marker's append stands: the entry is listed from memory, and the
+        rebuild after a restart writes it again from the marker (within its bound)."""
+        slot = bisect_right(self._bases, aborted.last_offset) - 1
+        try:
+            append_entry(self._segments[slot].txn_index_path, aborted)
+        except OSError as exc:
+            logger.error("could not add producer %d's aborted transaction (offsets %d-%d) to "
+                         "%s (%s)", aborted.producer_id, aborted.first_offset,
+                         aborted.last_offset, self._segments[slot].txn_index_path, exc)
+
     # ----------------------------------------------------------------------------- offsets
 
     @property
@@ -180,6 +223,8 @@ class PartitionLog:
             oldest.delete()
             del self._segments[0]
             del self._bases[0]
+        if self._transactions is not None:
+            self._transactions.forget_below(self._bases[0])
 
     @property
     def log_end_offset(self) -> int:
@@ -212,6 +257,7 @@ class PartitionLog:
             )
         if self.sync_failure is not None:
             raise self._offline()
+        transactions = self.transactions  # loaded before this batch is in the log
         try:
             active = self._segments[-1]
             if active.size and active.size + len(batch) > self.config.segment_bytes:
@@ -231,6 +277,9 @@ class PartitionLog:
         with self._sync_lock:
             self._dirty.add(active)
             self._registered_end = last + 1
+        aborted = transactions.observe(header, base, lambda: batch)
+        if aborted is not None:
+            self._store_abort(aborted)
         return base, last
 
     def _offline(self) -> LogOfflineError:
@@ -344,6 +393,28 @@ class PartitionLog:
             start = segment.start_position_for(max(from_offset, segment.base_offset))
             for position, _base, _last, _size in segment.batch_positions(start):
                 yield read_header(segment.pread(HEADER_SIZE, position))
+
+    def producer_batch_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """The headers of the batches with a producer id (idempotent or transactional, markers
+        included) from the one holding `from_offset` on: what the transaction tracker's
+        rebuild replays. Batches without one are stepped over by their length in large
+        windows (~0.3 us each, as `Segment.check_framing`), so a log written by plain
+        producers costs its tail's reads and little else."""
+        length_at, producer_at = _LENGTH.unpack_from, _PRODUCER_ID.unpack_from
+        for segment in self._segments:
+            if segment.next_offset <= from_offset:
+                continue
+            position = segment.start_position_for(max(from_offset, segment.base_offset))
+            while position < segment.size:
+                window = segment.pread(CHECK_WINDOW, position)
+                pos = 0
+                while pos + HEADER_SIZE <= len(window):
+                    if producer_at(window, pos + PRODUCER_ID_AT)[0] != NO_PRODUCER:
+                        yield read_header(window, pos)
+                    pos += LOG_OVERHEAD + length_at(window, pos + LENGTH_AT)[0]
+                if pos == 0:
+                    break  # not a whole header left: nothing more to read
+                position += pos
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the record with the largest timestamp, the first such record

@@ -1,4 +1,5 @@
-"""One segment: a `<20-digit base offset>.log` file of whole batches and its `.index`.
+"""One segment: a `<20-digit base offset>.log` file of whole batches and its `.index` (and,
+once a transaction aborted in it, its `.txnindex`: kgroups.log.txn_index).
 
 The offset index is Kafka's: 8-byte entries (offset relative to the segment's base as int32,
 byte position as int32), one per `index.interval.bytes` of log, each naming the last offset of
@@ -76,6 +77,7 @@ class Segment:
         self.base_offset = base_offset
         self.log_path = directory / f"{segment_name(base_offset)}.log"
         self.index_path = directory / f"{segment_name(base_offset)}.index"
+        self.txn_index_path = directory / f"{segment_name(base_offset)}.txnindex"
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             self.size = os.fstat(self.fd).st_size
@@ -166,6 +168,7 @@ class Segment:
         self.close()
         self.log_path.unlink(missing_ok=True)
         self.index_path.unlink(missing_ok=True)
+        self.txn_index_path.unlink(missing_ok=True)
 
     # --------------------------------------------------------------------------- reading
 

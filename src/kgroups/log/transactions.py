@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from kgroups.log.batch import build_batch
+from kgroups.log.batch import build_batch, decode_batch
 
 # A control record's key: version (int16), type (int16: 0 ABORT, 1 COMMIT); a marker's value:
 # version (int16), the coordinator epoch of the transaction coordinator that wrote it (int32).
@@ -39,6 +39,21 @@ def control_batch(producer_id: int, producer_epoch: int, commits: bool,
     value = _MARKER_VALUE.pack(0, coordinator_epoch)
     return build_batch([(key, value, timestamp_ms)], producer_id=producer_id,
                        producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def marker_of(batch: bytes) -> tuple[bool, int] | None:
+    """(commits, coordinator epoch) of a control batch's transaction marker; None for another
+    control record (Kafka's leader-change and snapshot records) or an emptied batch."""
+    decoded, _ = decode_batch(batch)
+    if not decoded.records:
+        return None
+    record = decoded.records[0]
+    if record.key is None or len(record.key) < _CONTROL_KEY.size or \
+            _CONTROL_KEY.unpack_from(record.key)[1] not in (_ABORT, _COMMIT):
+        return None
+    value = record.value or b""
+    epoch = _MARKER_VALUE.unpack_from(value)[1] if len(value) >= _MARKER_VALUE.size else -1
+    return _CONTROL_KEY.unpack_from(record.key)[1] == _COMMIT, epoch
 
 
 @dataclass(frozen=True, slots=True)

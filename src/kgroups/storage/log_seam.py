@@ -14,6 +14,7 @@ from typing import Protocol
 
 from kgroups.log.batch import BatchHeader
 from kgroups.log.config import LogConfig
+from kgroups.log.transaction_state import PartitionTransactions
 
 
 class PartitionLogSeam(Protocol):
@@ -34,6 +35,11 @@ class PartitionLogSeam(Protocol):
     @property
     def closed(self) -> bool:
         """The topic was deleted or the broker stopped serving the partition."""
+
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """Open transactions, the last stable offset and the aborted ones, fed by
+        append_batch."""
 
     def append_batch(self, batch: bytes) -> tuple[int, int]:
         """One RecordBatch v2 at the next offsets; (base offset, last offset)."""

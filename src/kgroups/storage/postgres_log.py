@@ -19,6 +19,7 @@ when an acknowledgement is lost.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 from kgroups.log.batch import BatchHeader, check_batch, decode_batch, iter_batches, read_header
@@ -26,8 +27,12 @@ from kgroups.log.compaction import CompactionResult, clean_batch, latest_offsets
 from kgroups.log.config import LogConfig
 from kgroups.log.leader_epochs import epoch_starts
 from kgroups.log.partition_log import OffsetOutOfRangeError
+from kgroups.log.transaction_state import REBUILD_TAIL_OFFSETS, PartitionTransactions
+from kgroups.log.txn_index import AbortedTransaction
 from kgroups.storage.database import StorageUnavailableError
-from kgroups.storage.postgresql import Lease, PostgresStore
+from kgroups.storage.postgresql import FencedError, Lease, PostgresStore
+
+logger = logging.getLogger(__name__)
 
 NO_PRODUCER_ID = -1
 # (producer id, producer epoch, base sequence, last offset delta): what makes a retry a retry.
@@ -58,6 +63,32 @@ class PostgresPartitionLog:
         self._stored_in_doubt: dict[_Identity, tuple[int, int]] = {}
         # The log end at the last compaction: nothing to do until records arrive past it.
         self._compacted_to = -1
+        # Open transactions, the LSO and the aborted ones, loaded at first use.
+        self._transactions: PartitionTransactions | None = None
+
+    @property
+    def transactions(self) -> PartitionTransactions:
+        """The partition's transactions; at first use, the aborted ones from their table, the
+        open ones from the log's tail (kgroups.log.transaction_state says the bound)."""
+        if self._transactions is None:
+            tracker = PartitionTransactions(
+                self._store.aborted_transactions(self.lease.topic, self.lease.partition))
+            tracker.rebuild(
+                self.batch_headers(max(self._start, self._end - REBUILD_TAIL_OFFSETS)),
+                lambda offset: self.read(offset, 1), self._store_abort)
+            self._transactions = tracker
+        return self._transactions
+
+    def _store_abort(self, aborted: AbortedTransaction) -> None:
+        """Keep the aborted transaction in its table. The marker is committed already, so a
+        failure is logged and the append stands: the entry is listed from memory, and whoever
+        loads the partition's transactions next writes it again from the marker."""
+        try:
+            self._store.add_aborted_transaction(self.lease, aborted)
+        except (StorageUnavailableError, FencedError) as exc:
+            logger.error("could not store producer %d's aborted transaction (offsets %d-%d) "
+                         "of %s-%d (%s)", aborted.producer_id, aborted.first_offset,
+                         aborted.last_offset, self.lease.topic, self.lease.partition, exc)
 
     @property
     def log_start_offset(self) -> int:
@@ -84,6 +115,7 @@ class PostgresPartitionLog:
             stored = self._stored_in_doubt.pop(_identity(header), None)
             if stored is not None:
                 return stored
+        transactions = self.transactions  # loaded before this batch is in the log
         try:
             base, last = self._store.append(self.lease, batch)
         except StorageUnavailableError:
@@ -92,6 +124,9 @@ class PostgresPartitionLog:
                 self._in_doubt = _identity(header)
             raise
         self._end = last + 1
+        aborted = transactions.observe(header, base, lambda: batch)
+        if aborted is not None:
+            self._store_abort(aborted)
         return base, last
 
     def _settle(self) -> None:
@@ -110,6 +145,7 @@ class PostgresPartitionLog:
                     header.base_offset, header.base_offset + header.last_offset_delta)
         self._start, self._end = state.log_start_offset, state.next_offset
         self._stale, self._in_doubt = False, None
+        self._transactions = None  # rebuilt from what the store holds, at next use
 
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
         self._settle()
@@ -177,6 +213,8 @@ class PostgresPartitionLog:
             self._stale = True
             raise
         self._start = offset
+        if self._transactions is not None:
+            self._transactions.forget_below(offset)
         return True
 
     # ------------------------------------------------------------- cleaning (the leader's)

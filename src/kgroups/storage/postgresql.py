@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kgroups.log.batch import check_batch, set_base_offset
+from kgroups.log.txn_index import AbortedTransaction
 from kgroups.storage.catalog import Catalog, bump_catalog_version
 from kgroups.storage.columns import NOW_MS, Connection, as_bytes, as_int, as_str, as_uuid
 
@@ -319,6 +320,32 @@ class PostgresStore:
             db.execute(
                 "DELETE FROM batches WHERE topic = %s AND partition = %s AND last_offset < %s",
                 (lease.topic, lease.partition, offset))
+            db.execute(
+                "DELETE FROM aborted_transactions WHERE topic = %s AND partition = %s "
+                "AND last_offset < %s", (lease.topic, lease.partition, offset))
+
+    def add_aborted_transaction(self, lease: Lease, aborted: AbortedTransaction) -> None:
+        """Keep a transaction that ended with ABORT (its marker already appended), as
+        `lease`'s holder; once kept, kept (a second call for the same marker changes
+        nothing)."""
+        with self._db.use() as db, db.transaction():
+            self._locked(db, lease)
+            db.execute(
+                "INSERT INTO aborted_transactions (topic, partition, producer_id, first_offset, "
+                "last_offset, last_stable_offset) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (lease.topic, lease.partition, aborted.producer_id, aborted.first_offset,
+                 aborted.last_offset, aborted.last_stable_offset))
+
+    def aborted_transactions(self, topic: str, partition: int) -> list[AbortedTransaction]:
+        """The partition's aborted transactions, in marker order."""
+        with self._db.use() as db:
+            rows = db.execute(
+                "SELECT producer_id, first_offset, last_offset, last_stable_offset FROM "
+                "aborted_transactions WHERE topic = %s AND partition = %s ORDER BY last_offset",
+                (topic, partition)).fetchall()
+        return [AbortedTransaction(as_int(a), as_int(b), as_int(c), as_int(d))
+                for a, b, c, d in rows]
 
     def replace_batches(self, lease: Lease, cleaned: Mapping[int, bytes | None]) -> None:
         """Swap batches for their cleaned bytes (same base offset; None: the batch goes), as

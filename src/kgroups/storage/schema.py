@@ -17,13 +17,19 @@ Version 2 (a cluster of brokers) adds, leaving version 1's tables as they were:
 - `catalog_version`: one counter bumped by every catalog write, announced with NOTIFY.
 - `producer_ids`: the next producer id no broker has been handed, starting at the clock in
   milliseconds (above what a single broker's wall-clock allocator handed out before).
+
+Version 3 (transactions) adds:
+- `aborted_transactions`: per partition, each transaction that ended with ABORT (producer id,
+  first offset, the ABORT marker's offset, the last stable offset then): the facts a file log
+  keeps in its `.txnindex` files, for read_committed Fetch's aborted_transactions list. Rows
+  go with their partition, and with DeleteRecords once their marker is below the log start.
 """
 
 from __future__ import annotations
 
 import psycopg
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _VERSION_1 = """
 CREATE TABLE IF NOT EXISTS kgroups_schema (version integer NOT NULL);
@@ -108,9 +114,22 @@ INSERT INTO producer_ids (next_id)
     VALUES ((extract(epoch from clock_timestamp()) * 1000)::bigint) ON CONFLICT DO NOTHING;
 """
 
+_VERSION_3 = """
+CREATE TABLE IF NOT EXISTS aborted_transactions (
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    producer_id bigint NOT NULL,
+    first_offset bigint NOT NULL,
+    last_offset bigint NOT NULL,
+    last_stable_offset bigint NOT NULL,
+    PRIMARY KEY (topic, partition, last_offset),
+    FOREIGN KEY (topic, partition) REFERENCES partitions (topic, partition) ON DELETE CASCADE
+);
+"""
+
 # What each version adds over the one before (version 1's tables are created whenever missing);
 # a store at version N runs the steps after N.
-_STEPS = {2: _VERSION_2}
+_STEPS = {2: _VERSION_2, 3: _VERSION_3}
 
 
 class SchemaVersionError(RuntimeError):

@@ -10,6 +10,11 @@ In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER nam
 FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH, as Kafka's leader checks it. Only the
 leader appends to its partitions, so the local append notifier wakes every long poll there is.
 
+With isolation_level 1 (read_committed, v4+) a partition answers the records below its last
+stable offset only, with the aborted transactions they overlap, for the consumer to drop
+(kgroups.log.transaction_state keeps both); every version with the field answers the LSO as
+last_stable_offset, read_uncommitted too. A marker wakes long polls as an append does.
+
 v0-v3, removed in Kafka 4 (KIP-896), are served for tools older than Kafka 0.11 (Burrow 1.2 with
 its sample configuration): the same reads, with the batches converted down to the message
 format those versions carry (down_convert.py), as Kafka 3.9 did.
@@ -34,9 +39,12 @@ from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import peek_batch_header
 from kgroups.log.partition_log import OffsetOutOfRangeError
+from kgroups.log.txn_index import AbortedTransaction
 
 logger = logging.getLogger("kgroups.fetch")
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 @dataclass(slots=True)
@@ -49,13 +57,38 @@ class PartitionRead:
     fetch_offset: int = -1
     max_bytes: int = 0
     leader: NotLeaderHint | None = None  # with NOT_LEADER_OR_FOLLOWER: who leads instead
+    last_stable_offset: int = -1
+    # read_committed only: the aborted transactions the records overlap (None otherwise)
+    aborted: list[AbortedTransaction] | None = None
+
+
+def _below(records: bytes, bound: int) -> bytes:
+    """The whole batches of `records` that start below offset `bound` (the LSO: a batch of an
+    open transaction starts at or after it)."""
+    position = 0
+    while position < len(records):
+        base, _last, size = peek_batch_header(records, position)
+        if base >= bound:
+            break
+        position += size
+    return records[:position]
+
+
+def _upper_bound(records: bytes, otherwise: int) -> int:
+    """The offset after the last batch of `records` (`otherwise` when there is none)."""
+    position, bound = 0, otherwise
+    while position < len(records):
+        _base, last, size = peek_batch_header(records, position)
+        position, bound = position + size, last + 1
+    return bound
 
 
 def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
-                    budget: int, min_one: bool) -> PartitionRead:
+                    budget: int, min_one: bool, committed: bool) -> PartitionRead:
     """The partition's batches within its partition_max_bytes and what is left of the
     request's max_bytes (`budget`); with `min_one` (no partition before it returned data), its
-    first batch whole even if larger, as Kafka answers."""
+    first batch whole even if larger, as Kafka answers. `committed` (read_committed) reads
+    below the last stable offset only, and lists the aborted transactions read."""
     index = int(request_partition.partition)
     topics = ctx.broker.topics
     try:
@@ -75,8 +108,11 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
     offset = int(request_partition.fetch_offset)
     if offset < start or offset > end:  # Kafka answers no watermarks beside this error
         return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
-    if offset == end or budget <= 0:
-        return PartitionRead(index, ErrorCode.NONE, end, start)
+    stable = log.transactions.last_stable_offset(end)
+    upper = stable if committed else end
+    if offset >= upper or budget <= 0:
+        return PartitionRead(index, ErrorCode.NONE, end, start, last_stable_offset=stable,
+                             aborted=[] if committed else None)
     limit = min(int(request_partition.partition_max_bytes), budget)
     try:
         records = log.read(offset, max(limit, 1), min_one=min_one)
@@ -85,7 +121,13 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
     except OSError as exc:
         log_event(logger, logging.ERROR, "read_failed", topic=topic, partition=index, error=exc)
         return PartitionRead(index, ErrorCode.KAFKA_STORAGE_ERROR, end, start)
-    return PartitionRead(index, ErrorCode.NONE, end, start, records, offset, limit)
+    if not committed:
+        return PartitionRead(index, ErrorCode.NONE, end, start, records, offset, limit,
+                             last_stable_offset=stable)
+    records = _below(records, stable)
+    aborted = log.transactions.aborted_between(offset, _upper_bound(records, offset))
+    return PartitionRead(index, ErrorCode.NONE, end, start, records, offset, limit,
+                         last_stable_offset=stable, aborted=aborted)
 
 
 def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[PartitionRead]]],
@@ -97,11 +139,12 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[P
     total = 0
     failed = False
     results = []
+    committed = int(getattr(request, "isolation_level", READ_UNCOMMITTED)) == READ_COMMITTED
     for topic in request.topics:
         reads = []
         for request_partition in topic.partitions:
             read = _read_partition(ctx, topic.topic, request_partition, budget - total,
-                                   min_one=total == 0)
+                                   min_one=total == 0, committed=committed)
             total += len(read.records)
             failed = failed or read.error != ErrorCode.NONE
             reads.append(read)
@@ -149,12 +192,17 @@ async def fetch(ctx: RequestContext, request: Any) -> Any:
     partition_cls = sibling(response_cls, "PartitionData")
     module = sys.modules[response_cls.__module__]
     leader_cls = getattr(module, "LeaderIdAndEpoch", None)  # v12+
+    aborted_cls = sibling(response_cls, "AbortedTransaction")
     responses = tuple(
         build(topic_cls, topic=name, partitions=tuple(
             build(partition_cls, partition_index=read.partition,
                   error_code=kio_error(read.error), high_watermark=read.high_watermark,
-                  last_stable_offset=read.high_watermark, log_start_offset=read.log_start_offset,
-                  aborted_transactions=None, preferred_read_replica=-1, records=read.records,
+                  last_stable_offset=read.last_stable_offset,
+                  log_start_offset=read.log_start_offset,
+                  aborted_transactions=None if read.aborted is None else tuple(
+                      build(aborted_cls, producer_id=a.producer_id, first_offset=a.first_offset)
+                      for a in read.aborted),
+                  preferred_read_replica=-1, records=read.records,
                   **leader_fields(leader_cls, read.leader))
             for read in reads))
         for name, reads in results

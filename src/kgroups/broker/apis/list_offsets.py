@@ -18,7 +18,10 @@ which is what Kafka answers for a partition that never rolled a segment.
 
 In a cluster a partition another broker leads answers NOT_LEADER_OR_FOLLOWER, and a
 `current_leader_epoch` (v4+) other than this leader's FENCED_LEADER_EPOCH or
-UNKNOWN_LEADER_EPOCH; the latest offset comes with the leader's epoch."""
+UNKNOWN_LEADER_EPOCH; the latest offset comes with the leader's epoch.
+
+With isolation_level 1 (read_committed, v2+) the latest offset is the last stable offset, and a
+lookup by time finds records below it only, as Kafka answers."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 NOT_FOUND = -1
+READ_COMMITTED = 1
 NO_TIMESTAMP = -1
 
 
@@ -54,9 +58,12 @@ def _record_timestamp(log: PartitionLogSeam, offset: int) -> int:
 
 
 def _lookup(
-    ctx: RequestContext, topic: str, partition: int, timestamp: int, current_epoch: int
+    ctx: RequestContext, topic: str, partition: int, timestamp: int, current_epoch: int,
+    committed: bool,
 ) -> tuple[ErrorCode, int, int, int]:
-    """(error, offset, timestamp, leader epoch) for one partition."""
+    """(error, offset, timestamp, leader epoch) for one partition; `committed`
+    (read_committed) answers the last stable offset for LATEST, and finds by timestamp below
+    it only."""
     topics = ctx.broker.topics
     try:
         log = topics.log(topic, partition)
@@ -71,10 +78,15 @@ def _lookup(
     fenced = epoch_error(leader_epoch, current_epoch)
     if fenced != ErrorCode.NONE:
         return fenced, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
+    fetchable = (log.transactions.last_stable_offset(log.log_end_offset) if committed
+                 else log.log_end_offset)
     if timestamp == LATEST_TIMESTAMP:
-        return (ErrorCode.NONE, log.log_end_offset, NO_TIMESTAMP,
+        return (ErrorCode.NONE, fetchable, NO_TIMESTAMP,
                 NO_EPOCH if leader_epoch is None else leader_epoch)
-    return (*_lookup_in(log, timestamp), NO_EPOCH)
+    error, offset, found_at = _lookup_in(log, timestamp)
+    if timestamp >= 0 and offset >= fetchable:
+        return error, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
+    return error, offset, found_at, NO_EPOCH
 
 
 def _lookup_in(log: PartitionLogSeam, timestamp: int) -> tuple[ErrorCode, int, int]:
@@ -154,18 +166,19 @@ def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
     return ErrorCode.NONE, tuple(legacy_offsets_before(candidates, timestamp, max_num_offsets))
 
 
-def _answer_v0(ctx: RequestContext, topic: str, entry: Any) -> dict[str, Any]:
+def _answer_v0(ctx: RequestContext, topic: str, entry: Any, _committed: bool
+               ) -> dict[str, Any]:
     """v0 asks for up to `max_num_offsets` offsets before a time, and gets a list of them."""
     error, offsets = _lookup_v0(ctx, topic, int(entry.partition_index), int(entry.timestamp),
                                 int(entry.max_num_offsets))
     return {"error_code": kio_error(error), "old_style_offsets": offsets}
 
 
-def _answer(ctx: RequestContext, topic: str, entry: Any) -> dict[str, Any]:
+def _answer(ctx: RequestContext, topic: str, entry: Any, committed: bool) -> dict[str, Any]:
     """v1 on ask for one offset (and its timestamp and epoch) at a time."""
     error, offset, found_at, epoch = _lookup(
         ctx, topic, int(entry.partition_index), int(entry.timestamp),
-        int(getattr(entry, "current_leader_epoch", NO_EPOCH)))
+        int(getattr(entry, "current_leader_epoch", NO_EPOCH)), committed)
     return {"error_code": kio_error(error), "timestamp": found_at, "offset": offset,
             "leader_epoch": epoch}
 
@@ -176,10 +189,11 @@ async def list_offsets(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.LIST_OFFSETS, ctx.api_version)
     topic_cls = sibling(response_cls, "ListOffsetsTopicResponse")
     partition_cls = sibling(response_cls, "ListOffsetsPartitionResponse")
+    committed = int(getattr(request, "isolation_level", 0)) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = tuple(build(partition_cls, partition_index=entry.partition_index,
-                                 **answer(ctx, topic.name, entry))
+                                 **answer(ctx, topic.name, entry, committed))
                            for entry in topic.partitions)
         topics.append(build(topic_cls, name=topic.name, partitions=partitions))
     return build(response_cls, throttle_time=NO_THROTTLE, topics=tuple(topics))

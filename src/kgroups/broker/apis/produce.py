@@ -42,7 +42,7 @@ from kgroups.broker.apis.contract import CloseConnection, HandlerRegistry, Reque
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.events import log_event
 from kgroups.broker.leader_hints import leader_fields, node_endpoint_fields
-from kgroups.broker.producer_state import BatchIdentity, last_sequence
+from kgroups.broker.producer_state import BatchIdentity, Verdict, last_sequence
 from kgroups.broker.record_policy import (
     RecordError,
     keyless_record_errors,
@@ -57,9 +57,12 @@ from kgroups.broker.topics import INTERNAL_TOPICS
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import (
+    ATTRIBUTES_AT,
+    CONTROL,
     MAGIC,
     MAGIC_AT,
     RECORDS_COUNT_AT,
+    TRANSACTIONAL,
     BatchCorruptError,
     check_batch,
     recompress_batch,
@@ -71,6 +74,7 @@ from kgroups.storage.postgresql import FencedError
 
 logger = logging.getLogger("kgroups.produce")
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
 # Batches holding more records than this that must be read or recompressed are, in a worker
 # thread (~0.5 us a record read: a few ms on the loop at most, otherwise).
 RECORDS_READ_ON_THE_LOOP = 5_000
@@ -117,6 +121,9 @@ def split_batches(
                 ErrorCode.INVALID_RECORD,
                 message=f"batch holds {record_count} records but its last offset delta is "
                         f"{last_offset_delta}")
+        if header.attributes & CONTROL:
+            return PartitionOutcome(ErrorCode.INVALID_RECORD,
+                                    message="clients may not write control records")
         if next_position - position > max_batch_bytes:
             return PartitionOutcome(
                 ErrorCode.MESSAGE_TOO_LARGE,
@@ -169,6 +176,8 @@ async def _append_to(
     try:
         for batch, identity, _ in batches:
             verdict = producers.check(log, identity)
+            if verdict.error == ErrorCode.NONE and verdict.duplicate_of is None:
+                verdict = Verdict(transaction_error(log, identity, batch))
             if verdict.error != ErrorCode.NONE:
                 log_event(logger, logging.INFO, "produce_rejected", topic=topic,
                           partition=partition, error=verdict.error.name, client=ctx.client_id,
@@ -195,6 +204,24 @@ async def _append_to(
                                log_append_time=append_time)
     appended.append((log, outcome))
     return outcome
+
+
+def transaction_error(log: PartitionLogSeam, identity: BatchIdentity, batch: bytes) -> ErrorCode:
+    """Kafka's checks of a producer's batch against its state in the partition (markers
+    included, which the idempotence table does not see): an epoch older than the producer's
+    last one is fenced (INVALID_PRODUCER_EPOCH, in every version since Kafka 2.7); a
+    non-transactional batch while its transaction is open is INVALID_TXN_STATE. A
+    transactional batch opens the producer's transaction when appended
+    (kgroups.log.transaction_state)."""
+    attributes = _INT16.unpack_from(batch, ATTRIBUTES_AT)[0]
+    producer = log.transactions.producers.get(identity.producer_id)
+    if producer is None:
+        return ErrorCode.NONE
+    if identity.producer_epoch < producer.epoch:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if not attributes & TRANSACTIONAL and producer.txn_start_offset >= 0:
+        return ErrorCode.INVALID_TXN_STATE
+    return ErrorCode.NONE
 
 
 async def _apply_topic_policy(
