@@ -25,6 +25,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     topics,
+    transactions,
 )
 from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
@@ -47,6 +48,8 @@ from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
 from kgroups.broker.topics import OFFSETS_TOPIC, TopicCatalog
+from kgroups.broker.transaction_runtime import TransactionRuntime
+from kgroups.broker.txn_markers import MarkerWrite, write_markers
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
 from kgroups.storage.postgresql import Lease, PostgresStore
@@ -67,6 +70,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     scram_credentials.install(registry)
     acls.install(registry)
     quotas.install(registry)
+    transactions.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -165,6 +169,13 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        self.transactions = TransactionRuntime(
+            config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
+            self.producer_ids.next_id,
+            lambda markers: write_markers(self, [MarkerWrite(
+                m.topic, m.partition, m.producer_id, m.producer_epoch, m.commits,
+                m.coordinator_epoch) for m in markers]),
+            cluster_mode=self.store is not None)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -196,6 +207,7 @@ class Broker:
         the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
+        await self.transactions.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(
@@ -231,6 +243,7 @@ class Broker:
             await self.cluster.stop()
         await self._server.stop()
         await self.coordinator.stop()
+        await self.transactions.stop()
         await self.background.cancel_all()
         offline = self.logs.offline()  # never opened: nothing of theirs to flush
         for topic, partition in self.logs.partitions():
