@@ -53,6 +53,17 @@ def _states(data_dir: Path, transactional_id: str) -> list[TransactionLogValue]:
             for value in [decode_transaction_log_value(record.value)] if value is not None]
 
 
+def _wait_for(data_dir: Path, state: TxnState) -> None:
+    """The markers and the Complete record follow the answer to EndTxn: wait for the record."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        states = _states(data_dir, TX)
+        if states and TxnState(states[-1].transaction_status) is state:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{TX} never reached {state.name}: {_states(data_dir, TX)}")
+
+
 def _create_topic(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, 2)])[TOPIC].result(30)
@@ -71,6 +82,7 @@ def test_a_transactional_producer_commits_and_aborts(tmp_path: Path) -> None:
         producer.produce(TOPIC, b"dropped", partition=0)
         producer.flush(30)
         producer.abort_transaction(30)
+        _wait_for(tmp_path, TxnState.COMPLETE_ABORT)
     assert _kinds(tmp_path, 0) == ["data", "COMMIT", "data", "ABORT"]
     assert _kinds(tmp_path, 1) == ["data", "COMMIT"]
     states = _states(tmp_path, TX)
@@ -95,22 +107,22 @@ def test_a_transaction_left_prepared_is_completed_after_a_restart(tmp_path: Path
     in __transaction_state, and the next start writes the markers and CompleteCommit."""
     with kgroups.serve_in_background(data_dir=tmp_path) as broker:
         _create_topic(broker.bootstrap)
+        Producer({"bootstrap.servers": broker.bootstrap,
+                  "transactional.id": TX}).init_transactions(30)
+    [started] = _states(tmp_path, TX)
     partition = partition_for(TX, 50)
     segment = tmp_path / f"__transaction_state-{partition}" / "00000000000000000000.log"
     now = int(time.time() * 1000)
-    prepared = TransactionLogValue(4242, 3, 60_000, int(TxnState.PREPARE_COMMIT),
+    prepared = TransactionLogValue(started.producer_id, 0, 60_000, int(TxnState.PREPARE_COMMIT),
                                    ((TOPIC, (0, 1)),), now, now - 10)
     segment.write_bytes(segment.read_bytes() + build_batch([(
         encode_transaction_log_key(TransactionLogKey(TX)),
-        encode_transaction_log_value(prepared), now)]))
+        encode_transaction_log_value(prepared), now)], base_offset=1))
     with kgroups.serve_in_background(data_dir=tmp_path):
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and TxnState(
-                _states(tmp_path, TX)[-1].transaction_status) is not TxnState.COMPLETE_COMMIT:
-            time.sleep(0.05)
+        _wait_for(tmp_path, TxnState.COMPLETE_COMMIT)
     assert [TxnState(v.transaction_status) for v in _states(tmp_path, TX)] == [
-        TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
+        TxnState.EMPTY, TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT]
     for index in (0, 1):
         [marker] = _batches(tmp_path, TOPIC, index)
         assert marker.is_control and marker_commits(marker.records[0].key) is True
-        assert (marker.producer_id, marker.producer_epoch) == (4242, 3)
+        assert (marker.producer_id, marker.producer_epoch) == (started.producer_id, 0)

@@ -1,10 +1,11 @@
 """The broker's home for the transaction coordinator: its __transaction_state partitions, its
 timers and the second phase of every transaction.
 
-At start the topic is created (compacted, transaction.state.log.num.partitions partitions) or
-opened, and each partition's last record per transactional id is replayed into the sans-IO
-coordinator (kgroups.transactions). A decision's record is appended under the partition's gate
-and made durable before the coordinator applies it and the client hears back. Once a Prepare
+The topic (compacted, transaction.state.log.num.partitions partitions) is created on first
+use, as Kafka does, and at each start each partition's last record per transactional id is
+replayed into the sans-IO coordinator (kgroups.transactions). A decision's record is appended
+under the partition's gate and made durable before the coordinator applies it and the client
+hears back. Once a Prepare
 record is durable the markers go out through `send_markers` (the broker's
 kgroups.broker.txn_markers.write_markers) and the Complete record follows; a transaction a
 kill -9 left prepared is found prepared by the replay and completed the same way.
@@ -101,22 +102,36 @@ class TransactionRuntime:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create or open __transaction_state, replay it, finish what was left prepared and
-        start the timers. In cluster mode nothing is served (see the module)."""
+        """Replay __transaction_state if it exists, finish what was left prepared and start
+        the timers. In cluster mode nothing is served (see the module)."""
         if self.cluster_mode:
             return
-        partitions = self.settings.num_partitions
         existing = self._topics.partition_count(TRANSACTION_STATE_TOPIC)
-        if existing is None:
-            self._topics.create(TRANSACTION_STATE_TOPIC, partitions,
+        if existing is not None:
+            if existing != self.settings.num_partitions:
+                raise RuntimeError(
+                    f"{TRANSACTION_STATE_TOPIC} has {existing} partitions on disk but "
+                    f"transaction.state.log.num.partitions is {self.settings.num_partitions}; "
+                    f"transactional ids would change coordinator partition")
+            self._load()
+        self.background.supervise("transaction-aborter", self._abort_timed_out_periodically)
+        self.background.supervise("transactional-id-expirer", self._expire_periodically)
+
+    def ensure_topic(self) -> bool:
+        """Create __transaction_state (compacted) on first use, as Kafka does when a client
+        first looks for a transaction coordinator; False when this broker does not serve
+        transactional ids. OSError when the partitions cannot be created."""
+        if self.cluster_mode:
+            return False
+        if not self.loaded:
+            self._topics.create(TRANSACTION_STATE_TOPIC, self.settings.num_partitions,
                                 {"cleanup.policy": "compact"})
-        elif existing != partitions:
-            raise RuntimeError(
-                f"{TRANSACTION_STATE_TOPIC} has {existing} partitions on disk but "
-                f"transaction.state.log.num.partitions is {partitions}; transactional ids "
-                f"would change coordinator partition")
+            self._load()
+        return True
+
+    def _load(self) -> None:
         records = 0
-        for partition in range(partitions):
+        for partition in range(self.settings.num_partitions):
             log = self._logs.get_or_create(TRANSACTION_STATE_TOPIC, partition)
             table = LatestPerKey()
             table.add(b"".join(s.pread(s.size, 0) for s in log.segments()))
@@ -125,12 +140,11 @@ class TransactionRuntime:
                 records += 1
         self.loaded = True
         prepared = self.coordinator.prepared()
-        log_event(logger, logging.INFO, "transactions_loaded", partitions=partitions,
-                  transactional_ids=records, prepared=len(prepared))
+        log_event(logger, logging.INFO, "transactions_loaded",
+                  partitions=self.settings.num_partitions, transactional_ids=records,
+                  prepared=len(prepared))
         for transactional_id in prepared:
             self._complete_later(transactional_id)
-        self.background.supervise("transaction-aborter", self._abort_timed_out_periodically)
-        self.background.supervise("transactional-id-expirer", self._expire_periodically)
 
     async def stop(self) -> None:
         """Cancel the timers and the second phases in flight: a prepared transaction stays

@@ -258,10 +258,9 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             # (Kafka's answer for a partition that is offline); the message says why.
             failure = broker.coordinator.partition_failure(key)
         elif key_type == TRANSACTION_KEY_TYPE:
-            # The transaction coordinator's __transaction_state is loaded at start; until then
-            # (and in cluster mode, which does not serve it yet) Kafka's retriable answer.
-            failure = (None if broker.transactions.available
-                       else "the transaction coordinator is not available on this broker")
+            # __transaction_state is created on this first use; in cluster mode, which does not
+            # serve transactional ids yet, Kafka's retriable answer with the reason.
+            failure = _transaction_coordinator_failure(broker)
         else:
             # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
             # with no text from v4; a type it does not know gets INVALID_REQUEST's own text.
@@ -287,6 +286,16 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
                          for key in request.coordinator_keys)
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+def _transaction_coordinator_failure(broker: HandlerServices) -> str | None:
+    """Why this broker cannot coordinate transactional ids, None when it can."""
+    try:
+        if broker.transactions.ensure_topic():
+            return None
+    except OSError as exc:
+        return f"__transaction_state could not be created: {exc}"
+    return "the transaction coordinator is not available on this broker (cluster mode)"
 
 
 def _leased_coordinator(view: LeadershipView, partition: int, version: int) -> dict[str, Any]:

@@ -31,6 +31,18 @@ END_TXN_TV2_VERSION = 5
 ADD_PARTITIONS_BATCHED_VERSION = 4
 
 
+# The first version of each API that may answer PRODUCER_FENCED (KIP-588); older clients are
+# told INVALID_PRODUCER_EPOCH instead, as Kafka does.
+PRODUCER_FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+                         ApiKey.ADD_OFFSETS_TO_TXN: 2, ApiKey.END_TXN: 2}
+
+
+def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    if error is ErrorCode.PRODUCER_FENCED and ctx.api_version < PRODUCER_FENCED_SINCE[ctx.api_key]:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return error
+
+
 def _not_served(ctx: RequestContext) -> ErrorCode | None:
     """NOT_COORDINATOR while this broker does not serve transactional ids, else None."""
     return None if ctx.broker.transactions.available else ErrorCode.NOT_COORDINATOR
@@ -46,22 +58,22 @@ async def init_transactional(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
 
     def answer(error: ErrorCode, producer_id: int = -1, epoch: int = -1) -> Any:
-        return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(error),
+        return build(response_cls, throttle_time=NO_THROTTLE,
+                     error_code=kio_error(_for_version(ctx, error)),
                      producer_id=producer_id, producer_epoch=epoch)
 
     expected_id = int(getattr(request, "producer_id", NO_PRODUCER_ID))
     expected_epoch = int(getattr(request, "producer_epoch", -1))
     if (expected_id == NO_PRODUCER_ID) != (expected_epoch == -1):
         return answer(ErrorCode.INVALID_REQUEST)
-    refused = _not_served(ctx)
-    if refused is not None:
-        return answer(refused)
     runtime = ctx.broker.transactions
     try:
+        if not runtime.ensure_topic():
+            return answer(ErrorCode.NOT_COORDINATOR)
         decision = runtime.coordinator.init_producer_id(
             request.transactional_id, _millis(request.transaction_timeout), wall_clock_ms(),
             expected_id, expected_epoch)
-    except OSError:  # a cluster's store could not hand out a producer id block
+    except OSError:  # __transaction_state could not be created, or no producer id block
         return answer(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
     decision = await runtime.run(decision)
     if decision.error is not ErrorCode.NONE:
@@ -112,7 +124,7 @@ async def _add_one(ctx: RequestContext, transactional_id: str, producer_id: int,
         decision = await runtime.run(runtime.coordinator.add_partitions(
             transactional_id, int(producer_id), int(epoch), wanted, wall_clock_ms()))
         errors = dict.fromkeys(wanted, decision.error)
-    return _topic_results(ctx, errors)
+    return _topic_results(ctx, {tp: _for_version(ctx, e) for tp, e in errors.items()})
 
 
 def _topic_results(ctx: RequestContext, errors: dict[tuple[str, int], ErrorCode]
@@ -138,7 +150,8 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     decision = await runtime.run(runtime.coordinator.add_offsets(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch),
         request.group_id, wall_clock_ms()))
-    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(decision.error))
+    return build(response_cls, throttle_time=NO_THROTTLE,
+                 error_code=kio_error(_for_version(ctx, decision.error)))
 
 
 @handles(api_key=ApiKey.END_TXN, min_version=0, max_version=5)
@@ -152,7 +165,8 @@ async def end_txn(ctx: RequestContext, request: Any) -> Any:
         decision = await runtime.run(runtime.coordinator.end_transaction(
             request.transactional_id, int(request.producer_id), int(request.producer_epoch),
             bool(request.committed), wall_clock_ms(), version))
-    return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(decision.error),
+    return build(response_cls, throttle_time=NO_THROTTLE,
+                 error_code=kio_error(_for_version(ctx, decision.error)),
                  producer_id=decision.producer_id, producer_epoch=decision.producer_epoch)
 
 
