@@ -188,7 +188,7 @@ def test_verify_only_reports_partitions_in_the_ongoing_transaction() -> None:
     h = Harness()
     pid, epoch = _ongoing(h)
     assert h.coordinator.verify_partitions(TX, pid, epoch, [("t", 0), ("t", 9)]) == {
-        ("t", 0): ErrorCode.NONE, ("t", 9): ErrorCode.INVALID_TXN_STATE}
+        ("t", 0): ErrorCode.NONE, ("t", 9): ErrorCode.TRANSACTION_ABORTABLE}
     assert h.coordinator.verify_partitions(TX, pid, epoch - 1, [("t", 0)]) == {
         ("t", 0): ErrorCode.PRODUCER_FENCED}
     assert h.state() is TxnState.ONGOING

@@ -198,14 +198,15 @@ class TransactionCoordinator:
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[Partition]) -> dict[Partition, ErrorCode]:
         """AddPartitionsToTxn v4+ with verify_only: is each partition already in the ongoing
-        transaction (KIP-890 part 1, asked by a partition leader before a transactional write)."""
+        transaction (KIP-890 part 1, asked by a partition leader before a transactional write);
+        one that is not gets TRANSACTION_ABORTABLE, as Kafka 4.x answers."""
         wanted = list(partitions)
         txn, error = self._owned(transactional_id, producer_id, producer_epoch)
         if txn is None:
             return dict.fromkeys(wanted, error)
         ongoing = txn.state is TxnState.ONGOING
         return {p: ErrorCode.NONE if ongoing and p in txn.partitions
-                else ErrorCode.INVALID_TXN_STATE for p in wanted}
+                else ErrorCode.TRANSACTION_ABORTABLE for p in wanted}
 
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
                     group_id: str, now_ms: int) -> Decision:

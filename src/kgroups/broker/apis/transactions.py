@@ -185,25 +185,18 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
         topics: dict[str, list[int]] = {}
         for topic, partition in (described.partitions if described is not None else ()):
             topics.setdefault(topic, []).append(partition)
+        # Kafka leaves every field of an id it does not know at its schema default (zero).
         states.append(build(
             state_cls, error_code=kio_error(error), transactional_id=transactional_id,
             transaction_state=described.state if described is not None else "",
-            transaction_timeout=_timedelta_ms(described.timeout_ms if described else 0),
-            transaction_start_time=_datetime_ms(
-                described.start_timestamp_ms if described else -1),
-            producer_id=described.producer_id if described else -1,
-            producer_epoch=described.producer_epoch if described else -1,
+            transaction_timeout=timedelta(milliseconds=described.timeout_ms if described else 0),
+            transaction_start_time=datetime.fromtimestamp(
+                (described.start_timestamp_ms if described else 0) / 1000, tz=UTC),
+            producer_id=described.producer_id if described else 0,
+            producer_epoch=described.producer_epoch if described else 0,
             topics=tuple(build(topic_cls, topic=t, partitions=tuple(ps))
                          for t, ps in topics.items())))
     return build(response_cls, throttle_time=NO_THROTTLE, transaction_states=tuple(states))
-
-
-def _timedelta_ms(ms: int) -> timedelta:
-    return timedelta(milliseconds=ms)
-
-
-def _datetime_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 @handles(api_key=ApiKey.LIST_TRANSACTIONS, min_version=0, max_version=2)
