@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafka_harness import run_kafka_tool
-from kgroups.log.batch import build_batch
+from kgroups.coordinator.placement import partition_for
+from kgroups.log.batch import build_batch, iter_batches
 from kgroups.records.transaction_log import (
     TransactionLogKey,
     TransactionLogValue,
@@ -102,3 +108,40 @@ def _value_of(printed: dict[str, object]) -> TransactionLogValue:
         data["transactionLastUpdateTimestampMs"], data["transactionStartTimestampMs"],
         data.get("previousProducerId", -1), data.get("nextProducerId", -1),
         data.get("clientTransactionVersion", 0), int(printed["version"]))  # type: ignore[call-overload]
+
+
+@pytest.mark.kafka
+def test_kgroups_reads_what_kafka_writes(kafka_broker: Any) -> None:
+    """A confluent-kafka transactional producer commits and aborts on Kafka 4.3.1; every
+    record of the id in Kafka's __transaction_state segments decodes and re-encodes to
+    Kafka's bytes, and they tell the transaction's story."""
+    tx = f"codec-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    admin.create_topics([NewTopic(tx, 2)])[tx].result(30)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": tx})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(tx, b"kept", partition=0)
+    producer.produce(tx, b"kept", partition=1)
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    producer.produce(tx, b"dropped", partition=1)
+    producer.flush(30)
+    producer.abort_transaction(60)
+    directory = kafka_broker.data_dir / f"__transaction_state-{partition_for(tx, 50)}"
+    key = encode_transaction_log_key(TransactionLogKey(tx))
+    deadline = time.monotonic() + 30
+    while True:  # the Complete record follows the answer to EndTxn
+        values = [record.value for segment in sorted(directory.glob("*.log"))
+                  for batch in iter_batches(segment.read_bytes())
+                  for record in batch.records if record.key == key]
+        decoded = [decode_transaction_log_value(v) for v in values]
+        if (decoded and decoded[-1] is not None and decoded[-1].transaction_status == 5) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert decode_transaction_log_key(key) == TransactionLogKey(tx)
+    assert [encode_transaction_log_value(v) for v in decoded] == values  # type: ignore[arg-type]
+    assert [v.transaction_status for v in decoded] == [0, 1, 2, 4, 1, 3, 5]  # type: ignore[union-attr]
+    assert decoded[2].partitions == ((tx, (0, 1)),)  # type: ignore[union-attr]
+    assert {v.version for v in decoded} == {1}  # type: ignore[union-attr]
