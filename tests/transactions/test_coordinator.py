@@ -52,6 +52,15 @@ class Harness:
         assert decision.error is ErrorCode.NONE
         return decision.producer_id, decision.producer_epoch
 
+    def at_epoch(self, epoch: int) -> int:
+        """A producer started and its epoch moved to `epoch` (as if it had ended that many
+        transactions); its producer id."""
+        pid, _ = self.start()
+        txn = self.coordinator.get(TX)
+        assert txn is not None
+        self.write(TxnWrite(TX, txn.moved(producer_epoch=epoch)))
+        return pid
+
     def replayed(self) -> TransactionCoordinator:
         fresh = TransactionCoordinator(self.coordinator.config, lambda: -5)
         for key, value in self.log:
@@ -225,10 +234,7 @@ def test_kip_360_retry_with_the_expected_id_and_epoch() -> None:
 
 def test_an_exhausted_epoch_rotates_to_a_new_producer_id() -> None:
     h = Harness()
-    pid, _ = h.start()
-    txn = h.coordinator.get(TX)
-    assert txn is not None
-    h.write(TxnWrite(TX, txn.moved(producer_epoch=MAX_EPOCH - 1)))
+    pid = h.at_epoch(MAX_EPOCH - 1)
     rotated = h.commit(h.coordinator.init_producer_id(TX, 60_000, T0))
     assert (rotated.producer_id, rotated.producer_epoch) == (1001, 0)
     assert h.coordinator.get(TX).previous_producer_id == pid  # type: ignore[union-attr]
@@ -255,10 +261,7 @@ def test_transaction_version_2_bumps_the_epoch_at_each_end_and_accepts_a_retry()
 
 def test_transaction_version_2_rotates_the_producer_id_when_the_bump_exhausts_the_epoch() -> None:
     h = Harness()
-    pid, _ = h.start()
-    txn = h.coordinator.get(TX)
-    assert txn is not None
-    h.write(TxnWrite(TX, txn.moved(producer_epoch=MAX_EPOCH - 2)))
+    pid = h.at_epoch(MAX_EPOCH - 2)
     h.commit(h.coordinator.add_partitions(TX, pid, MAX_EPOCH - 2, [("t", 0)], T0, 2))
     h.commit(h.coordinator.end_transaction(TX, pid, MAX_EPOCH - 2, True, T0, 2))
     assert h.coordinator.get(TX).next_producer_id == 1001  # type: ignore[union-attr]

@@ -185,9 +185,11 @@ class Broker:
 
     def task_failures(self) -> dict[str, str]:
         """Background work that crashed (name -> its last error): the broker's own tasks,
-        the coordinator's (its loader, its offsets cleaner) and fsyncs (`group-commit`). The
+        the coordinator's (its loader, its offsets cleaner), the transaction coordinator's
+        (its timers, its markers) and fsyncs (`group-commit`). The
         loops among them were started again (`BackgroundTasks.supervise`)."""
-        failures = {**self.background.failures, **self.coordinator.background.failures}
+        failures = {**self.background.failures, **self.coordinator.background.failures,
+                    **self.transactions.background.failures}
         if self.group_commit.crash is not None:
             failures["group-commit"] = self.group_commit.crash
         return failures
