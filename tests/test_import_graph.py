@@ -22,17 +22,22 @@ LAYERS: dict[str, frozenset[str]] = {
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
+    # The transaction coordinator: beside the group coordinator, whose placement rule it shares.
+    "transactions": frozenset({"errors", "log", "records", "coordinator"}),
     # A cluster broker keeps its topics, records and catalog in the store.
-    "broker": frozenset({"errors", "log", "records", "coordinator", "assignors", "storage"}),
+    "broker": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                         "storage"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
     "pipeline": frozenset({"errors", "log", "records", "storage"}),
     # kgroups' own admin commands (groups, topics, acls, users) speak the Kafka wire as a client,
     # with the broker's codec (wire), config reading, SCRAM and ACL types.
-    "tools": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
-    "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
-                      "tools", "pipeline", "storage"}),
+    "tools": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                        "broker"}),
+    "cli": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                      "broker", "tools", "pipeline", "storage"}),
     # The broker for tests (serve_in_background, the pytest plugin).
-    "testing": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
+    "testing": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                          "broker"}),
     # The package itself: `kgroups.serve_in_background`, loaded on first use.
     "kgroups": frozenset({"testing"}),
 }
@@ -126,13 +131,15 @@ def _io_uses(path: Path) -> Iterator[str]:
 
 
 def test_the_coordinator_does_no_io_and_draws_no_random_ids() -> None:
-    """No module under kgroups/coordinator imports an I/O, clock, randomness or concurrency
+    """No module under kgroups/coordinator or kgroups/transactions (the two coordinators)
+    imports an I/O, clock, randomness or concurrency
     module (asyncio, socket, os, multiprocessing, threading, concurrent, time, random...),
     opens a file, or calls a uuid generator: time comes with each call and ids from the id
     source its caller passes. The `uuid.UUID` value type stays allowed: topic ids are UUIDs."""
     uses = sorted(
         f"{path.relative_to(SRC)}: {use}"
-        for path in (SRC / "kgroups" / "coordinator").rglob("*.py")
+        for package in ("coordinator", "transactions")
+        for path in (SRC / "kgroups" / package).rglob("*.py")
         for use in _io_uses(path)
     )
     assert uses == []

@@ -141,11 +141,12 @@ def test_api_without_a_rule_serves_super_users_only(tmp_path: Path) -> None:
     async def inner(_ctx: RequestContext, _request: Any) -> str:
         return "served"
 
-    guarded = AuthorizedHandler(65, 0, 0, inner,  # type: ignore[arg-type]
+    # 67 (AllocateProducerIds) is controller-to-controller: no broker rule will ever exist.
+    guarded = AuthorizedHandler(67, 0, 0, inner,  # type: ignore[arg-type]
                                 authorizer(tmp_path, supers=("User:root",)))
 
     def call(principal: str) -> Any:
-        ctx = RequestContext(65, 0, 1, "t", "127.0.0.1", None,  # type: ignore[arg-type]
+        ctx = RequestContext(67, 0, 1, "t", "127.0.0.1", None,  # type: ignore[arg-type]
                              types.SimpleNamespace(principal=principal))  # type: ignore[arg-type]
         return asyncio.run(guarded(ctx, None))
 

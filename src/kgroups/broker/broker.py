@@ -27,6 +27,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     topics,
+    transactions,
     write_txn_markers,
 )
 from kgroups.broker.apis.contract import HandlerRegistry
@@ -50,6 +51,8 @@ from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
 from kgroups.broker.topics import OFFSETS_TOPIC, TopicCatalog
+from kgroups.broker.transaction_runtime import TransactionRuntime
+from kgroups.broker.txn_markers import write_markers
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
 from kgroups.storage.postgresql import Lease, PostgresStore
@@ -73,6 +76,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     quotas.install(registry)
     write_txn_markers.install(registry)
     describe_producers.install(registry)
+    transactions.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -171,6 +175,11 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        self.transactions = TransactionRuntime(
+            config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
+            self.producer_ids.next_id,
+            lambda markers: write_markers(self, markers),
+            cluster_mode=self.store is not None)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -180,9 +189,11 @@ class Broker:
 
     def task_failures(self) -> dict[str, str]:
         """Background work that crashed (name -> its last error): the broker's own tasks,
-        the coordinator's (its loader, its offsets cleaner) and fsyncs (`group-commit`). The
+        the coordinator's (its loader, its offsets cleaner), the transaction coordinator's
+        (its timers, its markers) and fsyncs (`group-commit`). The
         loops among them were started again (`BackgroundTasks.supervise`)."""
-        failures = {**self.background.failures, **self.coordinator.background.failures}
+        failures = {**self.background.failures, **self.coordinator.background.failures,
+                    **self.transactions.background.failures}
         if self.group_commit.crash is not None:
             failures["group-commit"] = self.group_commit.crash
         return failures
@@ -202,6 +213,7 @@ class Broker:
         the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
+        await self.transactions.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(
@@ -237,6 +249,7 @@ class Broker:
             await self.cluster.stop()
         await self._server.stop()
         await self.coordinator.stop()
+        await self.transactions.stop()
         await self.background.cancel_all()
         offline = self.logs.offline()  # never opened: nothing of theirs to flush
         for topic, partition in self.logs.partitions():

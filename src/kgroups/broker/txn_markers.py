@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kgroups.broker.apis.contract import HandlerServices
 from kgroups.broker.append_gates import gate_of
@@ -28,23 +27,10 @@ from kgroups.log.partition_log import PartitionLog
 from kgroups.log.transactions import control_batch
 from kgroups.storage.log_seam import PartitionLogSeam
 from kgroups.storage.postgresql import FencedError
+from kgroups.transactions.messages import MarkerWrite
 
 logger = logging.getLogger("kgroups.txn_markers")
 
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerWrite:
-    """End `producer_id`'s transaction in one partition."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    commits: bool
-    coordinator_epoch: int
-    # 2 (KIP-890's transactions v2): the coordinator bumped the epoch for this marker.
-    transaction_version: int = 0
 
 
 async def write_markers(broker: HandlerServices,

@@ -21,6 +21,7 @@ from kgroups.broker import descriptors
 from kgroups.broker.apis import request_fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, HandlerServices, RequestContext, handles
+from kgroups.broker.apis.transactions import init_transactional
 from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
 from kgroups.broker.metadata_answer import (
@@ -45,7 +46,7 @@ logger = logging.getLogger("kgroups.topics")
 
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
 # FindCoordinator key types of features kgroups does not serve yet (logged once per client).
-NOT_SERVED_KEY_TYPES = {TRANSACTION_KEY_TYPE: "transactions", SHARE_KEY_TYPE: "share groups"}
+NOT_SERVED_KEY_TYPES = {SHARE_KEY_TYPE: "share groups"}
 # Kafka's text for INVALID_REQUEST (Errors.INVALID_REQUEST), which it gives an unknown key type.
 INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the "
                         "client library or the message was sent to an incompatible broker. "
@@ -257,8 +258,9 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             # (Kafka's answer for a partition that is offline); the message says why.
             failure = broker.coordinator.partition_failure(key)
         elif key_type == TRANSACTION_KEY_TYPE:
-            # Kafka's answer while its transaction coordinator is unavailable, with the reason.
-            failure = "transactions are not supported"
+            # __transaction_state is created on this first use; in cluster mode, which does not
+            # serve transactional ids yet, Kafka's retriable answer with the reason.
+            failure = _transaction_coordinator_failure(broker)
         else:
             # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
             # with no text from v4; a type it does not know gets INVALID_REQUEST's own text.
@@ -284,6 +286,16 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     coordinators = tuple(build(coordinator_cls, key=key, **answer(key))
                          for key in request.coordinator_keys)
     return build(response_cls, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+def _transaction_coordinator_failure(broker: HandlerServices) -> str | None:
+    """Why this broker cannot coordinate transactional ids, None when it can."""
+    try:
+        if broker.transactions.ensure_topic():
+            return None
+    except OSError as exc:
+        return f"__transaction_state could not be created: {exc}"
+    return "the transaction coordinator is not available on this broker (cluster mode)"
 
 
 def _leased_coordinator(view: LeadershipView, partition: int, version: int) -> dict[str, Any]:
@@ -333,11 +345,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
 async def init_producer_id(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
-        ctx.broker.not_served.report(ctx.client_host, ctx.client_id, "transactions",
-                                     f"InitProducerId(transactional_id) v{ctx.api_version}")
-        return build(response_cls, throttle_time=NO_THROTTLE,
-                     error_code=kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                     producer_id=-1, producer_epoch=-1)
+        return await init_transactional(ctx, request)
     try:
         producer_id = ctx.broker.producer_ids.next_id()
     except OSError as exc:  # a cluster's store could not hand out a block: a retriable error

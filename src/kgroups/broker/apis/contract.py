@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
     from kgroups.broker.topics import TopicCatalog
+    from kgroups.broker.transaction_runtime import TransactionRuntime
     from kgroups.log.config import LogConfig
     from kgroups.log.durability import GroupCommit
     from kgroups.log.manager import LogManager
@@ -45,6 +46,7 @@ class HandlerServices(Protocol):
     metadata_entries: TopicEntryCache
     logs: LogManager
     coordinator: CoordinatorRuntime
+    transactions: TransactionRuntime
     group_commit: GroupCommit
     appends: AppendNotifier
     memory: MemoryBudget

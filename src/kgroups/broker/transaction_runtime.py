@@ -1,0 +1,241 @@
+"""The broker's home for the transaction coordinator: its __transaction_state partitions, its
+timers and the second phase of every transaction.
+
+The topic (compacted, transaction.state.log.num.partitions partitions) is created on first
+use, as Kafka does, and at each start each partition's last record per transactional id is
+replayed into the sans-IO coordinator (kgroups.transactions). A decision's record is appended
+under the partition's gate and made durable before the coordinator applies it and the client
+hears back. Once a Prepare
+record is durable the markers go out through `send_markers` (the broker's
+kgroups.broker.txn_markers.write_markers) and the Complete record follows; a transaction a
+kill -9 left prepared is found prepared by the replay and completed the same way.
+
+Cluster mode (PostgreSQL engine) is not served yet: FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE for transactional ids there (docs/compatibility.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from kgroups.broker.append_gates import gate_of
+from kgroups.broker.appends import AppendNotifier
+from kgroups.broker.background import BackgroundTasks, TaskCounts
+from kgroups.broker.config import BrokerConfig
+from kgroups.broker.events import log_event
+from kgroups.broker.topics import TRANSACTION_STATE_TOPIC, TopicCatalog
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import build_batch
+from kgroups.log.durability import GroupCommit
+from kgroups.log.manager import LogManager
+from kgroups.log.partition_log import PartitionLog
+from kgroups.log.replay import LatestPerKey
+from kgroups.transactions.coordinator import TransactionCoordinator, TxnConfig
+from kgroups.transactions.messages import Decision, MarkerWrite, TxnWrite
+from kgroups.transactions.state import PREPARE_STATES
+
+logger = logging.getLogger("kgroups.transactions")
+
+# Kafka's names and defaults for what this runtime reads.
+TRANSACTION_DEFAULTS = {
+    "transaction.state.log.num.partitions": "50",
+    "transaction.max.timeout.ms": "900000",
+    "transactional.id.expiration.ms": "604800000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "10000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
+}
+# Marker errors worth another try (the partition moving or its disk failing for a while);
+# a partition that no longer exists is left out, as Kafka does.
+RETRY_MARKER_AFTER_S = 0.1
+MarkerSender = Callable[[Sequence[MarkerWrite]], Awaitable[list[ErrorCode]]]
+
+
+def wall_clock_ms() -> int:
+    """Transaction timestamps are stored and compared across restarts: wall-clock."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSettings:
+    num_partitions: int
+    max_timeout_ms: int
+    id_expiration_ms: int
+    abort_interval_ms: int
+    expire_interval_ms: int
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> TransactionSettings:
+        def value(key: str) -> int:
+            return int(config.properties.get(key, TRANSACTION_DEFAULTS[key]))
+
+        return cls(value("transaction.state.log.num.partitions"),
+                   value("transaction.max.timeout.ms"), value("transactional.id.expiration.ms"),
+                   value("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                   value("transaction.remove.expired.transaction.cleanup.interval.ms"))
+
+
+class TransactionRuntime:
+    def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
+                 group_commit: GroupCommit, appends: AppendNotifier, task_counts: TaskCounts,
+                 allocate_producer_id: Callable[[], int], send_markers: MarkerSender,
+                 cluster_mode: bool) -> None:
+        self.settings = TransactionSettings.of(config)
+        self.coordinator = TransactionCoordinator(
+            TxnConfig(max_timeout_ms=self.settings.max_timeout_ms,
+                      id_expiration_ms=self.settings.id_expiration_ms,
+                      num_partitions=self.settings.num_partitions,
+                      offsets_partitions=config.offsets_topic_num_partitions),
+            allocate_producer_id)
+        self._topics = topics
+        self._logs = logs
+        self._group_commit = group_commit
+        self._appends = appends
+        self._send_markers = send_markers
+        self.cluster_mode = cluster_mode
+        self.background = BackgroundTasks(task_counts)
+        self.loaded = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Replay __transaction_state if it exists, finish what was left prepared and start
+        the timers. In cluster mode nothing is served (see the module)."""
+        if self.cluster_mode:
+            return
+        existing = self._topics.partition_count(TRANSACTION_STATE_TOPIC)
+        if existing is not None:
+            if existing != self.settings.num_partitions:
+                raise RuntimeError(
+                    f"{TRANSACTION_STATE_TOPIC} has {existing} partitions on disk but "
+                    f"transaction.state.log.num.partitions is {self.settings.num_partitions}; "
+                    f"transactional ids would change coordinator partition")
+            self._load()
+        self.background.supervise("transaction-aborter", self._abort_timed_out_periodically)
+        self.background.supervise("transactional-id-expirer", self._expire_periodically)
+
+    def ensure_topic(self) -> bool:
+        """Create __transaction_state (compacted) on first use, as Kafka does when a client
+        first looks for a transaction coordinator; False when this broker does not serve
+        transactional ids. OSError when the partitions cannot be created."""
+        if self.cluster_mode:
+            return False
+        if not self.loaded:
+            self._topics.create(TRANSACTION_STATE_TOPIC, self.settings.num_partitions,
+                                {"cleanup.policy": "compact"})
+            self._load()
+        return True
+
+    def _load(self) -> None:
+        records = 0
+        for partition in range(self.settings.num_partitions):
+            log = self._logs.get_or_create(TRANSACTION_STATE_TOPIC, partition)
+            table = LatestPerKey()
+            table.add(b"".join(s.pread(s.size, 0) for s in log.segments()))
+            for _, _, key, value in table.records():
+                self.coordinator.replay(key, value)
+                records += 1
+        self.loaded = True
+        prepared = self.coordinator.prepared()
+        log_event(logger, logging.INFO, "transactions_loaded",
+                  partitions=self.settings.num_partitions, transactional_ids=records,
+                  prepared=len(prepared))
+        for transactional_id in prepared:
+            self._complete_later(transactional_id)
+
+    async def stop(self) -> None:
+        """Cancel the timers and the second phases in flight: a prepared transaction stays
+        prepared in the log and is completed at the next start."""
+        await self.background.cancel_all()
+
+    @property
+    def available(self) -> bool:
+        """Whether this broker answers for transactional ids: loaded, and not in cluster mode."""
+        return self.loaded and not self.cluster_mode
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def run(self, decision: Decision) -> Decision:
+        """Make `decision`'s record durable and apply it; the decision as the client must hear
+        it (a failed write answers as Kafka maps an append failure)."""
+        write = decision.write
+        if write is None:
+            return decision
+        error = await self._append(write)
+        if error is not ErrorCode.NONE:
+            self.coordinator.write_failed(write)
+            return Decision(error)
+        self.coordinator.apply(write)
+        if write.metadata is not None and write.metadata.state in PREPARE_STATES:
+            self._complete_later(write.transactional_id)
+        return decision
+
+    async def _append(self, write: TxnWrite) -> ErrorCode:
+        partition = self.coordinator.partition_of(write.transactional_id)
+        log = self._logs.get(TRANSACTION_STATE_TOPIC, partition)
+        if log is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        batch = build_batch([(write.key(), write.value(self.coordinator.config.log_value_version),
+                              wall_clock_ms())])
+        try:
+            async with gate_of(log):
+                log.append_batch(batch)
+            if isinstance(log, PartitionLog):
+                await self._group_commit.wait_durable(log)
+        except OSError as exc:
+            log_event(logger, logging.ERROR, "transaction_state_append_failed",
+                      partition=partition, transactional_id=write.transactional_id, error=exc)
+            return ErrorCode.NOT_COORDINATOR
+        self._appends.notify()
+        return ErrorCode.NONE
+
+    # -- the second phase --------------------------------------------------------------------
+
+    def _complete_later(self, transactional_id: str) -> None:
+        self.background.spawn("transaction-markers", self._complete(transactional_id))
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Write the markers of a prepared transaction until each is written (or its partition
+        is gone), then its Complete record; a failed Complete write is tried again."""
+        partition = self.coordinator.partition_of(transactional_id)
+        epoch = self._topics.leader_epoch(TRANSACTION_STATE_TOPIC, partition) or 0
+        completion = self.coordinator.completion(transactional_id, epoch, wall_clock_ms())
+        if completion is None:
+            return
+        pending = list(completion.markers)
+        while pending:
+            errors = await self._send_markers(pending)
+            failed = [(m, e) for m, e in zip(pending, errors, strict=True)
+                      if e not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+            for marker, error in failed:
+                log_event(logger, logging.WARNING, "transaction_marker_retry",
+                          transactional_id=transactional_id, topic=marker.topic,
+                          partition=marker.partition, error=error.name)
+            pending = [m for m, _ in failed]
+            if pending:
+                await asyncio.sleep(RETRY_MARKER_AFTER_S)
+        if await self._append(completion.write) is ErrorCode.NONE:
+            self.coordinator.apply(completion.write)
+            return
+        self.coordinator.write_failed(completion.write)
+        await asyncio.sleep(RETRY_MARKER_AFTER_S)
+        self._complete_later(transactional_id)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    async def _abort_timed_out_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.abort_interval_ms / 1000)
+            for write in self.coordinator.abort_timed_out(wall_clock_ms()):
+                log_event(logger, logging.INFO, "transaction_timed_out",
+                          transactional_id=write.transactional_id)
+                await self.run(Decision(ErrorCode.NONE, write))
+
+    async def _expire_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.expire_interval_ms / 1000)
+            for write in self.coordinator.expire_transactional_ids(wall_clock_ms()):
+                await self.run(Decision(ErrorCode.NONE, write))
