@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from tests.broker.servers import ServerProcess
 
@@ -190,20 +191,40 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+_COORDINATOR_NOT_READY = frozenset({14, 15, 16})
+_PROBE_GROUP = "kafka-harness-probe"
+
+
+def _coordinator_answers(host: str, port: int) -> bool:
+    """Whether the probe group's coordinator (per FindCoordinator, asked at host:port) is
+    known and answers DescribeGroups for the group itself."""
+    with KafkaWireClient(host, port, client_id="kafka-harness", timeout=10) as client:
+        (found,) = client.call(FindCoordinatorRequest(
+            key_type=0, coordinator_keys=(_PROBE_GROUP,))).coordinators
+    if int(found.error_code) != 0:
+        return False
+    with KafkaWireClient(found.host, int(found.port), client_id="kafka-harness",
+                         timeout=10) as coordinator:
+        described = coordinator.call(DescribeGroupsRequest(
+            groups=(_PROBE_GROUP,), include_authorized_operations=False))
+    return all(int(g.error_code) not in _COORDINATOR_NOT_READY for g in described.groups)
+
+
 def wait_for_group_coordinator(host: str, port: int, process: subprocess.Popen[bytes],
                                timeout_s: float, log_tail: Callable[[], str]) -> None:
-    """ApiVersions first, then FindCoordinator until `__consumer_offsets` has a leader:
-    until then group requests get COORDINATOR_NOT_AVAILABLE, which no test means to see."""
+    """FindCoordinator until `__consumer_offsets` has a leader, then DescribeGroups at that
+    coordinator until it answers for the group: until then group requests get
+    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR, which no
+    test means to see. (ListGroups is no probe: before the coordinator has taken the
+    partition on, it has nothing to list and answers without an error.)"""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"Kafka exited with {process.returncode}; log:\n{log_tail()}")
         try:
-            with KafkaWireClient(host, port, client_id="kafka-harness", timeout=10) as client:
-                response = client.call(FindCoordinatorRequest(
-                    key_type=0, coordinator_keys=("kafka-harness-probe",)))
-                if all(int(c.error_code) == 0 for c in response.coordinators):
-                    return
+            if _coordinator_answers(host, port):
+                return
         except WireError:
             pass
         time.sleep(0.1)
@@ -269,12 +290,9 @@ class KafkaBroker:
 
     def _format_storage(self) -> None:
         """`kafka-storage.sh format --standalone`: this node is the whole controller quorum."""
-        result = subprocess.run(
-            [java_command(), "-Xmx256m", *QUICK_JVM, *_log_options(self.log_path),
-             "-cp", kafka_classpath(),
-             "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
-             "--config", str(self.properties_path), "--standalone"],
-            capture_output=True, text=True, timeout=120, check=False)
+        result = run_kafka_tool("kafka.tools.StorageTool", [
+            "format", f"--cluster-id={_cluster_id()}", "--config", str(self.properties_path),
+            "--standalone"], log_path=self.log_path)
         if result.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{result.stdout}{result.stderr}")
 
