@@ -25,7 +25,9 @@ API
   `org.apache.kafka.tools.TopicCommand`, `org.apache.kafka.tools.GetOffsetShell`,
   `org.apache.kafka.tools.DumpLogSegments`, `org.apache.kafka.tools.consumer.ConsoleConsumer`,
   `org.apache.kafka.tools.ConsoleProducer`) and returns the CompletedProcess (text mode).
-- `kafka_classpath()`, `java_command()`: for helpers that start their own JVMs against the jars.
+- `kafka_classpath()`, `java_command()`: for helpers that start their own JVMs against the jars;
+  `class_archive_options(main_class, jvm_options)`: the class-sharing options for a tool started
+  that way once `run_kafka_tool` has run it (see `_class_archive`).
 - Fixtures (exposed by tests/conftest.py): `kafka_broker` (session-scoped KafkaBroker),
   `kgroups_broker` (session-scoped `kgroups serve`, a tests/broker ServerProcess, with the same
   settings), and `any_broker`, parametrized over both (`kafka` / `kgroups`, the Kafka case
@@ -35,20 +37,26 @@ API
 
 from __future__ import annotations
 
+import atexit
 import base64
+import hashlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from tests.broker.servers import ServerProcess
 
@@ -115,10 +123,66 @@ def run_kafka_tool(main_class: str, args: Sequence[str], *, log_path: Path | Non
                    ) -> subprocess.CompletedProcess[str]:
     """Run a Kafka CLI tool to completion; its log4j2 output goes to `log_path` (default:
     its stderr). The caller checks `returncode`: tools exit non-zero on user errors too."""
-    command = [java_command(), *jvm_options, *_log_options(log_path), "-cp", kafka_classpath(),
-               main_class, *args]
-    return subprocess.run(command, input=input_text, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    with _class_archive(main_class, jvm_options) as sharing:
+        command = [java_command(), *jvm_options, *sharing, *_log_options(log_path),
+                   "-cp", kafka_classpath(), main_class, *args]
+        return subprocess.run(command, input=input_text, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+
+# Class data sharing for the tools: the first run of a tool (per main class and JVM options)
+# writes the classes it loaded into an archive at exit, later runs map that archive instead of
+# loading and verifying the same few thousand classes from the jars again. That halves a tool's
+# start (ConsumerGroupCommand --list 2.4 s -> 1.2 s with both cores busy), and the suite runs
+# Kafka's tools hundreds of times. The archives live in this process's temporary directory
+# (removed at exit), so none outlives the jars or the JDK it was made from. A JVM that cannot use
+# an archive loads the classes from the jars as before; `-Xlog:cds*=off` keeps its warning
+# out of the tool's stdout, which the tests compare.
+_CDS_QUIET = "-Xlog:cds*=off"
+_ARCHIVES_LOCK = threading.Lock()
+_ARCHIVES_BEING_MADE: set[Path] = set()
+_ARCHIVE_DIRECTORY: list[Path] = []
+
+
+def _archive_path(main_class: str, jvm_options: Sequence[str]) -> Path:
+    with _ARCHIVES_LOCK:
+        if not _ARCHIVE_DIRECTORY:
+            directory = Path(tempfile.mkdtemp(prefix="kgroups-class-archives-"))
+            atexit.register(shutil.rmtree, directory, ignore_errors=True)
+            _ARCHIVE_DIRECTORY.append(directory)
+    key = hashlib.sha256("\0".join([main_class, *jvm_options]).encode()).hexdigest()[:16]
+    return _ARCHIVE_DIRECTORY[0] / f"{key}.jsa"
+
+
+def class_archive_options(main_class: str, jvm_options: Sequence[str]) -> list[str]:
+    """The options that map `main_class`'s archive when an earlier `run_kafka_tool` made one
+    (for a tool started with Popen), else none."""
+    archive = _archive_path(main_class, jvm_options)
+    return [_CDS_QUIET, f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+
+
+@contextmanager
+def _class_archive(main_class: str, jvm_options: Sequence[str]) -> Iterator[list[str]]:
+    """Options mapping the tool's archive; if there is none yet, options making it (one run at
+    a time makes it, written aside and renamed when the JVM is done, so no run maps a partial
+    file); while another run is making it, none."""
+    archive = _archive_path(main_class, jvm_options)
+    with _ARCHIVES_LOCK:
+        ready = archive.exists()
+        make = not ready and archive not in _ARCHIVES_BEING_MADE
+        if make:
+            _ARCHIVES_BEING_MADE.add(archive)
+    if not make:
+        yield class_archive_options(main_class, jvm_options) if ready else []
+        return
+    partial = archive.with_name(f"{archive.stem}.partial.jsa")
+    try:
+        yield [_CDS_QUIET, f"-XX:ArchiveClassesAtExit={partial}"]
+        if partial.exists():
+            partial.replace(archive)
+    finally:
+        with _ARCHIVES_LOCK:
+            _ARCHIVES_BEING_MADE.discard(archive)
 
 
 def _free_port() -> int:
@@ -127,20 +191,40 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR.
+_COORDINATOR_NOT_READY = frozenset({14, 15, 16})
+_PROBE_GROUP = "kafka-harness-probe"
+
+
+def _coordinator_answers(host: str, port: int) -> bool:
+    """Whether the probe group's coordinator (per FindCoordinator, asked at host:port) is
+    known and answers DescribeGroups for the group itself."""
+    with KafkaWireClient(host, port, client_id="kafka-harness", timeout=10) as client:
+        (found,) = client.call(FindCoordinatorRequest(
+            key_type=0, coordinator_keys=(_PROBE_GROUP,))).coordinators
+    if int(found.error_code) != 0:
+        return False
+    with KafkaWireClient(found.host, int(found.port), client_id="kafka-harness",
+                         timeout=10) as coordinator:
+        described = coordinator.call(DescribeGroupsRequest(
+            groups=(_PROBE_GROUP,), include_authorized_operations=False))
+    return all(int(g.error_code) not in _COORDINATOR_NOT_READY for g in described.groups)
+
+
 def wait_for_group_coordinator(host: str, port: int, process: subprocess.Popen[bytes],
                                timeout_s: float, log_tail: Callable[[], str]) -> None:
-    """ApiVersions first, then FindCoordinator until `__consumer_offsets` has a leader:
-    until then group requests get COORDINATOR_NOT_AVAILABLE, which no test means to see."""
+    """FindCoordinator until `__consumer_offsets` has a leader, then DescribeGroups at that
+    coordinator until it answers for the group: until then group requests get
+    COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR, which no
+    test means to see. (ListGroups is no probe: before the coordinator has taken the
+    partition on, it has nothing to list and answers without an error.)"""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"Kafka exited with {process.returncode}; log:\n{log_tail()}")
         try:
-            with KafkaWireClient(host, port, client_id="kafka-harness", timeout=10) as client:
-                response = client.call(FindCoordinatorRequest(
-                    key_type=0, coordinator_keys=("kafka-harness-probe",)))
-                if all(int(c.error_code) == 0 for c in response.coordinators):
-                    return
+            if _coordinator_answers(host, port):
+                return
         except WireError:
             pass
         time.sleep(0.1)
@@ -206,12 +290,9 @@ class KafkaBroker:
 
     def _format_storage(self) -> None:
         """`kafka-storage.sh format --standalone`: this node is the whole controller quorum."""
-        result = subprocess.run(
-            [java_command(), "-Xmx256m", *QUICK_JVM, *_log_options(self.log_path),
-             "-cp", kafka_classpath(),
-             "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}",
-             "--config", str(self.properties_path), "--standalone"],
-            capture_output=True, text=True, timeout=120, check=False)
+        result = run_kafka_tool("kafka.tools.StorageTool", [
+            "format", f"--cluster-id={_cluster_id()}", "--config", str(self.properties_path),
+            "--standalone"], log_path=self.log_path)
         if result.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{result.stdout}{result.stderr}")
 

@@ -11,7 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_harness import LOG4J2_CONFIG, java_command, kafka_classpath, run_kafka_tool
+from kafka_harness import (
+    LOG4J2_CONFIG,
+    class_archive_options,
+    java_command,
+    kafka_classpath,
+    run_kafka_tool,
+)
 
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
@@ -108,7 +114,8 @@ def start_console_consumer(side: Side, topic: str, group: str,
                            extra: Sequence[str] = ()) -> subprocess.Popen[str]:
     """A console consumer that stays in its group until terminated (SIGTERM closes it, which
     leaves the group): for describing a group with a live member."""
-    command = [java_command(), *TOOL_JVM, f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+    command = [java_command(), *TOOL_JVM, *class_archive_options(CONSOLE_CONSUMER, TOOL_JVM),
+               f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
                "-Dkgroups.kafka.log.level=WARN", "-cp", kafka_classpath(), CONSOLE_CONSUMER,
                "--bootstrap-server", side.bootstrap, "--topic", topic, "--group", group,
                *extra]
