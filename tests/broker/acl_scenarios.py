@@ -275,6 +275,17 @@ def _list_offsets(client: KafkaWireClient, version: int) -> dict[str, Any]:
     return {"": sorted((t.name, codes(t, "partitions")) for t in offsets.topics)}
 
 
+def _offset_for_leader_epoch(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    """Describe on each topic, or ClusterAction on the cluster (a follower's right)."""
+    answer = client.call(request_of(23, version, replica_id=-1, topics=tuple(
+        nested_of(23, version, "OffsetForLeaderTopic", topic=topic, partitions=(
+            nested_of(23, version, "OffsetForLeaderPartition", partition=0,
+                      current_leader_epoch=-1, leader_epoch=0),))
+        for topic in (*TOPICS, "nonexistent-t"))))
+    return {"": sorted((t.topic, [(int(p.error_code), int(p.leader_epoch), int(p.end_offset))
+                                  for p in t.partitions]) for t in answer.topics)}
+
+
 def _fetch(client: KafkaWireClient, version: int) -> dict[str, Any]:
     fetched = client.call(request_of(
         1, version, cluster_id=None, replica_id=-1, max_wait=NO_WAIT, min_bytes=0,
@@ -430,7 +441,8 @@ def _write_txn_markers(client: KafkaWireClient, version: int) -> dict[str, Any]:
 PROBES: dict[int, Probe] = {
     10: _find_coordinator, 11: _join_group, 12: _heartbeat, 14: _sync_group, 13: _leave_group,
     8: _offset_commit, 9: _offset_fetch, 47: _offset_delete, 16: _list_groups, 3: _metadata,
-    2: _list_offsets, 1: _fetch, 19: _create_topics, 0: _produce, 68: _consumer_heartbeat,
+    2: _list_offsets, 23: _offset_for_leader_epoch, 1: _fetch, 19: _create_topics, 0: _produce,
+    68: _consumer_heartbeat,
     69: _consumer_group_describe, 15: _describe_groups, 32: _describe_configs,
     44: _incremental_alter_configs, 33: _alter_configs, 21: _delete_records,
     29: _describe_acls, 61: _describe_producers, 27: _write_txn_markers, 42: _delete_groups,
