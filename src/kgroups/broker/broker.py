@@ -25,6 +25,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     topics,
+    txn_offset_commit,
 )
 from kgroups.broker.apis.contract import HandlerRegistry
 from kgroups.broker.appends import AppendNotifier
@@ -63,6 +64,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     list_offsets.install(registry)
     delete_records.install(registry)
     groups.install(registry)
+    txn_offset_commit.install(registry)
     sasl.install(registry)
     scram_credentials.install(registry)
     acls.install(registry)

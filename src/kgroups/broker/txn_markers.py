@@ -8,7 +8,9 @@ that partition as committed or drop them. The marker's bytes: kgroups.log.transa
 `write_markers` is the one path every marker takes into a log on this broker: appended under the
 partition's gate (kgroups.broker.append_gates) so it is ordered with produce requests, made
 durable like an acks=all produce, and fetchers woken. A partition this broker does not lead
-answers NOT_LEADER_OR_FOLLOWER, one that does not exist UNKNOWN_TOPIC_OR_PARTITION.
+answers NOT_LEADER_OR_FOLLOWER, one that does not exist UNKNOWN_TOPIC_OR_PARTITION. A marker
+for a __consumer_offsets partition goes to the group coordinator instead
+(`CoordinatorRuntime.complete_transaction`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from kgroups.broker.apis.contract import HandlerServices
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.events import log_event
+from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.transactions import control_batch
@@ -53,6 +56,12 @@ async def write_markers(broker: HandlerServices,
 
 
 async def _write(broker: HandlerServices, marker: MarkerWrite) -> ErrorCode:
+    if marker.topic == OFFSETS_TOPIC:
+        # The group coordinator writes it in its own order for the partition and then commits
+        # or drops the producer's pending offsets: never straight to the log.
+        return await broker.coordinator.complete_transaction(
+            marker.partition, marker.producer_id, marker.producer_epoch, marker.commits,
+            marker.coordinator_epoch)
     try:
         log = broker.topics.log(marker.topic, marker.partition)
     except OSError:

@@ -260,8 +260,9 @@ class OffsetFetchHandler:
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
         answer: messages.OffsetFetchResponse = await _ask(
-            ctx, lambda request_id: messages.OffsetFetchRequest(request_id=request_id,
-                                                                groups=groups)
+            ctx, lambda request_id: messages.OffsetFetchRequest(
+                request_id=request_id, groups=groups,
+                require_stable=ctx.api_version >= 7 and bool(request.require_stable))
         )
         response = _response(ctx)
         if batched:
