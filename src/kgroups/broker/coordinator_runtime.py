@@ -101,7 +101,7 @@ def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
     return tuple(dict.fromkeys(getattr(request, "group_ids", ())))
 
 
-def _batch_of(write: Write, now: int) -> bytes:
+def batch_of(write: Write, now: int) -> bytes:
     """The batch a write appends: its producer's marker, its producer's transactional batch
     (TxnOffsetCommit), or a plain batch of the coordinator's own records."""
     if write.marker is not None:
@@ -573,7 +573,7 @@ class CoordinatorRuntime:
         try:
             if log is None:
                 raise FileNotFoundError(f"{OFFSETS_TOPIC}-{partition} is missing")
-            log.append_batch(_batch_of(write, now))
+            log.append_batch(batch_of(write, now))
         except FencedError as exc:
             # Another broker took the partition (this one was paused, or cut off): nothing
             # was written. NOT_COORDINATOR to the writer, and the partition is given up.
