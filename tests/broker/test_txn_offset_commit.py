@@ -7,13 +7,18 @@ log then holds the producer's transactional batch followed by its control batch.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, nested_of, request_of
 
 from conftest import InProcessBroker
+from kgroups.broker.apis.api_keys import ApiKey
+from kgroups.broker.apis.contract import RequestContext
 from kgroups.broker.broker import Broker
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import Operation, ResourceType
 from kgroups.broker.txn_markers import MarkerWrite, write_markers
 from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
@@ -154,3 +159,60 @@ def test_a_restarted_broker_keeps_the_pending_offsets(make_inprocess_broker: Any
             assert _fetch(client, 9, "survivor", stable=True)[0] == (5, 4, E.NONE)
     finally:
         broker.call(restarted.stop)
+
+
+class _Rights:
+    """A principal's rights for the rule: the (operation, resource type, name) it holds."""
+
+    def __init__(self, *held: tuple[Operation, ResourceType, str]) -> None:
+        self.held = set(held)
+
+    def __call__(self, operation: Operation, kind: ResourceType, name: str) -> bool:
+        return (operation, kind, name) in self.held
+
+    def group(self, operation: Operation, name: str) -> bool:
+        return self(operation, ResourceType.GROUP, name)
+
+    def topic(self, operation: Operation, name: str) -> bool:
+        return self(operation, ResourceType.TOPIC, name)
+
+
+@pytest.mark.parametrize("version", [0, 5])
+def test_acl_rule_is_kafkas(version: int) -> None:
+    """TransactionalId Write first, then Group Read (either refused: every partition carries
+    it), then Topic Read per topic (the refused ones alone answer TOPIC_AUTHORIZATION_FAILED)."""
+    request = request_of(
+        TXN_COMMIT, version, transactional_id="tx", group_id="g", producer_id=1,
+        producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None,
+        topics=tuple(nested_of(TXN_COMMIT, version, "TxnOffsetCommitRequestTopic", name=name,
+                               partitions=(nested_of(
+                                   TXN_COMMIT, version, "TxnOffsetCommitRequestPartition",
+                                   partition_index=0, committed_offset=1,
+                                   committed_leader_epoch=-1, committed_metadata=None),))
+                     for name in ("ok", "no")))
+    passed: list[Any] = []
+
+    async def inner(ctx: RequestContext, forwarded: Any) -> Any:
+        passed.append(forwarded)
+        return authz.response(ctx, topics=tuple(
+            authz.nested(ctx, "TxnOffsetCommitResponseTopic", name=t.name,
+                         partitions=authz.partition_entries(
+                             ctx, "TxnOffsetCommitResponsePartition", t, E.NONE))
+            for t in forwarded.topics))
+
+    ctx = RequestContext(ApiKey.TXN_OFFSET_COMMIT, version, 1, None, "127.0.0.1",
+                         None)  # type: ignore[arg-type]
+    rule = authz.RULES[ApiKey.TXN_OFFSET_COMMIT]
+
+    def answer(rights: _Rights) -> dict[str, list[int]]:
+        response = asyncio.run(rule(ctx, request, inner, rights))  # type: ignore[arg-type]
+        return {t.name: [int(p.error_code) for p in t.partitions] for t in response.topics}
+
+    txn = (Operation.WRITE, ResourceType.TRANSACTIONAL_ID, "tx")
+    group = (Operation.READ, ResourceType.GROUP, "g")
+    topic = (Operation.READ, ResourceType.TOPIC, "ok")
+    assert answer(_Rights(group, topic)) == {"ok": [53], "no": [53]}
+    assert answer(_Rights(txn, topic)) == {"ok": [30], "no": [30]}
+    assert passed == []
+    assert answer(_Rights(txn, group, topic)) == {"ok": [0], "no": [29]}
+    assert [t.name for t in passed[0].topics] == ["ok"]
