@@ -109,8 +109,10 @@ def test_pending_until_the_marker_in_each_version(make_inprocess_broker: Any,
         (data,) = response.responses[0].partitions
         batches = list(iter_batches(bytes(data.records or b"")))
     mine = [b for b in batches if b.producer_id == producer_id]
-    assert [(b.attributes & (TRANSACTIONAL | CONTROL), b.producer_epoch) for b in mine] == [
-        (TRANSACTIONAL, epoch), (TRANSACTIONAL | CONTROL, epoch)]
+    # Kafka 4.3.1's layout (read from its segment after a confluent-kafka producer's
+    # send_offsets_to_transaction): attributes 0x10 with base sequence 0, then 0x30 with none.
+    assert [(b.attributes, b.producer_epoch, b.base_sequence) for b in mine] == [
+        (TRANSACTIONAL, epoch, 0), (TRANSACTIONAL | CONTROL, epoch, -1)]
     (record,) = mine[0].records
     decoded = decode_record(record.key, record.value)
     assert (decoded.key.group, decoded.key.topic, decoded.value.offset) == (group, "events", 42)

@@ -103,14 +103,16 @@ def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
 
 def batch_of(write: Write, now: int) -> bytes:
     """The batch a write appends: its producer's marker, its producer's transactional batch
-    (TxnOffsetCommit), or a plain batch of the coordinator's own records."""
+    (TxnOffsetCommit: the producer's id and epoch, base sequence 0, as Kafka 4.3.1 writes it),
+    or a plain batch of the coordinator's own records (no producer, no sequence)."""
     if write.marker is not None:
         return control_batch(write.producer_id, write.producer_epoch, write.marker.commits,
                              write.marker.coordinator_epoch, now)
     encoded = [encode_record(record) for record in write.records]
+    transactional = write.producer_id >= 0
     return build_batch([(key, value, now) for key, value in encoded],
                        producer_id=write.producer_id, producer_epoch=write.producer_epoch,
-                       transactional=write.producer_id >= 0)
+                       base_sequence=0 if transactional else -1, transactional=transactional)
 
 
 def wall_clock_ms() -> int:
