@@ -19,8 +19,10 @@ from kgroups.coordinator.messages import (
     FetchedGroup,
     FetchedOffset,
     FetchedTopic,
+    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetCommitTopic,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetFetchGroup,
@@ -94,9 +96,28 @@ def validate_consumer_fetch(
     return None
 
 
-def utf16_length(text: str) -> int:
+def _utf16_length(text: str) -> int:
     """Java's String.length(), which is what offset.metadata.max.bytes is compared against."""
     return len(text.encode("utf-16-le")) // 2
+
+
+def sized_partitions(
+    topics: Iterable[OffsetCommitTopic], limit: int,
+) -> tuple[list[tuple[str, OffsetCommitPartition, str]], set[tuple[str, int]]]:
+    """The partitions of a commit whose metadata fits offset.metadata.max.bytes, each with its
+    metadata ("" for none), and the (topic, partition) of those that do not (they answer
+    OFFSET_METADATA_TOO_LARGE, the rest are written): OffsetCommit's and TxnOffsetCommit's
+    rule."""
+    fitting: list[tuple[str, OffsetCommitPartition, str]] = []
+    too_large: set[tuple[str, int]] = set()
+    for topic in topics:
+        for part in topic.partitions:
+            metadata = part.metadata or ""
+            if _utf16_length(metadata) > limit:
+                too_large.add((topic.name, part.partition))
+            else:
+                fitting.append((topic.name, part, metadata))
+    return fitting, too_large
 
 
 class Offsets:
@@ -132,25 +153,20 @@ class Offsets:
                 self._ctx.refresh_session(group, member)  # a commit proves the member is alive
 
         expire = None if req.retention_time_ms < 0 else self._ctx.now + req.retention_time_ms
-        limit = self._ctx.config.offset_metadata_max_bytes
+        fitting, too_large = sized_partitions(req.topics,
+                                              self._ctx.config.offset_metadata_max_bytes)
         values: dict[tuple[str, int], OffsetCommitValue] = {}
-        too_large: set[tuple[str, int]] = set()
-        for topic in req.topics:
-            for part in topic.partitions:
-                metadata = part.metadata or ""
-                if utf16_length(metadata) > limit:
-                    too_large.add((topic.name, part.partition))
-                    continue
-                commit_ts = self._ctx.now if part.commit_timestamp < 0 else part.commit_timestamp
-                values[(topic.name, part.partition)] = OffsetCommitValue(
-                    offset=part.offset,
-                    metadata=metadata,
-                    commit_timestamp=commit_ts,
-                    # The v1 record that carries an expire timestamp has no leader epoch (and
-                    # OffsetCommit versions with a retention time never send one).
-                    leader_epoch=part.leader_epoch if expire is None else -1,
-                    expire_timestamp=expire,
-                )
+        for topic_name, part, metadata in fitting:
+            commit_ts = self._ctx.now if part.commit_timestamp < 0 else part.commit_timestamp
+            values[(topic_name, part.partition)] = OffsetCommitValue(
+                offset=part.offset,
+                metadata=metadata,
+                commit_timestamp=commit_ts,
+                # The v1 record that carries an expire timestamp has no leader epoch (and
+                # OffsetCommit versions with a retention time never send one).
+                leader_epoch=part.leader_epoch if expire is None else -1,
+                expire_timestamp=expire,
+            )
 
         def answer(error_for_stored: ErrorCode) -> None:
             def error_of(topic: str, partition: int) -> ErrorCode:

@@ -31,7 +31,7 @@ from kgroups.coordinator.messages import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
-from kgroups.coordinator.offsets import utf16_length, validate_consumer_commit
+from kgroups.coordinator.offsets import sized_partitions, validate_consumer_commit
 from kgroups.coordinator.persistence import offset_record
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
@@ -85,20 +85,12 @@ class TxnOffsets:
             ctx.reply(req.request_id, _response(req, lambda _t, _p: error))
             return
 
-        limit = ctx.config.offset_metadata_max_bytes
-        records: list[OffsetsRecord] = []
-        too_large: set[tuple[str, int]] = set()
-        for topic in req.topics:
-            for part in topic.partitions:
-                metadata = part.metadata or ""
-                if utf16_length(metadata) > limit:
-                    too_large.add((topic.name, part.partition))
-                    continue
-                records.append(offset_record(req.group_id, topic.name, part.partition,
-                                             OffsetCommitValue(offset=part.offset,
-                                                               metadata=metadata,
-                                                               commit_timestamp=ctx.now,
-                                                               leader_epoch=part.leader_epoch)))
+        fitting, too_large = sized_partitions(req.topics, ctx.config.offset_metadata_max_bytes)
+        records: list[OffsetsRecord] = [
+            offset_record(req.group_id, topic_name, part.partition, OffsetCommitValue(
+                offset=part.offset, metadata=metadata, commit_timestamp=ctx.now,
+                leader_epoch=part.leader_epoch))
+            for topic_name, part, metadata in fitting]
 
         def answer(stored: ErrorCode) -> None:
             ctx.reply(req.request_id, _response(

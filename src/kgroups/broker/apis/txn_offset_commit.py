@@ -2,10 +2,10 @@
 for a group, handed to the group coordinator, which holds them pending until the producer's
 marker (kgroups.coordinator.txn_offsets).
 
-As Kafka's request handler does, partitions the cluster's metadata does not have answer
-UNKNOWN_TOPIC_OR_PARTITION here and only the rest go to the coordinator. The group coordinator
-does not ask the transaction coordinator whether the producer's transaction holds the offsets
-partition (Kafka 4's KIP-890 verification): docs/compatibility.md.
+As for OffsetCommit (`groups.known_partitions`), partitions the cluster's metadata does not
+have answer UNKNOWN_TOPIC_OR_PARTITION here and only the rest go to the coordinator. The group
+coordinator does not ask the transaction coordinator whether the producer's transaction holds
+the offsets partition (Kafka 4's KIP-890 verification): docs/compatibility.md.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kio.schema.txn_offset_commit.v2 import request as v2
 
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.apis.groups import authorize_commit_topics, known_partitions
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation, ResourceType
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
@@ -61,21 +62,7 @@ class TxnOffsetCommitHandler:
     api_key, min_version, max_version = ApiKey.TXN_OFFSET_COMMIT, 0, 5
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        known: list[messages.OffsetCommitTopic] = []
-        for topic in request.topics:
-            count = ctx.broker.topics.partition_count(topic.name)
-            partitions = []
-            for p in topic.partitions:
-                index = int(p.partition_index)
-                if count is None or not 0 <= index < count:
-                    errors[(topic.name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                partitions.append(messages.OffsetCommitPartition(
-                    partition=index, offset=int(p.committed_offset),
-                    metadata=p.committed_metadata, leader_epoch=_leader_epoch(p)))
-            if partitions:
-                known.append(messages.OffsetCommitTopic(topic.name, tuple(partitions)))
+        errors, known = known_partitions(ctx, request.topics, _leader_epoch)
         if known:
             generation_id, member_id, instance_id = _group_fields(request)
             answer: messages.TxnOffsetCommitResponse = await ctx.broker.coordinator.call(
@@ -101,20 +88,10 @@ async def _authorize_txn_offset_commit(ctx: RequestContext, request: Any, inner:
     """Kafka's order: Write on the transactional id, then Read on the group (either refused:
     every partition carries the error), then Read on each topic (a refused topic's partitions
     answer TOPIC_AUTHORIZATION_FAILED, the rest go on)."""
-    def denied_topic(topic: Any, error: ErrorCode) -> Any:
-        return authz.nested(ctx, "TxnOffsetCommitResponseTopic", name=topic.name, partitions=(
-            authz.partition_entries(ctx, "TxnOffsetCommitResponsePartition", topic, error)))
-
     refused = None
     if not check(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         refused = authz.TXN_DENIED
     elif not check.group(Operation.READ, request.group_id):
         refused = authz.GROUP_DENIED
-    if refused is not None:
-        return authz.response(ctx, topics=tuple(denied_topic(t, refused)
-                                                for t in request.topics))
-    topics, denied = await authz.answer_allowed_topics(
-        ctx, request, inner, lambda t: check.topic(Operation.READ, t.name),
-        lambda response: response.topics)
-    return authz.response(ctx, topics=topics + tuple(denied_topic(t, authz.TOPIC_DENIED)
-                                                     for t in denied))
+    return await authorize_commit_topics(ctx, request, inner, check, "TxnOffsetCommitResponse",
+                                         refused)
