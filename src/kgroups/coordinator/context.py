@@ -237,7 +237,7 @@ class ShardContext:
         """The marker's records-only state change: each committed offset is applied to its
         group as its record would be (a missing group created, as Kafka's loader creates a
         simple group for an offset)."""
-        ended = self.txn.end(offsets_partition, producer_id)
+        ended = self.txn.end(offsets_partition, producer_id, commits)
         if not commits:
             return
         by_group: dict[str, list[OffsetsRecord]] = {}
