@@ -10,6 +10,13 @@ from the successfully written records holds: the same offsets, the same stored G
 value, the same consumer group (epochs, members, targets, assignments, who owns what), and for a
 classic group at rest (Stable or Empty) the same generation, protocol, leader and members.
 
+Transactional producers commit offsets to the group (TxnOffsetCommit, sometimes as the group's
+members, sometimes without member fields) and their transactions end (COMMIT or ABORT markers),
+mixed with all of the above: the written batches are kept as log bytes (transactional batches
+and control batches as the broker writes them), and the coordinator rebuilt from those bytes
+(replay resolving transactions by their markers) must also hold the same pending
+transactional offsets as the live one.
+
 The one allowance is Kafka's own: a lost GroupMetadata record of a generation that ended Empty
 is not reverted (the older record stays authoritative), so that group is skipped until a later
 GroupMetadata record of it is written.
@@ -17,6 +24,7 @@ GroupMetadata record of it is written.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from dataclasses import dataclass
 
@@ -24,10 +32,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from kgroups.broker.coordinator_runtime import batch_of, image_of
 from kgroups.coordinator import (
     DeleteGroupsRequest,
+    GroupCoordinator,
     HeartbeatResponse,
     MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitTopic,
     Write,
 )
 from kgroups.coordinator.consumer_group import TopicInfo
@@ -35,6 +47,7 @@ from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from kgroups.coordinator.messages import CompleteTransactionRequest, TxnOffsetCommitRequest
 from kgroups.coordinator.views import view_of
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment
@@ -50,6 +63,9 @@ CONSUMERS = ("a", "b", "sa")  # "sa" is static (instance id "sa")
 CLASSICS = ("c0", "c1", "sc")  # "sc" is static (instance id "sc")
 WRITE_ERRORS = (E.NOT_ENOUGH_REPLICAS, E.NOT_LEADER_OR_FOLLOWER, E.REQUEST_TIMED_OUT)
 AT_REST = ("Stable", "Empty")
+PRODUCERS = (7001, 7002)
+_BASE_OFFSET = struct.Struct(">q")  # a batch's first field, outside its CRC
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of the batch header
 
 
 @dataclass
@@ -73,6 +89,8 @@ class MixedWrites(RuleBasedStateMachine):
         self.consumers = {name: Consumer() for name in CONSUMERS}
         self.classics = {name: Client() for name in CLASSICS}
         self.lagging = False  # a tolerated GroupMetadata loss (module docstring)
+        self.segment = bytearray()  # the partition's log bytes, every durable write's batch
+        self.next_offset = 0
         self.outcomes = {"ok": 0, "failed": 0}
 
     # -- consumer-protocol members ------------------------------------------------------------
@@ -184,6 +202,32 @@ class MixedWrites(RuleBasedStateMachine):
         self.h.commit(G, {("t1", partition): offset})
         self._complete(outcomes)
 
+    @rule(producer=st.sampled_from(PRODUCERS), partition=st.integers(0, 3),
+          offset=st.integers(0, 99), member=st.sampled_from((None, *CONSUMERS, *CLASSICS)),
+          outcomes=st.lists(st.booleans(), max_size=6))
+    def txn_commit(self, producer: int, partition: int, offset: int, member: str | None,
+                   outcomes: list[bool]) -> None:
+        """A transactional producer commits an offset, as a consumer of the group (KIP-447
+        fields of a member, possibly stale) or without member fields."""
+        generation, member_id = -1, ""
+        if member in self.consumers:
+            generation, member_id = self.consumers[member].epoch, member
+        elif member in self.classics:
+            client = self.classics[member]
+            generation, member_id = client.generation, client.member_id
+        part = OffsetCommitPartition(partition, offset)
+        self.h.absorb(self.h.coordinator.txn_offset_commit(TxnOffsetCommitRequest(
+            self.h.rid(), G, producer, 0, (OffsetCommitTopic("t1", (part,)),), generation,
+            member_id), self.h.now))
+        self._complete(outcomes)
+
+    @rule(producer=st.sampled_from(PRODUCERS), commits=st.booleans(),
+          outcomes=st.lists(st.booleans(), max_size=6))
+    def txn_ends(self, producer: int, commits: bool, outcomes: list[bool]) -> None:
+        self.h.absorb(self.h.coordinator.complete_transaction(CompleteTransactionRequest(
+            self.h.rid(), 0, producer, 0, commits, 3), self.h.now))
+        self._complete(outcomes)
+
     @rule(outcomes=st.lists(st.booleans(), max_size=6))
     def delete_group(self, outcomes: list[bool]) -> None:
         self.h.absorb(self.h.coordinator.delete_groups(
@@ -224,13 +268,14 @@ class MixedWrites(RuleBasedStateMachine):
         if error is None:
             self.outcomes["ok"] += 1
             self.h.log.setdefault(write.offsets_partition, []).extend(write.records)
+            self._append_bytes(write)
             if any(type(r.key) is GroupMetadataKey for r in write.records):
                 self.lagging = False
         else:
             for lost in self.h.lost_with(write):
                 self.outcomes["failed"] += 1
                 # Kafka does not revert the GroupMetadata of a generation that ended Empty.
-                first = lost.records[0]
+                first = lost.records[0] if lost.records else None
                 if len(lost.records) == 1 and type(first.key) is GroupMetadataKey and \
                         first.value is not None and not first.value.members:
                     self.lagging = True
@@ -238,13 +283,24 @@ class MixedWrites(RuleBasedStateMachine):
 
     # -- the check ----------------------------------------------------------------------------
 
+    def _append_bytes(self, write: Write) -> None:
+        """The write's batch as the runtime appends it, at the log's next offset."""
+        batch = bytearray(batch_of(write, self.h.now))
+        _BASE_OFFSET.pack_into(batch, 0, self.next_offset)
+        self.next_offset += _LAST_OFFSET_DELTA.unpack_from(batch, 23)[0] + 1
+        self.segment += batch
+
     @invariant()
     def memory_is_the_replay_of_the_written_records(self) -> None:
         if self.h.pending:
             return  # records in flight already show in memory
+        fresh = GroupCoordinator(self.h.config, new_uuid=uuid.uuid4)
+        image, _, _ = image_of(bytes(self.segment))
+        fresh.load_image(0, image, self.h.now)
         live = self.h.coordinator._groups.get(G)
-        replayed = self.h.replayed()._groups.get(G)
-        assert_same_group(live, replayed, classic=not self.lagging)
+        assert_same_group(live, fresh._groups.get(G), classic=not self.lagging)
+        assert (self.h.coordinator.pending_transactional_offsets()
+                == fresh.pending_transactional_offsets())
 
 
 def assert_same_group(live, replayed, *, classic: bool) -> None:

@@ -28,6 +28,7 @@ from kgroups.broker.apis import (
     scram_credentials,
     topics,
     transactions,
+    txn_offset_commit,
     write_txn_markers,
 )
 from kgroups.broker.apis.contract import HandlerRegistry
@@ -70,6 +71,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     delete_records.install(registry)
     leader_epochs.install(registry)
     groups.install(registry)
+    txn_offset_commit.install(registry)
     sasl.install(registry)
     scram_credentials.install(registry)
     acls.install(registry)

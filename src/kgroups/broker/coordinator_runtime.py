@@ -45,6 +45,7 @@ from kgroups.coordinator import (
     latest_values,
     messages,
 )
+from kgroups.coordinator.bulk_load import OpenTransactions
 from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.consumer_messages import (
     ConsumerGroupDescribeRequest,
@@ -57,6 +58,7 @@ from kgroups.log.compaction import compact
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.segment import Segment, SegmentCorruptError
 from kgroups.log.topic_ids import PartitionMetadataError
+from kgroups.log.transactions import control_batch
 from kgroups.records.codec import encode_record
 from kgroups.storage.log_seam import PartitionLogSeam
 from kgroups.storage.postgresql import FencedError, StorageUnavailableError
@@ -84,7 +86,8 @@ CoordinatorMessage = (
     | messages.LeaveGroupRequest | messages.OffsetCommitRequest | messages.OffsetFetchRequest
     | messages.OffsetDeleteRequest | messages.DescribeGroupsRequest | messages.ListGroupsRequest
     | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
-    | ConsumerGroupDescribeRequest)
+    | ConsumerGroupDescribeRequest | messages.TxnOffsetCommitRequest
+    | messages.CompleteTransactionRequest)
 
 
 def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
@@ -96,6 +99,20 @@ def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
     if isinstance(request, messages.OffsetFetchRequest):
         return tuple(dict.fromkeys(group.group_id for group in request.groups))
     return tuple(dict.fromkeys(getattr(request, "group_ids", ())))
+
+
+def batch_of(write: Write, now: int) -> bytes:
+    """The batch a write appends: its producer's marker, its producer's transactional batch
+    (TxnOffsetCommit: the producer's id and epoch, base sequence 0, as Kafka 4.3.1 writes it),
+    or a plain batch of the coordinator's own records (no producer, no sequence)."""
+    if write.marker is not None:
+        return control_batch(write.producer_id, write.producer_epoch, write.marker.commits,
+                             write.marker.coordinator_epoch, now)
+    encoded = [encode_record(record) for record in write.records]
+    transactional = write.producer_id >= 0
+    return build_batch([(key, value, now) for key, value in encoded],
+                       producer_id=write.producer_id, producer_epoch=write.producer_epoch,
+                       base_sequence=0 if transactional else -1, transactional=transactional)
 
 
 def wall_clock_ms() -> int:
@@ -127,9 +144,12 @@ def read_partition_image(log: PartitionLog) -> tuple[PartitionImage, int, int]:
 def image_of(data: bytes) -> tuple[PartitionImage, int, int]:
     """The image of a partition's batches (BatchCorruptError at damage), with the data
     records read and the keys skipped: `read_partition_image`'s fold, whatever held them."""
-    latest, count = latest_values(data)
+    open_transactions: OpenTransactions = {}
+    latest, count = latest_values(data, open_transactions)
     image = PartitionImage()
     skipped = image.apply_raw(latest.items(), skip_undecodable=True)
+    for (producer_id, producer_epoch), records in open_transactions.items():
+        image.hold_raw(producer_id, producer_epoch, records)
     return image, count, skipped
 
 
@@ -482,7 +502,21 @@ class CoordinatorRuntime:
                 return shard.consumer_group_heartbeat(request, now)
             case ConsumerGroupDescribeRequest():
                 return shard.consumer_group_describe(request, now)
+            case messages.TxnOffsetCommitRequest():
+                return shard.txn_offset_commit(request, now)
+            case messages.CompleteTransactionRequest():
+                return shard.complete_transaction(request, now)
         assert_never(request)
+
+    async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
+                                   commits: bool, coordinator_epoch: int) -> ErrorCode:
+        """The transaction coordinator's marker for `__consumer_offsets-<partition>`: appended
+        in this runtime's write order for the partition (after the producer's offsets), then
+        the producer's pending offsets there are committed or dropped; NONE once durable."""
+        answer: messages.CompleteTransactionResponse = await self.call(
+            lambda request_id: messages.CompleteTransactionRequest(
+                request_id, partition, producer_id, producer_epoch, commits, coordinator_epoch))
+        return answer.error
 
     # -- effects ---------------------------------------------------------------------------
 
@@ -541,8 +575,7 @@ class CoordinatorRuntime:
         try:
             if log is None:
                 raise FileNotFoundError(f"{OFFSETS_TOPIC}-{partition} is missing")
-            encoded = [encode_record(record) for record in write.records]
-            log.append_batch(build_batch([(key, value, now) for key, value in encoded]))
+            log.append_batch(batch_of(write, now))
         except FencedError as exc:
             # Another broker took the partition (this one was paused, or cut off): nothing
             # was written. NOT_COORDINATOR to the writer, and the partition is given up.

@@ -11,6 +11,8 @@ durable like an acks=all produce, and fetchers woken. Appending it closes the pr
 transaction in the partition's tracker (kgroups.log.transaction_state): the last stable offset
 moves, and an ABORT is kept in the aborted-transaction index. A partition this broker does not lead
 answers NOT_LEADER_OR_FOLLOWER, one that does not exist UNKNOWN_TOPIC_OR_PARTITION.
+A marker for a __consumer_offsets partition goes to the group coordinator instead
+(`CoordinatorRuntime.complete_transaction`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from kgroups.broker.apis.contract import HandlerServices
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.events import log_event
+from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.errors import ErrorCode
 from kgroups.log.partition_log import PartitionLog
 from kgroups.log.transactions import control_batch
@@ -44,6 +47,12 @@ async def write_markers(broker: HandlerServices,
 
 
 async def _write(broker: HandlerServices, marker: MarkerWrite) -> ErrorCode:
+    if marker.topic == OFFSETS_TOPIC:
+        # The group coordinator writes it in its own order for the partition and then commits
+        # or drops the producer's pending offsets: never straight to the log.
+        return await broker.coordinator.complete_transaction(
+            marker.partition, marker.producer_id, marker.producer_epoch, marker.commits,
+            marker.coordinator_epoch)
     try:
         log = broker.topics.log(marker.topic, marker.partition)
     except OSError:

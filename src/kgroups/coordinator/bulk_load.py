@@ -20,19 +20,27 @@ from kgroups.log.bulk_scan import last_of_each_key, scan_batches, scan_records
 from kgroups.log.replay import LatestPerKey
 
 _NOT_PLAIN = COMPRESSION_MASK | TRANSACTIONAL | CONTROL
+# (producer id, producer epoch) -> (key, value) of each record of a transaction still open.
+OpenTransactions = dict[tuple[int, int], list[tuple[bytes, bytes | None]]]
 
 
-def latest_values(data: bytes) -> tuple[dict[bytes, bytes | None], int]:
+def latest_values(
+    data: bytes, open_transactions: OpenTransactions | None = None,
+) -> tuple[dict[bytes, bytes | None], int]:
     """(last value per key, data records walked) for a partition's whole batches in offset
     order (pass all of them at once: a transaction may span any split). A None value is a
     tombstone; keyless records are not state and are dropped. Raises BatchCorruptError (with
-    the byte position) on bad bytes."""
+    the byte position) on bad bytes. Transactions still without their marker fill
+    `open_transactions` ((producer id, epoch) -> raw key and value of each record), if given."""
     if not data:
         return {}, 0
     batches = scan_batches(data)
     if (batches.attributes & _NOT_PLAIN).any():
         table = LatestPerKey()
         table.add(data)
+        if open_transactions is not None:
+            for producer, rows in table.open_transactions().items():
+                open_transactions[producer] = [(key, value) for _, _, key, value in rows]
         return {key: value for _, _, key, value in table.records()}, table.records_seen
     records = scan_records(data, batches)
     keyed = records.key_lengths >= 0

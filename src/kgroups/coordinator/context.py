@@ -35,12 +35,14 @@ from kgroups.coordinator.effects import (
     RebalanceStarted,
     RemovalReason,
     Reply,
+    TxnMarker,
     Write,
 )
 from kgroups.coordinator.group import ClassicGroup, GroupState, Member
 from kgroups.coordinator.journal import Journal, KeyUndo, stored_value
 from kgroups.coordinator.messages import JoinGroupResponse, RequestId, SyncGroupResponse
-from kgroups.coordinator.persistence import apply_record
+from kgroups.coordinator.pending_txn import PendingTxnOffsets
+from kgroups.coordinator.persistence import apply_record, offset_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.coordinator.timer_keys import (
@@ -106,6 +108,10 @@ class _PendingWrite:
     journal: Journal | None = None
     # Whether the requester still waits for this write (else its failure answers no one).
     still_pending: Callable[[], bool] = always
+    # A transactional batch of this producer (TxnOffsetCommit), or its marker.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    marker: TxnMarker | None = None
 
 
 class ShardContext:
@@ -122,6 +128,8 @@ class ShardContext:
         # Offset keys of OffsetCommits in flight, per group id (the group may not exist yet):
         # expiry skips them and a deletion writes tombstones for them too.
         self.commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
+        # TxnOffsetCommit's offsets awaiting their transaction's marker.
+        self.txn = PendingTxnOffsets()
         self.next_write_id = 0
         # Offsets dropped by retention since start (a counter the shell's metrics read).
         self.offsets_expired_total = 0
@@ -208,6 +216,40 @@ class ShardContext:
         self._emit_write(_PendingWrite(offsets_partition, records, None, ignore_success,
                                        ignore_failure))
 
+    def write_transactional(self, offsets_partition: int, producer_id: int, producer_epoch: int,
+                            records: list[OffsetsRecord], on_success: WriteCallback,
+                            on_failure: FailureCallback) -> None:
+        """Write `records` as the producer's transactional batch; once durable they are held
+        pending (`txn`) until the producer's marker, changing no group before."""
+        self._emit_write(_PendingWrite(offsets_partition, records, None, on_success, on_failure,
+                                       producer_id=producer_id, producer_epoch=producer_epoch))
+
+    def write_marker(self, offsets_partition: int, producer_id: int, producer_epoch: int,
+                     marker: TxnMarker, on_success: WriteCallback,
+                     on_failure: FailureCallback) -> None:
+        """Write the producer's marker; once durable its pending offsets in the partition are
+        committed into their groups (COMMIT) or dropped (ABORT), as replay does at a marker."""
+        self._emit_write(_PendingWrite(offsets_partition, [], None, on_success, on_failure,
+                                       producer_id=producer_id, producer_epoch=producer_epoch,
+                                       marker=marker))
+
+    def _end_transaction(self, offsets_partition: int, producer_id: int, commits: bool) -> None:
+        """The marker's records-only state change: each committed offset is applied to its
+        group as its record would be (a missing group created, as Kafka's loader creates a
+        simple group for an offset)."""
+        ended = self.txn.end(offsets_partition, producer_id, commits)
+        if not commits:
+            return
+        by_group: dict[str, list[OffsetsRecord]] = {}
+        for (group_id, topic, partition), value in ended.items():
+            by_group.setdefault(group_id, []).append(offset_record(group_id, topic, partition,
+                                                                   value))
+        for group_id, records in by_group.items():
+            group = self.groups.get(group_id)
+            if group is None or group.state is GroupState.DEAD:
+                group = self.create_group(group_id)
+            self.apply(group, records)
+
     def record(self, group: ClassicGroup, journal: Journal, key: RecordKey,
                value: RecordValue | None) -> None:
         """Apply one record to `group` now and add it to `journal` (the consumer protocol's
@@ -239,7 +281,8 @@ class ShardContext:
         self.next_write_id += 1
         write_id = self.next_write_id
         self.pending_writes[write_id] = pending
-        self.fx.writes.append(Write(write_id, pending.offsets_partition, pending.records))
+        self.fx.writes.append(Write(write_id, pending.offsets_partition, pending.records,
+                                    pending.producer_id, pending.producer_epoch, pending.marker))
 
     def apply(self, group: ClassicGroup, records: list[OffsetsRecord]) -> None:
         """The records change the group through the replay's apply; a state change is an event."""
@@ -258,6 +301,14 @@ class ShardContext:
             self._fail_from(write_id, client_error_for_write(error))
 
     def _write_succeeded(self, pending: _PendingWrite) -> None:
+        if pending.marker is not None:
+            self._end_transaction(pending.offsets_partition, pending.producer_id,
+                                  pending.marker.commits)
+        elif pending.producer_id >= 0:
+            self.txn.hold(pending.offsets_partition, pending.producer_id,
+                          pending.producer_epoch, pending.records)
+        else:
+            self.txn.supersede(pending.records)
         if pending.target is not None:
             group = pending.target()
             if group is not None:

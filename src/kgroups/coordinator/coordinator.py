@@ -29,6 +29,7 @@ from kgroups.coordinator.effects import Effects, RebalanceCause, RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.group_admin import GroupAdmin
 from kgroups.coordinator.messages import (
+    CompleteTransactionRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     HeartbeatRequest,
@@ -39,9 +40,11 @@ from kgroups.coordinator.messages import (
     OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
 )
 from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
+from kgroups.coordinator.pending_txn import OffsetKey, ProducerKey
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
 from kgroups.coordinator.timer_keys import (
     GroupTimer,
@@ -50,16 +53,20 @@ from kgroups.coordinator.timer_keys import (
     consumer_session_timer,
     offset_expiry_timer,
 )
+from kgroups.coordinator.txn_offsets import TxnOffsets
 from kgroups.coordinator.views import GroupSummary, GroupView, summary_of, view_of
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
+
+# A pending transactional offset as inspection shows it: offset, metadata, leader epoch.
+OffsetView = tuple[int, str, int]
 
 # Every request the shard serves.
 Request = (
     JoinGroupRequest | SyncGroupRequest | HeartbeatRequest | LeaveGroupRequest
     | OffsetCommitRequest | OffsetFetchRequest | OffsetDeleteRequest | DescribeGroupsRequest
     | ListGroupsRequest | DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
-    | ConsumerGroupDescribeRequest
+    | ConsumerGroupDescribeRequest | TxnOffsetCommitRequest | CompleteTransactionRequest
 )
 
 
@@ -85,6 +92,7 @@ class GroupCoordinator:
         self._classic_members = ClassicMembers(
             self._ctx, self._classic, self._consumer, self._migration)
         self._offsets = Offsets(self._ctx)
+        self._txn_offsets = TxnOffsets(self._ctx)
         self._admin = GroupAdmin(self._ctx)
 
     # -- request handlers ---------------------------------------------------------------------
@@ -123,6 +131,13 @@ class GroupCoordinator:
         return self._run(now, req)
 
     def consumer_group_describe(self, req: ConsumerGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def complete_transaction(self, req: CompleteTransactionRequest, now: int) -> Effects:
+        """The transaction coordinator's marker for one producer in one owned partition."""
         return self._run(now, req)
 
     def _dispatch(self, req: Request) -> None:
@@ -170,6 +185,10 @@ class GroupCoordinator:
                 self._consumer.heartbeat(req)
             case ConsumerGroupDescribeRequest():
                 self._consumer.describe(req)
+            case TxnOffsetCommitRequest():
+                self._txn_offsets.commit(req)
+            case CompleteTransactionRequest():
+                self._txn_offsets.complete(req)
             case _:
                 assert_never(req)
 
@@ -294,6 +313,8 @@ class GroupCoordinator:
             )
         self._ctx.loading.discard(offsets_partition)
         self._ctx.owned.add(offsets_partition)
+        for (producer_id, producer_epoch), records in image.open_transactions.items():
+            self._ctx.txn.hold(offsets_partition, producer_id, producer_epoch, records)
         for group in groups.values():
             self._groups[group.group_id] = group
             self._ctx.event(group, None)
@@ -326,6 +347,7 @@ class GroupCoordinator:
             return
         self._ctx.fail_pending_writes(offsets_partition, ErrorCode.NOT_COORDINATOR)
         self._ctx.owned.discard(offsets_partition)
+        self._ctx.txn.drop_partition(offsets_partition)
         doomed = [g for g in self._groups.values() if g.offsets_partition == offsets_partition]
         for group in doomed:
             for member in group.members.values():
@@ -350,6 +372,13 @@ class GroupCoordinator:
     def group_view(self, group_id: str) -> GroupView | None:
         group = self._groups.get(group_id)
         return None if group is None else view_of(group)
+
+    def pending_transactional_offsets(self) -> dict[ProducerKey, dict[OffsetKey, OffsetView]]:
+        """(offsets partition, producer id) -> (group, topic, partition) -> the pending offset
+        (what replay must rebuild, too)."""
+        return {producer: {key: (value.offset, value.metadata, value.leader_epoch)
+                           for key, value in held.items()}
+                for producer, held in self._ctx.txn.snapshot().items()}
 
     def group_views(self) -> dict[str, GroupView]:
         return {group_id: view_of(group) for group_id, group in self._groups.items()}

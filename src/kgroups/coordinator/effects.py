@@ -23,10 +23,26 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """The end of a transaction as a control record: COMMIT (`commits`) or ABORT, written by
+    the transaction coordinator of `coordinator_epoch`."""
+
+    commits: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class Write:
+    """Records for one __consumer_offsets partition, as one batch. A `producer_id` other than
+    -1 makes it a transactional batch of that producer (TxnOffsetCommit's offsets); with a
+    `marker` the batch is that producer's control batch instead (records empty)."""
+
     write_id: int
     offsets_partition: int
     records: list[OffsetsRecord]
+    producer_id: int = -1
+    producer_epoch: int = -1
+    marker: TxnMarker | None = None
 
 
 @dataclass(frozen=True, slots=True)

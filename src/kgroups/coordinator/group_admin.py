@@ -140,7 +140,8 @@ class GroupAdmin:
             journal = Journal()
             for group in groups:
                 self._ctx.record_all(group, journal,
-                                     _deletion_records(group, self._ctx.commits_in_flight))
+                                     _deletion_records(group, self._ctx.commits_in_flight,
+                                                       self._ctx.txn.keys_of(group.group_id)))
                 journal.on_revert.append(functools.partial(self._undelete, group))
             self._ctx.write(partition, journal, functools.partial(settle, groups, ErrorCode.NONE),
                             functools.partial(settle, groups))
@@ -156,13 +157,16 @@ class GroupAdmin:
 
 
 def _deletion_records(
-    group: ClassicGroup, commits_in_flight: dict[str, Counter[tuple[str, int]]]
+    group: ClassicGroup, commits_in_flight: dict[str, Counter[tuple[str, int]]],
+    in_transactions: set[tuple[str, int]],
 ) -> list[OffsetsRecord]:
     """Tombstones for every offset of `group`, those of commits still in flight included (they
-    may land before the deletion does), then for the group itself."""
+    may land before the deletion does) and those pending in open transactions (as Kafka: the
+    tombstone means a later COMMIT marker brings none of them back), then for the group
+    itself."""
     pending = commits_in_flight.get(group.group_id, Counter())
     in_flight = {key for key, count in pending.items() if count > 0}
-    keys = sorted(set(group.offsets) | in_flight)
+    keys = sorted(set(group.offsets) | in_flight | in_transactions)
     return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
         *consumer_group_tombstones(group), group_tombstone(group.group_id)
     ]

@@ -177,6 +177,47 @@ class OffsetCommitResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit (API 28): offsets a transactional producer commits for `group_id`, held
+    pending until its transaction's marker. v0-v2 carry no member fields (the defaults: no
+    generation, no member, no instance), so they are never fenced by the group (KIP-447 came
+    with v3)."""
+
+    request_id: RequestId
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: tuple[OffsetCommitTopic, ...]
+    generation_id: int = NO_GENERATION
+    member_id: str = UNKNOWN_MEMBER_ID
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitResponse:
+    topics: tuple[TopicPartitionErrors, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTransactionRequest:
+    """The transaction coordinator's marker for `producer_id` in one __consumer_offsets
+    partition: written to the log, then the producer's pending offsets there are committed
+    (`commits`) or dropped."""
+
+    request_id: RequestId
+    offsets_partition: int
+    producer_id: int
+    producer_epoch: int
+    commits: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTransactionResponse:
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
 class OffsetFetchGroup:
     """`topics` None asks for every committed partition of the group (OffsetFetch v2+);
     `member_id`/`member_epoch` (v9+) are checked for consumer-protocol groups."""
@@ -189,10 +230,13 @@ class OffsetFetchGroup:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
-    """One or many groups (v8+ batches them); older versions send exactly one."""
+    """One or many groups (v8+ batches them); older versions send exactly one.
+    `require_stable` (v7+): a partition with a pending transactional offset answers
+    UNSTABLE_OFFSET_COMMIT instead of its committed offset."""
 
     request_id: RequestId
     groups: tuple[OffsetFetchGroup, ...]
+    require_stable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +350,8 @@ class OffsetDeleteResponse:
 
 Response = (
     JoinGroupResponse
+    | TxnOffsetCommitResponse
+    | CompleteTransactionResponse
     | SyncGroupResponse
     | HeartbeatResponse
     | LeaveGroupResponse

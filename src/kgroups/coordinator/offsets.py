@@ -19,8 +19,10 @@ from kgroups.coordinator.messages import (
     FetchedGroup,
     FetchedOffset,
     FetchedTopic,
+    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetCommitTopic,
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetFetchGroup,
@@ -28,6 +30,7 @@ from kgroups.coordinator.messages import (
     OffsetFetchResponse,
     PartitionError,
     TopicPartitionErrors,
+    TxnOffsetCommitRequest,
 )
 from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
@@ -39,15 +42,17 @@ from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
 
 
-def _validate_consumer_commit(
-    group: ClassicGroup, req: OffsetCommitRequest, topics: Mapping[str, TopicInfo]
+def validate_consumer_commit(
+    group: ClassicGroup, req: OffsetCommitRequest | TxnOffsetCommitRequest,
+    topics: Mapping[str, TopicInfo],
 ) -> ErrorCode | None:
     """Kafka 4.3's check for a consumer-protocol group: a commit without member epoch is taken
     only while the group has no members; otherwise the member must exist, commit with
-    OffsetCommit v9+ (unless it speaks the classic protocol in the group), and send its member
-    epoch (the generation field carries it) or, KIP-1251, an older epoch no older than the
-    epoch each committed partition was assigned to it at. One refused partition refuses the
-    commit (STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for a classic member)."""
+    OffsetCommit v9+ (unless it speaks the classic protocol in the group; TxnOffsetCommit has
+    no such floor), and send its member epoch (the generation field carries it) or, KIP-1251,
+    an older epoch no older than the epoch each committed partition was assigned to it at. One
+    refused partition refuses the commit (STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for a
+    classic member and for any TxnOffsetCommit, whose response has no STALE_MEMBER_EPOCH)."""
     consumer = group.consumer
     assert consumer is not None
     if req.generation_id < 0 and not consumer.members:
@@ -56,9 +61,11 @@ def _validate_consumer_commit(
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     classic = member.classic is not None
-    if req.version < 9 and not classic:
+    transactional = isinstance(req, TxnOffsetCommitRequest)
+    if isinstance(req, OffsetCommitRequest) and req.version < 9 and not classic:
         return ErrorCode.UNSUPPORTED_VERSION
-    stale = ErrorCode.ILLEGAL_GENERATION if classic else ErrorCode.STALE_MEMBER_EPOCH
+    stale = (ErrorCode.ILLEGAL_GENERATION if classic or transactional
+             else ErrorCode.STALE_MEMBER_EPOCH)
     if req.generation_id == member.member_epoch:
         return None
     if req.generation_id > member.member_epoch:
@@ -94,6 +101,25 @@ def _utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
+def sized_partitions(
+    topics: Iterable[OffsetCommitTopic], limit: int,
+) -> tuple[list[tuple[str, OffsetCommitPartition, str]], set[tuple[str, int]]]:
+    """The partitions of a commit whose metadata fits offset.metadata.max.bytes, each with its
+    metadata ("" for none), and the (topic, partition) of those that do not (they answer
+    OFFSET_METADATA_TOO_LARGE, the rest are written): OffsetCommit's and TxnOffsetCommit's
+    rule."""
+    fitting: list[tuple[str, OffsetCommitPartition, str]] = []
+    too_large: set[tuple[str, int]] = set()
+    for topic in topics:
+        for part in topic.partitions:
+            metadata = part.metadata or ""
+            if _utf16_length(metadata) > limit:
+                too_large.add((topic.name, part.partition))
+            else:
+                fitting.append((topic.name, part, metadata))
+    return fitting, too_large
+
+
 class Offsets:
     """OffsetCommit, OffsetFetch, OffsetDelete and retention over the shard's groups."""
 
@@ -127,25 +153,20 @@ class Offsets:
                 self._ctx.refresh_session(group, member)  # a commit proves the member is alive
 
         expire = None if req.retention_time_ms < 0 else self._ctx.now + req.retention_time_ms
-        limit = self._ctx.config.offset_metadata_max_bytes
+        fitting, too_large = sized_partitions(req.topics,
+                                              self._ctx.config.offset_metadata_max_bytes)
         values: dict[tuple[str, int], OffsetCommitValue] = {}
-        too_large: set[tuple[str, int]] = set()
-        for topic in req.topics:
-            for part in topic.partitions:
-                metadata = part.metadata or ""
-                if _utf16_length(metadata) > limit:
-                    too_large.add((topic.name, part.partition))
-                    continue
-                commit_ts = self._ctx.now if part.commit_timestamp < 0 else part.commit_timestamp
-                values[(topic.name, part.partition)] = OffsetCommitValue(
-                    offset=part.offset,
-                    metadata=metadata,
-                    commit_timestamp=commit_ts,
-                    # The v1 record that carries an expire timestamp has no leader epoch (and
-                    # OffsetCommit versions with a retention time never send one).
-                    leader_epoch=part.leader_epoch if expire is None else -1,
-                    expire_timestamp=expire,
-                )
+        for topic_name, part, metadata in fitting:
+            commit_ts = self._ctx.now if part.commit_timestamp < 0 else part.commit_timestamp
+            values[(topic_name, part.partition)] = OffsetCommitValue(
+                offset=part.offset,
+                metadata=metadata,
+                commit_timestamp=commit_ts,
+                # The v1 record that carries an expire timestamp has no leader epoch (and
+                # OffsetCommit versions with a retention time never send one).
+                leader_epoch=part.leader_epoch if expire is None else -1,
+                expire_timestamp=expire,
+            )
 
         def answer(error_for_stored: ErrorCode) -> None:
             def error_of(topic: str, partition: int) -> ErrorCode:
@@ -194,7 +215,7 @@ class Offsets:
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.consumer is not None:
-            return _validate_consumer_commit(group, req, self._ctx.topics)
+            return validate_consumer_commit(group, req, self._ctx.topics)
         if req.generation_id < 0 and group.state is GroupState.EMPTY:
             return None  # admin clients and self-managed consumers commit to an empty group
         if (
@@ -216,11 +237,10 @@ class Offsets:
     # -- OffsetFetch --------------------------------------------------------------------------
 
     def fetch(self, req: OffsetFetchRequest) -> None:
-        self._ctx.reply(
-            req.request_id, OffsetFetchResponse(tuple(self._fetch_group(g) for g in req.groups))
-        )
+        self._ctx.reply(req.request_id, OffsetFetchResponse(
+            tuple(self._fetch_group(g, req.require_stable) for g in req.groups)))
 
-    def _fetch_group(self, wanted: OffsetFetchGroup) -> FetchedGroup:
+    def _fetch_group(self, wanted: OffsetFetchGroup, require_stable: bool) -> FetchedGroup:
         error = self._ctx.ownership_error(wanted.group_id)
         if error is not None:
             return FetchedGroup(wanted.group_id, error)
@@ -240,11 +260,15 @@ class Offsets:
         else:
             requested = list(wanted.topics)
         topics = []
+        txn = self._ctx.txn
         for topic, partitions in requested:
             fetched = []
             for partition in partitions:
                 value = offsets.get((topic, partition))
-                if value is None:
+                if require_stable and txn.is_pending(wanted.group_id, topic, partition):
+                    fetched.append(FetchedOffset(partition, -1,
+                                                 error=ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                elif value is None:
                     fetched.append(FetchedOffset(partition, -1))
                 else:
                     fetched.append(
@@ -277,7 +301,9 @@ class Offsets:
             for topic, partitions in req.topics
             if topic not in subscribed
             for partition in partitions
+            # A pending transactional offset gets its tombstone too: it then never lands.
             if (topic, partition) in group.offsets
+            or self._ctx.txn.is_pending(group.group_id, topic, partition)
         ]
 
         def answer(top_error: ErrorCode) -> None:
@@ -328,6 +354,7 @@ class Offsets:
                 group.state is GroupState.EMPTY
                 and len(expired) == len(group.offsets)
                 and group.group_id not in self._ctx.commits_in_flight
+                and not self._ctx.txn.has_pending(group.group_id)
                 and (group.consumer is None or not group.consumer.members)
             ):
                 records.extend(consumer_group_tombstones(group))
@@ -362,8 +389,10 @@ class Offsets:
             return []
         expired = []
         pending = self._ctx.commits_in_flight.get(group.group_id, Counter())
+        in_transaction = self._ctx.txn.keys_of(group.group_id)
         for key, value in group.offsets.items():
-            if key[0] in keep or pending[key] > 0:
+            # Kafka expires no offset while a transaction holds a pending one of its key.
+            if key[0] in keep or pending[key] > 0 or key in in_transaction:
                 continue
             if value.expire_timestamp is not None:
                 due = now >= value.expire_timestamp

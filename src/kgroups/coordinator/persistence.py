@@ -136,6 +136,22 @@ class PartitionImage:
     # KIP-848 consumer-group records: the latest value per key (None: tombstone).
     consumer_values: dict[ConsumerGroupKey, ConsumerGroupValue | None] = field(
         default_factory=dict)
+    # Transactions without their marker yet: (producer id, producer epoch) -> their records
+    # (TxnOffsetCommit's offsets, pending until the marker).
+    open_transactions: dict[tuple[int, int], list[OffsetsRecord]] = field(default_factory=dict)
+
+    def hold_raw(self, producer_id: int, producer_epoch: int,
+                 records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """An open transaction's encoded records (keys that do not decode are left out: they
+        were not written by a coordinator)."""
+        held = self.open_transactions.setdefault((producer_id, producer_epoch), [])
+        for raw_key, raw_value in records:
+            try:
+                key = decode_key(raw_key)
+                value = None if raw_value is None else decode_value(key, raw_value)
+            except RecordDecodeError:
+                continue
+            held.append(OffsetsRecord(key, value))
 
     def apply(self, records: Iterable[OffsetsRecord]) -> None:
         group_values = self.group_values

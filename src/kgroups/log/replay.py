@@ -45,6 +45,7 @@ class LatestPerKey:
     def __init__(self) -> None:
         self._latest: dict[bytes, RawRecord] = {}
         self._pending: PendingTransactions[RawRecord] = PendingTransactions()
+        self._epochs: dict[int, int] = {}  # the producer epoch of each open transaction
         self.records_seen = 0  # data records walked, control records not counted
 
     def add(self, data: bytes) -> None:
@@ -74,6 +75,7 @@ class LatestPerKey:
                 self.records_seen += len(rows)
                 if attributes & TRANSACTIONAL:
                     self._pending.hold(header.producer_id, rows)
+                    self._epochs[header.producer_id] = header.producer_epoch
                 else:
                     for row in rows:
                         key = row[2]
@@ -92,6 +94,7 @@ class LatestPerKey:
         self, producer_id: int, rows: list[tuple[Any, ...]], located: _Located
     ) -> None:
         commits = next((c for row in rows if (c := marker_commits(row[2])) is not None), False)
+        self._epochs.pop(producer_id, None)
         self._commit(self._pending.end(producer_id, commits), located)
 
     def _commit(self, rows: list[RawRecord], located: _Located) -> None:
@@ -106,6 +109,18 @@ class LatestPerKey:
             if newer is None or newer[0] < row[0]:
                 located.pop(key, None)
                 latest[key] = row
+
+    def open_transactions(self) -> dict[tuple[int, int], list[RawRecord]]:
+        """(producer id, producer epoch) -> the records of each transaction without its marker
+        yet, less those a later record of the same key replaced (a COMMIT marker would not
+        apply them): what the group coordinator holds pending after reading the log."""
+        latest = self._latest
+        opened: dict[tuple[int, int], list[RawRecord]] = {}
+        for producer_id, rows in self._pending.open_items().items():
+            kept = [row for row in rows if row[2] is not None
+                    and ((newer := latest.get(row[2])) is None or newer[0] < row[0])]
+            opened[(producer_id, self._epochs.get(producer_id, -1))] = kept
+        return opened
 
     def records(self) -> list[RawRecord]:
         """Each key's last committed record, in offset order (tombstones included)."""

@@ -75,6 +75,11 @@ class PendingTransactions(Generic[Item]):
     def hold(self, producer_id: int, items: list[Item]) -> None:
         self._open.setdefault(producer_id, []).extend(items)
 
+    def open_items(self) -> dict[int, list[Item]]:
+        """What each producer whose marker has not come yet has written (a log read back with
+        transactions still open: the group coordinator keeps them pending)."""
+        return {producer_id: list(items) for producer_id, items in self._open.items()}
+
     def end(self, producer_id: int, commits: bool) -> list[Item]:
         """The producer's transaction is over: its items if it committed, else nothing."""
         items = self._open.pop(producer_id, [])

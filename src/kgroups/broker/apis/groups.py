@@ -182,34 +182,39 @@ def _partition_errors_response(
     )
 
 
+def known_partitions(
+    ctx: RequestContext, topics: Any, leader_epoch: Callable[[Any], int],
+) -> tuple[dict[tuple[str, int], ErrorCode], list[messages.OffsetCommitTopic]]:
+    """An offset commit's partitions the cluster's metadata has, as the coordinator takes them,
+    and UNKNOWN_TOPIC_OR_PARTITION for the others (as Kafka's request handler refuses them
+    before the coordinator; a partition whose log is offline is still known):
+    OffsetCommit's and TxnOffsetCommit's rule."""
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    known: list[messages.OffsetCommitTopic] = []
+    for topic in topics:
+        count = ctx.broker.topics.partition_count(topic.name)
+        partitions = []
+        for p in topic.partitions:
+            index = int(p.partition_index)
+            if count is None or not 0 <= index < count:
+                errors[(topic.name, index)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            partitions.append(messages.OffsetCommitPartition(
+                partition=index, offset=int(p.committed_offset),
+                metadata=p.committed_metadata, leader_epoch=leader_epoch(p)))
+        if partitions:
+            known.append(messages.OffsetCommitTopic(topic.name, tuple(partitions)))
+    return errors, known
+
+
 class OffsetCommitHandler:
     # kio 0.6.5 ships OffsetCommit from v2 (Kafka 4 dropped v0/v1); v10 names topics by id,
     # which a broker without topic ids cannot honour.
     api_key, min_version, max_version = ApiKey.OFFSET_COMMIT, 2, 9
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        # As Kafka's request handler does, partitions the cluster's metadata does not have are
-        # refused here (a partition whose log is offline is still known), and only the rest go
-        # to the coordinator (not at all if none are left).
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        known: list[messages.OffsetCommitTopic] = []
-        for topic in request.topics:
-            partitions = []
-            for p in topic.partitions:
-                count = ctx.broker.topics.partition_count(topic.name)
-                if count is None or not 0 <= int(p.partition_index) < count:
-                    errors[(topic.name, int(p.partition_index))] = (
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    )
-                    continue
-                partitions.append(messages.OffsetCommitPartition(
-                    partition=int(p.partition_index),
-                    offset=int(p.committed_offset),
-                    metadata=p.committed_metadata,
-                    leader_epoch=fields.commit_leader_epoch(p),
-                ))
-            if partitions:
-                known.append(messages.OffsetCommitTopic(topic.name, tuple(partitions)))
+        # Only the known partitions go to the coordinator (not at all if none are left).
+        errors, known = known_partitions(ctx, request.topics, fields.commit_leader_epoch)
         if known:
             answer: messages.OffsetCommitResponse = await _ask(
                 ctx,
@@ -260,8 +265,9 @@ class OffsetFetchHandler:
         else:
             groups = (_fetch_group(request.group_id, request.topics),)
         answer: messages.OffsetFetchResponse = await _ask(
-            ctx, lambda request_id: messages.OffsetFetchRequest(request_id=request_id,
-                                                                groups=groups)
+            ctx, lambda request_id: messages.OffsetFetchRequest(
+                request_id=request_id, groups=groups,
+                require_stable=ctx.api_version >= 7 and bool(request.require_stable))
         )
         response = _response(ctx)
         if batched:
@@ -472,12 +478,24 @@ async def _authorize_leave_group(ctx: RequestContext, request: Any, inner: authz
 @authz.rule(ApiKey.OFFSET_COMMIT)
 async def _authorize_offset_commit(ctx: RequestContext, request: Any, inner: authz.Inner,
                                    check: authz.Check) -> Any:
-    def denied_topic(topic: Any, error: ErrorCode) -> Any:
-        return authz.nested(ctx, "OffsetCommitResponseTopic", name=topic.name, partitions=(
-            authz.partition_entries(ctx, "OffsetCommitResponsePartition", topic, error)))
+    refused = None if check.group(Operation.READ, request.group_id) else authz.GROUP_DENIED
+    return await authorize_commit_topics(ctx, request, inner, check, "OffsetCommitResponse",
+                                         refused)
 
-    if not check.group(Operation.READ, request.group_id):
-        return authz.response(ctx, topics=tuple(denied_topic(t, authz.GROUP_DENIED)
+
+async def authorize_commit_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                  check: authz.Check, response_prefix: str,
+                                  refused: ErrorCode | None) -> Any:
+    """An offset commit's answer under ACLs, once its request-level checks gave `refused`
+    (every partition carries it) or passed: Read on each topic, the refused topics' partitions
+    answering TOPIC_AUTHORIZATION_FAILED and only the rest going on (OffsetCommit's and
+    TxnOffsetCommit's rule; `response_prefix` names the response's classes)."""
+    def denied_topic(topic: Any, error: ErrorCode) -> Any:
+        return authz.nested(ctx, f"{response_prefix}Topic", name=topic.name, partitions=(
+            authz.partition_entries(ctx, f"{response_prefix}Partition", topic, error)))
+
+    if refused is not None:
+        return authz.response(ctx, topics=tuple(denied_topic(t, refused)
                                                 for t in request.topics))
     topics, denied = await authz.answer_allowed_topics(
         ctx, request, inner, lambda t: check.topic(Operation.READ, t.name),
