@@ -319,6 +319,32 @@ def assert_same_group(live, replayed, *, classic: bool) -> None:
             assert view_of(live) == view_of(replayed)
 
 
+def test_a_commit_marker_before_a_deletion_lands_in_the_deleted_group() -> None:
+    """A COMMIT marker still in flight when DeleteGroups tombstones the group (and the
+    transaction's pending key): in log order the tombstones come after the marker, so once
+    both are durable the group and its offset are gone, as replay has it."""
+    state = MixedWrites()
+    state.txn_commit(member=None, offset=0, outcomes=[False], partition=0, producer=7001)
+    state.txn_ends(commits=True, outcomes=[], producer=7001)
+    state.delete_group(outcomes=[False, False])
+    state.memory_is_the_replay_of_the_written_records()
+    assert G not in state.h.coordinator._groups
+
+
+def test_a_commit_marker_before_a_failed_deletion_brings_the_group_back_with_its_offset(
+) -> None:
+    """The same, with the deletion failing: the group is back, Empty, holding the offset the
+    durable marker committed."""
+    state = MixedWrites()
+    state.txn_commit(member=None, offset=5, outcomes=[False], partition=1, producer=7002)
+    state.txn_ends(commits=True, outcomes=[], producer=7002)
+    state.delete_group(outcomes=[False, True])
+    state.memory_is_the_replay_of_the_written_records()
+    group = state.h.coordinator._groups[G]
+    assert group.state.value == "Empty"
+    assert group.offsets[("t1", 1)].offset == 5
+
+
 MixedWrites.TestCase.settings = settings(
     max_examples=120,
     stateful_step_count=50,

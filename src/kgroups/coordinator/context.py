@@ -245,10 +245,25 @@ class ShardContext:
             by_group.setdefault(group_id, []).append(offset_record(group_id, topic, partition,
                                                                    value))
         for group_id, records in by_group.items():
-            group = self.groups.get(group_id)
-            if group is None or group.state is GroupState.DEAD:
+            group = self._awaiting_deletion(group_id) or self.groups.get(group_id)
+            if group is None:
                 group = self.create_group(group_id)
             self.apply(group, records)
+
+    def _awaiting_deletion(self, group_id: str) -> ClassicGroup | None:
+        """The Dead group of `group_id` whose deletion is the earliest write in flight, if any.
+        Every write still in flight lands after the one now durable, so its records go into
+        that group: the deletion's tombstones come later in the log and take them when durable;
+        if it fails, the group comes back holding them (as an OffsetCommit lands in a group
+        whose deletion is in flight, `offsets.Offsets.commit`)."""
+        for pending in self.pending_writes.values():
+            if pending.journal is None:
+                continue
+            for undo in pending.journal.undo:
+                if undo.group.group_id == group_id and type(undo.key) is GroupMetadataKey \
+                        and undo.after is None and undo.group.state is GroupState.DEAD:
+                    return undo.group
+        return None
 
     def record(self, group: ClassicGroup, journal: Journal, key: RecordKey,
                value: RecordValue | None) -> None:
