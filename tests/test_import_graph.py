@@ -30,7 +30,11 @@ LAYERS: dict[str, frozenset[str]] = {
     # with the broker's codec (wire), config reading, SCRAM and ACL types.
     "tools": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker",
-                      "tools", "pipeline", "storage"}),
+                      "tools", "pipeline", "storage", "member", "simulate"}),
+    # The client side of a group (sans-IO members) sits on the coordinator's messages.
+    "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
+    # The simulator drives members against the real coordinator core.
+    "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "assignors", "broker"}),
     # The package itself: `kgroups.serve_in_background`, loaded on first use.

@@ -14,6 +14,7 @@ from kgroups.assignors import cli as assignors_cli
 from kgroups.broker import cli as broker_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
+from kgroups.simulate import cli as simulate_cli
 from kgroups.storage import cli as storage_cli
 from kgroups.tools import acls_cli, groups_cli, topics_cli, users_cli
 
@@ -28,6 +29,7 @@ COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
     records_cli.register,
     pipeline_cli.register,
     storage_cli.register,
+    simulate_cli.register,
 )
 
 
