@@ -169,7 +169,7 @@ class ConsumerMember:
 
     def _heartbeat(self, now: int, epoch: int) -> None:
         joining = epoch == 0
-        owned = None
+        owned: tuple[tuple[uuid.UUID, tuple[int, ...]], ...] | None = None
         if joining:
             owned = ()
         elif epoch > 0 and self.owned != self._acknowledged:

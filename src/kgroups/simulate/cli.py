@@ -115,9 +115,11 @@ def _variants(specs: list[str]) -> tuple[Variant, ...]:
             if key not in known:
                 raise ScenarioError(f"--variant {spec!r}: unknown setting {key!r} (known: "
                                     f"{', '.join(sorted(known))})")
-        variants.append(variant_from(
-            settings, lambda key, message, spec=spec: ScenarioError(f"--variant {spec!r}: "
-                                                                     f"{message}")))
+
+        def fail(key: str, message: str, spec: str = spec) -> ScenarioError:
+            return ScenarioError(f"--variant {spec!r}: {message}")
+
+        variants.append(variant_from(settings, fail))
     return tuple(variants)
 
 

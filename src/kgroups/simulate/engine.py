@@ -14,7 +14,6 @@ from __future__ import annotations
 import heapq
 import random
 import uuid
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, assert_never
@@ -353,8 +352,8 @@ class Simulation:
     def _apply(self, effects: Effects) -> None:
         now = self.now
         for reply in effects.replies:
-            key: Hashable = reply.request_id[0]  # type: ignore[index]
-            incarnation = self._by_key.get(key)  # type: ignore[arg-type]
+            key: MemberKey = reply.request_id[0]  # type: ignore[index]
+            incarnation = self._by_key.get(key)
             if incarnation is None:
                 continue
             delay = self.scenario.network_delay_ms + incarnation.extra_delay_ms

@@ -71,8 +71,7 @@ def _construct_map(loader: _Loader, node: yaml.MappingNode) -> _Map:
     return result
 
 
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-                        _construct_map)  # type: ignore[arg-type]
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
 
 _SCENARIO_KEYS = frozenset({
     "name", "duration_s", "seed", "topics", "members", "zones", "measure_from_s",
@@ -93,7 +92,7 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def parse_scenario(text: str, source: str = "scenario") -> Scenario:
     try:
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 -- a SafeLoader subclass
+        document = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else 1
@@ -152,7 +151,7 @@ class _Reader:
                            if isinstance(e, _Map) else 0):
             events.append(self.event(item, zone_of, zones, node.lines.get("events", 1)))
         variants_node = node.get("variants")
-        variants = DEFAULT_VARIANTS
+        variants: tuple[Variant, ...] = DEFAULT_VARIANTS
         if variants_node is not None:
             if not isinstance(variants_node, list) or not variants_node:
                 raise self.fail(node.lines["variants"], "variants must be a non-empty list")
