@@ -86,8 +86,8 @@ class ConsumerMember:
             times.append(self._group_work_time(now))
         elif self.state is ConsumerState.MEMBER and self.owned \
                 and self.settings.commit_interval_ms:
-            times.append(self.loop.next_poll(self.commits.last_at
-                                             + self.settings.commit_interval_ms))
+            times.append(self._group_work_time(
+                max(now, self.commits.last_at + self.settings.commit_interval_ms)))
         return max(now, min(times)) if times else None
 
     def advance(self, now: int) -> None:

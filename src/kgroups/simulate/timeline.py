@@ -46,12 +46,12 @@ def write_timeline(outcomes: list[Outcome], path: Path) -> None:
             for start, end in sorted(owned.get(partition, [])):
                 if start > cursor:
                     axis.broken_barh([(cursor / 1000, (start - cursor) / 1000)],
-                                     (row[partition] - 0.5, 1.0), facecolors="red", alpha=0.35)
+                                     (row[partition] - 0.5, 1.0), facecolors="black", alpha=0.55)
                 cursor = max(cursor, end)
             if cursor < outcome.duration_ms:
                 axis.broken_barh([(cursor / 1000, (outcome.duration_ms - cursor) / 1000)],
-                                 (row[partition] - 0.5, 1.0), facecolors="red", alpha=0.35)
-        axis.set_title(f"{outcome.variant.name}: colour = owning member, red = no owner",
+                                 (row[partition] - 0.5, 1.0), facecolors="black", alpha=0.55)
+        axis.set_title(f"{outcome.variant.name}: colour = owning member, dark = no owner",
                        fontsize=9)
         axis.set_ylabel("partition")
         axis.set_xlim(0, outcome.duration_ms / 1000)
