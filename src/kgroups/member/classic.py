@@ -39,7 +39,7 @@ from kgroups.coordinator import (
 from kgroups.errors import ErrorCode
 from kgroups.member.outbox import CommitLedger, MemberRequest, Outbox
 from kgroups.member.poll_loop import PollLoop
-from kgroups.member.settings import ClientFlavour, MemberSettings, Protocol, TopicPartition
+from kgroups.member.settings import MemberSettings, Protocol, TopicPartition
 from kgroups.records.consumer_protocol import decode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerSubscription, TopicPartitions
 
@@ -72,8 +72,7 @@ class ClassicMember:
         self.cluster = cluster
         self.outbox = Outbox(key)
         self.commits = CommitLedger(last_at=now)
-        self.loop = PollLoop(settings.processing_ms, settings.max_poll_interval_ms,
-                             anchor=now)
+        self.loop = PollLoop.of(settings, now)
         self._assignor = create_assignor(settings.assignor)
         self.state = ClassicState.UNJOINED
         self.member_id = ""
@@ -100,9 +99,9 @@ class ClassicMember:
             if deadline is not None and deadline != self._timed_out_poll_deadline():
                 times.append(deadline)
         if self._rejoin and self.state in (ClassicState.UNJOINED, ClassicState.STABLE):
-            times.append(self._group_work_time(now))
+            times.append(self.loop.group_work_at(now))
         elif self.state is ClassicState.STABLE and self.owned and self.settings.commit_interval_ms:
-            times.append(self._group_work_time(
+            times.append(self.loop.group_work_at(
                 max(now, self.commits.last_at + self.settings.commit_interval_ms)))
         return max(now, min(times)) if times else None
 
@@ -118,7 +117,7 @@ class ClassicMember:
             self.outbox.pending.append(HeartbeatRequest(
                 self.outbox.next_id(), self.settings.group_id, self.generation, self.member_id,
                 self.settings.instance_id))
-        if now < self._group_work_time(now):
+        if now < self.loop.group_work_at(now):
             return
         if self._rejoin and self.state in (ClassicState.UNJOINED, ClassicState.STABLE):
             self._join(now)
@@ -167,11 +166,6 @@ class ClassicMember:
         return self.outbox.take()
 
     # -- the steps ---------------------------------------------------------------------------
-
-    def _group_work_time(self, now: int) -> int:
-        if self.settings.client is ClientFlavour.LIBRDKAFKA and now >= self.loop.pause_until:
-            return now
-        return self.loop.next_poll(now)
 
     def _timed_out_poll_deadline(self) -> int | None:
         if self._timed_out_poll is None:

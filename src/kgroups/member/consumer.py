@@ -28,7 +28,7 @@ from kgroups.coordinator.consumer_messages import (
 from kgroups.errors import ErrorCode
 from kgroups.member.outbox import CommitLedger, MemberRequest, Outbox
 from kgroups.member.poll_loop import PollLoop
-from kgroups.member.settings import ClientFlavour, MemberSettings, Protocol, TopicPartition
+from kgroups.member.settings import MemberSettings, Protocol, TopicPartition
 
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
@@ -55,8 +55,7 @@ class ConsumerMember:
         self.member_id = member_id
         self.outbox = Outbox(key)
         self.commits = CommitLedger(last_at=now)
-        self.loop = PollLoop(settings.processing_ms, settings.max_poll_interval_ms,
-                             anchor=now)
+        self.loop = PollLoop.of(settings, now)
         self._topic_ids = dict(topic_ids)
         self._topic_names = {topic_id: name for name, topic_id in topic_ids.items()}
         self.state = ConsumerState.UNJOINED
@@ -83,10 +82,10 @@ class ConsumerMember:
             if deadline is not None:
                 times.append(deadline)
         if self.state is ConsumerState.UNJOINED or self._target is not None:
-            times.append(self._group_work_time(now))
+            times.append(self.loop.group_work_at(now))
         elif self.state is ConsumerState.MEMBER and self.owned \
                 and self.settings.commit_interval_ms:
-            times.append(self._group_work_time(
+            times.append(self.loop.group_work_at(
                 max(now, self.commits.last_at + self.settings.commit_interval_ms)))
         return max(now, min(times)) if times else None
 
@@ -94,7 +93,7 @@ class ConsumerMember:
         if self.state is ConsumerState.CLOSED:
             return
         self._check_poll_timeout(now)
-        at_poll = now >= self._group_work_time(now)
+        at_poll = now >= self.loop.group_work_at(now)
         if at_poll and self.state is ConsumerState.UNJOINED:
             self._join(now)
             return
@@ -134,11 +133,6 @@ class ConsumerMember:
         return self.outbox.take()
 
     # -- the steps ---------------------------------------------------------------------------
-
-    def _group_work_time(self, now: int) -> int:
-        if self.settings.client is ClientFlavour.LIBRDKAFKA and now >= self.loop.pause_until:
-            return now
-        return self.loop.next_poll(now)
 
     def _heartbeat_due(self) -> int:
         """A changed assignment is acknowledged at once; otherwise on the interval."""

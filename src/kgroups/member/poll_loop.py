@@ -10,14 +10,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kgroups.member.settings import ClientFlavour, MemberSettings
+
 
 @dataclass(slots=True)
 class PollLoop:
     processing_ms: int
     max_poll_interval_ms: int
+    client: ClientFlavour = ClientFlavour.JAVA
     anchor: int = 0
     pause_from: int = 0
     pause_until: int = 0
+
+    @classmethod
+    def of(cls, settings: MemberSettings, now: int) -> PollLoop:
+        return cls(settings.processing_ms, settings.max_poll_interval_ms, settings.client,
+                   anchor=now)
+
+    def group_work_at(self, now: int) -> int:
+        """When group work that needs the application thread can run: the next poll (Java);
+        at once unless paused (librdkafka's background thread, `ClientFlavour`)."""
+        if self.client is ClientFlavour.LIBRDKAFKA and now >= self.pause_until:
+            return now
+        return self.next_poll(now)
 
     def set_processing(self, now: int, processing_ms: int) -> None:
         """Each poll from now on is followed by `processing_ms` of work."""
