@@ -65,11 +65,15 @@ def test_cooperative_and_consumer_protocols_never_give_a_partition_two_owners(
 
 @FEW
 @given(schedules())
-def test_eager_never_takes_away_fewer_partitions_than_cooperative_sticky(
+def test_eager_never_moves_fewer_partitions_than_cooperative_sticky(
         scenario: Scenario) -> None:
-    eager = simulate(scenario, EAGER_STICKY).ledger
+    """Neither in partitions taken away from their consumer nor in partitions that end up with
+    another member, whether eager runs the sticky assignor or range."""
     cooperative = simulate(scenario, COOPERATIVE).ledger
-    assert eager.revoked >= cooperative.revoked
+    for eager_variant in (EAGER_STICKY, Variant("eager-range")):
+        eager = simulate(scenario, eager_variant).ledger
+        assert eager.revoked >= cooperative.revoked
+        assert eager.moved >= cooperative.moved
 
 
 @settings(max_examples=8, deadline=None)
