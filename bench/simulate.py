@@ -4,8 +4,9 @@
 The schedule: the group forms, then one member is restarted every six minutes (back after
 10 s; ten restarts in the hour), two partitions per member, Java-like defaults (heartbeats
 every 3 s, auto-commit every 5 s). Most of the hour is the group's steady state: every
-heartbeat and commit of every member goes through the real coordinator. Each variant runs once; the CPU time is the
-process's (time.process_time), so other load on the machine does not count.
+heartbeat and commit of every member goes through the real coordinator. Each variant runs
+once; the CPU time is the process's (time.process_time), so other load on the machine does
+not count.
 
 Run: .venv/bin/python bench/simulate.py [--members 100,1000] [--hours 1] [--variants all]
 """
