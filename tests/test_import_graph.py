@@ -34,7 +34,11 @@ LAYERS: dict[str, frozenset[str]] = {
     "tools": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                         "broker"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
-                      "broker", "tools", "pipeline", "storage"}),
+                      "broker", "tools", "pipeline", "storage", "member", "simulate"}),
+    # The client side of a group (sans-IO members) sits on the coordinator's messages.
+    "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
+    # The simulator drives members against the real coordinator core.
+    "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                           "broker"}),

@@ -15,6 +15,7 @@ from kgroups.broker import cli as broker_cli
 from kgroups.broker.cluster import storage_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
+from kgroups.simulate import cli as simulate_cli
 from kgroups.tools import acls_cli, groups_cli, topics_cli, users_cli
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
@@ -28,6 +29,7 @@ COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
     records_cli.register,
     pipeline_cli.register,
     storage_cli.register,
+    simulate_cli.register,
 )
 
 
