@@ -11,8 +11,10 @@ retry.backoff.ms: the producer runs with --retry-backoff-ms (10) rather than lib
 which otherwise bounds every transaction at about 100 ms on both brokers.
 
 Printed per broker: transactions/s over --transactions transactions (after --warmup ones not
-counted), commit_transaction latency p50/p99, and the p50 of the other stages of a transaction
-(consume, produce, send_offsets), then the ratios kgroups/Kafka.
+counted), commit_transaction latency p50/p99, the p50 of the other stages of a transaction
+(consume, produce, send_offsets) and the output partitions a transaction touched on average
+(librdkafka hands records a fetched batch at a time, so usually one or two whatever
+--partitions), then the ratios kgroups/Kafka.
 
 Durability as each broker runs:
 - kgroups as shipped (its defaults): every __transaction_state record and every marker written
@@ -85,6 +87,7 @@ class Figures:
     commit_p50_ms: float
     commit_p99_ms: float
     stage_p50_ms: dict[str, float]
+    partitions_per_transaction: float  # output partitions (each gets a marker), mean
 
 
 def p99(values: list[float]) -> float:
@@ -123,14 +126,17 @@ def run_loop(bootstrap: str, args: argparse.Namespace) -> Figures:
         consumer.subscribe([source])
         producer.init_transactions(60)
         spent: dict[str, list[float]] = {stage: [] for stage in STAGES}
+        touched: list[int] = []
         started = 0.0
         for index in range(args.warmup + args.transactions):
             if index == args.warmup:
                 started = time.perf_counter()
                 spent = {stage: [] for stage in STAGES}
+                touched = []
             marks = [time.perf_counter()]
             records = consume_exactly(consumer, per_transaction)
             marks.append(time.perf_counter())
+            touched.append(len({record.partition() for record in records}))  # type: ignore[attr-defined]
             producer.begin_transaction()
             for record in records:
                 producer.produce(sink, value=record.value()[::-1],  # type: ignore[attr-defined]
@@ -151,7 +157,8 @@ def run_loop(bootstrap: str, args: argparse.Namespace) -> Figures:
     commits = spent["commit"]
     return Figures(args.transactions / elapsed, 1000 * statistics.median(commits),
                    1000 * p99(commits),
-                   {stage: 1000 * statistics.median(values) for stage, values in spent.items()})
+                   {stage: 1000 * statistics.median(values) for stage, values in spent.items()},
+                   statistics.mean(touched))
 
 
 @contextlib.contextmanager
@@ -176,7 +183,8 @@ def print_figures(results: dict[str, Figures]) -> None:
         ("commit p50 ms", {name: f.commit_p50_ms for name, f in results.items()}),
         ("commit p99 ms", {name: f.commit_p99_ms for name, f in results.items()}),
     ] + [(f"{stage} p50 ms", {name: f.stage_p50_ms[stage] for name, f in results.items()})
-         for stage in STAGES if stage != "commit"]  # commit: the p50 row above
+         for stage in STAGES if stage != "commit"] + [  # commit: the p50 row above
+        ("partitions/txn", {name: f.partitions_per_transaction for name, f in results.items()})]
     print(f"{'figure':20}" + "".join(f"{name:>17}" for name in results)
           + "".join(f"{ours + ' / ' + theirs:>34}" for ours, theirs in pairs))
     for figure, values in rows:
