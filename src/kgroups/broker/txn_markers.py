@@ -17,6 +17,7 @@ A marker for a __consumer_offsets partition goes to the group coordinator instea
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -39,8 +40,11 @@ logger = logging.getLogger("kgroups.txn_markers")
 async def write_markers(broker: HandlerServices,
                         markers: Sequence[MarkerWrite]) -> list[ErrorCode]:
     """Append each marker to its partition's log; one error per marker, in order (NONE once
-    the marker is durable)."""
-    errors = [await _write(broker, marker) for marker in markers]
+    the marker is durable). The partitions are written at once, as Kafka sends a
+    transaction's markers to all its partitions together: each waits for its own log's fsync,
+    so one after another they would add up. Markers for one partition still go in order,
+    through that partition's append gate."""
+    errors = list(await asyncio.gather(*(_write(broker, marker) for marker in markers)))
     if any(error == ErrorCode.NONE for error in errors):
         broker.appends.notify()
     return errors
