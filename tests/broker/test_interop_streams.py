@@ -26,12 +26,16 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from group_interop_helpers import create_topic, describe, produce, wait_until
 
 from java_harness import WordCountStreams
+from kgroups.tools.admin import GroupNotFoundError
 
 pytestmark = pytest.mark.interop
 
 PARTITIONS = 2
 WORDS = ("apple", "banana", "cherry", "date", "elder", "fig", "grape")
 TIMEOUT_S = 40.0
+# Under exactly_once_v2 a takeover also waits for the dead instance's transaction to time out
+# and be aborted (the coordinators look every 10 s).
+EOS_TIMEOUT_S = 60.0
 
 
 def _lines(start: int, count: int) -> list[str]:
@@ -41,19 +45,24 @@ def _lines(start: int, count: int) -> list[str]:
 
 
 class OutputReader:
-    """Reads the output topic from the beginning: the latest count each word was given."""
+    """Reads the output topic from the beginning, committed records only (read_committed): the
+    latest count each word was given, and every count it was given, in log order."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.counts: dict[str, int] = {}
+        self.history: collections.defaultdict[str, list[int]] = collections.defaultdict(list)
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-                                   "enable.auto.commit": False})
+                                   "enable.auto.commit": False,
+                                   "isolation.level": "read_committed"})
         self._consumer.assign([TopicPartition(topic, 0, 0)])
 
     def pump(self) -> None:
         for message in self._consumer.consume(500, timeout=0.2):
             assert message.error() is None, message.error()
             (count,) = struct.unpack(">q", message.value())
-            self.counts[message.key().decode()] = count
+            word = message.key().decode()
+            self.counts[word] = count
+            self.history[word].append(count)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start, end): ListOffsets earliest and latest."""
@@ -264,3 +273,83 @@ def test_a_second_instance_shares_the_tasks_and_takes_them_all_over_with_their_s
                 streams.close()
     for streams in (first, second):
         assert streams is not None and " ERROR " not in streams.log_text(), streams.log_path
+
+
+@pytest.mark.slow
+def test_exactly_once_v2_counts_exactly_when_an_instance_is_killed_mid_transaction(
+    any_broker: Any, tmp_path: Path
+) -> None:
+    """Issue 25: two instances under `exactly_once_v2` (one transactional producer per stream
+    thread, offsets committed in its transactions with the group's metadata), one SIGKILLed
+    after it has committed while lines keep arriving. The survivor takes its tasks over once
+    the session expires, restoring committed state only; the dead one's open transaction is
+    aborted when it times out. With no record cache every increment is written, so a
+    read_committed reader must see each word counted 1, 2, ..., n: a repeat would be a
+    duplicate increment (an aborted or twice-processed record made visible), a gap a lost one,
+    and the last value the true count."""
+    bootstrap = any_broker.bootstrap
+    run = uuid.uuid4().hex[:8]
+    app_id, source, sink = f"wordcount-eos-{run}", f"lines-{run}", f"counts-{run}"
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, 1)
+    expected: collections.Counter[str] = collections.Counter()
+    more = itertools.count()
+
+    def feed(count: int) -> None:
+        lines = [line for _ in range(count) for line in _lines(next(more), 1)]
+        produce(bootstrap, source, [line.encode() for line in lines], PARTITIONS)
+        expected.update(word for line in lines for word in line.split())
+
+    settings = {"processing.guarantee": "exactly_once_v2", "statestore.cache.max.bytes": 0,
+                "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
+                # The dead instance's open transaction blocks the last stable offset of its
+                # partitions until the coordinator aborts it: keep that wait short.
+                "producer.transaction.timeout.ms": 3000}
+    victim = _word_count(bootstrap, app_id, source, sink, tmp_path, "victim", **settings)
+    survivor = _word_count(bootstrap, app_id, source, sink, tmp_path, "survivor", **settings)
+    running = [victim, survivor]
+    reader = OutputReader(bootstrap, sink)
+
+    def read() -> None:
+        for streams in running:
+            streams.assert_running()
+        reader.pump()
+
+    def owned() -> list[int]:
+        try:
+            return sorted(len(m.partitions) for m in describe(bootstrap, app_id).members)
+        except GroupNotFoundError:  # before the first JoinGroup
+            return []
+
+    def busy() -> None:
+        feed(1)
+        read()
+        time.sleep(0.2)
+
+    try:
+        feed(40)
+        wait_until(lambda: owned() == [2, 2], "the tasks split over two instances", pump=busy,
+                   timeout_s=EOS_TIMEOUT_S)
+        # Every record goes through both subtopologies and each instance holds tasks of the
+        # group: exact counts now mean the victim has committed transactions.
+        wait_until(lambda: reader.counts == dict(expected), "the counts of two instances",
+                   pump=read, timeout_s=EOS_TIMEOUT_S)
+        feed(30)  # in flight when the victim dies
+        read()
+        victim.kill()
+        running.remove(victim)
+        wait_until(lambda: owned() == [2 * PARTITIONS], "the survivor owning every partition",
+                   pump=busy, timeout_s=EOS_TIMEOUT_S)
+        feed(20)
+        wait_until(lambda: reader.counts == dict(expected), "the counts after the takeover",
+                   pump=read, timeout_s=EOS_TIMEOUT_S)
+        wrong = {word: counts for word, counts in reader.history.items()
+                 if counts != list(range(1, expected[word] + 1))}
+        assert wrong == {}, wrong
+        assert survivor.errors == []
+        assert survivor.states[-1] == "RUNNING", survivor.states
+    finally:
+        reader.close()
+        for streams in (victim, survivor):
+            streams.close()
+    assert " ERROR " not in survivor.log_text(), survivor.log_text()[-4000:]
