@@ -159,6 +159,12 @@ class WordCountStreams:
             raise AssertionError(f"Kafka Streams exited ({self.process.returncode}); log:\n"
                                  + self.log_text()[-4000:])
 
+    def kill(self) -> None:
+        """SIGKILL mid-flight: no commit, no close, its open transaction left to time out."""
+        self.process.kill()
+        self.process.wait(timeout=COMMAND_TIMEOUT_S)
+        self._reader.join(timeout=COMMAND_TIMEOUT_S)
+
     def close(self) -> int:
         """Streams' own close (commits, leaves the group), then the JVM's exit code."""
         assert self.process.stdin is not None
