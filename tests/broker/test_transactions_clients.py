@@ -1,6 +1,7 @@
 """Exactly-once with real clients against `kgroups serve`: confluent-kafka's consume-transform-
-produce loop with an aborted transaction in the middle, and a producer committing transactions
-in a loop across a kill -9 of the broker. What a user of transactions relies on: a read_committed
+produce loop with an aborted transaction in the middle, a producer committing transactions
+in a loop across a kill -9 of the broker, and a Java producer fenced by a newer instance with
+the same transactional.id (the same conversation against Kafka 4.3.1 for its errors). What a user of transactions relies on: a read_committed
 consumer sees each committed output once and nothing aborted, the group's offsets move only
 with committed transactions, and a crash leaves no transaction half visible."""
 
@@ -10,12 +11,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.broker.servers import ServerProcess
+from tests.java_harness import JavaTransactionalProducer
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -192,3 +195,54 @@ def test_kill_during_a_stream_of_transactions(
     half_visible = {t: n for t, n in per_transaction.items() if n != PARTITIONS}
     assert half_visible == {}
     assert {f"t{n}" for n in before_kill + again.committed} <= set(per_transaction)
+
+
+def _error_class(answer: dict[str, Any]) -> str:
+    """The exception class a driver's answer names ("ok" when none)."""
+    return str(answer["error"]).split(":")[0] if "error" in answer else "ok"
+
+
+def _zombie_conversation(bootstrap: str, logs: Path, topic: str) -> dict[str, Any]:
+    """A Java producer opens a transaction; a second instance with the same transactional.id
+    starts, which fences the first and aborts its transaction, and commits its own; the first
+    then tries to go on. What each step answered, and what each isolation level reads."""
+    _create(bootstrap, topic)
+    settings = {"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-tx",
+                "delivery.timeout.ms": 15_000, "request.timeout.ms": 5_000,
+                "max.block.ms": 15_000}
+    zombie = JavaTransactionalProducer(settings, logs / f"{topic}-zombie.log")
+    newer = JavaTransactionalProducer(settings, logs / f"{topic}-newer.log")
+    seen: dict[str, Any] = {}
+    try:
+        seen["zombie init"] = _error_class(zombie.init())
+        seen["zombie begin"] = _error_class(zombie.begin())
+        seen["zombie send"] = _error_class(zombie.send(topic, 0, "zombie-1"))
+        seen["newer init"] = _error_class(newer.init())
+        seen["newer begin"] = _error_class(newer.begin())
+        seen["newer send"] = _error_class(newer.send(topic, 1, "newer-1"))
+        seen["newer commit"] = _error_class(newer.commit())
+        seen["zombie send after"] = _error_class(zombie.send(topic, 0, "zombie-2"))
+        seen["zombie commit"] = _error_class(zombie.commit())
+        seen["zombie abort"] = _error_class(zombie.abort())
+    finally:
+        zombie.driver.kill()
+        newer.close()
+    seen["read_committed"] = sorted(_read_all(bootstrap, topic, "read_committed", 1))
+    seen["read_uncommitted"] = sorted(set(_read_all(bootstrap, topic, "read_uncommitted", 2)))
+    return seen
+
+
+@pytest.mark.kafka
+def test_a_zombie_java_producer_is_fenced(kafka_broker: Any, kgroups_broker: ServerProcess,
+                                          tmp_path: Path) -> None:
+    kgroups = _zombie_conversation(kgroups_broker.bootstrap, tmp_path, "zombie")
+    kafka = _zombie_conversation(kafka_broker.bootstrap, tmp_path, "zombie")
+    assert kgroups == kafka
+    assert kgroups["zombie send"] == kgroups["newer commit"] == "ok"
+    # As from Kafka 4.3.1: the late send and the commit fail with InvalidProducerEpochException
+    # (abortable), and the abort the application then tries with ProducerFencedException.
+    assert (kgroups["zombie send after"], kgroups["zombie commit"]) == (
+        "InvalidProducerEpochException", "InvalidProducerEpochException")
+    assert kgroups["zombie abort"] == "ProducerFencedException"
+    assert kgroups["read_committed"] == ["newer-1"]
+    assert "zombie-1" in kgroups["read_uncommitted"]  # written, then aborted
