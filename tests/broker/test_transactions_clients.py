@@ -1,9 +1,10 @@
 """Exactly-once with real clients against `kgroups serve`: confluent-kafka's consume-transform-
 produce loop with an aborted transaction in the middle, a producer committing transactions
 in a loop across a kill -9 of the broker, and a Java producer fenced by a newer instance with
-the same transactional.id (the same conversation against Kafka 4.3.1 for its errors). What a user of transactions relies on: a read_committed
-consumer sees each committed output once and nothing aborted, the group's offsets move only
-with committed transactions, and a crash leaves no transaction half visible."""
+the same transactional.id (the same conversation against Kafka 4.3.1 for its errors). What a
+user of transactions relies on: a read_committed consumer sees each committed output once and
+nothing aborted, the group's offsets move only with committed transactions, a crash leaves no
+transaction half visible, and a zombie's transaction is never seen."""
 
 from __future__ import annotations
 

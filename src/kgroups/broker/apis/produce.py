@@ -168,7 +168,8 @@ async def _append(ctx: RequestContext, transactional_id: str | None, topic: str,
 
 async def _append_to(
         ctx: RequestContext, log: PartitionLogSeam, transactional_id: str | None, topic: str,
-        partition: int, records: bytes | None, appended: list[tuple[PartitionLogSeam, PartitionOutcome]],
+        partition: int, records: bytes | None,
+        appended: list[tuple[PartitionLogSeam, PartitionOutcome]],
 ) -> PartitionOutcome:
     broker = ctx.broker
     split = split_batches(bytes(records or b""), log.config.max_message_bytes)

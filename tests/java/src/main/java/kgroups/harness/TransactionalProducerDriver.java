@@ -1,11 +1,7 @@
 package kgroups.harness;
 
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
@@ -25,13 +21,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   close                       -> {"ok": true}, then the process exits
  *
  * A command that throws answers {"error": "Class: message"} (the cause's class for a failed
- * send) and the driver carries on, so a test sees e.g. a ProducerFencedException the way an
- * application would. Arguments are producer properties as key=value (transactional.id among
- * them).
+ * send; LineProtocol), so a test sees e.g. a ProducerFencedException the way an application
+ * would. Arguments are producer properties as key=value (transactional.id among them).
  */
 public final class TransactionalProducerDriver {
-    private static final ObjectMapper JSON = new ObjectMapper();
-
     private final KafkaProducer<String, String> producer;
 
     private TransactionalProducerDriver(Properties properties) {
@@ -39,45 +32,18 @@ public final class TransactionalProducerDriver {
     }
 
     public static void main(String[] args) throws IOException {
-        Properties properties = new Properties();
-        properties.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        properties.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        for (String arg : args) {
-            int equals = arg.indexOf('=');
-            if (equals <= 0) {
-                throw new IllegalArgumentException("expected key=value, got " + arg);
-            }
-            properties.put(arg.substring(0, equals), arg.substring(equals + 1));
+        Properties defaults = new Properties();
+        defaults.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        defaults.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        TransactionalProducerDriver driver =
+                new TransactionalProducerDriver(LineProtocol.properties(defaults, args));
+        if (!LineProtocol.serve(driver::run)) {
+            driver.producer.close(Duration.ZERO);
         }
-        TransactionalProducerDriver driver = new TransactionalProducerDriver(properties);
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        String line;
-        while ((line = in.readLine()) != null) {
-            if (line.isBlank()) {
-                continue;
-            }
-            String[] words = line.trim().split(" ", 2);
-            ObjectNode answer;
-            try {
-                answer = driver.run(words[0], words.length > 1 ? words[1] : "");
-            } catch (RuntimeException e) {
-                answer = error(e);
-            }
-            System.out.println(JSON.writeValueAsString(answer));
-            System.out.flush();
-            if (words[0].equals("close")) {
-                return;
-            }
-        }
-        driver.producer.close(Duration.ZERO);
-    }
-
-    private static ObjectNode error(Throwable e) {
-        return JSON.createObjectNode().put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
     }
 
     private ObjectNode run(String command, String argument) {
-        ObjectNode answer = JSON.createObjectNode();
+        ObjectNode answer = LineProtocol.JSON.createObjectNode();
         switch (command) {
             case "init" -> producer.initTransactions();
             case "begin" -> producer.beginTransaction();
@@ -88,10 +54,10 @@ public final class TransactionalProducerDriver {
                 try {
                     return answer.put("offset", producer.send(record).get().offset());
                 } catch (ExecutionException e) {
-                    return error(e.getCause());
+                    return LineProtocol.error(e.getCause());
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
-                    return error(e);
+                    return LineProtocol.error(e);
                 }
             }
             case "commit" -> producer.commitTransaction();
