@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
 from tests.broker.servers import ServerProcess
 from tests.java_harness import JavaTransactionalProducer
 
@@ -247,3 +249,31 @@ def test_a_zombie_java_producer_is_fenced(kafka_broker: Any, kgroups_broker: Ser
     assert kgroups["zombie abort"] == "ProducerFencedException"
     assert kgroups["read_committed"] == ["newer-1"]
     assert "zombie-1" in kgroups["read_uncommitted"]  # written, then aborted
+
+
+def test_kafka_python_transactional_producer(
+        start_kgroups_server: Callable[..., ServerProcess]) -> None:
+    """kafka-python's own transaction manager (not librdkafka's): a committed and an aborted
+    transaction, read back by kafka-python's read_committed consumer."""
+    server = start_kgroups_server(*GROUP_SETTINGS)
+    _create(server.bootstrap, "kp")
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="kp-tx")
+    producer.init_transactions()
+    for outcome in ("kept", "dropped", "kept-too"):
+        producer.begin_transaction()
+        for partition in range(PARTITIONS):
+            producer.send("kp", f"{outcome}-{partition}".encode(), partition=partition)
+        producer.flush()
+        if outcome == "dropped":
+            producer.abort_transaction()
+        else:
+            producer.commit_transaction()
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3_000)
+    consumer.assign([KafkaTopicPartition("kp", p) for p in range(PARTITIONS)])
+    values = sorted(message.value.decode() for message in consumer)
+    consumer.close()
+    assert values == sorted(f"{o}-{p}" for o in ("kept", "kept-too") for p in range(PARTITIONS))
