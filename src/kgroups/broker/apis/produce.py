@@ -13,6 +13,9 @@ acks=1 and acks=all the response waits for an fsync shared with concurrent produ
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
 
+A transactional batch of a producer with no transaction open in the partition is first
+verified with the transaction coordinator (KIP-890, kgroups.broker.txn_verification).
+
 A disk error answers KAFKA_STORAGE_ERROR, as Kafka does for a partition on a failed log dir: a
 failed write leaves the log as it was (nothing half-written), and a failed fsync is never
 acknowledged. Producers retry the error; the partition takes writes again once the disk does.
