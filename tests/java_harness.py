@@ -9,6 +9,8 @@ kgroups is checked against.
   "stable": bool} or {"error": ...} (see AssignorOracle.java for "stable").
 - `JavaConsumer(settings, log_path)`: one Java consumer process; `subscribe`, `poll`, `commit`,
   `assignment`, `close`, and `kill()` (SIGKILL).
+- `JavaTransactionalProducer(settings, log_path)`: one Java transactional producer process;
+  `init`, `begin`, `send`, `commit`, `abort`, `close`.
 - `WordCountStreams(input_topic, output_topic, settings, log_path)`: Kafka Streams' word count
   (a groupBy through the repartition topic `<application.id>-words-repartition`, counts written
   to the output topic as String -> 8-byte big-endian Long) in its own JVM; `states` (every
@@ -63,55 +65,39 @@ def run_kafka_assignors(scenarios: Sequence[Mapping[str, Any]]) -> list[dict[str
     return answers
 
 
-class JavaConsumer:
-    """A Java KafkaConsumer (group.protocol=classic) in its own JVM; `settings` are consumer
-    properties. Its log (slf4j at info) goes to `log_path`."""
+class _DriverProcess:
+    """A harness main class in its own JVM, driven one stdin line per command, each answered
+    by one JSON line; its log (slf4j at info) goes to `log_path`."""
 
-    def __init__(self, settings: Mapping[str, object], log_path: Path) -> None:
+    def __init__(self, main_class: str, settings: Mapping[str, object], log_path: Path) -> None:
         self.log_path = log_path
         args = [f"{key}={value}" for key, value in settings.items()]
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                harness_command("kgroups.harness.ConsumerDriver", *args, log_level="info"),
+                harness_command(main_class, *args, log_level="info"),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
             )
 
-    def _call(self, line: str) -> dict[str, Any]:
+    def call(self, line: str) -> dict[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
         if not answer:
-            raise AssertionError(f"Java consumer exited ({self.process.poll()}); log:\n"
+            raise AssertionError(f"Java driver exited ({self.process.poll()}); log:\n"
                                  + self.log_path.read_text(errors="replace")[-4000:])
         return json.loads(answer)
 
-    def subscribe(self, *topics: str) -> None:
-        answer = self._call("subscribe " + ",".join(topics))
-        assert answer.get("ok"), answer
-
-    def poll(self, timeout_ms: int = 100) -> dict[str, Any]:
-        """{"records": [[topic, partition, offset, value]...], "events": [[kind, [[t, p]...]]...]},
-        plus "error" if poll threw."""
-        return self._call(f"poll {timeout_ms}")
-
-    def commit(self) -> dict[str, Any]:
-        return self._call("commit")
-
-    def assignment(self) -> dict[str, Any]:
-        return self._call("assignment")
-
     def close(self) -> None:
-        """Graceful close (a dynamic member leaves the group; a static one does not)."""
+        """The driver's own close command, then the process ends."""
         if self.process.poll() is None:
             try:
-                self._call("close")
+                self.call("close")
             finally:
                 self.process.wait(timeout=COMMAND_TIMEOUT_S)
         self._release()
 
     def kill(self) -> None:
-        """SIGKILL: no LeaveGroup, no commit; the coordinator must expire the session."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=COMMAND_TIMEOUT_S)
@@ -121,6 +107,66 @@ class JavaConsumer:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None and not stream.closed:
                 stream.close()
+
+
+class JavaConsumer:
+    """A Java KafkaConsumer (group.protocol=classic) in its own JVM; `settings` are consumer
+    properties. Its log (slf4j at info) goes to `log_path`."""
+
+    def __init__(self, settings: Mapping[str, object], log_path: Path) -> None:
+        self.driver = _DriverProcess("kgroups.harness.ConsumerDriver", settings, log_path)
+        self.process = self.driver.process
+
+    def subscribe(self, *topics: str) -> None:
+        answer = self.driver.call("subscribe " + ",".join(topics))
+        assert answer.get("ok"), answer
+
+    def poll(self, timeout_ms: int = 100) -> dict[str, Any]:
+        """{"records": [[topic, partition, offset, value]...], "events": [[kind, [[t, p]...]]...]},
+        plus "error" if poll threw."""
+        return self.driver.call(f"poll {timeout_ms}")
+
+    def commit(self) -> dict[str, Any]:
+        return self.driver.call("commit")
+
+    def assignment(self) -> dict[str, Any]:
+        return self.driver.call("assignment")
+
+    def close(self) -> None:
+        """Graceful close (a dynamic member leaves the group; a static one does not)."""
+        self.driver.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no LeaveGroup, no commit; the coordinator must expire the session."""
+        self.driver.kill()
+
+
+class JavaTransactionalProducer:
+    """A Java transactional KafkaProducer in its own JVM (TransactionalProducerDriver.java);
+    `settings` are producer properties, transactional.id among them. Each method answers the
+    driver's JSON: {"ok": true} / {"offset": n}, or {"error": "Class: message"}."""
+
+    def __init__(self, settings: Mapping[str, object], log_path: Path) -> None:
+        self.driver = _DriverProcess("kgroups.harness.TransactionalProducerDriver", settings,
+                                     log_path)
+
+    def init(self) -> dict[str, Any]:
+        return self.driver.call("init")
+
+    def begin(self) -> dict[str, Any]:
+        return self.driver.call("begin")
+
+    def send(self, topic: str, partition: int, value: str) -> dict[str, Any]:
+        return self.driver.call(f"send {topic} {partition} {value}")
+
+    def commit(self) -> dict[str, Any]:
+        return self.driver.call("commit")
+
+    def abort(self) -> dict[str, Any]:
+        return self.driver.call("abort")
+
+    def close(self) -> None:
+        self.driver.close()
 
 
 class WordCountStreams:

@@ -1,6 +1,7 @@
 """TxnOffsetCommit (API 28) over a socket to an in-process broker, in every version Kafka 4.3.1
-serves (v0-v5), with a made-up producer id and epoch (the group coordinator does not ask the
-transaction coordinator): the offsets stay pending (OffsetFetch require_stable answers
+serves (v0-v5), from a producer whose transaction holds the group's offsets partition
+(InitProducerId, AddOffsetsToTxn: the group coordinator verifies it with the transaction
+coordinator, KIP-890): the offsets stay pending (OffsetFetch require_stable answers
 UNSTABLE_OFFSET_COMMIT, a plain fetch the last committed value) until the producer's marker goes
 through `write_markers`, which hands a __consumer_offsets marker to the group coordinator; the
 log then holds the producer's transactional batch followed by its control batch."""
@@ -8,6 +9,7 @@ log then holds the producer's transactional batch followed by its control batch.
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
@@ -26,7 +28,7 @@ from kgroups.log.batch import CONTROL, TRANSACTIONAL, iter_batches
 from kgroups.records.codec import decode_record
 from kgroups.tools.wire_client import KafkaWireClient
 
-TXN_COMMIT, FETCH, JOIN = 28, 9, 11
+TXN_COMMIT, FETCH, JOIN, INIT_PRODUCER_ID, ADD_OFFSETS = 28, 9, 11, 22, 25
 E = ErrorCode
 
 
@@ -36,6 +38,21 @@ def _ready(make_inprocess_broker: Any) -> InProcessBroker:
     with connect(broker.port) as client:
         create_topic(client, "events", 2)
     return broker
+
+
+def _begin(client: KafkaWireClient, *groups: str) -> tuple[int, int]:
+    """The producer id and epoch of "txn-a", in a transaction holding the groups' offsets."""
+    started = client.call(request_of(
+        INIT_PRODUCER_ID, 5, transactional_id="txn-a",
+        transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
+    assert started.error_code == E.NONE
+    producer_id, epoch = int(started.producer_id), int(started.producer_epoch)
+    for group in groups:
+        added = client.call(request_of(ADD_OFFSETS, 4, transactional_id="txn-a",
+                                       producer_id=producer_id, producer_epoch=epoch,
+                                       group_id=group))
+        assert added.error_code == E.NONE
+    return producer_id, epoch
 
 
 def _txn_commit(client: KafkaWireClient, version: int, group: str, producer_id: int,
@@ -91,8 +108,9 @@ def _end(broker: InProcessBroker, group: str, producer_id: int, epoch: int,
 def test_pending_until_the_marker_in_each_version(make_inprocess_broker: Any,
                                                   version: int) -> None:
     broker = _ready(make_inprocess_broker)
-    group, producer_id, epoch = f"txg-{version}", 9000 + version, 3
+    group = f"txg-{version}"
     with connect(broker.port) as client:
+        producer_id, epoch = _begin(client, group)
         assert _txn_commit(client, version, group, producer_id, epoch,
                            {("events", 0): 42, ("missing", 0): 1}) == {
             ("events", 0): E.NONE, ("missing", 0): E.UNKNOWN_TOPIC_OR_PARTITION}
@@ -121,28 +139,53 @@ def test_pending_until_the_marker_in_each_version(make_inprocess_broker: Any,
 def test_abort_marker_drops_the_offsets(make_inprocess_broker: Any) -> None:
     broker = _ready(make_inprocess_broker)
     with connect(broker.port) as client:
-        _txn_commit(client, 5, "aborting", 77, 0, {("events", 1): 9})
-        assert _end(broker, "aborting", 77, 0, commits=False) == [E.NONE]
+        producer_id, epoch = _begin(client, "aborting")
+        assert _txn_commit(client, 5, "aborting", producer_id, epoch, {("events", 1): 9}) == {
+            ("events", 1): E.NONE}
+        assert _fetch(client, 9, "aborting", stable=True)[1][2] == E.UNSTABLE_OFFSET_COMMIT
+        assert _end(broker, "aborting", producer_id, epoch, commits=False) == [E.NONE]
         assert _fetch(client, 9, "aborting", stable=True)[1] == (-1, -1, E.NONE)
 
 
 def test_group_fencing_errors(make_inprocess_broker: Any) -> None:
     broker = _ready(make_inprocess_broker)
     with connect(broker.port) as client:
+        pid, epoch = _begin(client, "nogroup", "made")
         # A group that does not exist, with a generation: ILLEGAL_GENERATION (no group made).
-        assert _txn_commit(client, 3, "nogroup", 5, 0, {("events", 0): 1}, generation=1,
+        assert _txn_commit(client, 3, "nogroup", pid, epoch, {("events", 0): 1}, generation=1,
                            member_id="m") == {("events", 0): E.ILLEGAL_GENERATION}
         # An empty group made by a commit without generation; then an unknown member.
-        assert _txn_commit(client, 3, "made", 5, 0, {("events", 0): 1}) == {
+        assert _txn_commit(client, 3, "made", pid, epoch, {("events", 0): 1}) == {
             ("events", 0): E.NONE}
-        assert _txn_commit(client, 3, "made", 5, 0, {("events", 0): 1}, generation=0,
+        assert _txn_commit(client, 3, "made", pid, epoch, {("events", 0): 1}, generation=0,
                            member_id="ghost") == {("events", 0): E.UNKNOWN_MEMBER_ID}
+
+
+@pytest.mark.parametrize(("version", "refused"), [(3, E.INVALID_TXN_STATE),
+                                                  (4, E.TRANSACTION_ABORTABLE)])
+def test_offsets_outside_the_transaction_are_refused(make_inprocess_broker: Any, version: int,
+                                                     refused: ErrorCode) -> None:
+    """KIP-890: the transaction coordinator is asked first; a transaction without the group's
+    offsets partition (no AddOffsetsToTxn) is refused and nothing is held pending; an unknown
+    producer is INVALID_PRODUCER_ID_MAPPING. v5 (transaction version 2) adds the partition."""
+    broker = _ready(make_inprocess_broker)
+    with connect(broker.port) as client:
+        pid, epoch = _begin(client)
+        assert _txn_commit(client, version, "outside", pid, epoch, {("events", 0): 3}) == {
+            ("events", 0): refused}
+        assert _txn_commit(client, version, "outside", pid + 1, epoch, {("events", 0): 3}) == {
+            ("events", 0): E.INVALID_PRODUCER_ID_MAPPING}
+        assert _fetch(client, 9, "outside", stable=True)[0] == (-1, -1, E.NONE)
+        assert _txn_commit(client, 5, "outside", pid, epoch, {("events", 0): 3}) == {
+            ("events", 0): E.NONE}
+        assert _fetch(client, 9, "outside", stable=True)[0][2] == E.UNSTABLE_OFFSET_COMMIT
 
 
 def test_a_restarted_broker_keeps_the_pending_offsets(make_inprocess_broker: Any) -> None:
     broker = _ready(make_inprocess_broker)
     with connect(broker.port) as client:
-        _txn_commit(client, 5, "survivor", 31, 1, {("events", 0): 5})
+        pid, epoch = _begin(client, "survivor")
+        _txn_commit(client, 5, "survivor", pid, epoch, {("events", 0): 5})
     config = broker.broker.config
     broker.call(broker.broker.stop)
 
@@ -157,7 +200,7 @@ def test_a_restarted_broker_keeps_the_pending_offsets(make_inprocess_broker: Any
         second = InProcessBroker(restarted, broker.loop)
         with connect(restarted.port) as client:
             assert _fetch(client, 9, "survivor", stable=True)[0][2] == E.UNSTABLE_OFFSET_COMMIT
-            assert _end(second, "survivor", 31, 1, commits=True) == [E.NONE]
+            assert _end(second, "survivor", pid, epoch, commits=True) == [E.NONE]
             assert _fetch(client, 9, "survivor", stable=True)[0] == (5, 4, E.NONE)
     finally:
         broker.call(restarted.stop)

@@ -1,11 +1,9 @@
 """TxnOffsetCommit's group checks and OffsetFetch require_stable, the same conversation against
 a real Kafka 4.3.1 and an in-process kgroups broker.
 
-Kafka 4.3.1 verifies a TxnOffsetCommit's producer with its transaction coordinator before any
-group check: a made-up producer id answers NOT_COORDINATOR in every version (COORDINATOR_NOT_
-AVAILABLE before __transaction_state exists). So on Kafka the producer is a real one
-(InitProducerId, AddOffsetsToTxn); kgroups' group coordinator does not verify (docs/
-compatibility.md) and takes a made-up producer id, which is all its answers depend on here."""
+Both verify a TxnOffsetCommit's producer with the transaction coordinator before any group
+check (KIP-890; tests/differential/test_diff_transactions.py compares the refusals), so the
+producer is a real one on both (InitProducerId, AddOffsetsToTxn)."""
 
 from __future__ import annotations
 
@@ -86,8 +84,8 @@ def _fetch(client: KafkaWireClient, version: int, stable: bool) -> tuple[int, li
                                       for t in response.topics for p in t.partitions]
 
 
-def conversation(port: int, real_producer: bool) -> list[Any]:
-    """What one broker answers; the producer is real on Kafka, made up on kgroups."""
+def conversation(port: int) -> list[Any]:
+    """What one broker answers."""
     seen: list[Any] = []
     with connect(port) as client:
         create_topic(client, "events", 2)
@@ -104,7 +102,7 @@ def conversation(port: int, real_producer: bool) -> list[Any]:
             assignments=(nested_of(SYNC, 5, "SyncGroupRequestAssignment", member_id=member,
                                    assignment=b""),)))
         assert int(synced.error_code) == 0
-        producer = _begin_transaction(client) if real_producer else (424242, 0)
+        producer = _begin_transaction(client)
         for version in (3, 4, 5):
             seen.append(("unknown member", version,
                          _commit(client, version, producer, generation=generation,
@@ -129,7 +127,7 @@ def kafka_answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-txn-offsets"))
     broker.start()
     try:
-        yield conversation(broker.port, real_producer=True)
+        yield conversation(broker.port)
     finally:
         broker.stop()
 
@@ -138,4 +136,4 @@ def test_group_checks_and_require_stable_as_kafka(kafka_answers: list[Any],
                                                   make_inprocess_broker: Any) -> None:
     broker: InProcessBroker = make_inprocess_broker("group.initial.rebalance.delay.ms=0")
     broker.call(broker.broker.coordinator.wait_loaded)
-    assert conversation(broker.port, real_producer=False) == kafka_answers
+    assert conversation(broker.port) == kafka_answers

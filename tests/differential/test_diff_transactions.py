@@ -20,6 +20,8 @@ import pytest
 from diff_dialog import Connection, Dialog
 from tests.broker.broker_wire_helpers import nested_of, request_of
 
+from kgroups.log.batch import build_batch
+
 pytestmark = pytest.mark.kafka
 
 FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 10, 22, 24, 25, 26
@@ -168,5 +170,77 @@ def test_a_transaction_and_every_refusal(converse: Any) -> None:
         d.record("KIP-360 init", {"error": int(retry.error_code),
                                   "epoch": int(retry.producer_epoch)})
         d.record("KIP-360 init stranger", int(_init(other, tx, producer=(pid + 9, 0)).error_code))
+
+    converse(script)
+
+
+PRODUCE, TXN_OFFSET_COMMIT = 0, 28
+
+
+def _produce(c: Connection, tx: str | None, pid: int, epoch: int, partition: int, *, v: int,
+             sequence: int = 0) -> int:
+    """One transactional batch of the producer to diff-u; the partition's error."""
+    batch = build_batch([(b"k", b"v", 1_700_000_000_000)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=sequence, transactional=True)
+    data = nested_of(PRODUCE, v, "TopicProduceData", name="diff-u", partition_data=(
+        nested_of(PRODUCE, v, "PartitionProduceData", index=partition, records=batch),))
+    answer = c.call(request_of(PRODUCE, v, transactional_id=tx, acks=-1,
+                               timeout=datetime.timedelta(seconds=10), topic_data=(data,)),
+                    record=False)
+    return int(answer.responses[0].partition_responses[0].error_code)
+
+
+def _txn_offsets(c: Connection, tx: str, group: str, pid: int, epoch: int, *, v: int) -> int:
+    topic = nested_of(TXN_OFFSET_COMMIT, v, "TxnOffsetCommitRequestTopic", name="diff-t",
+                      partitions=(nested_of(TXN_OFFSET_COMMIT, v,
+                                            "TxnOffsetCommitRequestPartition", partition_index=0,
+                                            committed_offset=5, committed_leader_epoch=-1,
+                                            committed_metadata=""),))
+    answer = c.call(request_of(TXN_OFFSET_COMMIT, v, transactional_id=tx, group_id=group,
+                               producer_id=pid, producer_epoch=epoch, generation_id=-1,
+                               member_id="", group_instance_id=None, topics=(topic,)),
+                    record=False)
+    return int(answer.topics[0].partitions[0].error_code)
+
+
+def test_writes_outside_the_transaction_are_verified(converse: Any) -> None:
+    """KIP-890 verification: a transactional batch, or transactional offsets, for a partition
+    the producer's transaction does not hold (AddPartitionsToTxn / AddOffsetsToTxn never sent)
+    are refused with the error each request version knows; Produce v12 and TxnOffsetCommit v5
+    (transaction version 2) add the partition to the transaction instead."""
+    def script(d: Dialog) -> None:
+        tx = f"{d.group}-verified"
+        c = d.connect("producer")
+        first = _first_init(c, tx)
+        pid, epoch = int(first.producer_id), int(first.producer_epoch)
+        for v in (3, 9, 10, 11):
+            d.record(f"produce v{v} outside", _produce(c, tx, pid, epoch, 0, v=v))
+        d.record("produce v11 stale epoch", _produce(c, tx, pid, epoch + 1, 0, v=11))
+        d.record("produce v11 wrong id", _produce(c, tx, pid + 7, 0, 0, v=11))
+        d.record("produce v11 unknown id", _produce(c, f"{tx}-nobody", pid, epoch, 0, v=11))
+        for v in (3, 4):
+            d.record(f"txn offsets v{v} outside",
+                     _txn_offsets(c, tx, d.group, pid, epoch, v=v))
+        d.record("txn offsets v4 wrong id", _txn_offsets(c, tx, d.group, pid + 7, 0, v=4))
+        d.record("txn offsets v4 unknown id",
+                 _txn_offsets(c, f"{tx}-nobody", d.group, pid, epoch, v=4))
+        d.record("added, produce v11", _partition_errors(
+            _add(c, tx, pid, epoch, {"diff-u": [1]})))
+        d.record("produce v11 inside", _produce(c, tx, pid, epoch, 1, v=11))
+        d.record("produce v11 inside, other partition", _produce(c, tx, pid, epoch, 0, v=11))
+        d.record("produce v12 adds", _produce(c, tx, pid, epoch, 0, v=12))
+        d.record("txn offsets v5 adds", _txn_offsets(c, tx, d.group, pid, epoch, v=5))
+        described = _describe(c, tx).transaction_states[0]
+        d.record("state after", {"state": described.transaction_state,
+                                 "topics": sorted((t.topic, sorted(t.partitions))
+                                                  for t in described.topics
+                                                  if t.topic != "__consumer_offsets"),
+                                 "offsets partitions": len(
+                                     [t for t in described.topics
+                                      if t.topic == "__consumer_offsets"])})
+        d.record("abort", int(_end(c, tx, pid, epoch, False).error_code))
+        _wait_state(c, tx, "CompleteAbort")
+        d.record("produce v11 after the abort", _produce(c, tx, pid, epoch, 1, v=11,
+                                                         sequence=1))
 
     converse(script)

@@ -156,6 +156,13 @@ class TransactionRuntime:
         """Whether this broker answers for transactional ids: loaded, and not in cluster mode."""
         return self.loaded and not self.cluster_mode
 
+    def coordinates(self, transactional_id: str) -> bool:
+        """Whether this broker is the transaction coordinator of the id (a single broker is of
+        every id; in cluster mode none is served): what a partition leader asks before
+        verifying a transactional write with it in-process (kgroups.broker.txn_verification).
+        Loaded or not: `available` tells whether it can answer yet."""
+        return not self.cluster_mode and bool(transactional_id)
+
     # -- requests ----------------------------------------------------------------------------
 
     async def run(self, decision: Decision) -> Decision:

@@ -212,9 +212,12 @@ class TransactionCoordinator:
                     group_id: str, now_ms: int) -> Decision:
         """The group's __consumer_offsets partition joins the transaction, so its TxnOffsetCommit
         offsets are committed or dropped by the markers."""
-        partition = partition_for(group_id, self.config.offsets_partitions)
         return self.add_partitions(transactional_id, producer_id, producer_epoch,
-                                   [(OFFSETS_TOPIC, partition)], now_ms)
+                                   [self.offsets_partition_of(group_id)], now_ms)
+
+    def offsets_partition_of(self, group_id: str) -> Partition:
+        """The __consumer_offsets partition holding the group's offsets."""
+        return OFFSETS_TOPIC, partition_for(group_id, self.config.offsets_partitions)
 
     def _owned(self, transactional_id: str, producer_id: int, producer_epoch: int
                ) -> tuple[TxnMetadata | None, ErrorCode]:

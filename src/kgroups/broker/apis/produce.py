@@ -13,6 +13,9 @@ acks=1 and acks=all the response waits for an fsync shared with concurrent produ
 (GroupCommit); acks=0 gets no response at all, as in Kafka, and when it fails the connection is
 closed, the only signal such a producer gets.
 
+A transactional batch of a producer with no transaction open in the partition is first
+verified with the transaction coordinator (KIP-890, kgroups.broker.txn_verification).
+
 A disk error answers KAFKA_STORAGE_ERROR, as Kafka does for a partition on a failed log dir: a
 failed write leaves the log as it was (nothing half-written), and a failed fsync is never
 acknowledged. Producers retry the error; the partition takes writes again once the disk does.
@@ -54,6 +57,12 @@ from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation, ResourceType
 from kgroups.broker.topic_storage import NotLeaderHint
 from kgroups.broker.topics import INTERNAL_TOPICS
+from kgroups.broker.txn_verification import (
+    PRODUCE_KINDS_SINCE,
+    RETRIABLE,
+    kind_of,
+    verify_write,
+)
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import (
@@ -136,7 +145,8 @@ def split_batches(
     return batches
 
 
-async def _append(ctx: RequestContext, topic: str, partition: int, records: bytes | None,
+async def _append(ctx: RequestContext, transactional_id: str | None, topic: str,
+                  partition: int, records: bytes | None,
                   appended: list[tuple[PartitionLogSeam, PartitionOutcome]]) -> PartitionOutcome:
     """A large batch that must be read (a compacted topic's keys, timestamps) or recompressed
     is, in a worker thread, so the event loop serves other clients meanwhile; appends to a log
@@ -155,12 +165,14 @@ async def _append(ctx: RequestContext, topic: str, partition: int, records: byte
             return PartitionOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return PartitionOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=hint)
     async with gate_of(log):
-        return await _append_to(ctx, log, topic, partition, records, appended)
+        return await _append_to(ctx, log, transactional_id, topic, partition, records,
+                                appended)
 
 
 async def _append_to(
-        ctx: RequestContext, log: PartitionLogSeam, topic: str, partition: int,
-        records: bytes | None, appended: list[tuple[PartitionLogSeam, PartitionOutcome]],
+        ctx: RequestContext, log: PartitionLogSeam, transactional_id: str | None, topic: str,
+        partition: int, records: bytes | None,
+        appended: list[tuple[PartitionLogSeam, PartitionOutcome]],
 ) -> PartitionOutcome:
     broker = ctx.broker
     split = split_batches(bytes(records or b""), log.config.max_message_bytes)
@@ -178,6 +190,10 @@ async def _append_to(
             verdict = producers.check(log, identity)
             if verdict.error == ErrorCode.NONE and verdict.duplicate_of is None:
                 verdict = Verdict(transaction_error(log, identity, batch))
+            if verdict.error == ErrorCode.NONE and verdict.duplicate_of is None \
+                    and transactional_id is not None and _opens_transaction(log, identity, batch):
+                verdict = Verdict(await _verified(ctx, transactional_id, identity, topic,
+                                                  partition))
             if verdict.error != ErrorCode.NONE:
                 log_event(logger, logging.INFO, "produce_rejected", topic=topic,
                           partition=partition, error=verdict.error.name, client=ctx.client_id,
@@ -222,6 +238,27 @@ def transaction_error(log: PartitionLogSeam, identity: BatchIdentity, batch: byt
     if not attributes & TRANSACTIONAL and producer.txn_start_offset >= 0:
         return ErrorCode.INVALID_TXN_STATE
     return ErrorCode.NONE
+
+
+def _opens_transaction(log: PartitionLogSeam, identity: BatchIdentity, batch: bytes) -> bool:
+    """A transactional batch of a producer with no transaction open in the partition at its
+    epoch: the writes KIP-890 verifies with the transaction coordinator."""
+    if not _INT16.unpack_from(batch, ATTRIBUTES_AT)[0] & TRANSACTIONAL:
+        return False
+    producer = log.transactions.producers.get(identity.producer_id)
+    return producer is None or producer.txn_start_offset < 0 \
+        or producer.epoch != identity.producer_epoch
+
+
+async def _verified(ctx: RequestContext, transactional_id: str, identity: BatchIdentity,
+                    topic: str, partition: int) -> ErrorCode:
+    """The coordinator's verdict (kgroups.broker.txn_verification), its retriable answers as
+    NOT_ENOUGH_REPLICAS, which every producer retries without refreshing metadata (Kafka's
+    choice)."""
+    error = await verify_write(ctx.broker.transactions, transactional_id, identity.producer_id,
+                               identity.producer_epoch, topic, partition,
+                               kind_of(ctx.api_version, PRODUCE_KINDS_SINCE))
+    return ErrorCode.NOT_ENOUGH_REPLICAS if error in RETRIABLE else error
 
 
 async def _apply_topic_policy(
@@ -319,8 +356,8 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             if acks not in VALID_ACKS:
                 outcome = PartitionOutcome(ErrorCode.INVALID_REQUIRED_ACKS)
             else:
-                outcome = await _append(ctx, topic.name, int(data.index), data.records,
-                                        appended)
+                outcome = await _append(ctx, request.transactional_id, topic.name,
+                                        int(data.index), data.records, appended)
             partitions.append((int(data.index), outcome))
         outcomes.append((topic.name, partitions))
     if appended and acks != 0:

@@ -5,7 +5,9 @@ marker (kgroups.coordinator.txn_offsets).
 As for OffsetCommit (`groups.known_partitions`), partitions the cluster's metadata does not
 have answer UNKNOWN_TOPIC_OR_PARTITION here and only the rest go to the coordinator. The group
 coordinator does not ask the transaction coordinator whether the producer's transaction holds
-the offsets partition (Kafka 4's KIP-890 verification): docs/compatibility.md.
+the offsets partition (Kafka 4's KIP-890 verification, kgroups.broker.txn_verification)
+before any group check: a producer whose transaction does not hold it is refused in every
+partition (TxnOffsetCommit v5, transaction version 2, adds it instead).
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.apis.groups import authorize_commit_topics, known_partitions
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation, ResourceType
+from kgroups.broker.txn_verification import (
+    RETRIABLE,
+    TXN_OFFSET_COMMIT_KINDS_SINCE,
+    kind_of,
+    verify_write,
+)
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
@@ -63,7 +71,10 @@ class TxnOffsetCommitHandler:
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         errors, known = known_partitions(ctx, request.topics, _leader_epoch)
-        if known:
+        refused = await _verified(ctx, request) if known else ErrorCode.NONE
+        if refused is not ErrorCode.NONE:
+            errors.update({(t.name, p.partition): refused for t in known for p in t.partitions})
+        elif known:
             generation_id, member_id, instance_id = _group_fields(request)
             answer: messages.TxnOffsetCommitResponse = await ctx.broker.coordinator.call(
                 lambda request_id: messages.TxnOffsetCommitRequest(
@@ -76,6 +87,18 @@ class TxnOffsetCommitHandler:
                 for result in answered.partitions:
                     errors[(answered.name, result.partition)] = result.error
         return _response(ctx, errors, request)
+
+
+async def _verified(ctx: RequestContext, request: Any) -> ErrorCode:
+    """Whether the producer's transaction holds the group's offsets partition; the
+    coordinator's retriable answers come back as COORDINATOR_NOT_AVAILABLE, as from Kafka's
+    group coordinator."""
+    runtime = ctx.broker.transactions
+    topic, partition = runtime.coordinator.offsets_partition_of(request.group_id)
+    error = await verify_write(runtime, request.transactional_id, int(request.producer_id),
+                               int(request.producer_epoch), topic, partition,
+                               kind_of(ctx.api_version, TXN_OFFSET_COMMIT_KINDS_SINCE))
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE if error in RETRIABLE else error
 
 
 def install(registry: HandlerRegistry) -> None:

@@ -3,10 +3,7 @@ package kgroups.harness;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -36,7 +33,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * properties as key=value; group.protocol is classic unless one of them sets it.
  */
 public final class ConsumerDriver {
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = LineProtocol.JSON;
 
     private final KafkaConsumer<String, String> consumer;
     private final List<ArrayNode> events = new ArrayList<>();
@@ -46,40 +43,17 @@ public final class ConsumerDriver {
     }
 
     public static void main(String[] args) throws IOException {
-        Properties properties = new Properties();
-        properties.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        properties.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        properties.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        properties.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        for (String arg : args) {
-            int equals = arg.indexOf('=');
-            if (equals <= 0) {
-                throw new IllegalArgumentException("expected key=value, got " + arg);
-            }
-            properties.put(arg.substring(0, equals), arg.substring(equals + 1));
-        }
+        Properties defaults = new Properties();
+        defaults.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        defaults.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        defaults.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        defaults.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        Properties properties = LineProtocol.properties(defaults, args);
         properties.putIfAbsent(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
         ConsumerDriver driver = new ConsumerDriver(properties);
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        String line;
-        while ((line = in.readLine()) != null) {
-            if (line.isBlank()) {
-                continue;
-            }
-            String[] words = line.trim().split(" ", 2);
-            ObjectNode answer;
-            try {
-                answer = driver.run(words[0], words.length > 1 ? words[1] : "");
-            } catch (RuntimeException e) {
-                answer = JSON.createObjectNode().put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
-            }
-            System.out.println(JSON.writeValueAsString(answer));
-            System.out.flush();
-            if (words[0].equals("close")) {
-                return;
-            }
+        if (!LineProtocol.serve(driver::run)) {
+            driver.consumer.close();
         }
-        driver.consumer.close();
     }
 
     private ObjectNode run(String command, String argument) {
