@@ -7,6 +7,7 @@ is made on kgroups only: Kafka 4.3.1 verifies a transactional write with its coo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import uuid
@@ -18,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_tools import TRANSACTIONS, Side, on_both, run_tool
 from tests.broker.broker_wire_helpers import produce_request
 
+from kgroups.cli import main
 from kgroups.log.batch import build_batch
 from kgroups.tools.wire_client import KafkaWireClient
 
@@ -102,6 +104,30 @@ def test_describe_an_open_transaction(sides: list[Side], names: Names) -> None:
         assert producer_id.isdigit() and epoch == "0" and int(duration) >= 0
         assert abs(int(start) - time.time() * 1000) < 120_000
     assert len(tables["kafka"]) == len(tables["kgroups"]) == 2
+
+
+def test_kgroups_transactions_reads_both_brokers_alike(sides: list[Side], names: Names,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    """`kgroups transactions` speaks to any Kafka-compatible broker: the committed
+    transaction's description and its partition's producers read the same from both (but the
+    producer ids and times)."""
+    seen: dict[str, tuple[object, ...]] = {}
+    for side in sides:
+        common = ["transactions", "--bootstrap-server", side.bootstrap]
+        assert main([*common, "describe", names.done_id, "--output", "json"]) == 0
+        (described,) = json.loads(capsys.readouterr().out)
+        assert main([*common, "describe-producers", "--topic", names.topic, "--partition", "1",
+                     "--output", "json"]) == 0
+        (producer,) = json.loads(capsys.readouterr().out)
+        assert main([*common, "list", "--state", "Ongoing", "--output", "json"]) == 0
+        ongoing = [t["transactional_id"] for t in json.loads(capsys.readouterr().out)]
+        assert names.open_id in ongoing and names.done_id not in ongoing
+        seen[side.name] = (
+            described["state"], described["partitions"], described["producer_epoch"],
+            producer["producer_epoch"], producer["last_sequence"],
+            producer["coordinator_epoch"], producer["txn_start_offset"])
+    assert seen["kafka"] == seen["kgroups"] == ("CompleteCommit", [], 0, 0, 0, 0, None)
 
 
 def test_describe_an_unknown_id_fails_alike(sides: list[Side], names: Names) -> None:
