@@ -29,10 +29,10 @@ from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.tables import TIMESTAMP
 from kgroups.pipeline.window import TimeWindow
 from kgroups.records.transaction_log import (
+    TRANSACTION_STATUS_NAMES,
     decode_transaction_log_key,
     decode_transaction_log_value,
 )
-from kgroups.transactions.state import TxnState
 
 log = logging.getLogger("kgroups.analyze")
 
@@ -142,7 +142,8 @@ def read_transaction_state(segments: Iterable[SegmentFile]) -> pa.Table:
             row["partitions"] |= {f"{topic}-{index}" for topic, indexes in
                                   value.partitions or () for index in indexes}
             row.update(producer_id=value.producer_id, producer_epoch=value.producer_epoch,
-                       state=TxnState(value.transaction_status).display_name,
+                       state=TRANSACTION_STATUS_NAMES.get(value.transaction_status,
+                                                 str(value.transaction_status)),
                        last_update_ts=value.last_update_timestamp_ms,
                        duration_ms=value.last_update_timestamp_ms - value.start_timestamp_ms,
                        timeout_ms=value.transaction_timeout_ms)
