@@ -16,13 +16,14 @@ from kgroups.broker.cluster import storage_cli
 from kgroups.pipeline import cli as pipeline_cli
 from kgroups.records import cli as records_cli
 from kgroups.simulate import cli as simulate_cli
-from kgroups.tools import acls_cli, groups_cli, topics_cli, users_cli
+from kgroups.tools import acls_cli, groups_cli, topics_cli, transactions_cli, users_cli
 
 # The parts that contribute sub-commands, in the order `kgroups --help` lists them.
 COMMAND_REGISTRARS: tuple[Callable[[Any], None], ...] = (
     broker_cli.register,
     groups_cli.register,
     topics_cli.register,
+    transactions_cli.register,
     acls_cli.register,
     users_cli.register,
     assignors_cli.register,

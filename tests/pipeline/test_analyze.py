@@ -126,6 +126,16 @@ def test_offset_commits_hold_every_applied_commit(full_run):
     assert result.errors == 0
 
 
+def test_transactional_commits_by_outcome(full_run):
+    """txn's three transactional commits: one committed, one aborted, one with no marker."""
+    out, result = full_run
+    assert [(r["group"], r["outcome"], r["transactions"], r["offsets"])
+            for r in table(out, "transactional_commits")] == [
+        ("txn", "aborted", 1, 1), ("txn", "committed", 1, 1), ("txn", "pending", 1, 1)]
+    # No __transaction_state segment under the data dir: an empty transactions table.
+    assert "transactions" in result.tables and table(out, "transactions") == []
+
+
 def test_group_generations_one_row_per_group_record(full_run):
     out, _ = full_run
     generations = sorted(table(out, "group_generations"), key=lambda r: (r["group"], r["ts"]))

@@ -24,6 +24,7 @@ TOPICS = "org.apache.kafka.tools.TopicCommand"
 GET_OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
 # A tool is a short-lived client: C1 compilation and the serial collector halve its start time.
 TOOL_JVM = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")

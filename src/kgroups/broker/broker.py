@@ -215,6 +215,9 @@ class Broker:
         the log cleaner, then listen; afterwards `self.port` is the bound port (--port 0)."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await self.coordinator.start()
+        if self.coordinator.metrics is not None:  # metrics served: the transactions' too
+            self.transactions.metrics = self.coordinator.metrics.watch_transactions(
+                self.transactions.coordinator)
         await self.transactions.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))

@@ -10,8 +10,11 @@ Two kinds of figures:
   histograms the coordinator runtime feeds through `CoordinatorMetrics`;
 - read at scrape time (groups by state, members, rebalances by cause, offsets, lag, load times,
   expired offsets, crashes and restarts of background tasks, which are counted whether or not
-  metrics are served): `CoordinatorMetrics.snapshot` walks the coordinator's summaries and the
-  logs, so an OffsetCommit costs nothing extra and a scrape sees one consistent moment.
+  metrics are served, transactional ids by state): `CoordinatorMetrics.snapshot` walks the
+  coordinator's summaries and the logs, so an OffsetCommit costs nothing extra and a scrape
+  sees one consistent moment.
+The transaction coordinator's figures (`TransactionMetrics`: aborts by cause, time to commit)
+are fed by the transaction runtime once the broker hands it one (`watch_transactions`).
 The HTTP server runs on the broker's event loop, so the snapshot reads the coordinator's state
 without locks, between two requests; a custom collector turns it into metric families and
 prometheus_client formats them in a worker thread, where the loop does not wait for them.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Counter as PrometheusCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -40,6 +44,7 @@ if TYPE_CHECKING:
     from kgroups.broker.background import BackgroundTasks
     from kgroups.coordinator import GroupCoordinator, GroupSummary
     from kgroups.log.manager import LogManager
+    from kgroups.transactions.coordinator import TransactionCoordinator
 
 logger = logging.getLogger("kgroups.metrics")
 
@@ -47,6 +52,12 @@ logger = logging.getLogger("kgroups.metrics")
 _REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# A transaction lasts from milliseconds (a produce and a commit) to its timeout (15 min at most).
+_TRANSACTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                        60.0, 300.0, 900.0)
+# Why a transaction was aborted: its producer asked (EndTxn), it outlived its timeout, or a new
+# producer with its transactional id fenced the old one (InitProducerId).
+ABORT_CAUSES = ("client", "timeout", "fenced")
 _MAX_REQUEST_HEAD = 16 * 1024
 
 
@@ -75,6 +86,13 @@ class CoordinatorMetrics:
             registry=self.registry, buckets=_REBALANCE_BUCKETS)
         self._runtime = runtime
         self._logs = logs
+        self._transactions: TransactionCoordinator | None = None
+
+    def watch_transactions(self, coordinator: TransactionCoordinator) -> TransactionMetrics:
+        """The transaction coordinator's figures: its ids by state at each scrape, and the
+        recorder its runtime feeds as transactions end."""
+        self._transactions = coordinator
+        return TransactionMetrics(self.registry)
 
     def observe_request(self, request: str, seconds: float) -> None:
         self.request_time.labels(request).observe(seconds)
@@ -130,7 +148,14 @@ class CoordinatorMetrics:
             log_starts={key: known[2] for key, known in partitions.items()
                         if known is not None},
             task_crashes=dict(runtime.background.counts.crashes),
-            task_restarts=dict(runtime.background.counts.restarts))
+            task_restarts=dict(runtime.background.counts.restarts),
+            transaction_states=self._transaction_states())
+
+    def _transaction_states(self) -> dict[str, int] | None:
+        if self._transactions is None:
+            return None
+        found, _ = self._transactions.list_transactions()
+        return dict(Counter(txn.state.display_name for txn in found))
 
     def _partition(self, topic: str, partition: int) -> tuple[int, RecordTimes, int] | None:
         """The partition's log end, timestamp reader and log start; None if it has no log
@@ -160,6 +185,7 @@ class Snapshot:
     log_starts: dict[tuple[str, int], int]
     task_crashes: dict[str, int]  # background task name -> crashes since start
     task_restarts: dict[str, int]  # background task name -> restarts after a crash
+    transaction_states: dict[str, int] | None  # state -> transactional ids; None: not watched
 
 
 class SnapshotCollector(Collector):
@@ -216,6 +242,14 @@ class SnapshotCollector(Collector):
         yield load
         yield from self._tasks()
         yield from self._offsets()
+        if snapshot.transaction_states is not None:
+            states = GaugeMetricFamily(
+                "kafka_transaction_coordinator_transactions",
+                "Transactional ids by the state of their last transaction (Kafka's state "
+                "names)", labels=["state"])
+            for state, count in sorted(snapshot.transaction_states.items()):
+                states.add_metric([state], count)
+            yield states
 
     def _tasks(self) -> Iterator[Metric]:
         """A crashed background task is started again (kgroups.broker.background): an alert
@@ -271,6 +305,38 @@ class SnapshotCollector(Collector):
             for (topic, partition), value in sorted(offsets.items()):
                 gauge.add_metric([topic, str(partition)], value)
             yield gauge
+
+
+class TransactionMetrics:
+    """What the transaction runtime records as transactions end: aborts by cause and the time
+    from a transaction's first partition to its commit's markers (when read_committed readers
+    see it), and from EndTxn's Prepare record to them (the broker's share of a commit)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.aborts = PrometheusCounter(
+            "kafka_transaction_coordinator_aborts",
+            "Transactions aborted since start, by cause (client: EndTxn; timeout: older than "
+            "its transaction.timeout.ms; fenced: a new producer of its transactional id)",
+            ["cause"], registry=registry)
+        for cause in ABORT_CAUSES:  # each series exists from the start, at 0
+            self.aborts.labels(cause)
+        self.commit_time = Histogram(
+            "kafka_transaction_coordinator_commit_time_seconds",
+            "Time from a transaction's first partition to its COMMIT markers being written",
+            registry=registry, buckets=_TRANSACTION_BUCKETS)
+        self.markers_time = Histogram(
+            "kafka_transaction_coordinator_markers_time_seconds",
+            "Time from a commit's or abort's Prepare record to its markers being written",
+            ["result"], registry=registry, buckets=_TRANSACTION_BUCKETS)
+
+    def aborted(self, cause: str) -> None:
+        self.aborts.labels(cause).inc()
+
+    def completed(self, commits: bool, start_ms: int, prepared_ms: int, done_ms: int) -> None:
+        if commits:
+            self.commit_time.observe(max(done_ms - start_ms, 0) / 1000)
+        self.markers_time.labels("commit" if commits else "abort").observe(
+            max(done_ms - prepared_ms, 0) / 1000)
 
 
 class MetricsServer:

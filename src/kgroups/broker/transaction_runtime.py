@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.appends import AppendNotifier
@@ -36,7 +37,10 @@ from kgroups.log.partition_log import PartitionLog
 from kgroups.log.replay import LatestPerKey
 from kgroups.transactions.coordinator import TransactionCoordinator, TxnConfig
 from kgroups.transactions.messages import Decision, MarkerWrite, TxnWrite
-from kgroups.transactions.state import PREPARE_STATES
+from kgroups.transactions.state import PREPARE_STATES, TxnState
+
+if TYPE_CHECKING:
+    from kgroups.broker.metrics import TransactionMetrics
 
 logger = logging.getLogger("kgroups.transactions")
 
@@ -98,6 +102,8 @@ class TransactionRuntime:
         self.cluster_mode = cluster_mode
         self.background = BackgroundTasks(task_counts)
         self.loaded = False
+        # Set by the broker when metrics are served (kgroups.broker.metrics).
+        self.metrics: TransactionMetrics | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -165,9 +171,11 @@ class TransactionRuntime:
 
     # -- requests ----------------------------------------------------------------------------
 
-    async def run(self, decision: Decision) -> Decision:
+    async def run(self, decision: Decision, abort_cause: str | None = None) -> Decision:
         """Make `decision`'s record durable and apply it; the decision as the client must hear
-        it (a failed write answers as Kafka maps an append failure)."""
+        it (a failed write answers as Kafka maps an append failure). A PrepareAbort is counted
+        by cause: `abort_cause` when the runtime's timer aborts, else fenced when it comes
+        from InitProducerId (answered CONCURRENT_TRANSACTIONS), else the client's EndTxn."""
         write = decision.write
         if write is None:
             return decision
@@ -177,6 +185,10 @@ class TransactionRuntime:
             return Decision(error)
         self.coordinator.apply(write)
         if write.metadata is not None and write.metadata.state in PREPARE_STATES:
+            if self.metrics is not None and write.metadata.state is TxnState.PREPARE_ABORT:
+                self.metrics.aborted(abort_cause or (
+                    "fenced" if decision.error is ErrorCode.CONCURRENT_TRANSACTIONS
+                    else "client"))
             self._complete_later(write.transactional_id)
         return decision
 
@@ -209,6 +221,7 @@ class TransactionRuntime:
         is gone), then its Complete record; a failed Complete write is tried again."""
         partition = self.coordinator.partition_of(transactional_id)
         epoch = self._topics.leader_epoch(TRANSACTION_STATE_TOPIC, partition) or 0
+        prepared = self.coordinator.get(transactional_id)
         completion = self.coordinator.completion(transactional_id, epoch, wall_clock_ms())
         if completion is None:
             return
@@ -226,6 +239,10 @@ class TransactionRuntime:
                 await asyncio.sleep(RETRY_MARKER_AFTER_S)
         if await self._append(completion.write) is ErrorCode.NONE:
             self.coordinator.apply(completion.write)
+            if self.metrics is not None and prepared is not None:
+                self.metrics.completed(prepared.state is TxnState.PREPARE_COMMIT,
+                                       prepared.start_timestamp_ms,
+                                       prepared.last_update_timestamp_ms, wall_clock_ms())
             return
         self.coordinator.write_failed(completion.write)
         await asyncio.sleep(RETRY_MARKER_AFTER_S)
@@ -239,7 +256,7 @@ class TransactionRuntime:
             for write in self.coordinator.abort_timed_out(wall_clock_ms()):
                 log_event(logger, logging.INFO, "transaction_timed_out",
                           transactional_id=write.transactional_id)
-                await self.run(Decision(ErrorCode.NONE, write))
+                await self.run(Decision(ErrorCode.NONE, write), abort_cause="timeout")
 
     async def _expire_periodically(self) -> None:
         while True:

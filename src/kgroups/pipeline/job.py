@@ -22,7 +22,7 @@ from pyspark import Broadcast
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kgroups.pipeline import decode, lag_seconds, tables, tasks
+from kgroups.pipeline import decode, lag_seconds, tables, tasks, transaction_tables
 from kgroups.pipeline.discovery import LogInputs, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
@@ -74,6 +74,10 @@ class LogSource(Protocol):
     def add_lag_seconds(self, lag: pa.Table, windows: pa.Table, batches: pa.Table,
                         now_ms: int) -> pa.Table: ...
 
+    def read_transactions(self) -> pa.Table | None:
+        """transaction_tables.TRANSACTIONS from __transaction_state; None: not read here."""
+        ...
+
 
 class SegmentSource:
     """Segment files found by discovery.find_inputs, decoded by Spark tasks."""
@@ -111,6 +115,9 @@ class SegmentSource:
                         now_ms: int) -> pa.Table:
         return lag_seconds.add_lag_seconds(lag, windows, batches, self.inputs.topic_segments,
                                            now_ms)
+
+    def read_transactions(self) -> pa.Table | None:
+        return transaction_tables.read_transaction_state(self.inputs.topic_segments)
 
 
 def _write_text(out: str, name: str, text: str) -> None:
@@ -200,6 +207,17 @@ def run_analysis(
         summary = tables.sorted_by(tables.summary_table(parts["summary"], lag), "group")
         tables.write_table(summary, out, "group_summary")
         written.append("group_summary")
+        transactional = tables.sorted_by(parts["transactional_commits"], "group", "outcome")
+        tables.write_table(transactional, out, "transactional_commits")
+        written.append("transactional_commits")
+        transactions = source.read_transactions()
+        if transactions is not None:
+            tables.write_table(transactions, out, "transactions")
+            written.append("transactions")
+        else:
+            tables.remove_table(out, "transactions")
+            notes.append("__transaction_state is not read from a store, so the transactions "
+                         "table is not produced.")
 
     records = int(pc.sum(parts["stats"]["records"]).as_py() or 0)
     with steps.step("report"):
@@ -228,6 +246,8 @@ def run_analysis(
             notes=notes,
             partition_lag=None if lag is None else tables.sorted_by(
                 lag, "group", "topic", "partition").to_pandas(),
+            transactional_commits=transactional.to_pandas(),
+            transactions=None if transactions is None else transactions.to_pandas(),
         )
         _write_text(out, "report.html", render(report))
     return AnalysisResult(

@@ -26,6 +26,7 @@ from kgroups.pipeline import (
     ownership,
     rebalance_causes,
     tables,
+    transaction_tables,
 )
 from kgroups.pipeline.decode import (
     COMMIT_ROW_SCHEMA,
@@ -59,6 +60,7 @@ class PartitionResult:
     lag_minutes: pa.Table | None
     rebalance_causes: pa.Table  # rebalance_causes.REBALANCE_CAUSES
     partition_owners: pa.Table  # ownership.PARTITION_OWNERS
+    transactional_commits: pa.Table  # transaction_tables.TRANSACTIONAL_COMMITS
     report_partition_lag: pa.Table | None = None  # tables.REPORT_PARTITION_LAG
 
     def tables(self) -> dict[str, pa.Table]:
@@ -76,6 +78,7 @@ class PartitionResult:
             "rebalance_causes": self.rebalance_causes,
             "partition_owners": self.partition_owners,
             "report_partition_lag": self.report_partition_lag,
+            "transactional_commits": self.transactional_commits,
         }
         return {name: table for name, table in named.items() if table is not None}
 
@@ -171,6 +174,8 @@ def analyze_decoded(
         report_partition_lag=None if lag_parts is None else lag_parts[2].report,
         rebalance_causes=_causes(events_by_group, consumer, window.up_to_until(live, "record_ts"),
                                  window),
+        transactional_commits=transaction_tables.transactional_commits(all_commits, markers,
+                                                                       window),
     )
 
 

@@ -50,6 +50,9 @@ class ReportData:
     partition_owners: pd.DataFrame | None = None  # the partition_owners table
     # What `segments` counts: segment files ("segments"), or a store's partitions.
     units: str = "segments"
+    # transaction_tables.TRANSACTIONAL_COMMITS and TRANSACTIONS (None: not read)
+    transactional_commits: pd.DataFrame | None = None
+    transactions: pd.DataFrame | None = None
 
 
 def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
@@ -366,6 +369,42 @@ window.addEventListener("hashchange",openTarget);openTarget();
 """
 
 
+# The transactions listed in the report, newest first; the table holds them all.
+REPORT_TRANSACTIONS = 50
+
+
+def transactions_section(commits: pd.DataFrame | None, transactions: pd.DataFrame | None
+                         ) -> str:
+    """Each group's transactional offset commits by outcome, and the newest transactions of
+    __transaction_state."""
+    parts = ["<h3>Transactional offset commits per group</h3>",
+             "<p>Offsets committed inside transactions (TxnOffsetCommit): committed and aborted "
+             "by their transaction's marker; pending ones have no marker yet, and consumers "
+             "with require_stable wait for them.</p>"]
+    if commits is None or commits.empty:
+        parts.append(_empty("No transactional offset commits."))
+    else:
+        wide = commits.pivot_table(index="group", columns="outcome",
+                                   values=["transactions", "offsets"], aggfunc="sum",
+                                   fill_value=0)
+        columns = {f"{outcome}_{kind}": wide[(kind, outcome)]
+                   for outcome in ("committed", "aborted", "pending")
+                   for kind in ("transactions", "offsets") if (kind, outcome) in wide}
+        parts.append(_table(pd.DataFrame(columns).reset_index()))
+    parts.append("<h3>Transactions in __transaction_state</h3>")
+    if transactions is None:
+        parts.append(_empty("__transaction_state was not read."))
+    elif transactions.empty:
+        parts.append(_empty("No transactions recorded."))
+    else:
+        newest = transactions.sort_values("start_ts", ascending=False).head(
+            REPORT_TRANSACTIONS).assign(partitions=lambda f: f["partitions"].map(", ".join))
+        parts.append(f"<p>The {len(newest)} newest of {len(transactions)}.</p>")
+        parts.append(_table(newest[["transactional_id", "producer_id", "producer_epoch",
+                                    "state", "partitions", "start_ts", "duration_ms"]]))
+    return "".join(parts)
+
+
 def render(data: ReportData) -> str:
     """The whole page as one HTML string."""
     error_note = (
@@ -404,6 +443,8 @@ def render(data: ReportData) -> str:
         "<h2>Lag per partition</h2>",
         partition_lag(data.partition_lag, data.partition_lag_over_time),
         "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
+        "<h2>Transactions</h2>", transactions_section(data.transactional_commits,
+                                                      data.transactions),
         "<h2>Damaged segments</h2>", _table(data.errors),
         _OPEN_LINKED_DETAILS,
         "</body></html>",

@@ -113,6 +113,11 @@ class StoreSource:
         self.described = [redacted(inputs.url)]
         self.count = inputs.offsets_partitions + len(inputs.log_ends)
 
+    def read_transactions(self) -> pa.Table | None:
+        """A store's __transaction_state is not read (kgroups serves no transactions in
+        cluster mode yet)."""
+        return None
+
     def read_topic_batches(self, spark: SparkSession) -> pa.Table | None:
         """decode.TOPIC_ROW_SCHEMA rows of every other topic's batches; `file` is the topic
         partition and `position` the batch's base offset (what `read_at` looks up)."""

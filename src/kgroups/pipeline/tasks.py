@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from kgroups.pipeline import ownership, rebalance_causes, tables
+from kgroups.pipeline import ownership, rebalance_causes, tables, transaction_tables
 from kgroups.pipeline.decode import DecodedSegment, decode_offsets_log, decode_topic_segment
 from kgroups.pipeline.discovery import OFFSETS_TOPIC, SegmentFile
 from kgroups.pipeline.partition import PartitionResult, analyze_decoded, analyze_partition
@@ -46,6 +46,7 @@ PARTS = {
     "rebalance_causes": rebalance_causes.REBALANCE_CAUSES,
     "report_partition_lag": tables.REPORT_PARTITION_LAG,
     "partition_owners": ownership.PARTITION_OWNERS,
+    "transactional_commits": transaction_tables.TRANSACTIONAL_COMMITS,
     "stats": STATS,
 }
 

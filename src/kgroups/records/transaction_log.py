@@ -35,6 +35,12 @@ from kgroups.records.wire import (
 TRANSACTION_LOG_KEY_TYPE = 0
 NO_PRODUCER_ID = -1
 _INT8 = struct.Struct(">b")
+# The value's transaction status byte, by the names Kafka gives the states (DescribeTransactions,
+# ListTransactions, kafka-transactions); readers of the log (the pipeline) name them with it.
+TRANSACTION_STATUS_NAMES = {
+    0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",
+    5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence",
+}
 
 
 @dataclass(frozen=True, slots=True)

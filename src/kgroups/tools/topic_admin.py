@@ -118,7 +118,9 @@ def delete_records(client: KafkaWireClient, offsets: Mapping[tuple[str, int], in
             for topic in response.topics for p in topic.partitions}
 
 
-def _metadata(client: KafkaWireClient, names: list[str] | None) -> Any:
+def metadata(client: KafkaWireClient, names: list[str] | None) -> Any:
+    """The brokers and the named topics (every topic when None), as the broker answers them;
+    transaction_admin reads the partitions' leaders from it."""
     version = _version(client, ApiKey.METADATA, 12, "Metadata")
     request = request_type(ApiKey.METADATA, version)
     topics = None if names is None else tuple(
@@ -130,7 +132,7 @@ def _metadata(client: KafkaWireClient, names: list[str] | None) -> Any:
 
 
 def list_topics(client: KafkaWireClient, *, include_internal: bool = True) -> list[str]:
-    return sorted(t.name for t in _metadata(client, None).topics
+    return sorted(t.name for t in metadata(client, None).topics
                   if include_internal or not t.is_internal)
 
 
@@ -151,7 +153,7 @@ def describe_topics(client: KafkaWireClient, names: list[str] | None) -> list[To
     """Partitions (leader, replicas, in-sync replicas, log start and end), topic id and the
     topic's own settings, for the named topics (all when None). An unknown name raises."""
     described = []
-    for topic in sorted(_metadata(client, names).topics, key=lambda t: t.name):
+    for topic in sorted(metadata(client, names).topics, key=lambda t: t.name):
         code = int(topic.error_code)
         if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             raise AdminError(f"Topic '{topic.name}' does not exist as expected")

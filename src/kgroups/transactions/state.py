@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
-from kgroups.records.transaction_log import NO_PRODUCER_ID, TransactionLogValue
+from kgroups.records.transaction_log import (
+    NO_PRODUCER_ID,
+    TRANSACTION_STATUS_NAMES,
+    TransactionLogValue,
+)
 
 NO_PRODUCER_EPOCH = -1
 MAX_EPOCH = 32767
@@ -30,12 +34,7 @@ class TxnState(IntEnum):
         return _NAMES[self]
 
 
-_NAMES = {
-    TxnState.EMPTY: "Empty", TxnState.ONGOING: "Ongoing",
-    TxnState.PREPARE_COMMIT: "PrepareCommit", TxnState.PREPARE_ABORT: "PrepareAbort",
-    TxnState.COMPLETE_COMMIT: "CompleteCommit", TxnState.COMPLETE_ABORT: "CompleteAbort",
-    TxnState.DEAD: "Dead", TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
-}
+_NAMES = {TxnState(status): name for status, name in TRANSACTION_STATUS_NAMES.items()}
 STATE_BY_NAME = {name: state for state, name in _NAMES.items()}
 COMPLETE_STATES = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 PREPARE_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT})
