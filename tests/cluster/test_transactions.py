@@ -1,0 +1,137 @@
+"""Transactions on a three-broker cluster: the transaction coordinator is the leader of the
+id's `__transaction_state` partition, its markers reach partitions led by the other brokers
+(WriteTxnMarkers between brokers), and a read_committed consumer sees exactly the committed
+records, across a SIGKILL of the coordinator's broker too."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from tests.cluster.conftest import Cluster
+
+from kgroups.coordinator.placement import partition_for
+
+TOPIC = "payments"
+PARTITIONS = 6
+TRANSACTION_KEY_TYPE = 1
+
+
+def _leaders(cluster: Cluster, topic: str) -> dict[int, int]:
+    """Partition -> its leader's node id, as the store has them."""
+    store = cluster.store()
+    try:
+        return {row.partition: row.leader for row in store.leadership()
+                if row.topic == topic and row.current}
+    finally:
+        store.close()
+
+
+def _create_topic(cluster: Cluster) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS)])[TOPIC].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        leaders = _leaders(cluster, TOPIC)
+        if len(leaders) == PARTITIONS and len(set(leaders.values())) == 3:
+            return leaders
+        time.sleep(0.2)
+    raise AssertionError(f"{TOPIC}'s partitions not shared by the three brokers: {leaders}")
+
+
+def _producer(cluster: Cluster, transactional_id: str) -> Producer:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap,
+                         "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    return producer
+
+
+def _transaction(producer: Producer, tag: str, commit: bool) -> set[bytes]:
+    """One record in every partition; the values written."""
+    producer.begin_transaction()
+    values = {f"{tag}-{p}".encode() for p in range(PARTITIONS)}
+    for p in range(PARTITIONS):
+        producer.produce(TOPIC, f"{tag}-{p}".encode(), partition=p)
+    if commit:
+        producer.commit_transaction(60)
+    else:
+        producer.abort_transaction(60)
+    return values
+
+
+def _read_committed(cluster: Cluster, until: set[bytes], settle_s: float = 3.0) -> list[bytes]:
+    """Every value a read_committed consumer reads from the start: until `until` is seen,
+    then `settle_s` more (anything further would be a record it must not see)."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reader",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    seen: list[bytes] = []
+    deadline = time.monotonic() + 60
+    settled_at: float | None = None
+    try:
+        while time.monotonic() < (settled_at or deadline):
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                seen.append(message.value())
+            if settled_at is None and until <= set(seen):
+                settled_at = time.monotonic() + settle_s
+    finally:
+        consumer.close()
+    assert until <= set(seen), f"committed records not read: {sorted(until - set(seen))}"
+    return seen
+
+
+def test_commit_and_abort_across_brokers(cluster: Cluster) -> None:
+    leaders = _create_topic(cluster)
+    transactional_id = "payments-tx"
+    coordinator = cluster.wait_coordinator(transactional_id, 1, key_type=TRANSACTION_KEY_TYPE)
+    # Every broker names the same coordinator: the leader of the id's partition.
+    state_leaders = _leaders(cluster, "__transaction_state")
+    assert coordinator == state_leaders[partition_for(transactional_id, 50)]
+    assert {cluster.coordinator(transactional_id, node, TRANSACTION_KEY_TYPE)
+            for node in (1, 2, 3)} == {coordinator}
+    # Partitions led elsewhere than the coordinator get their markers over the wire.
+    assert any(leader != coordinator for leader in leaders.values())
+    producer = _producer(cluster, transactional_id)
+    committed = _transaction(producer, "first", commit=True)
+    _transaction(producer, "aborted", commit=False)
+    committed |= _transaction(producer, "second", commit=True)
+    seen = _read_committed(cluster, committed)
+    assert sorted(seen) == sorted(committed)
+
+
+def test_coordinator_killed_between_transactions(cluster: Cluster) -> None:
+    """SIGKILL of the coordinator's broker after a commit was sent: the next transaction
+    completes on the new coordinator; nothing aborted or half-committed is read."""
+    _create_topic(cluster)
+    transactional_id = "killed-tx"
+    coordinator = cluster.wait_coordinator(transactional_id, 1, key_type=TRANSACTION_KEY_TYPE)
+    producer = _producer(cluster, transactional_id)
+    committed = _transaction(producer, "before", commit=True)
+    _transaction(producer, "aborted", commit=False)
+    # A commit sent, and the coordinator killed before its answer can be relied on.
+    producer.begin_transaction()
+    in_flight = {f"in-flight-{p}".encode() for p in range(PARTITIONS)}
+    for value in sorted(in_flight):
+        producer.produce(TOPIC, value, partition=int(value.rsplit(b"-", 1)[1]))
+    producer.flush(30)
+    cluster.signal(coordinator, signal.SIGKILL)
+    in_flight_committed = True
+    try:
+        producer.commit_transaction(60)
+    except Exception:  # the commit may be lost with the coordinator: then the producer aborts
+        in_flight_committed = False
+        producer.abort_transaction(60)
+    if in_flight_committed:
+        committed |= in_flight
+    survivor = next(node for node in (1, 2, 3) if node != coordinator)
+    new = cluster.wait_coordinator(transactional_id, survivor, other_than=coordinator,
+                                   key_type=TRANSACTION_KEY_TYPE, timeout_s=60)
+    assert new != coordinator
+    committed |= _transaction(producer, "after", commit=True)
+    seen = _read_committed(cluster, committed)
+    # Each transaction whole or not at all: the in-flight one too.
+    assert sorted(seen) == sorted(committed)
