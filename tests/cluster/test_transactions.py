@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.conftest import Cluster
 
 from kgroups.coordinator.placement import partition_for
+from kgroups.log.batch import read_header
 
 TOPIC = "payments"
 PARTITIONS = 6
@@ -21,12 +22,8 @@ TRANSACTION_KEY_TYPE = 1
 
 def _leaders(cluster: Cluster, topic: str) -> dict[int, int]:
     """Partition -> its leader's node id, as the store has them."""
-    store = cluster.store()
-    try:
-        return {row.partition: row.leader for row in store.leadership()
-                if row.topic == topic and row.current}
-    finally:
-        store.close()
+    return {row.partition: row.leader for row in _leadership_rows(cluster)
+            if row.topic == topic and row.current}
 
 
 def _create_topic(cluster: Cluster) -> dict[int, int]:
@@ -135,3 +132,58 @@ def test_coordinator_killed_between_transactions(cluster: Cluster) -> None:
     seen = _read_committed(cluster, committed)
     # Each transaction whole or not at all: the in-flight one too.
     assert sorted(seen) == sorted(committed)
+
+
+def _state_batch_epochs(cluster: Cluster, partition: int) -> list[int]:
+    """The leader epoch the store stamped on each batch of `__transaction_state-<partition>`,
+    in offset order."""
+    store = cluster.store()
+    try:
+        return [read_header(batch).partition_leader_epoch
+                for batch in store.batches("__transaction_state", partition)]
+    finally:
+        store.close()
+
+
+def test_a_paused_coordinator_writes_nothing_after_the_takeover(cluster: Cluster) -> None:
+    """SIGSTOP of the coordinator's broker past its lease, then SIGCONT while its producer
+    ends the transaction: every `__transaction_state` record from the takeover on is the new
+    coordinator's (stamped with its epoch), and the records read are exactly the committed."""
+    _create_topic(cluster)
+    transactional_id = "paused-tx"
+    partition = partition_for(transactional_id, 50)
+    coordinator = cluster.wait_coordinator(transactional_id, 1, key_type=TRANSACTION_KEY_TYPE)
+    producer = _producer(cluster, transactional_id)
+    committed = _transaction(producer, "before", commit=True)
+    producer.begin_transaction()
+    open_values = {f"open-{p}".encode() for p in range(PARTITIONS)}
+    for p in range(PARTITIONS):
+        producer.produce(TOPIC, f"open-{p}".encode(), partition=p)
+    producer.flush(30)
+    cluster.signal(coordinator, signal.SIGSTOP)
+    survivor = next(node for node in (1, 2, 3) if node != coordinator)
+    cluster.wait_coordinator(transactional_id, survivor, other_than=coordinator,
+                             key_type=TRANSACTION_KEY_TYPE, timeout_s=60)
+    new_epoch = next(row.epoch for row in _leadership_rows(cluster)
+                     if row.topic == "__transaction_state" and row.partition == partition)
+    written_before = len(_state_batch_epochs(cluster, partition))
+    cluster.signal(coordinator, signal.SIGCONT)
+    try:
+        producer.commit_transaction(60)
+        committed |= open_values
+    except Exception:  # fenced or lost with the pause: the producer aborts instead
+        producer.abort_transaction(60)
+    committed |= _transaction(producer, "after", commit=True)
+    seen = _read_committed(cluster, committed)
+    assert sorted(seen) == sorted(committed)
+    after = _state_batch_epochs(cluster, partition)[written_before:]
+    assert after, "the new coordinator wrote nothing"
+    assert set(after) == {new_epoch}, f"epochs after the takeover: {after}"
+
+
+def _leadership_rows(cluster: Cluster) -> list:  # type: ignore[type-arg]
+    store = cluster.store()
+    try:
+        return list(store.leadership())
+    finally:
+        store.close()
