@@ -25,17 +25,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from itertools import count
 from typing import Any
 
+from kgroups.broker import wire
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
-from kgroups.broker.wire import (
-    build,
-    decode_response,
-    encode_request,
-    request_type,
-    response_type,
-    sibling,
-)
 from kgroups.errors import ErrorCode
 from kgroups.transactions.messages import MarkerWrite
 
@@ -93,14 +86,14 @@ class MarkerRouter:
         reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
         try:
             correlation_id = next(self._correlation_ids)
-            writer.write(encode_request(correlation_id, CLIENT_ID, _request(markers)))
+            writer.write(wire.encode_request(correlation_id, CLIENT_ID, _request(markers)))
             await writer.drain()
             (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
             frame = await reader.readexactly(size)
         finally:
             writer.close()
-        answered_id, response = decode_response(
-            response_type(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION), frame)
+        answered_id, response = wire.decode_response(
+            wire.response_type(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION), frame)
         if answered_id != correlation_id:
             raise ValueError(f"correlation id {answered_id}, expected {correlation_id}")
         errors = [ErrorCode(int(partition.error_code)) for result in response.markers
@@ -113,12 +106,12 @@ class MarkerRouter:
 def _request(markers: list[MarkerWrite]) -> Any:
     """One WritableTxnMarker per marker (one topic, one partition), so the answers come back
     in the markers' order."""
-    request_cls = request_type(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
-    marker_cls = sibling(request_cls, "WritableTxnMarker")
-    topic_cls = sibling(request_cls, "WritableTxnMarkerTopic")
-    return build(request_cls, markers=tuple(
-        build(marker_cls, producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+    request_cls = wire.request_type(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION)
+    marker_cls = wire.sibling(request_cls, "WritableTxnMarker")
+    topic_cls = wire.sibling(request_cls, "WritableTxnMarkerTopic")
+    return wire.build(request_cls, markers=tuple(
+        wire.build(marker_cls, producer_id=m.producer_id, producer_epoch=m.producer_epoch,
               transaction_result=m.commits, coordinator_epoch=m.coordinator_epoch,
               transaction_version=m.transaction_version,
-              topics=(build(topic_cls, name=m.topic, partition_indexes=(m.partition,)),))
+              topics=(wire.build(topic_cls, name=m.topic, partition_indexes=(m.partition,)),))
         for m in markers))
