@@ -23,6 +23,7 @@ answers NOT_COORDINATOR and gives the partition up.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -109,7 +110,11 @@ class TransactionRuntime:
                         if url is not None else None)
         self.give_up: Callable[[int], None] = lambda partition: None
         self._loads: dict[int, asyncio.Task[None]] = {}
-        self._served: set[int] = set()
+        # Partition -> which load of it is served (a count over every load), so a second
+        # phase begun before the partition was lost and gained again stops: the new load
+        # completes the transaction itself.
+        self._served: dict[int, int] = {}
+        self._load_count = itertools.count(1)
         self.background = BackgroundTasks(task_counts)
         self.loaded = False
 
@@ -198,6 +203,10 @@ class TransactionRuntime:
     def _serves(self, partition: int) -> bool:
         return partition in self._served if self.cluster_mode else self.loaded
 
+    def _term(self, partition: int) -> int | None:
+        """Which load of `partition` is served (0 on a single broker, which loads once)."""
+        return self._served.get(partition) if self.cluster_mode else 0
+
     # -- cluster mode ------------------------------------------------------------------------
 
     def partition_gained(self, partition: int) -> None:
@@ -213,7 +222,7 @@ class TransactionRuntime:
         load = self._loads.pop(partition, None)
         if load is not None:
             load.cancel()
-        self._served.discard(partition)
+        self._served.pop(partition, None)
         self.coordinator.unload(partition)
 
     async def _load_leased(self, partition: int) -> None:
@@ -232,7 +241,7 @@ class TransactionRuntime:
             return
         self._loads.pop(partition, None)
         records = self._replay(table)
-        self._served.add(partition)
+        self._served[partition] = next(self._load_count)
         prepared = [t for t in self.coordinator.prepared()
                     if self.coordinator.partition_of(t) == partition]
         log_event(logger, logging.INFO, "transactions_partition_loaded", partition=partition,
@@ -309,8 +318,9 @@ class TransactionRuntime:
         completion = self.coordinator.completion(transactional_id, epoch, wall_clock_ms())
         if completion is None:
             return
+        term = self._term(partition)
         pending = list(completion.markers)
-        while pending and self._serves(partition):
+        while pending and term is not None and self._term(partition) == term:
             errors = await self._send_markers(pending)
             failed = [(m, e) for m, e in zip(pending, errors, strict=True)
                       if e not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
@@ -321,7 +331,9 @@ class TransactionRuntime:
             pending = [m for m, _ in failed]
             if pending:
                 await asyncio.sleep(RETRY_MARKER_AFTER_S)
-        if pending:  # the partition was lost: its next coordinator completes the transaction
+        if term is None or self._term(partition) != term:
+            # The partition was lost (and perhaps loaded again): whoever serves it now
+            # completes the transaction, with its own coordinator epoch.
             self.coordinator.write_failed(completion.write)
             return
         if await self._append(completion.write) is ErrorCode.NONE:
