@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.conftest import Cluster
 
@@ -100,37 +101,38 @@ def test_commit_and_abort_across_brokers(cluster: Cluster) -> None:
     assert sorted(seen) == sorted(committed)
 
 
-def test_coordinator_killed_between_transactions(cluster: Cluster) -> None:
-    """SIGKILL of the coordinator's broker after a commit was sent: the next transaction
-    completes on the new coordinator; nothing aborted or half-committed is read."""
+def test_coordinator_killed_during_a_commit(cluster: Cluster) -> None:
+    """SIGKILL of the coordinator's broker just after the producer sent its commit (whichever
+    phase it reached: not yet prepared, prepared with markers missing, or complete): the commit
+    ends on the new coordinator, or the producer aborts; the next transaction completes there;
+    a read_committed consumer sees every transaction whole or not at all."""
     _create_topic(cluster)
     transactional_id = "killed-tx"
     coordinator = cluster.wait_coordinator(transactional_id, 1, key_type=TRANSACTION_KEY_TYPE)
     producer = _producer(cluster, transactional_id)
     committed = _transaction(producer, "before", commit=True)
     _transaction(producer, "aborted", commit=False)
-    # A commit sent, and the coordinator killed before its answer can be relied on.
     producer.begin_transaction()
     in_flight = {f"in-flight-{p}".encode() for p in range(PARTITIONS)}
-    for value in sorted(in_flight):
-        producer.produce(TOPIC, value, partition=int(value.rsplit(b"-", 1)[1]))
+    for p in range(PARTITIONS):
+        producer.produce(TOPIC, f"in-flight-{p}".encode(), partition=p)
     producer.flush(30)
-    cluster.signal(coordinator, signal.SIGKILL)
-    in_flight_committed = True
-    try:
-        producer.commit_transaction(60)
-    except Exception:  # the commit may be lost with the coordinator: then the producer aborts
-        in_flight_committed = False
-        producer.abort_transaction(60)
-    if in_flight_committed:
-        committed |= in_flight
+    with ThreadPoolExecutor(1) as committer:
+        commit = committer.submit(producer.commit_transaction, 90)
+        time.sleep(0.02)
+        cluster.signal(coordinator, signal.SIGKILL)
+        try:
+            commit.result()
+            committed |= in_flight
+        except KafkaException as exc:  # the commit was lost with the coordinator
+            assert exc.args[0].txn_requires_abort(), exc
+            producer.abort_transaction(90)
     survivor = next(node for node in (1, 2, 3) if node != coordinator)
     new = cluster.wait_coordinator(transactional_id, survivor, other_than=coordinator,
                                    key_type=TRANSACTION_KEY_TYPE, timeout_s=60)
     assert new != coordinator
     committed |= _transaction(producer, "after", commit=True)
     seen = _read_committed(cluster, committed)
-    # Each transaction whole or not at all: the in-flight one too.
     assert sorted(seen) == sorted(committed)
 
 
