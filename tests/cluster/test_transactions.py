@@ -1,7 +1,8 @@
 """Transactions on a three-broker cluster: the transaction coordinator is the leader of the
 id's `__transaction_state` partition, its markers reach partitions led by the other brokers
 (WriteTxnMarkers between brokers), and a read_committed consumer sees exactly the committed
-records, across a SIGKILL of the coordinator's broker too."""
+records, across a SIGKILL of the coordinator's broker too; a coordinator paused past its lease
+writes nothing to `__transaction_state` once another broker took the partition over."""
 
 from __future__ import annotations
 
