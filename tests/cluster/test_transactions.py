@@ -90,7 +90,7 @@ def test_commit_and_abort_across_brokers(cluster: Cluster) -> None:
     # Every broker names the same coordinator: the leader of the id's partition.
     state_leaders = _leaders(cluster, "__transaction_state")
     assert coordinator == state_leaders[partition_for(transactional_id, 50)]
-    assert {cluster.coordinator(transactional_id, node, TRANSACTION_KEY_TYPE)
+    assert {cluster.wait_coordinator(transactional_id, node, key_type=TRANSACTION_KEY_TYPE)
             for node in (1, 2, 3)} == {coordinator}
     # Partitions led elsewhere than the coordinator get their markers over the wire.
     assert any(leader != coordinator for leader in leaders.values())
@@ -150,8 +150,8 @@ def _state_batch_epochs(cluster: Cluster, partition: int) -> list[int]:
 
 def test_a_paused_coordinator_writes_nothing_after_the_takeover(cluster: Cluster) -> None:
     """SIGSTOP of the coordinator's broker past its lease, then SIGCONT while its producer
-    ends the transaction: every `__transaction_state` record from the takeover on is the new
-    coordinator's (stamped with its epoch), and the records read are exactly the committed."""
+    ends the transaction: every `__transaction_state` record from the takeover on is written
+    at the new lease's epoch or a later one, and the records read are exactly the committed."""
     _create_topic(cluster)
     transactional_id = "paused-tx"
     partition = partition_for(transactional_id, 50)
@@ -179,9 +179,12 @@ def test_a_paused_coordinator_writes_nothing_after_the_takeover(cluster: Cluster
     committed |= _transaction(producer, "after", commit=True)
     seen = _read_committed(cluster, committed)
     assert sorted(seen) == sorted(committed)
+    # The store stamps each batch with its writer's lease epoch: none from the paused broker's
+    # old lease follows the takeover (the partition may move on again, at a newer epoch, when
+    # the placement hands it back to the broker that came back).
     after = _state_batch_epochs(cluster, partition)[written_before:]
     assert after, "the new coordinator wrote nothing"
-    assert set(after) == {new_epoch}, f"epochs after the takeover: {after}"
+    assert after[0] == new_epoch and after == sorted(after), f"epochs after the takeover: {after}"
 
 
 def _leadership_rows(cluster: Cluster) -> list:  # type: ignore[type-arg]
