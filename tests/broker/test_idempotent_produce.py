@@ -21,6 +21,7 @@ from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 from kgroups.log.config import LogConfig
 from kgroups.log.partition_log import PartitionLog
+from kgroups.log.transactions import control_batch
 
 PRODUCER = 4242
 
@@ -116,6 +117,19 @@ def test_table_rebuilt_from_the_log_recognises_a_resend_after_restart(tmp_path: 
     assert table.check(reopened, BatchIdentity(PRODUCER, 0, 20, 20)).append
     assert (table.check(reopened, BatchIdentity(PRODUCER, 0, 25, 25)).error
             == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+
+
+def test_a_rebuilt_table_steps_over_transaction_markers(tmp_path: Path) -> None:
+    """A marker carries the producer id but no sequence: after a restart (or a new leader in
+    a cluster) the producer's next transactional batch still follows its last one."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    log.append_batch(build_batch([(None, b"v", 0)], producer_id=PRODUCER, producer_epoch=0,
+                                 base_sequence=0, transactional=True))
+    log.append_batch(control_batch(PRODUCER, 0, commits=True, coordinator_epoch=1,
+                                   timestamp_ms=0))
+    table = ProducerStateTable()
+    assert table.check(log, BatchIdentity(PRODUCER, 0, 1, 1)).append
+    assert (table.check(log, BatchIdentity(PRODUCER, 0, 0, 0)).duplicate_of == 0)
 
 
 @pytest.mark.interop

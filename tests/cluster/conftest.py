@@ -45,13 +45,14 @@ class Cluster:
         return {node: broker for node, broker in self.brokers.items()
                 if broker.process is not None and broker.process.poll() is None}
 
-    def coordinator(self, group: str, asked: int) -> int | None:
-        """The node id broker `asked` names the group's coordinator; None while it has none."""
+    def coordinator(self, group: str, asked: int, key_type: int = 0) -> int | None:
+        """The node id broker `asked` names the group's (key_type 1: the transactional id's)
+        coordinator; None while it has none."""
         broker = self.brokers[asked]
         try:
             with KafkaWireClient(broker.host, broker.port, timeout=5) as client:
                 (found,) = client.call(FindCoordinatorRequest(
-                    key_type=i8(0), coordinator_keys=(group,))).coordinators
+                    key_type=i8(key_type), coordinator_keys=(group,))).coordinators
         except WireError:
             return None
         if ErrorCode(found.error_code) != ErrorCode.NONE:
@@ -59,10 +60,10 @@ class Cluster:
         return int(found.node_id)
 
     def wait_coordinator(self, group: str, asked: int, other_than: int | None = None,
-                         timeout_s: float = 30.0) -> int:
+                         timeout_s: float = 30.0, key_type: int = 0) -> int:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            node = self.coordinator(group, asked)
+            node = self.coordinator(group, asked, key_type)
             if node is not None and node != other_than:
                 return node
             time.sleep(0.1)

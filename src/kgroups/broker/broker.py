@@ -10,6 +10,7 @@ import asyncio
 import logging
 import socket
 import uuid
+from collections.abc import Awaitable, Sequence
 
 import psycopg
 
@@ -37,6 +38,7 @@ from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.cluster.catalog_books import StoreBrokerConfigs
 from kgroups.broker.cluster.catalog_sync import catalog_changed
 from kgroups.broker.cluster.leadership import LeadershipView
+from kgroups.broker.cluster.marker_sender import MarkerRouter
 from kgroups.broker.cluster.runtime import ClusterRuntime, ClusterSettings, LeaseHandlers
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
@@ -51,12 +53,14 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
-from kgroups.broker.topics import OFFSETS_TOPIC, TopicCatalog
+from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
+from kgroups.errors import ErrorCode
 from kgroups.log.durability import GroupCommit, flush_on_schedule
 from kgroups.log.manager import LogManager
 from kgroups.storage.postgresql import Lease, PostgresStore
+from kgroups.transactions.messages import MarkerWrite
 
 logger = logging.getLogger("kgroups.broker")
 
@@ -177,14 +181,20 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
+            return write_markers(self, markers)
+
+        # In a cluster each marker goes to its partition's leader (broker/cluster/).
+        send_markers = (write_local_markers if self.leadership is None
+                        else MarkerRouter(self.leadership, write_local_markers).send)
         self.transactions = TransactionRuntime(
             config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
-            self.producer_ids.next_id,
-            lambda markers: write_markers(self, markers),
-            cluster_mode=self.store is not None)
+            self.producer_ids.next_id, send_markers)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
+            self.transactions.give_up = (
+                lambda partition: cluster.drop(TRANSACTION_STATE_TOPIC, partition))
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
@@ -236,10 +246,14 @@ class Broker:
         self.topics.leadership_gained(lease)
         if lease.topic == OFFSETS_TOPIC:
             self.coordinator.partition_gained(lease.partition)
+        elif lease.topic == TRANSACTION_STATE_TOPIC:
+            self.transactions.partition_gained(lease.partition)
 
     def _lease_lost(self, topic: str, partition: int) -> None:
         if topic == OFFSETS_TOPIC:
             self.coordinator.partition_lost(partition)
+        elif topic == TRANSACTION_STATE_TOPIC:
+            self.transactions.partition_lost(partition)
         self.topics.leadership_lost(topic, partition)
 
     def _node_id_taken(self, reason: str) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
+from kgroups.log.batch import CONTROL
 from kgroups.storage.log_seam import PartitionLogSeam
 
 NO_PRODUCER_ID = -1
@@ -101,11 +102,14 @@ class ProducerStateTable:
         return Verdict(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
 
     def _rebuild(self, log: PartitionLogSeam) -> None:
-        """Replay the producer fields of the recent batch headers (no records are parsed)."""
+        """Replay the producer fields of the recent batch headers (no records are parsed).
+        Transaction markers carry the producer id but no sequence (Produce never records
+        them), so they are stepped over: counting one would make the producer's next batch
+        look out of order."""
         self._by_log[log] = {}
         tail_start = max(log.log_start_offset, log.log_end_offset - REBUILD_TAIL_OFFSETS)
         for header in log.batch_headers(tail_start):
-            if header.producer_id == NO_PRODUCER_ID:
+            if header.producer_id == NO_PRODUCER_ID or header.attributes & CONTROL:
                 continue
             last = last_sequence(header.base_sequence, header.last_offset_delta)
             self.record(log, BatchIdentity(header.producer_id, header.producer_epoch,

@@ -38,7 +38,12 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, topic_name_error
+from kgroups.broker.topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    topic_name_error,
+)
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
 
@@ -258,8 +263,8 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             # (Kafka's answer for a partition that is offline); the message says why.
             failure = broker.coordinator.partition_failure(key)
         elif key_type == TRANSACTION_KEY_TYPE:
-            # __transaction_state is created on this first use; in cluster mode, which does not
-            # serve transactional ids yet, Kafka's retriable answer with the reason.
+            # __transaction_state is created on this first use; Kafka's retriable answer with
+            # the reason when it cannot be.
             failure = _transaction_coordinator_failure(broker)
         else:
             # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
@@ -268,8 +273,12 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             failure = ("" if key_type == SHARE_KEY_TYPE and ctx.api_version >= 4
                        else INVALID_REQUEST_TEXT)
         if failure is None and key_type == GROUP_KEY_TYPE and broker.leadership is not None:
-            return _leased_coordinator(broker.leadership,
+            return _leased_coordinator(broker.leadership, OFFSETS_TOPIC,
                                        broker.coordinator.shard.partition_of(key),
+                                       ctx.api_version)
+        if failure is None and key_type == TRANSACTION_KEY_TYPE and broker.leadership is not None:
+            return _leased_coordinator(broker.leadership, TRANSACTION_STATE_TOPIC,
+                                       broker.transactions.coordinator.partition_of(key),
                                        ctx.api_version)
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
@@ -289,24 +298,26 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 
 def _transaction_coordinator_failure(broker: HandlerServices) -> str | None:
-    """Why this broker cannot coordinate transactional ids, None when it can."""
+    """Why no broker can coordinate transactional ids (__transaction_state could not be
+    created), None when they can."""
     try:
-        if broker.transactions.ensure_topic():
-            return None
+        broker.transactions.ensure_topic()
     except OSError as exc:
         return f"__transaction_state could not be created: {exc}"
-    return "the transaction coordinator is not available on this broker (cluster mode)"
+    return None
 
 
-def _leased_coordinator(view: LeadershipView, partition: int, version: int) -> dict[str, Any]:
-    """The group's coordinator in cluster mode: the leader of its offsets partition, or
-    COORDINATOR_NOT_AVAILABLE (retriable) while that partition has none."""
-    leader = view.leader(OFFSETS_TOPIC, partition)
+def _leased_coordinator(view: LeadershipView, topic: str, partition: int, version: int
+                        ) -> dict[str, Any]:
+    """A group's or transactional id's coordinator in cluster mode: the leader of its
+    `__consumer_offsets` or `__transaction_state` partition, or COORDINATOR_NOT_AVAILABLE
+    (retriable) while that partition has none."""
+    leader = view.leader(topic, partition)
     endpoint = view.endpoint(leader.node_id) if leader is not None else None
     if endpoint is None:
         return {"node_id": -1, "host": "", "port": -1,
                 "error_code": kio_error(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                "error_message": f"{OFFSETS_TOPIC}-{partition} has no leader yet"}
+                "error_message": f"{topic}-{partition} has no leader yet"}
     return {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port,
             "error_code": kio_error(ErrorCode.NONE),
             "error_message": "NONE" if version < 4 else ""}

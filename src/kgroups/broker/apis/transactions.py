@@ -4,8 +4,9 @@ TransactionRuntime (kgroups.broker.transaction_runtime) with Kafka 4.3.1's versi
 and who may call them beside them.
 
 Each handler turns the request into one call of the sans-IO coordinator, lets the runtime make
-its record durable, and answers; a broker that does not serve transactional ids (cluster mode)
-answers NOT_COORDINATOR, as a Kafka broker that is not the id's coordinator does.
+its record durable, and answers; a broker that is not the id's coordinator (in a cluster,
+another broker leads its __transaction_state partition) answers NOT_COORDINATOR, and one still
+replaying that partition COORDINATOR_LOAD_IN_PROGRESS, as Kafka's do.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def _for_version(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
     return error
 
 
-def _not_served(ctx: RequestContext) -> ErrorCode | None:
-    """NOT_COORDINATOR while this broker does not serve transactional ids, else None."""
-    return None if ctx.broker.transactions.available else ErrorCode.NOT_COORDINATOR
+def _not_served(ctx: RequestContext, transactional_id: str) -> ErrorCode | None:
+    """Why this broker does not answer for the id now (TransactionRuntime.refusal), else None."""
+    return ctx.broker.transactions.refusal(transactional_id)
 
 
 def _millis(value: Any) -> int:
@@ -68,8 +69,10 @@ async def init_transactional(ctx: RequestContext, request: Any) -> Any:
         return answer(ErrorCode.INVALID_REQUEST)
     runtime = ctx.broker.transactions
     try:
-        if not runtime.ensure_topic():
-            return answer(ErrorCode.NOT_COORDINATOR)
+        runtime.ensure_topic()
+        refused = runtime.refusal(request.transactional_id)
+        if refused is not None:
+            return answer(refused)
         decision = runtime.coordinator.init_producer_id(
             request.transactional_id, _millis(request.transaction_timeout), wall_clock_ms(),
             expected_id, expected_epoch)
@@ -110,7 +113,7 @@ async def _add_one(ctx: RequestContext, transactional_id: str, producer_id: int,
     unknown = {(t, p) for t, p in wanted
                if p >= (ctx.broker.topics.partition_count(t) or 0) or p < 0}
     errors: dict[tuple[str, int], ErrorCode]
-    refused = _not_served(ctx)
+    refused = _not_served(ctx, transactional_id)
     if refused is not None:
         errors = dict.fromkeys(wanted, refused)
     elif unknown:
@@ -143,7 +146,7 @@ def _topic_results(ctx: RequestContext, errors: dict[tuple[str, int], ErrorCode]
 @handles(api_key=ApiKey.ADD_OFFSETS_TO_TXN, min_version=0, max_version=4)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
-    refused = _not_served(ctx)
+    refused = _not_served(ctx, request.transactional_id)
     if refused is not None:
         return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(refused))
     runtime = ctx.broker.transactions
@@ -157,7 +160,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
 @handles(api_key=ApiKey.END_TXN, min_version=0, max_version=5)
 async def end_txn(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.END_TXN, ctx.api_version)
-    refused = _not_served(ctx)
+    refused = _not_served(ctx, request.transactional_id)
     decision = Decision(refused) if refused is not None else Decision(ErrorCode.NONE)
     if refused is None:
         runtime = ctx.broker.transactions
@@ -177,7 +180,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
     topic_cls = sibling(response_cls, "TopicData")
     states = []
     for transactional_id in request.transactional_ids:
-        refused = _not_served(ctx)
+        refused = _not_served(ctx, transactional_id)
         described = (None if refused is not None
                      else ctx.broker.transactions.coordinator.describe(transactional_id))
         error = refused or (ErrorCode.TRANSACTIONAL_ID_NOT_FOUND if described is None
@@ -203,7 +206,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> Any:
 async def list_transactions(ctx: RequestContext, request: Any) -> Any:
     response_cls = response_type(ApiKey.LIST_TRANSACTIONS, ctx.api_version)
     state_cls = sibling(response_cls, "TransactionState")
-    refused = _not_served(ctx)
+    refused = ctx.broker.transactions.listing_refusal()
     if refused is not None:
         return build(response_cls, throttle_time=NO_THROTTLE, error_code=kio_error(refused),
                      unknown_state_filters=(), transaction_states=())

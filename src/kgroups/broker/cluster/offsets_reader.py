@@ -1,5 +1,6 @@
-"""Reads a `__consumer_offsets` partition back from the store when this broker becomes its
-coordinator.
+"""Reads a `__consumer_offsets` (or, for the transaction coordinator, `__transaction_state`)
+partition back from the store when this broker becomes its coordinator; each coordinator has
+a reader of its own.
 
 On a thread and a connection of its own: a partition written for a long time (the store does
 not compact it yet) can take a while to read, and the event loop must keep answering
