@@ -263,10 +263,19 @@ class TransactionRuntime:
 
     def coordinates(self, transactional_id: str) -> bool:
         """Whether this broker is the transaction coordinator of the id (a single broker is of
-        every id; in cluster mode none is served): what a partition leader asks before
-        verifying a transactional write with it in-process (kgroups.broker.txn_verification).
-        Loaded or not: `available` tells whether it can answer yet."""
-        return not self.cluster_mode and bool(transactional_id)
+        every id; in cluster mode, of the ids whose partition it serves now): what a partition
+        leader asks before verifying a transactional write with it in-process
+        (kgroups.broker.txn_verification). `available` tells whether it can answer yet."""
+        if not transactional_id:
+            return False
+        return not self.cluster_mode or self.refusal(transactional_id) is None
+
+    @property
+    def available(self) -> bool:
+        """Whether the coordinator holds its state: on a single broker, once __transaction_state
+        exists and was replayed (before that no transactional producer can exist); in cluster
+        mode a served partition is always loaded."""
+        return self.cluster_mode or self.loaded
 
     # -- requests ----------------------------------------------------------------------------
 
