@@ -262,10 +262,12 @@ def first_commit_after(group: list[Member], moment: float, timeout_s: float) -> 
 
 def longest_wait(group: list[Member], moment: float, window_s: float) -> float:
     """The longest time, from `moment` over the next `window_s` seconds, that the group went
-    without an acknowledged commit: what a client saw of the failover."""
+    without an acknowledged commit: what a client saw of the failover. The window's end is an
+    edge too, so a window without any acknowledgement (the first came more than `window_s`
+    after `moment`, as on a loaded machine) counts whole instead of having no gap at all."""
     acknowledged = sorted(commit.acknowledged for member in group for commit in member.commits
                           if moment <= commit.acknowledged <= moment + window_s)
-    edges = [moment, *acknowledged]
+    edges = [moment, *acknowledged, moment + window_s]
     return max(later - earlier for earlier, later in itertools.pairwise(edges))
 
 
