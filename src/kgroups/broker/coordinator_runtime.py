@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
 from kgroups.broker.background import BackgroundTasks, TaskCounts
-from kgroups.broker.cluster.offsets_reader import OffsetsReader
+from kgroups.broker.cluster.offsets_reader import cluster_reader
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import OFFSETS_TOPIC
 from kgroups.coordinator import (
@@ -175,9 +175,7 @@ class CoordinatorRuntime:
         self._topics = topics
         # Cluster mode: partitions are loaded as their leases are gained, read by `_reader`;
         # `give_up` hands a fenced partition's lease back (set by the broker).
-        url = config.storage_url
-        self._reader = (OffsetsReader(url, config.cluster_int("broker.session.timeout.ms"))
-                        if url is not None else None)
+        self._reader = cluster_reader(config)
         self.give_up: Callable[[int], None] = lambda partition: None
         # Each gained partition's load, so a partition lost and gained again mid-load is
         # loaded once, from the newer lease.

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
-from kgroups.broker.cluster.offsets_reader import OffsetsReader
+from kgroups.broker.cluster.offsets_reader import cluster_reader
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import log_event
 from kgroups.broker.topics import TRANSACTION_STATE_TOPIC, TopicCatalog
@@ -109,9 +109,7 @@ class TransactionRuntime:
         self._send_markers = send_markers
         # Cluster mode: partitions are loaded as their leases are gained, read by `_reader`;
         # `give_up` hands a fenced partition's lease back (set by the broker).
-        url = config.storage_url
-        self._reader = (OffsetsReader(url, config.cluster_int("broker.session.timeout.ms"))
-                        if url is not None else None)
+        self._reader = cluster_reader(config)
         self.give_up: Callable[[int], None] = lambda partition: None
         self._loads: dict[int, asyncio.Task[None]] = {}
         # Partition -> which load of it is served (a count over every load), so a second

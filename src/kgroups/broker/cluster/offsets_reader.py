@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
+from kgroups.broker.config import BrokerConfig
 from kgroups.storage.postgresql import PostgresStore
 
 
@@ -48,3 +49,12 @@ class OffsetsReader:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def cluster_reader(config: BrokerConfig) -> OffsetsReader | None:
+    """A coordinator's reader in cluster mode (its partitions are loaded as their leases are
+    gained); None for a broker on its own, which reads its local logs."""
+    url = config.storage_url
+    if url is None:
+        return None
+    return OffsetsReader(url, config.cluster_int("broker.session.timeout.ms"))
