@@ -24,16 +24,22 @@ LAYERS: dict[str, frozenset[str]] = {
     "coordinator": frozenset({"errors", "log", "records", "assignors"}),
     # The transaction coordinator: beside the group coordinator, whose placement rule it shares.
     "transactions": frozenset({"errors", "log", "records", "coordinator"}),
+    # Share groups' partitions (acquisition, acknowledgement, delivery counts): sans-IO.
+    "share": frozenset({"errors", "log", "records"}),
+    # The share coordinator (`__share_group_state`), placed as the group coordinator places.
+    "share_coordinator": frozenset({"errors", "log", "records", "coordinator", "share"}),
     # A cluster broker keeps its topics, records and catalog in the store.
     "broker": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
-                         "storage"}),
+                         "storage", "share", "share_coordinator"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
     "pipeline": frozenset({"errors", "log", "records", "storage"}),
     # kgroups' own admin commands (groups, topics, acls, users) speak the Kafka wire as a client,
     # with the broker's codec (wire), config reading, SCRAM and ACL types.
     "tools": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                        "share", "share_coordinator",
                         "broker"}),
     "cli": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
+                      "share", "share_coordinator",
                       "broker", "tools", "pipeline", "storage", "member", "simulate"}),
     # The client side of a group (sans-IO members) sits on the coordinator's messages.
     "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
