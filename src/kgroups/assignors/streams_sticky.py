@@ -32,6 +32,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kgroups.assignors.java_hash import grown_capacity, iteration_order, string_hash
 from kgroups.assignors.java_queue import JavaPriorityQueue
@@ -51,8 +52,9 @@ _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 Task = tuple[str, int]  # (subtopology id, partition)
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
+class _Member(NamedTuple):
+    """A member as the previous target assignment names it."""
+
     process_id: str
     member_id: str
 
