@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kgroups.assignors.java_queue import JavaPriorityQueue
 from kgroups.assignors.streams_sticky import StickyTaskAssignor
 from kgroups.assignors.streams_tasks import (
     SubtopologyInfo,
@@ -108,6 +109,18 @@ def test_a_fresh_group_is_balanced_and_keeps_its_active_tasks_next_round(
     second = StickyTaskAssignor().assign(again, topology)
     assert {m: a.active_tasks for m, a in second.items()} == \
         {m: a.active_tasks for m, a in first.items()}
+
+
+def test_the_queue_polls_equals_in_javas_order() -> None:
+    """java.util.PriorityQueue ordered by string length, "a" "b" "c" "d" "ee" "f" added in that
+    order, polls a, f, b, d, c, ee (jshell on the JDK the harness runs): equal keys come out
+    neither first-in-first-out nor last-in-first-out, and the assignor's ties follow that."""
+    queue: JavaPriorityQueue[str] = JavaPriorityQueue(len)
+    for text in ["a", "b", "c", "d", "ee", "f"]:
+        queue.add(text)
+    polled = [queue.poll() for _ in range(6)]
+    assert polled == ["a", "f", "b", "d", "c", "ee"]
+    assert queue.poll() is None
 
 
 def test_members_keep_previous_active_tasks_up_to_their_share() -> None:
