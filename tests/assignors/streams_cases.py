@@ -1,10 +1,10 @@
 """Streams-group assignment cases shared by the sticky task assignor's tests: the JSON spec
 StreamsAssignorOracle.java reads (members in the order the coordinator puts them into its map,
-"gone" for a member removed after every put), the same group as the assignor's Python inputs,
+the same group as the assignor's Python inputs,
 answers in the oracle's listing, and seeded random groups.
 
 A spec: {"configs": {...}, "subtopologies": [{"id", "tasks", "stateful"}], "members": [{"id",
-"process", "instance", "rack", "tags", "active", "standby", "warmup", "gone"}]}, each task map
+"process", "instance", "rack", "tags", "active", "standby", "warmup"}]}, each task map
 {subtopology id: [partitions]}.
 """
 
@@ -51,18 +51,16 @@ def _tasks(listed: Mapping[str, Sequence[int]] | None) -> dict[str, frozenset[in
 
 
 def inputs(spec: Spec) -> tuple[TaskGroupSpec, dict[str, SubtopologyInfo]]:
-    """The spec as the assignor's inputs: the members still there in put order, the map's
-    peak size counting the ones gone."""
+    """The spec as the assignor's inputs, members in put order."""
     members = {
         m["id"]: TaskMemberSpec(
             process_id=m["process"], instance_id=m.get("instance"), rack_id=m.get("rack"),
             client_tags=m.get("tags", {}), active_tasks=_tasks(m.get("active")),
             standby_tasks=_tasks(m.get("standby")), warmup_tasks=_tasks(m.get("warmup")))
-        for m in spec["members"] if not m.get("gone")
+        for m in spec["members"]
     }
     topology = {s["id"]: SubtopologyInfo(s["tasks"], s["stateful"]) for s in spec["subtopologies"]}
-    group = TaskGroupSpec(members, spec["configs"], peak_members=len(spec["members"]))
-    return group, topology
+    return TaskGroupSpec(members, spec["configs"]), topology
 
 
 def listing(result: Mapping[str, TaskAssignment]) -> Listing:
@@ -121,7 +119,7 @@ def _subtopology_ids(rng: random.Random, count: int) -> list[str]:
 def random_spec(rng: random.Random, big: bool = False) -> Spec:
     """One random group: 0-5 subtopologies (stateful or not), members spread over processes,
     previous active/standby/warm-up tasks at random (overlapping and stale claims included),
-    num.standby.replicas 0-3 or no configs at all, some members gone."""
+    num.standby.replicas 0-3 or no configs at all."""
     subtopologies = [
         {"id": sid, "tasks": rng.randint(0, 64 if big else 16), "stateful": rng.random() < 0.6}
         for sid in _subtopology_ids(rng, rng.randint(1, 8) if big else rng.randint(0, 5))
@@ -142,8 +140,6 @@ def random_spec(rng: random.Random, big: bool = False) -> Spec:
             member["instance"] = f"i-{len(members)}"
             member["rack"] = rng.choice(["r1", "r2"])
             member["tags"] = {"zone": rng.choice(["a", "b"])}
-        if rng.random() < 0.1:
-            member["gone"] = True
         members.append(member)
     if members:
         _previous_tasks(rng, subtopologies, members)
@@ -171,15 +167,15 @@ def _previous_tasks(rng: random.Random, subtopologies: list[dict[str, Any]],
 
 
 def next_round(rng: random.Random, spec: Spec, answer: Listing) -> Spec:
-    """The group a round later: the survivors hold `answer` as their previous target, a few
-    members left (put, then removed) and a few joined."""
+    """The group a round later: the members that stayed hold `answer` as their previous
+    target, a few members left and a few joined."""
     members = []
     for m in spec["members"]:
-        if m.get("gone"):
+        if rng.random() < 0.15:
             continue
         held = answer[m["id"]]
         members.append({**m, "active": held["active"], "standby": held["standby"],
-                        "warmup": held["warmup"], "gone": rng.random() < 0.15})
+                        "warmup": held["warmup"]})
     processes = sorted({m["process"] for m in members}) or ["p0"]
     taken = {m["id"] for m in members}
     for index in range(rng.randint(0, 3)):

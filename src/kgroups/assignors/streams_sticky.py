@@ -199,8 +199,7 @@ class _Assignment:
         self.active_quota = _Quota(active_total, size)
         self.total_quota = _Quota(total, size)
 
-        ids = iteration_order(list(group.members), string_hash,
-                              grown_capacity(max(group.peak_members, size)))
+        ids = iteration_order(list(group.members), string_hash, grown_capacity(size))
         self.processes: dict[str, _Process] = {}
         self.previous_active: dict[Task, _Member] = {}
         self.previous_standby: dict[Task, list[_Member]] = {}

@@ -29,10 +29,9 @@ import org.apache.kafka.coordinator.group.streams.assignor.TopologyDescriber;
  *
  * A spec is {"configs": {name: value}, "subtopologies": [{"id", "tasks", "stateful"}], "members":
  * [{"id", "process", "instance", "rack", "tags": {k: v}, "active": {subtopology: [partitions]},
- * "standby": {...}, "warmup": {...}, "gone": bool}]}. The member map is built the way the group
- * coordinator's target-assignment builder builds it: a plain HashMap, members put in the listed
- * order, and members marked "gone" removed after every put (a member that left: its entry made
- * the table grow before it went). Subtopologies are described in the listed order. With
+ * "standby": {...}, "warmup": {...}}]}. The member map is built the way the group coordinator's
+ * target-assignment builder builds it: a plain HashMap, members put in the listed order.
+ * Subtopologies are described in the listed order. With
  * "repeat": n, the assignment is run n more times and "best_ms" is the fastest of those runs.
  */
 public final class StreamsAssignorOracle {
@@ -78,7 +77,6 @@ public final class StreamsAssignorOracle {
         };
 
         Map<String, AssignmentMemberSpec> members = new HashMap<>();
-        List<String> gone = new ArrayList<>();
         for (JsonNode member : spec.get("members")) {
             String id = member.get("id").asText();
             Map<String, String> tags = new HashMap<>();
@@ -90,11 +88,7 @@ public final class StreamsAssignorOracle {
                 optional(member, "instance"), optional(member, "rack"),
                 tasks(member.get("active")), tasks(member.get("standby")), tasks(member.get("warmup")),
                 member.get("process").asText(), tags, Map.of(), Map.of()));
-            if (member.path("gone").asBoolean(false)) {
-                gone.add(id);
-            }
         }
-        gone.forEach(members::remove);
         Map<String, String> configs = new HashMap<>();
         spec.get("configs").fields().forEachRemaining(e -> configs.put(e.getKey(), e.getValue().asText()));
 
