@@ -157,8 +157,10 @@ def _tasks_per_member(tasks: int, members: int) -> int:
     return quotient + 1 if tasks - quotient * members > 0 else quotient
 
 
-def standby_replicas(configs: Mapping[str, str]) -> int:
-    """`num.standby.replicas` as Kafka reads it: 0 when no config is given at all."""
+def _standby_replicas(configs: Mapping[str, str]) -> int:
+    """`num.standby.replicas` as Kafka reads it: 0 when no config is given at all, an error
+    when configs are given without it. Kafka's group config (`streams.num.standby.replicas`,
+    at least 0) keeps a negative count from reaching its assignor; it is refused here."""
     if not configs:
         return 0
     value = configs.get(STANDBY_REPLICAS_CONFIG)
@@ -189,7 +191,7 @@ class _Assignment:
     def __init__(self, group: TaskGroupSpec, topology: Mapping[str, SubtopologyInfo]) -> None:
         self.group = group
         self.topology = topology
-        self.standby_replicas = standby_replicas(group.assignment_configs)
+        self.standby_replicas = _standby_replicas(group.assignment_configs)
         # Java's String order (UTF-16 code units) for subtopology ids.
         self.sort_key = {s: s.encode("utf-16-be") for s in topology}
         active_total = sum(info.num_tasks for info in topology.values())
@@ -277,9 +279,9 @@ class _Assignment:
         queue = self._process_queue()
         for task in left:
             process = queue.poll()
-            if process is None:
+            if process is None:  # Kafka's words: its coordinator puts them in its error
                 raise TaskAssignorError(
-                    f"no process to take active task {_task_name(task)}: the group has no members")
+                    f"No process available to assign active task {_task_name(task)}.")
             self._placed_active(process.add_task_to_least_loaded(task, True))
             queue.add(process)
 
