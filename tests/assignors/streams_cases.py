@@ -11,6 +11,7 @@ A spec: {"configs": {...}, "subtopologies": [{"id", "tasks", "stateful"}], "memb
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import random
 import subprocess
@@ -96,18 +97,27 @@ def _kafka_member_id(rng: random.Random) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+# Strings of "Aa" and "BB" share one Java hash code: ids a client may choose to crowd a bucket.
+SAME_HASH_IDS = ["".join(parts) for parts in itertools.product(["Aa", "BB"], repeat=5)]
+
+
 def _member_id(rng: random.Random, index: int) -> str:
     roll = rng.random()
-    if roll < 0.5:
+    if roll < 0.45:
         return _kafka_member_id(rng)
-    if roll < 0.8:  # short ids: many share a bucket of a small table
+    if roll < 0.75:  # short ids: many share a bucket of a small table
         return f"m{index}"
+    if roll < 0.9:
+        return rng.choice(SAME_HASH_IDS)
     return f"{rng.choice(['a', 'b', 'Aa', 'BB', 'c'])}{rng.randint(0, 40)}-{index}"
 
 
 def _process_id(rng: random.Random, index: int) -> str:
-    if rng.random() < 0.5:
+    roll = rng.random()
+    if roll < 0.5:
         return str(uuid.UUID(int=rng.getrandbits(128)))
+    if roll < 0.6:
+        return SAME_HASH_IDS[index]
     return f"p{index}"
 
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kgroups.assignors.java_hashmap import JavaStringHashMap
 from kgroups.assignors.java_queue import JavaPriorityQueue
 from kgroups.assignors.streams_sticky import StickyTaskAssignor
 from kgroups.assignors.streams_tasks import (
@@ -121,6 +122,25 @@ def test_the_queue_polls_equals_in_javas_order() -> None:
     polled = [queue.poll() for _ in range(6)]
     assert polled == ["a", "f", "b", "d", "c", "ee"]
     assert queue.poll() is None
+
+
+def _same_hash_ids(count: int) -> list[str]:
+    """Strings of "Aa" and "BB" (one Java hash code for every string of a length)."""
+    return ["".join("BB" if n >> bit & 1 else "Aa" for bit in (3, 2, 1, 0)) for n in range(count)]
+
+
+def test_crowded_buckets_iterate_as_javas_hash_map() -> None:
+    """Orders jshell printed for java.util.HashMap's keySet after the same puts: a bucket's
+    ninth key doubles a 16-slot table (k1 moves from after the bucket to before it); in a
+    64-slot table it makes a tree whose root (BBBBAaAa) goes to the front of the bucket."""
+    same = _same_hash_ids(16)
+    small = ["zz", same[3], *[s for s in same if s != same[3]][:8], "k1"]
+    assert JavaStringHashMap(16).put_all(small).order() == [
+        "zz", "k1", same[3], *[s for s in same if s != same[3]][:8]]
+    backwards = same[::-1]
+    large = [*backwards[:12], "x64", "x0"]
+    assert JavaStringHashMap(64).put_all(large).order() == [
+        "BBBBAaAa", "BBBBBBBB", "BBBBBBAa", "BBBBAaBB", *backwards[4:12], "x64", "x0"]
 
 
 def test_members_keep_previous_active_tasks_up_to_their_share() -> None:

@@ -16,7 +16,15 @@ import random
 from typing import Any
 
 import pytest
-from streams_cases import Spec, next_round, ours, random_spec, run_oracle, same_answer
+from streams_cases import (
+    SAME_HASH_IDS,
+    Spec,
+    next_round,
+    ours,
+    random_spec,
+    run_oracle,
+    same_answer,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -71,6 +79,15 @@ def _tagged() -> list[dict[str, Any]]:
                     tags={"zone": f"z{i % 3}"}) for i in range(6)]
 
 
+def _same_hash(members: int, others: int) -> list[dict[str, Any]]:
+    """`members` ids of one hash code among `others`, on processes whose ids share one too:
+    buckets that grow the table (fewer than 64 slots) or turn into trees (64 and more)."""
+    ids = SAME_HASH_IDS[:members] + [f"m{i}" for i in range(others)]
+    random.Random(len(ids)).shuffle(ids)
+    return [_member(member_id, SAME_HASH_IDS[-1 - i % 10], active={"0": [i % 40]})
+            for i, member_id in enumerate(ids)]
+
+
 def _big_group() -> Spec:
     """100 members on 25 processes, 2,400 tasks in 6 subtopologies, previous targets from a
     smaller group."""
@@ -107,6 +124,8 @@ EDGE_CASES: dict[str, Spec] = {
     "stateless subtopologies only": _spec(_threads(3, 2), [("0", 7, False), ("1", 2, False)], 2),
     "subtopologies 10 and 2": _spec(_threads(2, 2), [("2", 3, True), ("10", 3, True)]),
     "racks and client tags": _spec(_tagged(), [("0", 9, True)], 1),
+    "nine member ids of one hash code": _spec(_same_hash(9, 4), [("0", 40, True)], 1),
+    "a bucket turned into a tree": _spec(_same_hash(20, 60), [("0", 40, True), ("1", 90, False)]),
     "a hundred members, thousands of tasks": _big_group(),
 }
 

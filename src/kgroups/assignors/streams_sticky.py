@@ -5,7 +5,7 @@ over processes first (a process's load is its tasks per member) and over a proce
 second, keeps tasks where the previous target assignment had them while a member is under its
 quota, and never puts a standby on the process running the task or another replica of it.
 Kafka's output depends on the iteration order of its Java hash maps and on how its priority
-queues break ties between equal loads, so this module walks the same orders (`java_hash`,
+queues break ties between equal loads, so this module walks the same orders (`java_hashmap`,
 `java_queue`):
 
 1. Quotas: active tasks per member is the ceiling of tasks over members; all tasks per member
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kgroups.assignors.java_hash import grown_capacity, iteration_order, string_hash
+from kgroups.assignors.java_hashmap import JavaStringHashMap
 from kgroups.assignors.java_queue import JavaPriorityQueue
 from kgroups.assignors.streams_tasks import (
     SubtopologyInfo,
@@ -101,9 +101,7 @@ class _Process:
         queue = self.by_load
         if queue is None:
             queue = JavaPriorityQueue(_entry_count)
-            ordered = iteration_order(self.member_order, string_hash,
-                                      grown_capacity(len(self.member_order)))
-            for member_id in ordered:
+            for member_id in JavaStringHashMap().put_all(self.member_order).order():
                 queue.add(_MemberEntry(member_id, self.counts[member_id]))
             self.by_load = queue
         entry = queue.poll()
@@ -201,7 +199,7 @@ class _Assignment:
         self.active_quota = _Quota(active_total, size)
         self.total_quota = _Quota(total, size)
 
-        ids = iteration_order(list(group.members), string_hash, grown_capacity(size))
+        ids = JavaStringHashMap().put_all(group.members).order()
         self.processes: dict[str, _Process] = {}
         self.previous_active: dict[Task, _Member] = {}
         self.previous_standby: dict[Task, list[_Member]] = {}
@@ -219,8 +217,7 @@ class _Assignment:
                 for partition in partitions:
                     self.previous_standby.setdefault((subtopology, partition), []).append(member)
         # The process map is a HashMap sized for one process per member.
-        self.process_order = iteration_order(
-            list(self.processes), string_hash, grown_capacity(len(self.processes), size))
+        self.process_order = JavaStringHashMap(size).put_all(self.processes).order()
 
     def run(self) -> dict[str, TaskAssignment]:
         self._assign_active()
