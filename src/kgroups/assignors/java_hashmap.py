@@ -45,47 +45,34 @@ def _direction(node: _Node, other: _Node) -> int:
     return -1 if node.sort < other.sort else 1
 
 
-def _rotate_left(root: _Node, p: _Node) -> _Node:
-    r = p.right
-    if r is None:
-        return root
-    rl = p.right = r.left
-    if rl is not None:
-        rl.parent = p
-    pp = r.parent = p.parent
-    if pp is None:
-        root = r
-        r.red = False
-    elif pp.left is p:
-        pp.left = r
-    else:
-        pp.right = r
-    r.left = p
-    p.parent = r
-    return root
+_OTHER = {"left": "right", "right": "left"}
 
 
-def _rotate_right(root: _Node, p: _Node) -> _Node:
-    left = p.left
-    if left is None:
+def _rotate(root: _Node, p: _Node, side: str) -> _Node:
+    """Rotate towards `side` ("left": p's right child takes p's place); the tree's root."""
+    other = _OTHER[side]
+    up = getattr(p, other)
+    if up is None:
         return root
-    lr = p.left = left.right
-    if lr is not None:
-        lr.parent = p
-    pp = left.parent = p.parent
+    inner = getattr(up, side)
+    setattr(p, other, inner)
+    if inner is not None:
+        inner.parent = p
+    pp = up.parent = p.parent
     if pp is None:
-        root = left
-        left.red = False
-    elif pp.right is p:
-        pp.right = left
+        root = up
+        up.red = False
+    elif getattr(pp, side) is p:
+        setattr(pp, side, up)
     else:
-        pp.left = left
-    left.right = p
-    p.parent = left
+        setattr(pp, other, up)
+    setattr(up, side, p)
+    p.parent = up
     return root
 
 
 def _balance_insertion(root: _Node, x: _Node) -> _Node:
+    """Red-black insertion fix-up as HashMap's tree bins do it; the tree's root."""
     x.red = True
     while True:
         xp = x.parent
@@ -95,40 +82,24 @@ def _balance_insertion(root: _Node, x: _Node) -> _Node:
         xpp = xp.parent
         if not xp.red or xpp is None:
             return root
-        xppl = xpp.left
-        if xp is xppl:
-            xppr = xpp.right
-            if xppr is not None and xppr.red:
-                xppr.red = xp.red = False
+        near = "left" if xp is xpp.left else "right"
+        far = _OTHER[near]
+        uncle = getattr(xpp, far)
+        if uncle is not None and uncle.red:
+            uncle.red = xp.red = False
+            xpp.red = True
+            x = xpp
+            continue
+        if x is getattr(xp, far):
+            x = xp
+            root = _rotate(root, x, near)
+            xp = x.parent
+            xpp = None if xp is None else xp.parent
+        if xp is not None:
+            xp.red = False
+            if xpp is not None:
                 xpp.red = True
-                x = xpp
-                continue
-            if x is xp.right:
-                x = xp
-                root = _rotate_left(root, x)
-                xp = x.parent
-                xpp = None if xp is None else xp.parent
-            if xp is not None:
-                xp.red = False
-                if xpp is not None:
-                    xpp.red = True
-                    root = _rotate_right(root, xpp)
-        else:
-            if xppl is not None and xppl.red:
-                xppl.red = xp.red = False
-                xpp.red = True
-                x = xpp
-                continue
-            if x is xp.left:
-                x = xp
-                root = _rotate_right(root, x)
-                xp = x.parent
-                xpp = None if xp is None else xp.parent
-            if xp is not None:
-                xp.red = False
-                if xpp is not None:
-                    xpp.red = True
-                    root = _rotate_left(root, xpp)
+                root = _rotate(root, xpp, far)
 
 
 class JavaStringHashMap:
