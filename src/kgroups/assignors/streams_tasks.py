@@ -34,7 +34,12 @@ class TaskMemberSpec:
 @dataclass(frozen=True, slots=True)
 class TaskGroupSpec:
     """The group: its members by member id and the assignment configs (Kafka passes
-    `num.standby.replicas` here)."""
+    `num.standby.replicas` here).
+
+    `members` lists them in the order Kafka's coordinator puts them into the Java HashMap it
+    hands its assignor: the group's members as its member map (a TimelineHashMap) iterates
+    them, then the member whose heartbeat this is, if it is new. The assignor walks that
+    HashMap's order, which for member ids sharing a bucket is this put order."""
 
     members: Mapping[str, TaskMemberSpec]
     assignment_configs: Mapping[str, str] = field(default_factory=dict)
@@ -56,6 +61,11 @@ class TaskAssignment:
     active_tasks: TasksBySubtopology = field(default_factory=dict)
     standby_tasks: TasksBySubtopology = field(default_factory=dict)
     warmup_tasks: TasksBySubtopology = field(default_factory=dict)
+
+
+class TaskAssignorError(Exception):
+    """The assignor cannot place the tasks (Kafka's TaskAssignorException), e.g. a topology
+    with tasks and a group with no members."""
 
 
 class TaskAssignor(Protocol):
