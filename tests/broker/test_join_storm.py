@@ -33,7 +33,7 @@ from kgroups.broker.wire import (
 )
 from kgroups.errors import ErrorCode
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 JOINS = 2000
 TOPIC = "storm"

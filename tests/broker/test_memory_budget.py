@@ -31,6 +31,8 @@ from kgroups.broker.net.memory_budget import MemoryBudget
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_batches
 
+pytestmark = pytest.mark.alone
+
 BUDGET = 128 * MIB
 CLOSE_MS = 1000
 # Beyond the budget and its headroom: the answer being built when the budget fills, each

@@ -25,7 +25,7 @@ from kgroups.errors import ErrorCode
 from kgroups.log.batch import iter_batches
 from kgroups.tools.wire_client import KafkaWireClient
 
-pytestmark = [pytest.mark.postgresql, pytest.mark.slow]
+pytestmark = [pytest.mark.postgresql, pytest.mark.slow, pytest.mark.alone]
 
 OFFSETS = "__consumer_offsets"
 

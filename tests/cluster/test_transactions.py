@@ -10,12 +10,15 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster.conftest import Cluster
 
 from kgroups.coordinator.placement import partition_for
 from kgroups.log.batch import read_header
+
+pytestmark = pytest.mark.alone
 
 TOPIC = "payments"
 PARTITIONS = 6
