@@ -5,7 +5,8 @@ broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts.
 
 As Kafka's share coordinator service does, a request with no topics, a topic with no
 partitions, or an empty group id is answered with no results at all; otherwise every
-partition is answered on its own, its record made durable before its answer. Only brokers may
+partition is answered on its own, its record made durable before its answer, and the results
+come in the order of Kafka's hash maps (`_answer`). Only brokers may
 call them: ClusterAction on the cluster (the rules at the end).
 """
 
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kgroups.assignors.java_hash import hash_set_order, uuid_hash
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.security import acl_enforcement as authz
@@ -45,32 +47,41 @@ REFUSED_FIELDS: dict[ApiKey, dict[str, Any]] = {
 def _malformed(request: Any) -> bool:
     """What Kafka's service answers with an empty response (it logs and skips the request)."""
     return (not request.topics or any(not topic.partitions for topic in request.topics)
-            or not request.group_id.strip())
+            or not request.group_id)
 
 
 async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
                   result: PartitionResult) -> Any:
-    """The response shaped as the request: a result per topic, a partition result each."""
+    """Each partition answered in request order, the response laid out as Kafka's service
+    gathers it: a result per topic id in the iteration order of a java.util.HashMap keyed by
+    topic id, its partitions in that of a HashMap keyed by partition (a topic named twice is
+    one result; a partition named twice, its last answer)."""
     response_cls = response_type(ctx.api_key, ctx.api_version)
     if _malformed(request):
         return build(response_cls, results=())
     topic_cls = sibling(response_cls, RESULT_CLASSES[ctx.api_key])
     partition_cls = sibling(response_cls, "PartitionResult")
     refused = ctx.broker.share_state.refusal()
-    results = []
+    answered: dict[uuid.UUID, dict[int, Any]] = {}
     for topic in request.topics:
         topic_id = topic.topic_id if topic.topic_id is not None else ZERO_UUID
-        partitions = []
+        partitions = answered.setdefault(topic_id, {})
         for data in topic.partitions:
-            if refused is not None:
-                outcome = Answer(refused, NOT_AVAILABLE_TEXT)
-            else:
-                outcome = await answer(topic_id, data)
-            partitions.append(build(partition_cls, partition=data.partition,
-                                    error_code=kio_error(outcome.error),
-                                    error_message=outcome.message, **result(data, outcome)))
-        results.append(build(topic_cls, topic_id=topic_id, partitions=tuple(partitions)))
-    return build(response_cls, results=tuple(results))
+            outcome = (Answer(refused, NOT_AVAILABLE_TEXT) if refused is not None
+                       else await answer(topic_id, data))
+            partitions[int(data.partition)] = build(
+                partition_cls, partition=data.partition, error_code=kio_error(outcome.error),
+                error_message=outcome.message, **result(data, outcome))
+    return build(response_cls, results=tuple(
+        build(topic_cls, topic_id=topic_id, partitions=tuple(
+            answered[topic_id][partition] for partition in hash_set_order(
+                list(answered[topic_id]), _integer_hash)))
+        for topic_id in hash_set_order(list(answered), uuid_hash)))
+
+
+def _integer_hash(value: int) -> int:
+    """java.lang.Integer.hashCode, as an unsigned 32-bit value."""
+    return value & 0xFFFFFFFF
 
 
 def _no_fields(data: Any, outcome: Answer) -> dict[str, Any]:
