@@ -25,6 +25,8 @@ FIND_COORDINATOR, METADATA = 10, 3
 INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
 TOPIC = "diff-t"  # three partitions on both brokers
 RETRIABLE = frozenset({14, 15, 16})
+# A topic id neither broker has, the same on both (the order of results depends on it).
+NO_SUCH_TOPIC = uuid.UUID("5f0c7d3e-2b1a-4c9e-8d7f-6a5b4c3d2e1f")
 
 
 def _topic_id(c: Connection) -> uuid.UUID:
@@ -238,7 +240,7 @@ def test_requests_of_many_partitions_and_empty_requests(converse: Any) -> None:
                 "ReadStateSummaryData", [
                     (s.topic_id, [{"partition": 2, "leader_epoch": 0},
                                   {"partition": 1, "leader_epoch": 0}]),
-                    (uuid.uuid4(), [{"partition": 0, "leader_epoch": 0}]),
+                    (NO_SUCH_TOPIC, [{"partition": 0, "leader_epoch": 0}]),
                     (s.topic_id, [{"partition": 0, "leader_epoch": 0}])])
         s._call("no topics", READ, 0, d.group, "ReadStateData", [])
         s._call("a topic without partitions", READ, 0, d.group, "ReadStateData",
