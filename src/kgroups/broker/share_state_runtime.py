@@ -29,7 +29,7 @@ from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import log_event
 from kgroups.broker.share_persister import ReadStateResult
-from kgroups.broker.topics import TopicCatalog
+from kgroups.broker.topics import SHARE_STATE_TOPIC, TopicCatalog
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.durability import GroupCommit
@@ -58,7 +58,6 @@ from kgroups.share_coordinator.shard import (
 
 logger = logging.getLogger("kgroups.share_state")
 
-SHARE_STATE_TOPIC = "__share_group_state"
 # Kafka's names and defaults for what this runtime reads.
 SHARE_STATE_DEFAULTS = {
     "share.coordinator.state.topic.num.partitions": "50",
