@@ -135,7 +135,7 @@ class ShareCoordinatorShard:
             self.states[key] = SharePartitionState(
                 value.snapshot_epoch, 0, value.leader_epoch, value.start_offset,
                 value.delivery_complete_count, value.state_batches, 0, 0)
-            self._updates_since_snapshot[key] = 0
+            self._updates_since_snapshot[key] = 1
             return
         start = current.start_offset if value.start_offset == NO_OFFSET else value.start_offset
         self.states[key] = replace(
@@ -144,7 +144,7 @@ class ShareCoordinatorShard:
                           else value.leader_epoch),
             delivery_complete_count=value.delivery_complete_count,
             batches=combine(current.batches, value.state_batches, start))
-        self._updates_since_snapshot[key] = self._updates_since_snapshot.get(key, -1) + 1
+        self._updates_since_snapshot[key] = self._updates_since_snapshot.get(key, 0) + 1
 
     @staticmethod
     def _raise_epoch(table: dict[Key, int], key: Key, epoch: int) -> None:
