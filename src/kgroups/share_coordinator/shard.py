@@ -105,6 +105,11 @@ class WriteRequest:
 Key = tuple[str, uuid.UUID, int]
 
 
+def _older(recorded: dict[Key, int], key: Key, epoch: int) -> bool:
+    """Whether `epoch` is older than the one recorded for `key` (-1 is never checked)."""
+    return epoch != NO_EPOCH and recorded.get(key, epoch) > epoch
+
+
 def _refused(error: ErrorCode, message: str | None = None) -> Answer:
     return Answer(error, message if message is not None else ERROR_TEXT.get(error))
 
@@ -209,7 +214,7 @@ class ShareCoordinatorShard:
         key = (group_id, topic_id, partition)
         if partition < 0:
             return _refused(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION)
-        if state_epoch != NO_EPOCH and self._state_epochs.get(key, state_epoch) > state_epoch:
+        if _older(self._state_epochs, key, state_epoch):
             return _refused(ErrorCode.FENCED_STATE_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:
@@ -227,11 +232,9 @@ class ShareCoordinatorShard:
             return _refused(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION)
         if key not in self.states:
             return _refused(ErrorCode.INVALID_REQUEST, WRITE_UNINITIALIZED)
-        if (request.leader_epoch != NO_EPOCH
-                and self._leader_epochs.get(key, request.leader_epoch) > request.leader_epoch):
+        if _older(self._leader_epochs, key, request.leader_epoch):
             return _refused(ErrorCode.FENCED_LEADER_EPOCH)
-        if (request.state_epoch != NO_EPOCH
-                and self._state_epochs.get(key, request.state_epoch) > request.state_epoch):
+        if _older(self._state_epochs, key, request.state_epoch):
             return _refused(ErrorCode.FENCED_STATE_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:
@@ -248,7 +251,7 @@ class ShareCoordinatorShard:
         current = self.states.get(key)
         if current is None:
             return _refused(ErrorCode.INVALID_REQUEST, READ_UNINITIALIZED)
-        if leader_epoch != NO_EPOCH and self._leader_epochs.get(key, leader_epoch) > leader_epoch:
+        if _older(self._leader_epochs, key, leader_epoch):
             return _refused(ErrorCode.FENCED_LEADER_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:
