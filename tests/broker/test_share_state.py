@@ -34,7 +34,7 @@ from kgroups.share.persisted import (
     SharePartitionKey,
 )
 from kgroups.share_coordinator.placement import coordinator_key, state_partition
-from kgroups.tools.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 INITIALIZE, READ, WRITE, DESCRIBE_CONFIGS = 83, 84, 85, 32
 TOPIC = "jobs"
@@ -143,7 +143,7 @@ def test_an_answered_write_survives_kill_9(
                     answered.append(offset)
                     if len(answered) == 10:
                         ten_answered.set()
-        except (OSError, ConnectionError, EOFError, Exception):  # the broker died mid-call
+        except WireError:  # the broker died mid-call
             return
 
     thread = threading.Thread(target=write_until_killed)
