@@ -50,6 +50,8 @@ def print_streams_description(d: StreamsGroupDescription, *, state: bool, member
                       *([d.group_epoch, d.assignment_epoch] if verbose else []),
                       len(d.members)]]))
     elif members:
+        if not d.members:  # Kafka's tool prints no table then
+            return
         headers: Sequence[str] = (
             ["GROUP", "TARGET-ASSIGNMENT-EPOCH", "TOPOLOGY-EPOCH", "MEMBER", "MEMBER-PROTOCOL",
              "MEMBER-EPOCH", "PROCESS", "CLIENT-ID", "ASSIGNMENTS"] if verbose
