@@ -23,7 +23,6 @@ from typing import Any
 
 from kgroups.records.streams_group import (
     Pairs,
-    StreamsGroupCurrentMemberAssignmentKey,
     StreamsGroupCurrentMemberAssignmentValue,
     StreamsGroupKey,
     StreamsGroupMemberMetadataKey,

@@ -17,17 +17,6 @@ from typing import Any
 
 from kgroups.log.batch import uvarint
 from kgroups.records import consumer_protocol
-from kgroups.records.streams_group import (
-    STREAMS_GROUP_KEY_TYPES,
-    STREAMS_GROUP_KEYS,
-    StreamsGroupValue,
-    decode_streams_group_key,
-    decode_streams_group_value,
-    encode_streams_group_key,
-    encode_streams_group_value,
-    streams_group_key_json,
-    streams_group_value_json,
-)
 from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
     PARTITION_METADATA_KEY_TYPE,
@@ -56,6 +45,17 @@ from kgroups.records.schema import (
     RecordKey,
     RecordValue,
     UnknownKey,
+)
+from kgroups.records.streams_group import (
+    STREAMS_GROUP_KEY_TYPES,
+    STREAMS_GROUP_KEYS,
+    StreamsGroupValue,
+    decode_streams_group_key,
+    decode_streams_group_value,
+    encode_streams_group_key,
+    encode_streams_group_value,
+    streams_group_key_json,
+    streams_group_value_json,
 )
 from kgroups.records.wire import (
     EMPTY_TAGGED_FIELDS,
