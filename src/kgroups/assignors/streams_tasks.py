@@ -34,10 +34,17 @@ class TaskMemberSpec:
 @dataclass(frozen=True, slots=True)
 class TaskGroupSpec:
     """The group: its members by member id and the assignment configs (Kafka passes
-    `num.standby.replicas` here)."""
+    `num.standby.replicas` here).
+
+    `members` lists them in the order the coordinator put them into the member map it hands
+    its assignor (a Java HashMap: the group's members, then the ones this heartbeat changed),
+    and `peak_members` is the most that map held while it was built (0: just the members).
+    A member that left was put and then removed, so the map's table may be one size larger
+    than the survivors need, and the table size decides the map's iteration order."""
 
     members: Mapping[str, TaskMemberSpec]
     assignment_configs: Mapping[str, str] = field(default_factory=dict)
+    peak_members: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +63,11 @@ class TaskAssignment:
     active_tasks: TasksBySubtopology = field(default_factory=dict)
     standby_tasks: TasksBySubtopology = field(default_factory=dict)
     warmup_tasks: TasksBySubtopology = field(default_factory=dict)
+
+
+class TaskAssignorError(Exception):
+    """The assignor cannot place the tasks (Kafka's TaskAssignorException), e.g. a topology
+    with tasks and a group with no members."""
 
 
 class TaskAssignor(Protocol):

@@ -27,6 +27,7 @@ from kgroups.broker.apis import (
     produce,
     quotas,
     scram_credentials,
+    streams_groups,
     topics,
     transactions,
     txn_offset_commit,
@@ -83,6 +84,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     write_txn_markers.install(registry)
     describe_producers.install(registry)
     transactions.install(registry)
+    streams_groups.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
