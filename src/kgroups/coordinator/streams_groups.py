@@ -228,9 +228,14 @@ class StreamsGroups:
         initial = streams_initial_timer(group.group_id)
         if was_empty and delay > 0 and not ctx.timers.is_armed(initial):
             ctx.timers.schedule(initial, ctx.now + delay)
+        # While the initial delay runs the member reconciles toward an empty target at epoch
+        # 1 (at least), as Kafka 4.3.1 does: the client must leave epoch 0 at once, since it
+        # sends its join-only fields (rebalance timeout, topology) in its first request only.
+        delayed_target: tuple[int, TaskTuple] | None = None
         if streams.group_epoch > streams.assignment_epoch:
             if ctx.timers.is_armed(initial):
                 statuses.append((ASSIGNMENT_DELAYED, _INITIAL_DELAY))
+                delayed_target = (max(1, streams.assignment_epoch), TaskTuple())
             elif self._interval_running(streams):
                 statuses.append((ASSIGNMENT_DELAYED, _INTERVAL_DELAY))
             else:
@@ -239,7 +244,7 @@ class StreamsGroups:
             tasks_of(req.active_tasks), tasks_of(req.standby_tasks or ()),
             tasks_of(req.warmup_tasks or ()))
         before = member.assigned
-        self._reconcile(group, streams, member, owned, journal)
+        self._reconcile(group, streams, member, owned, journal, delayed_target)
         member = streams.members[member.member_id]
         ctx.timers.schedule(streams_session_timer(group.group_id, member.member_id),
                             ctx.now + config.group_streams_session_timeout_ms)
@@ -319,11 +324,13 @@ class StreamsGroups:
                               target.warmup)
 
     def _reconcile(self, group: ClassicGroup, streams: StreamsGroup, member: StreamsMember,
-                   owned: TaskTuple | None, journal: Journal) -> None:
-        target = streams.targets.get(member.member_id, TaskTuple())
+                   owned: TaskTuple | None, journal: Journal,
+                   delayed_target: tuple[int, TaskTuple] | None = None) -> None:
+        target_epoch, target = delayed_target or (
+            streams.assignment_epoch, streams.targets.get(member.member_id, TaskTuple()))
         try:
             updated = reconcile(
-                member, streams.assignment_epoch, target, streams.active_owners.get,
+                member, target_epoch, target, streams.active_owners.get,
                 lambda task: frozenset(streams.standby_owners.get(task, ())),
                 lambda task: frozenset(streams.warmup_owners.get(task, ())), owned)
         except StreamsMemberFencedError as exc:
