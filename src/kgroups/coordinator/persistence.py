@@ -109,13 +109,13 @@ def consumer_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
 
 
 def streams_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
-    """The records that end an empty streams group (its target assignment epoch, its
-    topology and its group epoch, in Kafka's order; an empty group has no member records)."""
+    """The records that end an empty streams group (its target assignment epoch, its group
+    epoch and its topology, in Kafka 4.3.1's order; an empty group has no member records)."""
     if group.streams is None:
         return []
     return [OffsetsRecord(key, None) for key in (
         StreamsGroupTargetAssignmentMetadataKey(group.group_id),
-        StreamsGroupTopologyKey(group.group_id), StreamsGroupMetadataKey(group.group_id))]
+        StreamsGroupMetadataKey(group.group_id), StreamsGroupTopologyKey(group.group_id))]
 
 
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
@@ -315,7 +315,8 @@ def _apply_streams(
 ) -> None:
     """A streams-group record: the group becomes a streams group (its first record; a Dead
     group is Empty again, as replay finds it), the record changes it, and the group-epoch
-    tombstone (DeleteGroups) ends its streams part."""
+    tombstone (DeleteGroups) ends its streams part and the group (Dead: Kafka writes no
+    GroupMetadata tombstone for a streams group)."""
     if group.streams is None:
         if value is None:
             return
@@ -331,6 +332,9 @@ def _apply_streams(
         streams.stored[key] = value
     if isinstance(key, StreamsGroupMetadataKey) and value is None:
         group.streams = None
+        if not group.members and group.state is not GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.DEAD
 
 
 def apply_offset(
