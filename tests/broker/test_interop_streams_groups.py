@@ -48,38 +48,42 @@ def _described(bootstrap: str, app_id: str) -> streams_admin.StreamsGroupDescrip
             admin.connect_to_coordinator(client, app_id), app_id)
 
 
-def _settled(group: Instances) -> list[frozenset[str]] | None:
+def _settled(group: Instances) -> tuple[list[frozenset[str]] | None, str]:
     """The active tasks of each running instance, in order, once the group has settled: every
     instance RUNNING and holding what StreamsGroupDescribe says it holds, every member of the
     group at its target assignment of the current assignment epoch, and the tasks held exactly
-    once between them. None until then."""
+    once between them (None until then); and what was seen, for a failure's message."""
     streams: list[WordCountStreams] = group.running
-    if any(s.states[-1:] != ["RUNNING"] for s in streams):
-        return None
+    states = [s.states[-1:] for s in streams]
+    if any(state != ["RUNNING"] for state in states):
+        return None, f"states {states}"
     held = [s.tasks()[0] for s in streams]
     described = _described(group.bootstrap, group.app_id)
+    seen = f"instances hold {held}; described {described}"
     if described is None or described.state != "Stable":
-        return None
+        return None, seen
     members = [frozenset(m.assignment.ids("active")) for m in described.members]
-    at_target = all(m.member_epoch == described.assignment_epoch and m.assignment == m.target
-                    for m in described.members)
-    if not at_target or sorted(map(sorted, members)) != sorted(map(sorted, held)):
-        return None
+    if described.reconciling or sorted(map(sorted, members)) != sorted(map(sorted, held)):
+        return None, seen
     if sum(map(len, held)) != len(ALL_TASKS) or frozenset().union(*held) != ALL_TASKS:
-        return None
-    return held
+        return None, seen
+    return held, seen
 
 
 def _wait_settled(group: Instances, what: str, timeout_s: float) -> list[frozenset[str]]:
     found: list[list[frozenset[str]]] = []
+    seen = [""]
 
     def settled() -> bool:
-        tasks = _settled(group)
+        tasks, seen[0] = _settled(group)
         if tasks is not None:
             found.append(tasks)
         return tasks is not None
 
-    wait_until(settled, what, pump=group.busy, timeout_s=timeout_s)
+    try:
+        wait_until(settled, what, pump=group.busy, timeout_s=timeout_s)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen: {seen[0]}") from None
     return found[-1]
 
 
