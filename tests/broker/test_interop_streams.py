@@ -6,10 +6,10 @@ commit, trims the repartition topic it has consumed with DeleteRecords. Before k
 DeleteRecords the counts came out right but the repartition topic's log start never moved: it
 grew forever (issue 29 item 10). A second instance shares the tasks, and the one left takes
 them all over, restoring their counts from the compacted changelog. Under exactly_once_v2
-(issue 25) two instances count exactly although one is SIGKILLed mid-transaction. Streams
-groups (`group.protocol=streams`, KIP-1071), which Kafka 4.3.1 serves, are not served by
-kgroups: such an application stops at once with Kafka's client error rather than hanging. The
-Streams application is tests/java WordCountStreams."""
+(issue 25) two instances count exactly although one is SIGKILLed mid-transaction. The same
+application with `group.protocol=streams` (KIP-1071 streams groups, the broker assigning the
+tasks) is tests/broker/test_interop_streams_groups.py. The Streams application is tests/java
+WordCountStreams."""
 
 from __future__ import annotations
 
@@ -103,46 +103,6 @@ def test_streams_counts_exactly_and_trims_its_repartition_topic(
     assert code == 0, streams.log_text()[-4000:]
     assert streams.states[-2:] == ["PENDING_SHUTDOWN", "NOT_RUNNING"], streams.states
     assert " ERROR " not in streams.log_text(), streams.log_text()[-4000:]
-
-
-@pytest.mark.slow
-def test_the_streams_group_protocol_runs_on_kafka_and_stops_at_once_on_kgroups(
-    any_broker: Any, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    bootstrap = any_broker.bootstrap
-    run = uuid.uuid4().hex[:8]
-    app_id, source, sink = f"wordcount-kip1071-{run}", f"lines-{run}", f"counts-{run}"
-    create_topic(bootstrap, source, PARTITIONS)
-    create_topic(bootstrap, sink, 1)
-    lines = word_lines(0, 50)
-    produce(bootstrap, source, [line.encode() for line in lines], PARTITIONS)
-    expected = collections.Counter(word for line in lines for word in line.split())
-    streams = word_count(bootstrap, app_id, source, sink, tmp_path,
-                          **{"group.protocol": "streams"})
-    reader = OutputReader(bootstrap, sink)
-    try:
-        if request.node.callspec.params["any_broker"] == "kafka":
-            def read() -> None:
-                streams.assert_running()
-                reader.pump()
-
-            wait_until(lambda: reader.counts == dict(expected), "the counts", pump=read,
-                       timeout_s=TIMEOUT_S)
-            assert streams.errors == []
-            assert streams.states[-1] == "RUNNING", streams.states
-        else:
-            # kgroups advertises no StreamsGroupHeartbeat, so the client refuses at once.
-            wait_until(lambda: streams.states[-1:] == ["ERROR"], "Streams in ERROR",
-                       pump=lambda: time.sleep(0.1), timeout_s=TIMEOUT_S)
-            assert streams.errors == [
-                "StreamsException: org.apache.kafka.common.errors.UnsupportedVersionException: "
-                "The cluster does not support the STREAMS group protocol or does not support the "
-                "versions of the STREAMS group protocol used by this client (used versions: 0 to "
-                "0)."], streams.errors
-            assert reader.counts == {}
-    finally:
-        reader.close()
-        streams.close()
 
 
 @pytest.mark.slow

@@ -181,6 +181,12 @@ def test_kafka_tool_describes_the_streams_group_alike(
             result.stdout = re.sub(r"^(\S+\s+\S+\s+\d+\s+\d+\s+)\S+", r"\1-",
                                    result.stdout, flags=re.MULTILINE)
     rows = [row for row in _same(results, sides, group, epochs) if row[0] == group]
+    if "--members" not in options and "--state" not in options:
+        # Every input partition of the four tasks, consumed to its end.
+        repartition = f"{group}-words-repartition"
+        assert sorted((row[1], row[2], row[-1]) for row in rows) == [
+            (topic, str(p), "0") for topic in sorted((apps["kafka"].source, repartition))
+            for p in range(PARTITIONS)], rows
     if "--members" in options:
         # Kafka's assignor keeps a partition's two tasks together: 0_p and 1_p.
         assert sorted(row[-3:] if "--verbose" not in options else row[-6:-3]
