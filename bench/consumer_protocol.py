@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -261,13 +261,13 @@ async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, 
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(member(c, group, holdings, stop))
                  for c in connections[:members]]
-        await _settle(holdings, tasks)
+        await settle(holdings, tasks)
         formed = time.perf_counter() - started
         await asyncio.sleep(2)  # a Stable group: members back to their heartbeat rhythm
         holdings.resize(members + 1)
         started = time.perf_counter()
         tasks.append(asyncio.ensure_future(member(connections[-1], group, holdings, stop)))
-        await _settle(holdings, tasks)
+        await settle(holdings, tasks)
         joined = time.perf_counter() - started
     finally:
         stop.set()
@@ -278,7 +278,7 @@ async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, 
             f"{protocol}: one joins {members} s": joined}
 
 
-async def _settle(holdings: Holdings, tasks: list[asyncio.Future[None]]) -> None:
+async def settle(holdings: Holdings, tasks: list[asyncio.Future[None]]) -> None:
     """Wait for a settled assignment, failing at once if a member failed."""
     waiter = asyncio.ensure_future(holdings.settled.wait())
     done, _ = await asyncio.wait([waiter, *tasks], timeout=SETTLE_TIMEOUT_S,
@@ -301,20 +301,20 @@ def broker_figures(port: int, members: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def kgroups_serve(data_dir: Path) -> Iterator[int]:
+def kgroups_serve(data_dir: Path, settings: Mapping[str, str] = SETTINGS) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
                str(data_dir), "--log-level", "WARNING"]
-    for name, value in SETTINGS.items():
+    for name, value in settings.items():
         command += ["--override", f"{name}={value}"]
     with serving(command, port) as served:
         yield served
 
 
 @contextlib.contextmanager
-def kafka_serve(workdir: Path) -> Iterator[int]:
+def kafka_serve(workdir: Path, settings: Mapping[str, str] = SETTINGS) -> Iterator[int]:
     broker = KafkaBroker(workdir, settings={
-        **SETTINGS, "offsets.topic.replication.factor": "1",
+        **settings, "offsets.topic.replication.factor": "1",
         "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"},
         jvm_options=("-Xmx1g", "-Xms1g", "-XX:+UseG1GC"))
     broker.start()

@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -41,9 +40,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from broker import PipelinedConnection, wait_coordinator_ready
-from broker_data import free_port, serving
-from consumer_protocol import Holdings
-from kafka_harness import KafkaBroker
+from consumer_protocol import Holdings, kafka_serve, kgroups_serve, settle
 from kgroups.errors import ErrorCode
 
 API_VERSIONS, STREAMS_HEARTBEAT = 18, 88
@@ -55,7 +52,6 @@ SETTINGS = {
     "group.streams.heartbeat.interval.ms": "500",
     "group.streams.min.heartbeat.interval.ms": "500",
 }
-SETTLE_TIMEOUT_S = 300.0
 
 
 def _topology(connection: PipelinedConnection) -> Any:
@@ -116,18 +112,6 @@ async def streams_member(connection: PipelinedConnection, group: str, holdings: 
         shutdown_application=False))
 
 
-async def _settle(holdings: Holdings, tasks: list[asyncio.Future[None]]) -> None:
-    """Wait for a settled assignment, failing at once if a member failed."""
-    waiter = asyncio.ensure_future(holdings.settled.wait())
-    done, _ = await asyncio.wait([waiter, *tasks], timeout=SETTLE_TIMEOUT_S,
-                                 return_when=asyncio.FIRST_COMPLETED)
-    if waiter not in done:
-        waiter.cancel()
-        for task in done:
-            task.result()
-        raise RuntimeError("the group never settled")
-
-
 async def group_figures(port: int, members: int) -> tuple[float, float]:
     """(seconds to form, seconds for one more member to get its share) for a new group."""
     await wait_coordinator_ready(port)
@@ -140,14 +124,14 @@ async def group_figures(port: int, members: int) -> tuple[float, float]:
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(streams_member(c, group, holdings, stop))
                  for c in connections[:members]]
-        await _settle(holdings, tasks)
+        await settle(holdings, tasks)
         formed = time.perf_counter() - started
         await asyncio.sleep(2)  # a stable group: members back to their heartbeat rhythm
         holdings.resize(members + 1)
         started = time.perf_counter()
         tasks.append(asyncio.ensure_future(
             streams_member(connections[-1], group, holdings, stop)))
-        await _settle(holdings, tasks)
+        await settle(holdings, tasks)
         joined = time.perf_counter() - started
     finally:
         stop.set()
@@ -167,29 +151,6 @@ def broker_figures(port: int, members: int, repeat: int) -> dict[str, float]:
             f"one joins {members} s": median(j for _, j in runs)}
 
 
-@contextlib.contextmanager
-def kgroups_serve(data_dir: Path) -> Iterator[int]:
-    port = free_port()
-    command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
-               str(data_dir), "--log-level", "WARNING"]
-    for name, value in SETTINGS.items():
-        command += ["--override", f"{name}={value}"]
-    with serving(command, port) as served:
-        yield served
-
-
-@contextlib.contextmanager
-def kafka_serve(workdir: Path) -> Iterator[int]:
-    broker = KafkaBroker(workdir, settings={
-        **SETTINGS, "offsets.topic.replication.factor": "1", "offsets.topic.num.partitions": "1"},
-        jvm_options=("-Xmx1g", "-Xms1g", "-XX:+UseG1GC"))
-    broker.start()
-    try:
-        yield broker.port
-    finally:
-        broker.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=100)
@@ -198,10 +159,10 @@ def main() -> int:
     args = parser.parse_args()
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        with kgroups_serve(Path(tmp) / "kgroups") as port:
+        with kgroups_serve(Path(tmp) / "kgroups", SETTINGS) as port:
             results["kgroups"] = broker_figures(port, args.members, args.repeat)
         if not args.no_kafka:
-            with kafka_serve(Path(tmp) / "kafka") as port:
+            with kafka_serve(Path(tmp) / "kafka", SETTINGS) as port:
                 results["kafka 4.3.1"] = broker_figures(port, args.members, args.repeat)
     print(f"streams group, {args.members} members / {2 * args.members} tasks, "
           f"median of {args.repeat}:")
