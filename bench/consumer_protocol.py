@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -246,17 +246,20 @@ async def classic_member(connection: PipelinedConnection, group: str, holdings: 
 # ------------------------------------------------------------------------------ runs
 
 
-async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, float]:
-    """Seconds to form an N-member group with a complete balanced assignment, then for one
-    more member to get its share with the group balanced again."""
-    versions = await negotiate(port)
-    await wait_coordinator_ready(port)
-    group = f"bench-{protocol}-{uuid.uuid4().hex[:6]}"
-    member = consumer_member if protocol == "consumer" else classic_member
+# A member of the benchmark: joins `group` on its connection and keeps `holdings` up to date
+# until `stop` is set.
+Member = Callable[[PipelinedConnection, str, Holdings, asyncio.Event], Awaitable[None]]
+
+
+async def form_and_join(port: int, versions: dict[int, int], group: str, member: Member,
+                        members: int) -> tuple[float, float]:
+    """Seconds until N members of a new group hold a complete balanced share of 2N partitions
+    (or tasks), then seconds until one more member gets its share with the group balanced
+    again."""
     holdings = Holdings(2 * members, members)
     stop = asyncio.Event()
     connections = [await PipelinedConnection.open(port, versions) for _ in range(members + 1)]
-    tasks = []
+    tasks: list[asyncio.Future[None]] = []
     try:
         started = time.perf_counter()
         tasks = [asyncio.ensure_future(member(c, group, holdings, stop))
@@ -274,6 +277,17 @@ async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, 
         await asyncio.gather(*tasks, return_exceptions=True)
         for connection in connections:
             await connection.close()
+    return formed, joined
+
+
+async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, float]:
+    """Seconds to form an N-member group with a complete balanced assignment, then for one
+    more member to get its share with the group balanced again."""
+    versions = await negotiate(port)
+    await wait_coordinator_ready(port)
+    group = f"bench-{protocol}-{uuid.uuid4().hex[:6]}"
+    member = consumer_member if protocol == "consumer" else classic_member
+    formed, joined = await form_and_join(port, versions, group, member, members)
     return {f"{protocol}: form {members} s": formed,
             f"{protocol}: one joins {members} s": joined}
 

@@ -27,7 +27,6 @@ import contextlib
 import datetime
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from statistics import median
@@ -40,7 +39,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 from broker import PipelinedConnection, wait_coordinator_ready
-from consumer_protocol import Holdings, kafka_serve, kgroups_serve, settle
+from consumer_protocol import Holdings, form_and_join, kafka_serve, kgroups_serve
 from kgroups.errors import ErrorCode
 
 API_VERSIONS, STREAMS_HEARTBEAT = 18, 88
@@ -115,30 +114,8 @@ async def streams_member(connection: PipelinedConnection, group: str, holdings: 
 async def group_figures(port: int, members: int) -> tuple[float, float]:
     """(seconds to form, seconds for one more member to get its share) for a new group."""
     await wait_coordinator_ready(port)
-    group = f"bench-streams-{uuid.uuid4().hex[:6]}"
-    holdings = Holdings(2 * members, members)
-    stop = asyncio.Event()
-    connections = [await PipelinedConnection.open(port, VERSIONS) for _ in range(members + 1)]
-    tasks: list[asyncio.Future[None]] = []
-    try:
-        started = time.perf_counter()
-        tasks = [asyncio.ensure_future(streams_member(c, group, holdings, stop))
-                 for c in connections[:members]]
-        await settle(holdings, tasks)
-        formed = time.perf_counter() - started
-        await asyncio.sleep(2)  # a stable group: members back to their heartbeat rhythm
-        holdings.resize(members + 1)
-        started = time.perf_counter()
-        tasks.append(asyncio.ensure_future(
-            streams_member(connections[-1], group, holdings, stop)))
-        await settle(holdings, tasks)
-        joined = time.perf_counter() - started
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for connection in connections:
-            await connection.close()
-    return formed, joined
+    return await form_and_join(port, VERSIONS, f"bench-streams-{uuid.uuid4().hex[:6]}",
+                               streams_member, members)
 
 
 def broker_figures(port: int, members: int, repeat: int) -> dict[str, float]:
