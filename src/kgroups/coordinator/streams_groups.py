@@ -245,9 +245,11 @@ class StreamsGroups:
                             ctx.now + config.group_streams_session_timeout_ms)
         if req.shutdown_application:
             streams.shutdown_requested_by = member.member_id
-        moved = member.assigned != before
-        changed = joining or moved
-        if moved and member.user_endpoint is not None:
+        changed = joining or member.assigned != before
+        # As Kafka 4.3.1 moves it (seen on the wire): when the member's tasks changed, and when
+        # a known member rejoins (epoch 0), but not for a newcomer given nothing yet.
+        if changed and not (is_new and member.assigned == before) \
+                and member.user_endpoint is not None:
             streams.endpoint_information_epoch += 1
         if configured.status is not None:
             statuses.append(configured.status)
@@ -369,8 +371,6 @@ class StreamsGroups:
         for timer in (streams_session_timer(group.group_id, member.member_id),
                       streams_rebalance_timer(group.group_id, member.member_id)):
             self._ctx.timers.cancel(timer)
-        if member.user_endpoint is not None:
-            streams.endpoint_information_epoch += 1
         if not streams.members:  # Kafka clears a shutdown request once the group is empty
             streams.shutdown_requested_by = None
         self._ctx.record(group, journal, StreamsGroupMetadataKey(group.group_id),
