@@ -360,3 +360,25 @@ def test_admin_apis_and_offsets_with_member_epochs(converse, ports) -> None:
         a.send(1, tasks=None)
 
     converse(script, ports=ports)
+
+
+def test_initial_rebalance_delay_and_assignment_interval_as_kafka_43(converse) -> None:
+    """Both brokers with their defaults (group.streams.initial.rebalance.delay.ms 3 s,
+    group.streams.assignment.interval.ms 1 s): a new group's members wait at epoch 1 with the
+    ASSIGNMENT_DELAYED status until the delay's end computes the first target; a member joining
+    within the interval after a computation is told so too."""
+    def script(d: Dialog) -> None:
+        a = Member(d, "a")
+        a.send(0)
+        a.send()
+        time.sleep(3.5)
+        a.send()  # the delay's end computed the target
+        a.describe()
+        b = Member(d, "b")
+        b.send(0)  # within the interval of that computation? answered as Kafka answers
+        time.sleep(1.2)
+        b.send()
+        a.send()
+        a.describe()
+
+    converse(script)

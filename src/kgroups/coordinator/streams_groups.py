@@ -325,7 +325,7 @@ class StreamsGroups:
         target = streams.targets.get(member.member_id, TaskTuple())
         try:
             updated = reconcile(
-                member, streams.assignment_epoch, target, streams.active_owners.get,
+                member, streams.target_epoch(), target, streams.active_owners.get,
                 lambda task: frozenset(streams.standby_owners.get(task, ())),
                 lambda task: frozenset(streams.warmup_owners.get(task, ())), owned)
         except StreamsMemberFencedError as exc:
@@ -437,7 +437,7 @@ class StreamsGroups:
             for m in streams.members.values())
         return DescribedStreamsGroup(
             group_id, ErrorCode.NONE, None, streams.state(), streams.group_epoch,
-            streams.assignment_epoch,
+            streams.target_epoch(),
             None if streams.topology is None else streams.topology.epoch, subtopologies,
             members)
 
