@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 from diff_dialog import Connection, Dialog
-from diff_setup import create_topics
+from diff_setup import create_topics, offsets_log_records
 from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 
 from kgroups.broker.wire import build, request_type, sibling
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
-from kgroups.log.batch import iter_batches
 from kgroups.records.codec import decode_record, encode_record
 from kgroups.records.streams_group import STREAMS_GROUP_KEYS
 
@@ -246,7 +245,7 @@ def test_two_members_revoke_before_assign_fencing_and_leaving(converse, ports,
     transcripts = converse(script, ports=ports)
     # kgroups reads the records Kafka wrote for the group, re-encodes them byte for byte, and
     # replays them into the group Kafka described last.
-    written = [(key, value) for key, value in _offsets_records(stepwise_kafka)
+    written = [(key, value) for key, value in offsets_log_records(stepwise_kafka.data_dir)
                if isinstance(key_of := decode_record(key, value).key, STREAMS_GROUP_KEYS)
                and key_of.group == groups[0]]
     assert {decode_record(k, v).key.version for k, v in written} == {17, 19, 20, 21, 22, 23}
@@ -260,15 +259,6 @@ def test_two_members_revoke_before_assign_fencing_and_leaving(converse, ports,
         described["epoch"], described["assignment_epoch"])
     assert {m: s.member_epoch for m, s in streams.members.items()} == {
         m["member_id"]: m["epoch"] for m in described["members"]}
-
-
-def _offsets_records(broker: KafkaBroker) -> list[tuple[bytes, bytes | None]]:
-    records = []
-    for segment in sorted((broker.data_dir / "__consumer_offsets-0").glob("*.log")):
-        for batch in iter_batches(segment.read_bytes()):
-            records += [(bytes(r.key), None if r.value is None else bytes(r.value))
-                        for r in batch.records if r.key is not None and not batch.is_control]
-    return records
 
 
 def test_topology_statuses_and_internal_topics(converse, ports) -> None:
