@@ -279,3 +279,32 @@ def test_replay_rebuilds_the_group(s: Session) -> None:
     rebuilt = fresh._groups[G].streams
     assert rebuilt == live
     assert rebuilt.active_owners == live.active_owners
+
+
+def test_a_failed_write_takes_the_heartbeat_back(s: Session) -> None:
+    """The records of a refused write are undone: the group a first heartbeat created is gone,
+    and a later heartbeat's new member and epoch are as before."""
+    def refused_join(member: str) -> StreamsGroupHeartbeatResponse:
+        s.auto_complete = False
+        request_id = s.rid()
+        s.absorb(s.coordinator.streams_group_heartbeat(StreamsGroupHeartbeatRequest(
+            request_id, G, member, 0, rebalance_timeout_ms=1000, topology=SIMPLE,
+            active_tasks=(), standby_tasks=(), warmup_tasks=(), process_id="p"), s.now))
+        (write,) = s.pending
+        s.lost_with(write)
+        s.absorb(s.coordinator.write_completed(write.write_id, ErrorCode.NOT_COORDINATOR,
+                                               s.now))
+        s.auto_complete = True
+        response = s.reply(request_id)
+        assert isinstance(response, StreamsGroupHeartbeatResponse)
+        return response
+
+    assert refused_join("m1").error is ErrorCode.NOT_COORDINATOR
+    assert G not in s.coordinator._groups
+    r1 = s.hb("m1", 0)
+    live = s.group()
+    before = (live.group_epoch, dict(live.members["m1"].assigned.active), dict(live.targets))
+    assert refused_join("m2").error is ErrorCode.NOT_COORDINATOR
+    assert (live.group_epoch, dict(live.members["m1"].assigned.active),
+            dict(live.targets)) == before
+    assert list(live.members) == ["m1"] and r1.member_epoch == live.group_epoch

@@ -154,6 +154,14 @@ class StreamsGroup:
     def topology_epoch(self) -> int:
         return -1 if self.topology is None else self.topology.epoch
 
+    def target_epoch(self) -> int:
+        """The epoch members reconcile towards: the assignment epoch, or 1 for a group whose
+        first target is not computed yet (its initial rebalance delay runs), as Kafka 4.3.1
+        starts a new streams group (seen on the wire: members at epoch 1, group epoch 2)."""
+        if self.assignment_epoch == 0 and self.group_epoch > 0:
+            return 1
+        return self.assignment_epoch
+
 
 # -- records -----------------------------------------------------------------------------------
 

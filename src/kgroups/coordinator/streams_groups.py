@@ -228,14 +228,9 @@ class StreamsGroups:
         initial = streams_initial_timer(group.group_id)
         if was_empty and delay > 0 and not ctx.timers.is_armed(initial):
             ctx.timers.schedule(initial, ctx.now + delay)
-        # While the initial delay runs the member reconciles toward an empty target at epoch
-        # 1 (at least), as Kafka 4.3.1 does: the client must leave epoch 0 at once, since it
-        # sends its join-only fields (rebalance timeout, topology) in its first request only.
-        delayed_target: tuple[int, TaskTuple] | None = None
         if streams.group_epoch > streams.assignment_epoch:
             if ctx.timers.is_armed(initial):
                 statuses.append((ASSIGNMENT_DELAYED, _INITIAL_DELAY))
-                delayed_target = (max(1, streams.assignment_epoch), TaskTuple())
             elif self._interval_running(streams):
                 statuses.append((ASSIGNMENT_DELAYED, _INTERVAL_DELAY))
             else:
@@ -244,15 +239,17 @@ class StreamsGroups:
             tasks_of(req.active_tasks), tasks_of(req.standby_tasks or ()),
             tasks_of(req.warmup_tasks or ()))
         before = member.assigned
-        self._reconcile(group, streams, member, owned, journal, delayed_target)
+        self._reconcile(group, streams, member, owned, journal)
         member = streams.members[member.member_id]
         ctx.timers.schedule(streams_session_timer(group.group_id, member.member_id),
                             ctx.now + config.group_streams_session_timeout_ms)
         if req.shutdown_application:
             streams.shutdown_requested_by = member.member_id
-        moved = member.assigned != before
-        changed = joining or moved
-        if moved and member.user_endpoint is not None:
+        changed = joining or member.assigned != before
+        # As Kafka 4.3.1 moves it (seen on the wire): when the member's tasks changed, and when
+        # a known member rejoins (epoch 0), but not for a newcomer given nothing yet.
+        if changed and not (is_new and member.assigned == before) \
+                and member.user_endpoint is not None:
             streams.endpoint_information_epoch += 1
         if configured.status is not None:
             statuses.append(configured.status)
@@ -324,13 +321,11 @@ class StreamsGroups:
                               target.warmup)
 
     def _reconcile(self, group: ClassicGroup, streams: StreamsGroup, member: StreamsMember,
-                   owned: TaskTuple | None, journal: Journal,
-                   delayed_target: tuple[int, TaskTuple] | None = None) -> None:
-        target_epoch, target = delayed_target or (
-            streams.assignment_epoch, streams.targets.get(member.member_id, TaskTuple()))
+                   owned: TaskTuple | None, journal: Journal) -> None:
+        target = streams.targets.get(member.member_id, TaskTuple())
         try:
             updated = reconcile(
-                member, target_epoch, target, streams.active_owners.get,
+                member, streams.target_epoch(), target, streams.active_owners.get,
                 lambda task: frozenset(streams.standby_owners.get(task, ())),
                 lambda task: frozenset(streams.warmup_owners.get(task, ())), owned)
         except StreamsMemberFencedError as exc:
@@ -376,8 +371,6 @@ class StreamsGroups:
         for timer in (streams_session_timer(group.group_id, member.member_id),
                       streams_rebalance_timer(group.group_id, member.member_id)):
             self._ctx.timers.cancel(timer)
-        if member.user_endpoint is not None:
-            streams.endpoint_information_epoch += 1
         if not streams.members:  # Kafka clears a shutdown request once the group is empty
             streams.shutdown_requested_by = None
         self._ctx.record(group, journal, StreamsGroupMetadataKey(group.group_id),
@@ -444,7 +437,7 @@ class StreamsGroups:
             for m in streams.members.values())
         return DescribedStreamsGroup(
             group_id, ErrorCode.NONE, None, streams.state(), streams.group_epoch,
-            streams.assignment_epoch,
+            streams.target_epoch(),
             None if streams.topology is None else streams.topology.epoch, subtopologies,
             members)
 

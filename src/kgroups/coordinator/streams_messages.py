@@ -73,7 +73,7 @@ class StreamsGroupHeartbeatResponse:
     heartbeat_interval_ms: int = 0
     acceptable_recovery_lag: int = 0
     task_offset_interval_ms: int = 0
-    status: tuple[tuple[int, str], ...] | None = None
+    status: tuple[tuple[int, str], ...] = ()
     active_tasks: TaskIdList | None = None
     standby_tasks: TaskIdList | None = None
     warmup_tasks: TaskIdList | None = None

@@ -8,8 +8,8 @@ subtopologies writing to them), copartitioned topics must agree (INCORRECTLY_PAR
 and internal topics (repartition and changelog) that do not exist yet are handed to the broker to
 create (MISSING_INTERNAL_TOPICS) while existing ones must have the expected partitions. Only a
 topology with no such status is ready: its subtopologies get tasks (as many as the most
-partitions of their source topics). The messages are Kafka's, names in Kafka's order (a Java hash
-set's iteration order for the missing topics).
+partitions of their source topics). The messages are Kafka's, names in Kafka's order (sorted for
+missing source topics, a Java hash set's iteration order for missing internal topics).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _check_source_topics(topology: StreamsGroupTopologyValue, counts: Mapping[st
     missing = [name for sub in topology.subtopologies for name in sub.source_topics
                if name not in counts and name not in internal]
     if missing:
-        names = java_hash_map_order(list(dict.fromkeys(missing)))
+        names = sorted(set(missing))
         raise _Refused(StreamsStatus.MISSING_SOURCE_TOPICS,
                        f"Source topics {', '.join(names)} are missing.")
 

@@ -532,11 +532,15 @@ def _topic_info_json(info: TopicInfo) -> dict[str, Any]:
 
 
 def streams_group_value_json(value: StreamsGroupValue) -> dict[str, Any]:
-    """Kafka's field names, as its JSON converters print them."""
+    """Kafka's field names, as its JSON converters print them (tagged fields only when they
+    hold more than their default)."""
     if isinstance(value, StreamsGroupMetadataValue):
-        return {"epoch": value.epoch, "metadataHash": value.metadata_hash,
-                "validatedTopologyEpoch": value.validated_topology_epoch,
-                "lastAssignmentConfigs": _pairs_json(value.last_assignment_configs)}
+        data: dict[str, Any] = {"epoch": value.epoch, "metadataHash": value.metadata_hash}
+        if value.validated_topology_epoch != -1:  # tagged fields: shown when not default
+            data["validatedTopologyEpoch"] = value.validated_topology_epoch
+        if value.last_assignment_configs:
+            data["lastAssignmentConfigs"] = _pairs_json(value.last_assignment_configs)
+        return data
     if isinstance(value, StreamsGroupMemberMetadataValue):
         endpoint = value.user_endpoint
         return {"instanceId": value.instance_id, "rackId": value.rack_id,
@@ -547,6 +551,8 @@ def streams_group_value_json(value: StreamsGroupValue) -> dict[str, Any]:
                 else {"host": endpoint[0], "port": endpoint[1]},
                 "clientTags": _pairs_json(value.client_tags)}
     if isinstance(value, StreamsGroupTargetAssignmentMetadataValue):
+        if not value.assignment_timestamp:
+            return {"assignmentEpoch": value.assignment_epoch}
         return {"assignmentEpoch": value.assignment_epoch,
                 "assignmentTimestamp": value.assignment_timestamp}
     if isinstance(value, StreamsGroupTargetAssignmentMemberValue):

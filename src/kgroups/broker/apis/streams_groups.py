@@ -164,7 +164,7 @@ def _create_internal_topics(ctx: RequestContext,
     denied = [name for name in names if name not in allowed]
     if not denied:
         return answer
-    note = f"Unauthorized to CREATE on topics {', '.join(denied)}."
+    note = f"Unauthorized to CREATE on topics {','.join(denied)}."
     statuses = list(answer.status or ())
     for index, (code, detail) in enumerate(statuses):
         if code == StreamsStatus.MISSING_INTERNAL_TOPICS:
