@@ -161,7 +161,7 @@ def test_kafka_tool_lists_the_streams_group_alike(apps: dict[str, StreamsApp]) -
     assert all(group not in result.stdout.split() for result in results.values())
 
 
-# The columns holding epochs in each table (see _outputs).
+# The columns holding epochs in each table (see _rows).
 @pytest.mark.parametrize(("options", "epochs"), [
     ((), ()),
     (("--offsets", "--verbose"), ()),
@@ -188,7 +188,7 @@ def test_kafka_tool_describes_the_streams_group_alike(
             (topic, str(p), "0") for topic in sorted((apps["kafka"].source, repartition))
             for p in range(PARTITIONS)], rows
     if "--members" in options:
-        # Kafka's assignor keeps a partition's two tasks together: 0_p and 1_p.
+        # How Kafka's assignor splits four new tasks over two new members: 0_p with 1_p.
         assert sorted(row[-3:] if "--verbose" not in options else row[-6:-3]
                       for row in rows) == [["ACTIVE:", f"0:[{p}];", f"1:[{p}];"]
                                            for p in range(PARTITIONS)], rows
