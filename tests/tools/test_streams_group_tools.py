@@ -6,8 +6,8 @@ run the word count as one streams group, four tasks between them. Kafka's tool l
 describes the group (--state, --members, --offsets, with and without --verbose) the same way on
 both brokers, member ids, process ids and epochs aside; `kgroups groups` prints Kafka's tool's
 tables for it and lists it with type Streams. Once the instances have left, the tool resets the
-group's input offsets (dry run, then --execute, which also deletes its internal topics) and
-deletes the group alike on both.
+group's input offsets (dry run, then --execute, which also deletes its internal topics), deletes
+its offsets of the input topic and deletes the group alike on both.
 """
 
 from __future__ import annotations
@@ -263,6 +263,15 @@ def test_kafka_tool_resets_and_deletes_the_emptied_streams_group_alike(
             committed = admin.committed_offsets(client, group)
         assert {tp: offset for tp, offset in committed.items() if tp[0] == app.source} == {
             (app.source, p): 0 for p in range(PARTITIONS)}, (app.side.name, committed)
+    source = apps["kafka"].source
+    dropped = _same(on_both(sides, STREAMS_GROUPS, ["--delete-offsets", "--group", group,
+                                                    "--input-topic", source]), sides, group)
+    assert [row for row in dropped if row[0] == source] == [
+        [source, str(p), "Successful"] for p in range(PARTITIONS)], dropped
+    for app in apps.values():
+        host, port = app.side.bootstrap.rsplit(":", 1)
+        with KafkaWireClient(host, int(port), client_id="kgroups-tests") as client:
+            assert source not in {t for t, _ in admin.committed_offsets(client, group)}
     deleted = _same(on_both(sides, STREAMS_GROUPS, ["--delete", "--group", group]), sides, group)
     assert deleted == [["Deletion", "of", "requested", "streams", "groups", f"('{group}')",
                         "was", "successful."]]
