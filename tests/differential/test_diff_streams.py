@@ -131,9 +131,9 @@ class Member:
                                for t in response.active_tasks]
         return response
 
-    def describe(self) -> None:
+    def describe(self, group: str | None = None) -> None:
         cls = request_type(89, 0)
-        response = self.conn.call(build(cls, group_ids=(self.d.group, "no-such-group"),
+        response = self.conn.call(build(cls, group_ids=(group or self.d.group, "no-such-group"),
                                         include_authorized_operations=False), record=False)
         groups = []
         for g in response.groups:
@@ -265,6 +265,7 @@ def test_topology_statuses_and_internal_topics(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a = Member(d, "a")
         a.send(0, topology=topology(subtopology("0", ("nope-2", "nope-1", TOPIC))))
+        a.describe()  # NotReady, its topology without subtopologies
         b = Member(d, "b")
         b.send(0, group=f"{d.group}-cp", topology=topology(
             subtopology("0", (TOPIC, OTHER), copartition=((0, 1),))))
@@ -288,6 +289,7 @@ def test_topology_statuses_and_internal_topics(converse, ports) -> None:
             response = e.conn.call(_plain_heartbeat(d, e, f"{d.group}-int"), record=False)
             if int(response.error_code) == 0 and not response.status:
                 d.record("internal topics ready", _heartbeat(response))
+                e.describe(f"{d.group}-int")
                 break
             time.sleep(0.25)
         assert first.status

@@ -71,6 +71,7 @@ from kgroups.records.streams_group import (
     StreamsGroupTargetAssignmentMetadataValue,
     StreamsGroupTopologyKey,
     StreamsGroupTopologyValue,
+    TopicInfo,
 )
 
 STANDBY_REPLICAS_CONFIG = "num.standby.replicas"
@@ -421,13 +422,19 @@ class StreamsGroups:
         configured = streams.configured
         if configured is None and streams.topology is not None:
             configured = streams.configured = configure(streams.topology, self._ctx.topics)
+        # As Kafka 4.3.1 describes it: the configured subtopologies (partition counts decided)
+        # once the topology is ready, else the topology as the members sent it; topics sorted.
         subtopologies = None
         if configured is not None and configured.ready and configured.subtopologies is not None:
             subtopologies = tuple(
-                DescribedSubtopology(s.subtopology_id, s.source_topics,
-                                     s.repartition_sink_topics, s.state_changelog_topics,
-                                     s.repartition_source_topics)
+                _described(s.subtopology_id, s.source_topics, s.repartition_sink_topics,
+                           s.state_changelog_topics, s.repartition_source_topics)
                 for s in configured.subtopologies.values())
+        elif streams.topology is not None:
+            subtopologies = tuple(
+                _described(s.subtopology_id, s.source_topics, s.repartition_sink_topics,
+                           s.state_changelog_topics, s.repartition_source_topics)
+                for s in sorted(streams.topology.subtopologies, key=lambda s: s.subtopology_id))
         members = tuple(
             DescribedStreamsMember(
                 m.member_id, m.member_epoch, m.instance_id, m.rack_id, m.client_id,
@@ -562,6 +569,14 @@ def _wire(tasks: Tasks) -> TaskIdList:
 
 def _wire_tuple(tasks: TaskTuple) -> tuple[TaskIdList, TaskIdList, TaskIdList]:
     return _wire(tasks.active), _wire(tasks.standby), _wire(tasks.warmup)
+
+
+def _described(sub_id: str, sources: tuple[str, ...], sinks: tuple[str, ...],
+               changelogs: tuple[TopicInfo, ...],
+               repartition: tuple[TopicInfo, ...]) -> DescribedSubtopology:
+    return DescribedSubtopology(sub_id, tuple(sorted(sources)), tuple(sorted(sinks)),
+                                tuple(sorted(changelogs, key=lambda t: t.name)),
+                                tuple(sorted(repartition, key=lambda t: t.name)))
 
 
 def _endpoint_partitions(streams: StreamsGroup,
