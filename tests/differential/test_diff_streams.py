@@ -292,6 +292,8 @@ def test_topology_statuses_and_internal_topics(converse, ports) -> None:
                 e.describe(f"{d.group}-int")
                 break
             time.sleep(0.25)
+        else:
+            raise AssertionError(f"{d.broker}: the internal topics never became visible")
         assert first.status
 
     converse(script, ports=ports)
