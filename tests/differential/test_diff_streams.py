@@ -27,7 +27,8 @@ from kgroups.records.streams_group import STREAMS_GROUP_KEYS
 pytestmark = pytest.mark.kafka
 
 STEPWISE = {**KAFKA_TEST_SETTINGS, "group.streams.initial.rebalance.delay.ms": "0",
-            "group.streams.assignment.interval.ms": "0"}
+            "group.streams.assignment.interval.ms": "0",
+            "group.streams.num.standby.replicas": "1"}
 TOPIC = "diff-t"  # 3 partitions
 OTHER = "diff-u"  # 2 partitions
 HB = request_type(88, 0)
@@ -376,3 +377,32 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka_43(converse) -
         a.describe()
 
     converse(script)
+
+
+def test_stateful_tasks_get_standbys_on_another_process(converse, ports) -> None:
+    """group.streams.num.standby.replicas 1: a stateful subtopology's tasks get a standby on a
+    process that does not run them, released only once that process gave the task up."""
+    def script(d: Dialog) -> None:
+        changelog = f"{d.group}-store-changelog"
+        stateful = topology(subtopology("0", (TOPIC,), changelogs=(_info(changelog),)),
+                            subtopology("1", (OTHER,)))
+        a, b = Member(d, "a"), Member(d, "b")
+        first = a.send(0, topology=stateful)
+        for _ in range(40):  # until the broker created the changelog topic
+            if not first.status:
+                break
+            time.sleep(0.25)
+            first = a.conn.call(_plain_heartbeat(d, a, d.group), record=False)
+        a.epoch, a.active = int(first.member_epoch), [
+            (t.subtopology_id, list(t.partitions)) for t in first.active_tasks or ()]
+        d.record("ready", _heartbeat(first))
+        b.send(0, topology=stateful)
+        for _ in range(3):
+            a.send()
+            b.send()
+        a.describe()
+
+    transcripts = converse(script, ports=ports)
+    described = transcripts["kafka"][-1][1][0]
+    standbys = [m["assignment"]["standby"] for m in described["members"]]
+    assert any(standbys), described  # the conversation did reach standby tasks
