@@ -406,3 +406,21 @@ def test_stateful_tasks_get_standbys_on_another_process(converse, ports) -> None
     described = transcripts["kafka"][-1][1][0]
     standbys = [m["assignment"]["standby"] for m in described["members"]]
     assert any(standbys), described  # the conversation did reach standby tasks
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a, b = Member(d, "a"), Member(d, "b")
+        a.send(0, rebalance_ms=1000)
+        everything = list(a.active)
+        b.send(0)
+        # told to give tasks up: it keeps reporting them
+        a.send(tasks=(everything, [], []), rebalance_ms=1000)
+        time.sleep(2.0)
+        a.send(tasks=(everything, [], []), rebalance_ms=1000)  # fenced by then
+        b.send()
+        b.send()
+        b.describe()
+
+    transcripts = converse(script, ports=ports)
+    assert transcripts["kafka"][3][1]["error"] == 25  # UNKNOWN_MEMBER_ID: it was removed
