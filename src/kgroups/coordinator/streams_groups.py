@@ -29,6 +29,7 @@ from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.persistence import streams_group_tombstones
 from kgroups.coordinator.streams_group import (
     LEAVE_EPOCH,
     StreamsGroup,
@@ -61,6 +62,7 @@ from kgroups.coordinator.timer_keys import (
     streams_session_timer,
 )
 from kgroups.errors import ErrorCode
+from kgroups.records.schema import GroupMetadataKey
 from kgroups.records.streams_group import (
     StreamsGroupCurrentMemberAssignmentKey,
     StreamsGroupMemberMetadataKey,
@@ -128,6 +130,10 @@ class StreamsGroups:
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Streams group {group_id} not found.")
+            if group.stored_metadata is not None:
+                # Kafka 4.3.1 ends the empty classic group's metadata first (offline migration
+                # of a Streams application from the classic protocol keeps its offsets).
+                self._ctx.record(group, journal, GroupMetadataKey(group_id), None)
             return group, self._open(group, journal), False
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -138,6 +144,9 @@ class StreamsGroups:
     @staticmethod
     def _open(group: ClassicGroup, journal: Journal) -> StreamsGroup:
         streams = group.streams = StreamsGroup()
+        if group.state is GroupState.DEAD:  # its classic part just ended: Empty, as replayed
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
 
         def close() -> None:
             if group.streams is streams and not streams.stored:
@@ -391,6 +400,18 @@ class StreamsGroups:
         journal = Journal()
         reason = RemovalReason.SESSION_TIMEOUT if session else RemovalReason.REBALANCE_TIMEOUT
         self.fence(group, member, journal, reason)
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
+
+    def downgrade(self, group: ClassicGroup) -> None:
+        """An empty streams group joined with the classic protocol becomes a classic group, as
+        Kafka 4.3.1 converts it (offline migration back to `group.protocol=classic`): its
+        streams records end (target epoch, group epoch, topology), its offsets stay."""
+        journal = Journal()
+        self._ctx.record_all(group, journal, streams_group_tombstones(group))
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+        self._ctx.timers.cancel(streams_initial_timer(group.group_id))
         self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     def on_initial_delay(self, group: ClassicGroup) -> None:
