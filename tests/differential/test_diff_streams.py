@@ -424,3 +424,54 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced(converse, ports) -> Non
 
     transcripts = converse(script, ports=ports)
     assert transcripts["kafka"][3][1]["error"] == 25  # UNKNOWN_MEMBER_ID: it was removed
+
+
+def test_offline_migration_between_classic_and_streams(converse, ports) -> None:
+    """A Streams application moving from `group.protocol=classic` to `streams` and back while
+    stopped: an empty classic group with offsets becomes a streams group, an empty streams group
+    becomes classic again; the offsets stay."""
+    def script(d: Dialog) -> None:
+        conn = d.connect("classic")
+        join = request_type(11, 9)
+
+        def classic_join(member_id: str) -> Any:
+            return conn.call(build(
+                join, group_id=d.group, session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id,
+                group_instance_id=None, protocol_type="consumer",
+                protocols=(build(sibling(join, "JoinGroupRequestProtocol"), name="range",
+                                 metadata=b""),), reason=None), label="join")
+
+        member_id = classic_join("").member_id
+        joined = classic_join(member_id)
+        sync = request_type(14, 5)
+        conn.call(build(sync, group_id=d.group, generation_id=joined.generation_id,
+                        member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                        protocol_name="range", assignments=(build(
+                            sibling(sync, "SyncGroupRequestAssignment"), member_id=member_id,
+                            assignment=b""),)), label="sync")
+        commit = request_type(8, 9)
+        conn.call(build(commit, group_id=d.group,
+                        generation_id_or_member_epoch=joined.generation_id,
+                        member_id=member_id, group_instance_id=None, topics=(build(
+                            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC,
+                            partitions=(build(sibling(commit, "OffsetCommitRequestPartition"),
+                                              partition_index=0, committed_offset=7,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)),)), label="commit")
+        leave = request_type(13, 5)
+        conn.call(build(leave, group_id=d.group, members=(build(
+            sibling(leave, "MemberIdentity"), member_id=member_id, group_instance_id=None,
+            reason=None),)), label="leave")
+        a = Member(d, "a")
+        a.send(0)
+        a.describe()
+        a.send(-1, tasks=None)
+        member_id = classic_join("").member_id
+        classic_join(member_id)
+        fetch = request_type(9, 9)
+        conn.call(build(fetch, groups=(build(
+            sibling(fetch, "OffsetFetchRequestGroup"), group_id=d.group, member_id=None,
+            member_epoch=-1, topics=None),), require_stable=False), label="offsets")
+
+    converse(script, ports=ports)
