@@ -244,7 +244,13 @@ class StreamsGroups:
             elif self._interval_running(streams):
                 statuses.append((ASSIGNMENT_DELAYED, _INTERVAL_DELAY))
             else:
-                self.update_target(group, streams, journal)
+                try:
+                    self.update_target(group, streams, journal)
+                except TaskAssignorError as exc:  # Kafka's answer, its assignor's message
+                    raise HeartbeatError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR,
+                        f"Failed to compute a new target assignment for epoch "
+                        f"{streams.group_epoch}: {exc}") from exc
         owned = None if req.active_tasks is None else TaskTuple(
             tasks_of(req.active_tasks), tasks_of(req.standby_tasks or ()),
             tasks_of(req.warmup_tasks or ()))
@@ -296,7 +302,8 @@ class StreamsGroups:
                       journal: Journal) -> None:
         """Run the group's assignor over every member (their current targets make it sticky)
         and write the targets that changed, then the new assignment epoch. A topology that is
-        not ready gives every member no tasks."""
+        not ready gives every member no tasks. TaskAssignorError: the assignor could not place
+        the tasks (nothing written)."""
         configured = streams.configured
         result: dict[str, TaskAssignment] = {}
         if configured is not None and configured.ready and configured.subtopologies:
@@ -307,10 +314,7 @@ class StreamsGroups:
                  for member_id, m in streams.members.items()},
                 dict(streams.last_assignment_configs))
             assignor = next(iter(self._assignors.values()))
-            try:
-                result = assignor.assign(spec, topology)
-            except TaskAssignorError:
-                result = {}
+            result = assignor.assign(spec, topology)
         for member_id in streams.members:
             given = result.get(member_id)
             target = TaskTuple() if given is None else TaskTuple(
@@ -420,7 +424,11 @@ class StreamsGroups:
         if streams is None or streams.group_epoch <= streams.assignment_epoch:
             return
         journal = Journal()
-        self.update_target(group, streams, journal)
+        try:
+            self.update_target(group, streams, journal)
+        except TaskAssignorError:
+            self._ctx.roll_back(journal)  # the next heartbeat tries again, and answers why
+            return
         self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     # -- StreamsGroupDescribe -----------------------------------------------------------------
