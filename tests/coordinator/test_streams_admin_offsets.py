@@ -4,7 +4,7 @@ ListGroups, DescribeGroups, DeleteGroups (and its replay), classic requests to a
 from __future__ import annotations
 
 from tests.coordinator.harness import Harness
-from tests.coordinator.test_streams_protocol import G, Session, topics
+from tests.coordinator.test_streams_protocol import G, Session, streams_config, topics
 
 from kgroups.coordinator import (
     DeleteGroupsRequest,
@@ -12,7 +12,7 @@ from kgroups.coordinator import (
     JoinGroupRequest,
     ListGroupsRequest,
 )
-from kgroups.coordinator.messages import OffsetFetchGroup, OffsetFetchRequest
+from kgroups.coordinator.messages import MemberIdentity, OffsetFetchGroup, OffsetFetchRequest
 from kgroups.errors import ErrorCode
 
 
@@ -108,3 +108,31 @@ def test_joining_a_streams_group_with_the_classic_protocol_is_refused() -> None:
         request_id, G, "", "consumer", (("range", b""),), 10_000, 10_000), s.now))
     assert s.reply(request_id).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert "m1" in s.group().members
+
+
+def test_offline_migration_between_classic_and_streams_keeps_the_offsets() -> None:
+    """An empty classic group becomes a streams group when a streams member joins (its
+    GroupMetadata ended first, as Kafka writes it), and an empty streams group becomes classic
+    when a classic member joins (its streams records ended); the offsets stay throughout."""
+    s = Session(config=streams_config(group_initial_rebalance_delay_ms=0))
+    s.coordinator.set_topics(topics(words=4))
+    join_id, member = s.join_dynamic(G)
+    generation = s.reply(join_id).generation_id
+    s.sync(G, member, generation, {member: b""})
+    s.commit(G, {("words", 0): 7}, generation=generation, member_id=member, version=8)
+    s.leave(G, MemberIdentity(member, None))
+    r = s.hb("m1", 0)
+    assert r.error is ErrorCode.NONE and r.member_epoch == 2
+    written = [record.key for record in s.log[s.partition_of(G)]]
+    first_streams = next(i for i, key in enumerate(written) if key.version == 19)
+    assert type(written[first_streams - 1]).__name__ == "GroupMetadataKey"
+    assert s.log[s.partition_of(G)][first_streams - 1].value is None
+    assert s.fetch(G) == {("words", 0): 7}
+    s.hb("m1", -1, active=None, standby=None, warmup=None)
+    join_id, member = s.join_dynamic(G)
+    assert s.reply(join_id).error is ErrorCode.NONE
+    assert s.coordinator._groups[G].streams is None
+    assert [k.version for k in (r.key for r in s.log[s.partition_of(G)][-3:])] == [20, 17, 23]
+    assert s.fetch(G) == {("words", 0): 7}
+    fresh = s.replayed()
+    assert fresh._groups[G].streams is None

@@ -308,3 +308,38 @@ def test_a_failed_write_takes_the_heartbeat_back(s: Session) -> None:
     assert (live.group_epoch, dict(live.members["m1"].assigned.active),
             dict(live.targets)) == before
     assert list(live.members) == ["m1"] and r1.member_epoch == live.group_epoch
+
+
+def test_standby_tasks_go_to_another_process() -> None:
+    """With group.streams.num.standby.replicas 1, a stateful task's standby is placed on a
+    process that does not run it active, and not until that process holds nothing of it."""
+    s = Session(config=streams_config(group_streams_num_standby_replicas=1))
+    stateful = StreamsGroupTopologyValue(0, (Subtopology(
+        "0", ("words",), state_changelog_topics=(Topic("app-store-changelog"),)),))
+    s.coordinator.set_topics(topics(words=2, **{"app-store-changelog": 2}))
+    r1 = s.hb("m1", 0, topology=stateful)
+    assert r1.active_tasks == (("0", (0, 1)),) and r1.standby_tasks == ()
+    r2 = s.hb("m2", 0, topology=stateful)
+    r1 = s.hb("m1", r1.member_epoch, active=r1.active_tasks)
+    r1 = s.hb("m1", r1.member_epoch, active=r1.active_tasks or ())
+    r2 = s.hb("m2", r2.member_epoch, active=())
+    s.hb("m1", r1.member_epoch, active=r1.active_tasks or ())  # its standby was unreleased
+    group = s.group()
+    assert s.group().state() == "Stable"
+    assert group.last_assignment_configs == (("num.standby.replicas", "1"),)
+    for member in group.members.values():
+        active = member.assigned.active.get("0", frozenset())
+        standby = member.assigned.standby.get("0", frozenset())
+        assert not active & standby
+    held = {p for m in group.members.values() for p in m.assigned.standby.get("0", ())}
+    assert held == {0, 1}
+
+
+def test_a_member_asking_for_shutdown_is_told_to_everyone(s: Session) -> None:
+    r1 = s.hb("m1", 0)
+    r2 = s.hb("m2", 0)
+    s.hb("m1", r1.member_epoch, active=r1.active_tasks, shutdown_application=True)
+    told = s.hb("m2", r2.member_epoch, active=())
+    assert (StreamsStatus.SHUTDOWN_APPLICATION,
+            "Streams group member m1 encountered a fatal error and requested a shutdown for "
+            "the entire application.") in told.status

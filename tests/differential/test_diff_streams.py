@@ -27,7 +27,8 @@ from kgroups.records.streams_group import STREAMS_GROUP_KEYS
 pytestmark = pytest.mark.kafka
 
 STEPWISE = {**KAFKA_TEST_SETTINGS, "group.streams.initial.rebalance.delay.ms": "0",
-            "group.streams.assignment.interval.ms": "0"}
+            "group.streams.assignment.interval.ms": "0",
+            "group.streams.num.standby.replicas": "1"}
 TOPIC = "diff-t"  # 3 partitions
 OTHER = "diff-u"  # 2 partitions
 HB = request_type(88, 0)
@@ -131,9 +132,9 @@ class Member:
                                for t in response.active_tasks]
         return response
 
-    def describe(self) -> None:
+    def describe(self, group: str | None = None) -> None:
         cls = request_type(89, 0)
-        response = self.conn.call(build(cls, group_ids=(self.d.group, "no-such-group"),
+        response = self.conn.call(build(cls, group_ids=(group or self.d.group, "no-such-group"),
                                         include_authorized_operations=False), record=False)
         groups = []
         for g in response.groups:
@@ -265,6 +266,7 @@ def test_topology_statuses_and_internal_topics(converse, ports) -> None:
     def script(d: Dialog) -> None:
         a = Member(d, "a")
         a.send(0, topology=topology(subtopology("0", ("nope-2", "nope-1", TOPIC))))
+        a.describe()  # NotReady, its topology without subtopologies
         b = Member(d, "b")
         b.send(0, group=f"{d.group}-cp", topology=topology(
             subtopology("0", (TOPIC, OTHER), copartition=((0, 1),))))
@@ -288,8 +290,11 @@ def test_topology_statuses_and_internal_topics(converse, ports) -> None:
             response = e.conn.call(_plain_heartbeat(d, e, f"{d.group}-int"), record=False)
             if int(response.error_code) == 0 and not response.status:
                 d.record("internal topics ready", _heartbeat(response))
+                e.describe(f"{d.group}-int")
                 break
             time.sleep(0.25)
+        else:
+            raise AssertionError(f"{d.broker}: the internal topics never became visible")
         assert first.status
 
     converse(script, ports=ports)
@@ -372,3 +377,101 @@ def test_initial_rebalance_delay_and_assignment_interval_as_kafka_43(converse) -
         a.describe()
 
     converse(script)
+
+
+def test_stateful_tasks_get_standbys_on_another_process(converse, ports) -> None:
+    """group.streams.num.standby.replicas 1: a stateful subtopology's tasks get a standby on a
+    process that does not run them, released only once that process gave the task up."""
+    def script(d: Dialog) -> None:
+        changelog = f"{d.group}-store-changelog"
+        stateful = topology(subtopology("0", (TOPIC,), changelogs=(_info(changelog),)),
+                            subtopology("1", (OTHER,)))
+        a, b = Member(d, "a"), Member(d, "b")
+        first = a.send(0, topology=stateful)
+        for _ in range(40):  # until the broker created the changelog topic
+            if not first.status:
+                break
+            time.sleep(0.25)
+            first = a.conn.call(_plain_heartbeat(d, a, d.group), record=False)
+        a.epoch, a.active = int(first.member_epoch), [
+            (t.subtopology_id, list(t.partitions)) for t in first.active_tasks or ()]
+        d.record("ready", _heartbeat(first))
+        b.send(0, topology=stateful)
+        for _ in range(3):
+            a.send()
+            b.send()
+        a.describe()
+
+    transcripts = converse(script, ports=ports)
+    described = transcripts["kafka"][-1][1][0]
+    standbys = [m["assignment"]["standby"] for m in described["members"]]
+    assert any(standbys), described  # the conversation did reach standby tasks
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced(converse, ports) -> None:
+    def script(d: Dialog) -> None:
+        a, b = Member(d, "a"), Member(d, "b")
+        a.send(0, rebalance_ms=1000)
+        everything = list(a.active)
+        b.send(0)
+        # told to give tasks up: it keeps reporting them
+        a.send(tasks=(everything, [], []), rebalance_ms=1000)
+        time.sleep(2.0)
+        a.send(tasks=(everything, [], []), rebalance_ms=1000)  # fenced by then
+        b.send()
+        b.send()
+        b.describe()
+
+    transcripts = converse(script, ports=ports)
+    assert transcripts["kafka"][3][1]["error"] == 25  # UNKNOWN_MEMBER_ID: it was removed
+
+
+def test_offline_migration_between_classic_and_streams(converse, ports) -> None:
+    """A Streams application moving from `group.protocol=classic` to `streams` and back while
+    stopped: an empty classic group with offsets becomes a streams group, an empty streams group
+    becomes classic again; the offsets stay."""
+    def script(d: Dialog) -> None:
+        conn = d.connect("classic")
+        join = request_type(11, 9)
+
+        def classic_join(member_id: str) -> Any:
+            return conn.call(build(
+                join, group_id=d.group, session_timeout=datetime.timedelta(seconds=10),
+                rebalance_timeout=datetime.timedelta(seconds=10), member_id=member_id,
+                group_instance_id=None, protocol_type="consumer",
+                protocols=(build(sibling(join, "JoinGroupRequestProtocol"), name="range",
+                                 metadata=b""),), reason=None), label="join")
+
+        member_id = classic_join("").member_id
+        joined = classic_join(member_id)
+        sync = request_type(14, 5)
+        conn.call(build(sync, group_id=d.group, generation_id=joined.generation_id,
+                        member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                        protocol_name="range", assignments=(build(
+                            sibling(sync, "SyncGroupRequestAssignment"), member_id=member_id,
+                            assignment=b""),)), label="sync")
+        commit = request_type(8, 9)
+        conn.call(build(commit, group_id=d.group,
+                        generation_id_or_member_epoch=joined.generation_id,
+                        member_id=member_id, group_instance_id=None, topics=(build(
+                            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC,
+                            partitions=(build(sibling(commit, "OffsetCommitRequestPartition"),
+                                              partition_index=0, committed_offset=7,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)),)), label="commit")
+        leave = request_type(13, 5)
+        conn.call(build(leave, group_id=d.group, members=(build(
+            sibling(leave, "MemberIdentity"), member_id=member_id, group_instance_id=None,
+            reason=None),)), label="leave")
+        a = Member(d, "a")
+        a.send(0)
+        a.describe()
+        a.send(-1, tasks=None)
+        member_id = classic_join("").member_id
+        classic_join(member_id)
+        fetch = request_type(9, 9)
+        conn.call(build(fetch, groups=(build(
+            sibling(fetch, "OffsetFetchRequestGroup"), group_id=d.group, member_id=None,
+            member_epoch=-1, topics=None),), require_stable=False), label="offsets")
+
+    converse(script, ports=ports)

@@ -19,57 +19,62 @@ T = TypeVar("T")
 
 class JavaPriorityQueue(Generic[T]):
     """A min-heap ordered by `key` that breaks ties exactly as java.util.PriorityQueue with a
-    comparator comparing those keys."""
+    comparator comparing those keys. An element's key is read once, when it is added: it must
+    not change while the element is queued (Kafka's assignor changes a load only after
+    polling its holder)."""
 
-    __slots__ = ("_heap", "_key")
+    __slots__ = ("_items", "_key", "_keys")
 
     def __init__(self, key: Callable[[T], float]) -> None:
-        self._heap: list[T] = []
+        self._items: list[T] = []
+        self._keys: list[float] = []
         self._key = key
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._items)
 
     def add(self, item: T) -> None:
-        heap, key = self._heap, self._key
-        heap.append(item)
-        k = len(heap) - 1
-        item_key = key(item)
+        items, keys = self._items, self._keys
+        item_key = self._key(item)
+        items.append(item)
+        keys.append(item_key)
+        k = len(items) - 1
         while k > 0:
             parent = (k - 1) >> 1
-            above = heap[parent]
-            if item_key >= key(above):
+            parent_key = keys[parent]
+            if item_key >= parent_key:
                 break
-            heap[k] = above
+            items[k] = items[parent]
+            keys[k] = parent_key
             k = parent
-        heap[k] = item
+        items[k] = item
+        keys[k] = item_key
 
     def poll(self) -> T | None:
-        """The least element (the first added among equals only by the heap's moves), or None
-        when empty."""
-        heap = self._heap
-        if not heap:
+        """The least element (among equals, the one the heap's moves put first), or None when
+        empty."""
+        items, keys = self._items, self._keys
+        if not items:
             return None
-        first = heap[0]
-        last = heap.pop()
-        size = len(heap)
+        first = items[0]
+        last = items.pop()
+        last_key = keys.pop()
+        size = len(items)
         if size:
-            key = self._key
-            last_key = key(last)
             k = 0
             half = size >> 1
             while k < half:
                 child = 2 * k + 1
-                smaller = heap[child]
-                smaller_key = key(smaller)
+                child_key = keys[child]
                 right = child + 1
-                if right < size:
-                    right_key = key(heap[right])
-                    if smaller_key > right_key:
-                        child, smaller, smaller_key = right, heap[right], right_key
-                if last_key <= smaller_key:
+                if right < size and child_key > keys[right]:
+                    child = right
+                    child_key = keys[right]
+                if last_key <= child_key:
                     break
-                heap[k] = smaller
+                items[k] = items[child]
+                keys[k] = child_key
                 k = child
-            heap[k] = last
+            items[k] = last
+            keys[k] = last_key
         return first

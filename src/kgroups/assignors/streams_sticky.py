@@ -5,7 +5,7 @@ over processes first (a process's load is its tasks per member) and over a proce
 second, keeps tasks where the previous target assignment had them while a member is under its
 quota, and never puts a standby on the process running the task or another replica of it.
 Kafka's output depends on the iteration order of its Java hash maps and on how its priority
-queues break ties between equal loads, so this module walks the same orders (`java_hash`,
+queues break ties between equal loads, so this module walks the same orders (`java_hashmap`,
 `java_queue`):
 
 1. Quotas: active tasks per member is the ceiling of tasks over members; all tasks per member
@@ -32,8 +32,9 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from kgroups.assignors.java_hash import grown_capacity, iteration_order, string_hash
+from kgroups.assignors.java_hashmap import JavaStringHashMap
 from kgroups.assignors.java_queue import JavaPriorityQueue
 from kgroups.assignors.streams_tasks import (
     SubtopologyInfo,
@@ -51,8 +52,9 @@ _JAVA_INT = re.compile(r"[+-]?[0-9]+")
 Task = tuple[str, int]  # (subtopology id, partition)
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
+class _Member(NamedTuple):
+    """A member as the previous target assignment names it."""
+
     process_id: str
     member_id: str
 
@@ -99,9 +101,7 @@ class _Process:
         queue = self.by_load
         if queue is None:
             queue = JavaPriorityQueue(_entry_count)
-            ordered = iteration_order(self.member_order, string_hash,
-                                      grown_capacity(len(self.member_order)))
-            for member_id in ordered:
+            for member_id in JavaStringHashMap().put_all(self.member_order).order():
                 queue.add(_MemberEntry(member_id, self.counts[member_id]))
             self.by_load = queue
         entry = queue.poll()
@@ -155,8 +155,10 @@ def _tasks_per_member(tasks: int, members: int) -> int:
     return quotient + 1 if tasks - quotient * members > 0 else quotient
 
 
-def standby_replicas(configs: Mapping[str, str]) -> int:
-    """`num.standby.replicas` as Kafka reads it: 0 when no config is given at all."""
+def _standby_replicas(configs: Mapping[str, str]) -> int:
+    """`num.standby.replicas` as Kafka reads it: 0 when no config is given at all, an error
+    when configs are given without it. Kafka's group config (`streams.num.standby.replicas`,
+    at least 0) keeps a negative count from reaching its assignor; it is refused here."""
     if not configs:
         return 0
     value = configs.get(STANDBY_REPLICAS_CONFIG)
@@ -187,7 +189,7 @@ class _Assignment:
     def __init__(self, group: TaskGroupSpec, topology: Mapping[str, SubtopologyInfo]) -> None:
         self.group = group
         self.topology = topology
-        self.standby_replicas = standby_replicas(group.assignment_configs)
+        self.standby_replicas = _standby_replicas(group.assignment_configs)
         # Java's String order (UTF-16 code units) for subtopology ids.
         self.sort_key = {s: s.encode("utf-16-be") for s in topology}
         active_total = sum(info.num_tasks for info in topology.values())
@@ -197,8 +199,7 @@ class _Assignment:
         self.active_quota = _Quota(active_total, size)
         self.total_quota = _Quota(total, size)
 
-        ids = iteration_order(list(group.members), string_hash,
-                              grown_capacity(max(group.peak_members, size)))
+        ids = JavaStringHashMap().put_all(group.members).order()
         self.processes: dict[str, _Process] = {}
         self.previous_active: dict[Task, _Member] = {}
         self.previous_standby: dict[Task, list[_Member]] = {}
@@ -216,8 +217,7 @@ class _Assignment:
                 for partition in partitions:
                     self.previous_standby.setdefault((subtopology, partition), []).append(member)
         # The process map is a HashMap sized for one process per member.
-        self.process_order = iteration_order(
-            list(self.processes), string_hash, grown_capacity(len(self.processes), size))
+        self.process_order = JavaStringHashMap(size).put_all(self.processes).order()
 
     def run(self) -> dict[str, TaskAssignment]:
         self._assign_active()
@@ -276,9 +276,9 @@ class _Assignment:
         queue = self._process_queue()
         for task in left:
             process = queue.poll()
-            if process is None:
+            if process is None:  # Kafka's words: its coordinator puts them in its error
                 raise TaskAssignorError(
-                    f"no process to take active task {_task_name(task)}: the group has no members")
+                    f"No process available to assign active task {_task_name(task)}.")
             self._placed_active(process.add_task_to_least_loaded(task, True))
             queue.add(process)
 

@@ -36,15 +36,13 @@ class TaskGroupSpec:
     """The group: its members by member id and the assignment configs (Kafka passes
     `num.standby.replicas` here).
 
-    `members` lists them in the order the coordinator put them into the member map it hands
-    its assignor (a Java HashMap: the group's members, then the ones this heartbeat changed),
-    and `peak_members` is the most that map held while it was built (0: just the members).
-    A member that left was put and then removed, so the map's table may be one size larger
-    than the survivors need, and the table size decides the map's iteration order."""
+    `members` lists them in the order Kafka's coordinator puts them into the Java HashMap it
+    hands its assignor: the group's members as its member map (a TimelineHashMap) iterates
+    them, then the member whose heartbeat this is, if it is new. The assignor walks that
+    HashMap's order, which for member ids sharing a bucket is this put order."""
 
     members: Mapping[str, TaskMemberSpec]
     assignment_configs: Mapping[str, str] = field(default_factory=dict)
-    peak_members: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,9 @@ class GroupCoordinator:
         match req:
             case JoinGroupRequest():
                 group = self._groups.get(req.group_id)
+                if group is not None and group.streams is not None \
+                        and self._classic.join_error(req) is None:
+                    self._streams.downgrade(group)  # an empty streams group becomes classic
                 if group is not None and group.consumer is not None \
                         and self._classic.join_error(req) is None:
                     self._classic_members.join(group, group.consumer, req)

@@ -29,6 +29,7 @@ from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.effects import RemovalReason
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.journal import Journal
+from kgroups.coordinator.persistence import streams_group_tombstones
 from kgroups.coordinator.streams_group import (
     LEAVE_EPOCH,
     StreamsGroup,
@@ -61,6 +62,7 @@ from kgroups.coordinator.timer_keys import (
     streams_session_timer,
 )
 from kgroups.errors import ErrorCode
+from kgroups.records.schema import GroupMetadataKey
 from kgroups.records.streams_group import (
     StreamsGroupCurrentMemberAssignmentKey,
     StreamsGroupMemberMetadataKey,
@@ -71,6 +73,7 @@ from kgroups.records.streams_group import (
     StreamsGroupTargetAssignmentMetadataValue,
     StreamsGroupTopologyKey,
     StreamsGroupTopologyValue,
+    TopicInfo,
 )
 
 STANDBY_REPLICAS_CONFIG = "num.standby.replicas"
@@ -127,6 +130,10 @@ class StreamsGroups:
             if not create:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Streams group {group_id} not found.")
+            if group.stored_metadata is not None:
+                # Kafka 4.3.1 ends the empty classic group's metadata first (offline migration
+                # of a Streams application from the classic protocol keeps its offsets).
+                self._ctx.record(group, journal, GroupMetadataKey(group_id), None)
             return group, self._open(group, journal), False
         if not create:
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -137,6 +144,9 @@ class StreamsGroups:
     @staticmethod
     def _open(group: ClassicGroup, journal: Journal) -> StreamsGroup:
         streams = group.streams = StreamsGroup()
+        if group.state is GroupState.DEAD:  # its classic part just ended: Empty, as replayed
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
 
         def close() -> None:
             if group.streams is streams and not streams.stored:
@@ -234,7 +244,13 @@ class StreamsGroups:
             elif self._interval_running(streams):
                 statuses.append((ASSIGNMENT_DELAYED, _INTERVAL_DELAY))
             else:
-                self.update_target(group, streams, journal)
+                try:
+                    self.update_target(group, streams, journal)
+                except TaskAssignorError as exc:  # Kafka's answer, its assignor's message
+                    raise HeartbeatError(
+                        ErrorCode.UNKNOWN_SERVER_ERROR,
+                        f"Failed to compute a new target assignment for epoch "
+                        f"{streams.group_epoch}: {exc}") from exc
         owned = None if req.active_tasks is None else TaskTuple(
             tasks_of(req.active_tasks), tasks_of(req.standby_tasks or ()),
             tasks_of(req.warmup_tasks or ()))
@@ -286,7 +302,8 @@ class StreamsGroups:
                       journal: Journal) -> None:
         """Run the group's assignor over every member (their current targets make it sticky)
         and write the targets that changed, then the new assignment epoch. A topology that is
-        not ready gives every member no tasks."""
+        not ready gives every member no tasks. TaskAssignorError: the assignor could not place
+        the tasks (nothing written)."""
         configured = streams.configured
         result: dict[str, TaskAssignment] = {}
         if configured is not None and configured.ready and configured.subtopologies:
@@ -297,10 +314,7 @@ class StreamsGroups:
                  for member_id, m in streams.members.items()},
                 dict(streams.last_assignment_configs))
             assignor = next(iter(self._assignors.values()))
-            try:
-                result = assignor.assign(spec, topology)
-            except TaskAssignorError:
-                result = {}
+            result = assignor.assign(spec, topology)
         for member_id in streams.members:
             given = result.get(member_id)
             target = TaskTuple() if given is None else TaskTuple(
@@ -392,13 +406,29 @@ class StreamsGroups:
         self.fence(group, member, journal, reason)
         self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
+    def downgrade(self, group: ClassicGroup) -> None:
+        """An empty streams group joined with the classic protocol becomes a classic group, as
+        Kafka 4.3.1 converts it (offline migration back to `group.protocol=classic`): its
+        streams records end (target epoch, group epoch, topology), its offsets stay."""
+        journal = Journal()
+        self._ctx.record_all(group, journal, streams_group_tombstones(group))
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+        self._ctx.timers.cancel(streams_initial_timer(group.group_id))
+        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
+
     def on_initial_delay(self, group: ClassicGroup) -> None:
         """The initial rebalance delay of a new group ended: its first target is computed."""
         streams = group.streams
         if streams is None or streams.group_epoch <= streams.assignment_epoch:
             return
         journal = Journal()
-        self.update_target(group, streams, journal)
+        try:
+            self.update_target(group, streams, journal)
+        except TaskAssignorError:
+            self._ctx.roll_back(journal)  # the next heartbeat tries again, and answers why
+            return
         self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
     # -- StreamsGroupDescribe -----------------------------------------------------------------
@@ -421,13 +451,19 @@ class StreamsGroups:
         configured = streams.configured
         if configured is None and streams.topology is not None:
             configured = streams.configured = configure(streams.topology, self._ctx.topics)
+        # As Kafka 4.3.1 describes it: the configured subtopologies (partition counts decided)
+        # once the topology is ready, else the topology as the members sent it; topics sorted.
         subtopologies = None
         if configured is not None and configured.ready and configured.subtopologies is not None:
             subtopologies = tuple(
-                DescribedSubtopology(s.subtopology_id, s.source_topics,
-                                     s.repartition_sink_topics, s.state_changelog_topics,
-                                     s.repartition_source_topics)
+                _described(s.subtopology_id, s.source_topics, s.repartition_sink_topics,
+                           s.state_changelog_topics, s.repartition_source_topics)
                 for s in configured.subtopologies.values())
+        elif streams.topology is not None:
+            subtopologies = tuple(
+                _described(s.subtopology_id, s.source_topics, s.repartition_sink_topics,
+                           s.state_changelog_topics, s.repartition_source_topics)
+                for s in sorted(streams.topology.subtopologies, key=lambda s: s.subtopology_id))
         members = tuple(
             DescribedStreamsMember(
                 m.member_id, m.member_epoch, m.instance_id, m.rack_id, m.client_id,
@@ -562,6 +598,14 @@ def _wire(tasks: Tasks) -> TaskIdList:
 
 def _wire_tuple(tasks: TaskTuple) -> tuple[TaskIdList, TaskIdList, TaskIdList]:
     return _wire(tasks.active), _wire(tasks.standby), _wire(tasks.warmup)
+
+
+def _described(sub_id: str, sources: tuple[str, ...], sinks: tuple[str, ...],
+               changelogs: tuple[TopicInfo, ...],
+               repartition: tuple[TopicInfo, ...]) -> DescribedSubtopology:
+    return DescribedSubtopology(sub_id, tuple(sorted(sources)), tuple(sorted(sinks)),
+                                tuple(sorted(changelogs, key=lambda t: t.name)),
+                                tuple(sorted(repartition, key=lambda t: t.name)))
 
 
 def _endpoint_partitions(streams: StreamsGroup,

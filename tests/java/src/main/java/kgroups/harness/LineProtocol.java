@@ -1,12 +1,17 @@
 package kgroups.harness;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.BufferedReader;
+import java.io.BufferedWriter;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.io.OutputStreamWriter;
+import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.util.Properties;
+import java.util.function.Function;
 
 /**
  * The drivers' shared protocol: client properties from key=value arguments, then one command
@@ -68,5 +73,26 @@ final class LineProtocol {
             }
         }
         return false;
+    }
+
+    /**
+     * An oracle's loop: each stdin line is a JSON spec answered by one JSON line (an exception
+     * answers {"error": "Class: message"}), output flushed once at the end of input.
+     */
+    static void answerEachSpec(Function<JsonNode, ObjectNode> oracle) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        PrintWriter out = new PrintWriter(new BufferedWriter(
+            new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
+        String line;
+        while ((line = in.readLine()) != null) {
+            ObjectNode answer;
+            try {
+                answer = oracle.apply(JSON.readTree(line));
+            } catch (RuntimeException e) {
+                answer = error(e);
+            }
+            out.println(JSON.writeValueAsString(answer));
+        }
+        out.flush();
     }
 }

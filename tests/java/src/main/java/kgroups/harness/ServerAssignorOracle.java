@@ -3,13 +3,7 @@ package kgroups.harness;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.BufferedWriter;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStreamWriter;
-import java.io.PrintWriter;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -50,20 +44,7 @@ public final class ServerAssignorOracle {
     private ServerAssignorOracle() { }
 
     public static void main(String[] args) throws IOException {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        PrintWriter out = new PrintWriter(new BufferedWriter(
-            new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
-        String line;
-        while ((line = in.readLine()) != null) {
-            ObjectNode answer;
-            try {
-                answer = answer(JSON.readTree(line));
-            } catch (RuntimeException e) {
-                answer = JSON.createObjectNode().put("error", e.toString());
-            }
-            out.println(JSON.writeValueAsString(answer));
-        }
-        out.flush();
+        LineProtocol.answerEachSpec(ServerAssignorOracle::answer);
     }
 
     private static ObjectNode answer(JsonNode spec) {

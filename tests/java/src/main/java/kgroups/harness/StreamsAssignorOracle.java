@@ -3,13 +3,7 @@ package kgroups.harness;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.BufferedWriter;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStreamWriter;
-import java.io.PrintWriter;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -35,10 +29,10 @@ import org.apache.kafka.coordinator.group.streams.assignor.TopologyDescriber;
  *
  * A spec is {"configs": {name: value}, "subtopologies": [{"id", "tasks", "stateful"}], "members":
  * [{"id", "process", "instance", "rack", "tags": {k: v}, "active": {subtopology: [partitions]},
- * "standby": {...}, "warmup": {...}, "gone": bool}]}. The member map is built the way the group
- * coordinator's target-assignment builder builds it: a plain HashMap, members put in the listed
- * order, and members marked "gone" removed after every put (a member that left: its entry made
- * the table grow before it went). Subtopologies are described in the listed order.
+ * "standby": {...}, "warmup": {...}}]}. The member map is built the way the group coordinator's
+ * target-assignment builder builds it: a plain HashMap, members put in the listed order.
+ * Subtopologies are described in the listed order. With
+ * "repeat": n, the assignment is run n more times and "best_ms" is the fastest of those runs.
  */
 public final class StreamsAssignorOracle {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -46,21 +40,7 @@ public final class StreamsAssignorOracle {
     private StreamsAssignorOracle() { }
 
     public static void main(String[] args) throws IOException {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        PrintWriter out = new PrintWriter(new BufferedWriter(
-            new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
-        String line;
-        while ((line = in.readLine()) != null) {
-            ObjectNode answer;
-            try {
-                answer = answer(JSON.readTree(line));
-            } catch (RuntimeException e) {
-                answer = JSON.createObjectNode().put(
-                    "error", e.getClass().getSimpleName() + ": " + e.getMessage());
-            }
-            out.println(JSON.writeValueAsString(answer));
-        }
-        out.flush();
+        LineProtocol.answerEachSpec(StreamsAssignorOracle::answer);
     }
 
     private static ObjectNode answer(JsonNode spec) {
@@ -97,7 +77,6 @@ public final class StreamsAssignorOracle {
         };
 
         Map<String, AssignmentMemberSpec> members = new HashMap<>();
-        List<String> gone = new ArrayList<>();
         for (JsonNode member : spec.get("members")) {
             String id = member.get("id").asText();
             Map<String, String> tags = new HashMap<>();
@@ -109,21 +88,26 @@ public final class StreamsAssignorOracle {
                 optional(member, "instance"), optional(member, "rack"),
                 tasks(member.get("active")), tasks(member.get("standby")), tasks(member.get("warmup")),
                 member.get("process").asText(), tags, Map.of(), Map.of()));
-            if (member.path("gone").asBoolean(false)) {
-                gone.add(id);
-            }
         }
-        gone.forEach(members::remove);
         Map<String, String> configs = new HashMap<>();
         spec.get("configs").fields().forEachRemaining(e -> configs.put(e.getKey(), e.getValue().asText()));
 
-        GroupAssignment result = new StickyTaskAssignor().assign(
-            new GroupSpecImpl(Collections.unmodifiableMap(members), configs), describer);
+        GroupSpecImpl groupSpec = new GroupSpecImpl(Collections.unmodifiableMap(members), configs);
+        GroupAssignment result = new StickyTaskAssignor().assign(groupSpec, describer);
+        long best = Long.MAX_VALUE;
+        for (int run = 0; run < spec.path("repeat").asInt(0); run++) {
+            long started = System.nanoTime();
+            new StickyTaskAssignor().assign(groupSpec, describer);
+            best = Math.min(best, System.nanoTime() - started);
+        }
 
         Map<String, Map<String, Map<String, List<Integer>>>> listing = new TreeMap<>();
         result.members().forEach((member, assignment) -> listing.put(member, listed(assignment)));
         ObjectNode answer = JSON.createObjectNode();
         answer.set("assignment", JSON.valueToTree(listing));
+        if (best != Long.MAX_VALUE) {
+            answer.put("best_ms", best / 1e6);
+        }
         return answer;
     }
 
