@@ -41,7 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +246,40 @@ async def classic_member(connection: PipelinedConnection, group: str, holdings: 
 # ------------------------------------------------------------------------------ runs
 
 
+# A member of the benchmark: joins `group` on its connection and keeps `holdings` up to date
+# until `stop` is set.
+Member = Callable[[PipelinedConnection, str, Holdings, asyncio.Event], Awaitable[None]]
+
+
+async def form_and_join(port: int, versions: dict[int, int], group: str, member: Member,
+                        members: int) -> tuple[float, float]:
+    """Seconds until N members of a new group hold a complete balanced share of 2N partitions
+    (or tasks), then seconds until one more member gets its share with the group balanced
+    again."""
+    holdings = Holdings(2 * members, members)
+    stop = asyncio.Event()
+    connections = [await PipelinedConnection.open(port, versions) for _ in range(members + 1)]
+    tasks: list[asyncio.Future[None]] = []
+    try:
+        started = time.perf_counter()
+        tasks = [asyncio.ensure_future(member(c, group, holdings, stop))
+                 for c in connections[:members]]
+        await settle(holdings, tasks)
+        formed = time.perf_counter() - started
+        await asyncio.sleep(2)  # a Stable group: members back to their heartbeat rhythm
+        holdings.resize(members + 1)
+        started = time.perf_counter()
+        tasks.append(asyncio.ensure_future(member(connections[-1], group, holdings, stop)))
+        await settle(holdings, tasks)
+        joined = time.perf_counter() - started
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for connection in connections:
+            await connection.close()
+    return formed, joined
+
+
 async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, float]:
     """Seconds to form an N-member group with a complete balanced assignment, then for one
     more member to get its share with the group balanced again."""
@@ -253,32 +287,12 @@ async def protocol_figures(port: int, protocol: str, members: int) -> dict[str, 
     await wait_coordinator_ready(port)
     group = f"bench-{protocol}-{uuid.uuid4().hex[:6]}"
     member = consumer_member if protocol == "consumer" else classic_member
-    holdings = Holdings(2 * members, members)
-    stop = asyncio.Event()
-    connections = [await PipelinedConnection.open(port, versions) for _ in range(members + 1)]
-    tasks = []
-    try:
-        started = time.perf_counter()
-        tasks = [asyncio.ensure_future(member(c, group, holdings, stop))
-                 for c in connections[:members]]
-        await _settle(holdings, tasks)
-        formed = time.perf_counter() - started
-        await asyncio.sleep(2)  # a Stable group: members back to their heartbeat rhythm
-        holdings.resize(members + 1)
-        started = time.perf_counter()
-        tasks.append(asyncio.ensure_future(member(connections[-1], group, holdings, stop)))
-        await _settle(holdings, tasks)
-        joined = time.perf_counter() - started
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for connection in connections:
-            await connection.close()
+    formed, joined = await form_and_join(port, versions, group, member, members)
     return {f"{protocol}: form {members} s": formed,
             f"{protocol}: one joins {members} s": joined}
 
 
-async def _settle(holdings: Holdings, tasks: list[asyncio.Future[None]]) -> None:
+async def settle(holdings: Holdings, tasks: list[asyncio.Future[None]]) -> None:
     """Wait for a settled assignment, failing at once if a member failed."""
     waiter = asyncio.ensure_future(holdings.settled.wait())
     done, _ = await asyncio.wait([waiter, *tasks], timeout=SETTLE_TIMEOUT_S,
@@ -301,20 +315,20 @@ def broker_figures(port: int, members: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def kgroups_serve(data_dir: Path) -> Iterator[int]:
+def kgroups_serve(data_dir: Path, settings: Mapping[str, str] = SETTINGS) -> Iterator[int]:
     port = free_port()
     command = [sys.executable, "-m", "kgroups.cli", "serve", "--port", str(port), "--data-dir",
                str(data_dir), "--log-level", "WARNING"]
-    for name, value in SETTINGS.items():
+    for name, value in settings.items():
         command += ["--override", f"{name}={value}"]
     with serving(command, port) as served:
         yield served
 
 
 @contextlib.contextmanager
-def kafka_serve(workdir: Path) -> Iterator[int]:
+def kafka_serve(workdir: Path, settings: Mapping[str, str] = SETTINGS) -> Iterator[int]:
     broker = KafkaBroker(workdir, settings={
-        **SETTINGS, "offsets.topic.replication.factor": "1",
+        **settings, "offsets.topic.replication.factor": "1",
         "transaction.state.log.replication.factor": "1", "transaction.state.log.min.isr": "1"},
         jvm_options=("-Xmx1g", "-Xms1g", "-XX:+UseG1GC"))
     broker.start()

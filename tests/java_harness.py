@@ -14,13 +14,15 @@ kgroups is checked against.
 - `WordCountStreams(input_topic, output_topic, settings, log_path)`: Kafka Streams' word count
   (a groupBy through the repartition topic `<application.id>-words-repartition`, counts written
   to the output topic as String -> 8-byte big-endian Long) in its own JVM; `states` (every
-  state it entered, in order), `errors` (stream threads that died), `close()`.
+  state it entered, in order), `errors` (stream threads that died), `tasks()` (the active and
+  standby tasks it holds now), `close()`, `kill()`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -180,6 +182,7 @@ class WordCountStreams:
         self.log_path = log_path
         self.states: list[str] = []
         self.errors: list[str] = []
+        self._tasks: queue.Queue[str] = queue.Queue()
         args = [input_topic, output_topic, *(f"{key}={value}" for key, value in settings.items())]
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -193,7 +196,24 @@ class WordCountStreams:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             kind, _, rest = line.rstrip("\n").partition(" ")
-            (self.states if kind == "state" else self.errors).append(rest)
+            if kind == "tasks":
+                self._tasks.put(rest)
+            else:
+                (self.states if kind == "state" else self.errors).append(rest)
+
+    def tasks(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(active, standby): the ids ("0_1": subtopology 0, partition 1) of the tasks this
+        instance's stream threads hold now, as Streams itself reports them."""
+        assert self.process.stdin is not None
+        self.assert_running()
+        self.process.stdin.write("tasks\n")
+        self.process.stdin.flush()
+        active, standby = self._tasks.get(timeout=COMMAND_TIMEOUT_S).split(" ")
+
+        def ids(text: str) -> frozenset[str]:
+            return frozenset() if text == "-" else frozenset(text.split(","))
+
+        return ids(active), ids(standby)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -8,12 +8,14 @@ name `conftest` belongs to whichever directory's conftest pytest loaded last.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.static.primitive import i8
 from tests.broker.broker_wire_helpers import create_topic, metadata_request
 
+from kgroups.log.batch import iter_batches
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 # Each conversation has groups of its own; these topics are shared.
@@ -60,3 +62,14 @@ def wait_coordinator(bootstrap: str, timeout_s: float = 30.0) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"{bootstrap} never became a group coordinator")
+
+
+def offsets_log_records(data_dir: Path) -> list[tuple[bytes, bytes | None]]:
+    """The (key, value) of every record of a broker's `__consumer_offsets-0` segments, in log
+    order (control batches left out): what a broker wrote, to read back byte for byte."""
+    records = []
+    for segment in sorted((data_dir / "__consumer_offsets-0").glob("*.log")):
+        for batch in iter_batches(segment.read_bytes()):
+            records += [(bytes(r.key), None if r.value is None else bytes(r.value))
+                        for r in batch.records if r.key is not None and not batch.is_control]
+    return records

@@ -28,6 +28,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     share_state,
+    streams_groups,
     topics,
     transactions,
     txn_offset_commit,
@@ -86,6 +87,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     describe_producers.install(registry)
     transactions.install(registry)
     share_state.install(registry)
+    streams_groups.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})

@@ -52,6 +52,10 @@ from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
 )
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
+from kgroups.coordinator.streams_messages import (
+    StreamsGroupDescribeRequest,
+    StreamsGroupHeartbeatRequest,
+)
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
 from kgroups.log.compaction import compact
@@ -87,7 +91,8 @@ CoordinatorMessage = (
     | messages.OffsetDeleteRequest | messages.DescribeGroupsRequest | messages.ListGroupsRequest
     | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | messages.TxnOffsetCommitRequest
-    | messages.CompleteTransactionRequest)
+    | messages.CompleteTransactionRequest | StreamsGroupHeartbeatRequest
+    | StreamsGroupDescribeRequest)
 
 
 def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
@@ -504,6 +509,10 @@ class CoordinatorRuntime:
                 return shard.txn_offset_commit(request, now)
             case messages.CompleteTransactionRequest():
                 return shard.complete_transaction(request, now)
+            case StreamsGroupHeartbeatRequest():
+                return shard.streams_group_heartbeat(request, now)
+            case StreamsGroupDescribeRequest():
+                return shard.streams_group_describe(request, now)
         assert_never(request)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,

@@ -85,6 +85,10 @@ class ClassicGroups:
             <= self._ctx.config.group_max_session_timeout_ms
         ):
             error = ErrorCode.INVALID_SESSION_TIMEOUT
+        group = self._ctx.groups.get(req.group_id)
+        if error is None and group is not None and group.streams is not None \
+                and group.streams.members:
+            error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # a live streams group, as Kafka
         return error
 
     def join(self, req: JoinGroupRequest) -> None:

@@ -13,7 +13,9 @@ _INT32_MAX = 2**31 - 1
 _LIST_FIELDS = frozenset({"group_consumer_assignors", "group_coordinator_rebalance_protocols"})
 # Settings that are one word out of a fixed set (Kafka compares them ignoring case).
 _CHOICE_FIELDS = frozenset({"group_consumer_migration_policy"})
-REBALANCE_PROTOCOLS = frozenset({"classic", "consumer"})
+# "streams" may be listed; Kafka 4.3.1 serves streams groups either way (its streams.version
+# feature is on by default), and so does kgroups.
+REBALANCE_PROTOCOLS = frozenset({"classic", "consumer", "streams"})
 # group.consumer.migration.policy: which online conversions between the protocols are allowed.
 MIGRATION_POLICIES = frozenset({"bidirectional", "upgrade", "downgrade", "disabled"})
 CONSUMER_ASSIGNORS = frozenset({"uniform", "range"})
@@ -49,6 +51,20 @@ class GroupCoordinatorConfig:
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_regex_refresh_interval_ms: int = 600_000
     group_consumer_migration_policy: str = "bidirectional"
+    # KIP-1071's streams protocol (group.protocol=streams Kafka Streams applications).
+    group_streams_heartbeat_interval_ms: int = 5000
+    group_streams_min_heartbeat_interval_ms: int = 5000
+    group_streams_max_heartbeat_interval_ms: int = 15000
+    group_streams_session_timeout_ms: int = 45000
+    group_streams_min_session_timeout_ms: int = 45000
+    group_streams_max_session_timeout_ms: int = 60000
+    group_streams_max_size: int = _INT32_MAX
+    group_streams_num_standby_replicas: int = 0
+    group_streams_max_standby_replicas: int = 2
+    group_streams_initial_rebalance_delay_ms: int = 3000
+    group_streams_assignment_interval_ms: int = 1000
+    group_streams_min_assignment_interval_ms: int = 0
+    group_streams_max_assignment_interval_ms: int = 15000
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -66,6 +82,27 @@ class GroupCoordinatorConfig:
                 "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms"
             )
         self._check_consumer_settings()
+        self._check_streams_settings()
+
+    def _check_streams_settings(self) -> None:
+        """Kafka's checks of the group.streams.* settings: bounds hold the values."""
+        for name, low, value, high in (
+            ("heartbeat.interval.ms", self.group_streams_min_heartbeat_interval_ms,
+             self.group_streams_heartbeat_interval_ms,
+             self.group_streams_max_heartbeat_interval_ms),
+            ("session.timeout.ms", self.group_streams_min_session_timeout_ms,
+             self.group_streams_session_timeout_ms, self.group_streams_max_session_timeout_ms),
+            ("assignment.interval.ms", self.group_streams_min_assignment_interval_ms,
+             self.group_streams_assignment_interval_ms,
+             self.group_streams_max_assignment_interval_ms),
+            ("num.standby.replicas", 0, self.group_streams_num_standby_replicas,
+             self.group_streams_max_standby_replicas),
+        ):
+            if not low <= value <= high:
+                raise ValueError(f"group.streams.{name} must be within its min and max, got "
+                                 f"{value} (min {low}, max {high})")
+        if self.group_streams_max_size < 1:
+            raise ValueError("group.streams.max.size must be >= 1")
 
     def _check_consumer_settings(self) -> None:
         """Kafka's checks (GroupCoordinatorConfig): bounds hold the values, the heartbeat

@@ -9,6 +9,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.messages import RequestId, Response
+from kgroups.coordinator.streams_messages import (
+    StreamsGroupDescribeResponse,
+    StreamsGroupHeartbeatResponse,
+)
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
@@ -88,8 +92,10 @@ class ConsumerGroupDescribeResponse:
     groups: tuple[DescribedConsumerGroup, ...]
 
 
-# Every answer the coordinator gives: the classic protocol's and the consumer protocol's.
-AnyResponse = Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
+# Every answer the coordinator gives: the classic protocol's, the consumer protocol's and the
+# streams protocol's.
+AnyResponse = (Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
+               | StreamsGroupHeartbeatResponse | StreamsGroupDescribeResponse)
 
 
 class HeartbeatError(Exception):

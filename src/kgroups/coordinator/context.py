@@ -415,7 +415,8 @@ class ShardContext:
 
     def _uncreate(self, group: ClassicGroup, replaced: ClassicGroup | None) -> None:
         if self.groups.get(group.group_id) is not group or group.offsets or group.members \
-                or group.consumer is not None or group.stored_metadata is not None:
+                or group.consumer is not None or group.streams is not None \
+                or group.stored_metadata is not None:
             return  # something else made it since, and keeps it
         awaited = replaced is not None and any(  # a deletion in flight that may still fail
             undo.group is replaced for p in self.pending_writes.values() if p.journal is not None

@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import assert_never
 
+from kgroups.assignors.streams_sticky import StickyTaskAssignor
+from kgroups.assignors.streams_tasks import TaskAssignor
 from kgroups.coordinator.classic_groups import ClassicGroups
 from kgroups.coordinator.classic_members import ClassicMembers
 from kgroups.coordinator.config import GroupCoordinatorConfig
@@ -46,12 +48,18 @@ from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
 from kgroups.coordinator.pending_txn import OffsetKey, ProducerKey
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
+from kgroups.coordinator.streams_groups import StreamsGroups
+from kgroups.coordinator.streams_messages import (
+    StreamsGroupDescribeRequest,
+    StreamsGroupHeartbeatRequest,
+)
 from kgroups.coordinator.timer_keys import (
     GroupTimer,
     GroupTimerKind,
     OffsetExpiryTimer,
     consumer_session_timer,
     offset_expiry_timer,
+    streams_session_timer,
 )
 from kgroups.coordinator.txn_offsets import TxnOffsets
 from kgroups.coordinator.views import GroupSummary, GroupView, summary_of, view_of
@@ -67,6 +75,7 @@ Request = (
     | OffsetCommitRequest | OffsetFetchRequest | OffsetDeleteRequest | DescribeGroupsRequest
     | ListGroupsRequest | DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | TxnOffsetCommitRequest | CompleteTransactionRequest
+    | StreamsGroupHeartbeatRequest | StreamsGroupDescribeRequest
 )
 
 
@@ -81,6 +90,7 @@ class GroupCoordinator:
     def __init__(
         self, config: GroupCoordinatorConfig | None = None, *,
         new_uuid: Callable[[], uuid.UUID],
+        streams_assignors: Mapping[str, TaskAssignor] | None = None,
     ) -> None:
         self.config = config or GroupCoordinatorConfig()
         self._ctx = ShardContext(self.config, new_uuid)
@@ -94,6 +104,10 @@ class GroupCoordinator:
         self._offsets = Offsets(self._ctx)
         self._txn_offsets = TxnOffsets(self._ctx)
         self._admin = GroupAdmin(self._ctx)
+        # Streams groups' task assignors by name (`group.streams.assignors`; Kafka's "sticky").
+        self._streams = StreamsGroups(
+            self._ctx, streams_assignors if streams_assignors is not None
+            else {"sticky": StickyTaskAssignor()})
 
     # -- request handlers ---------------------------------------------------------------------
 
@@ -133,6 +147,12 @@ class GroupCoordinator:
     def consumer_group_describe(self, req: ConsumerGroupDescribeRequest, now: int) -> Effects:
         return self._run(now, req)
 
+    def streams_group_heartbeat(self, req: StreamsGroupHeartbeatRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def streams_group_describe(self, req: StreamsGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
     def txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int) -> Effects:
         return self._run(now, req)
 
@@ -146,6 +166,9 @@ class GroupCoordinator:
         match req:
             case JoinGroupRequest():
                 group = self._groups.get(req.group_id)
+                if group is not None and group.streams is not None \
+                        and self._classic.join_error(req) is None:
+                    self._streams.downgrade(group)  # an empty streams group becomes classic
                 if group is not None and group.consumer is not None \
                         and self._classic.join_error(req) is None:
                     self._classic_members.join(group, group.consumer, req)
@@ -189,6 +212,10 @@ class GroupCoordinator:
                 self._txn_offsets.commit(req)
             case CompleteTransactionRequest():
                 self._txn_offsets.complete(req)
+            case StreamsGroupHeartbeatRequest():
+                self._streams.heartbeat(req)
+            case StreamsGroupDescribeRequest():
+                self._streams.describe(req)
             case _:
                 assert_never(req)
 
@@ -268,6 +295,12 @@ class GroupCoordinator:
                 self._classic_members.on_timer(group, member_id, sync=False)
             case GroupTimerKind.CONSUMER_SYNC:
                 self._classic_members.on_timer(group, member_id, sync=True)
+            case GroupTimerKind.STREAMS_SESSION:
+                self._streams.on_timer(group, member_id, session=True)
+            case GroupTimerKind.STREAMS_REBALANCE:
+                self._streams.on_timer(group, member_id, session=False)
+            case GroupTimerKind.STREAMS_INITIAL:
+                self._streams.on_initial_delay(group)
             case _:
                 assert_never(kind)
 
@@ -320,6 +353,11 @@ class GroupCoordinator:
             self._ctx.event(group, None)
             for member in group.members.values():
                 self._ctx.refresh_session(group, member)
+            if group.streams is not None:  # and silent streams members
+                for member_id in group.streams.members:
+                    self._timers.schedule(streams_session_timer(group.group_id, member_id),
+                                          self._ctx.now
+                                          + self._ctx.config.group_streams_session_timeout_ms)
             if group.consumer is not None:  # silent consumer-protocol members expire too
                 for member_id, consumer_member in group.consumer.members.items():
                     classic = consumer_member.classic

@@ -23,6 +23,7 @@ from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
     offset_record,
+    streams_group_tombstones,
 )
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
@@ -47,10 +48,12 @@ class GroupAdmin:
         if error is not None:
             return DescribedGroup(group_id, error)
         group = self._ctx.groups.get(group_id)
-        # A consumer-protocol group is described by ConsumerGroupDescribe; DescribeGroups
+        # A consumer-protocol (or streams) group is described by ConsumerGroupDescribe
+        # (StreamsGroupDescribe); DescribeGroups
         # answers about it as about a missing group, as Kafka does (admin clients fall back
         # from one API to the other on this answer).
-        if group is None or group.state is GroupState.DEAD or group.consumer is not None:
+        if group is None or group.state is GroupState.DEAD or group.consumer is not None \
+                or group.streams is not None:
             if version >= 6:
                 why = ("is not a classic group" if group is not None
                        and group.state is not GroupState.DEAD else "not found")
@@ -108,6 +111,7 @@ class GroupAdmin:
             elif error is None and group is not None and (
                 group.state is not GroupState.EMPTY
                 or (group.consumer is not None and group.consumer.members)
+                or (group.streams is not None and group.streams.members)
             ):
                 error = ErrorCode.NON_EMPTY_GROUP
             elif group is not None and group in by_partition.get(group.offsets_partition, ()):
@@ -167,13 +171,17 @@ def _deletion_records(
     pending = commits_in_flight.get(group.group_id, Counter())
     in_flight = {key for key, count in pending.items() if count > 0}
     keys = sorted(set(group.offsets) | in_flight | in_transactions)
-    return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
-        *consumer_group_tombstones(group), group_tombstone(group.group_id)
-    ]
+    offsets = [offset_record(group.group_id, topic, p, None) for topic, p in keys]
+    if group.streams is not None:  # Kafka writes no GroupMetadata tombstone for these
+        return offsets + streams_group_tombstones(group)
+    return [*offsets, *consumer_group_tombstones(group), group_tombstone(group.group_id)]
 
 
 def _listed(group: ClassicGroup) -> ListedGroup:
-    """A consumer-protocol group lists with its consumer state, as Kafka lists it."""
+    """A consumer-protocol (streams) group lists with its consumer (streams) state, as Kafka
+    lists it."""
     if group.consumer is not None:
         return ListedGroup(group.group_id, "consumer", group.consumer.state(), "consumer")
+    if group.streams is not None:
+        return ListedGroup(group.group_id, "streams", group.streams.state(), "streams")
     return ListedGroup(group.group_id, group.protocol_type or "", group.state.value)

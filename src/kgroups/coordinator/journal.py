@@ -39,6 +39,7 @@ from kgroups.records.schema import (
     RecordKey,
     RecordValue,
 )
+from kgroups.records.streams_group import StreamsGroupKey
 
 
 @dataclass(slots=True)
@@ -83,4 +84,6 @@ def stored_value(group: ClassicGroup, key: RecordKey) -> RecordValue | None:
         return group.stored_metadata
     if group.consumer is not None and isinstance(key, ConsumerGroupKey):
         return group.consumer.stored.get(key)
+    if group.streams is not None and isinstance(key, StreamsGroupKey):
+        return group.streams.stored.get(key)
     return None

@@ -36,7 +36,9 @@ from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
     offset_record,
+    streams_group_tombstones,
 )
+from kgroups.coordinator.streams_offsets import validate_streams_commit, validate_streams_fetch
 from kgroups.coordinator.timer_keys import offset_expiry_timer
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
@@ -216,6 +218,8 @@ class Offsets:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if group.consumer is not None:
             return validate_consumer_commit(group, req, self._ctx.topics)
+        if group.streams is not None:
+            return validate_streams_commit(group, req)
         if req.generation_id < 0 and group.state is GroupState.EMPTY:
             return None  # admin clients and self-managed consumers commit to an empty group
         if (
@@ -249,6 +253,11 @@ class Offsets:
                 and group.state is not GroupState.DEAD:
             error = validate_consumer_fetch(group.consumer, wanted.member_id,
                                             wanted.member_epoch)
+            if error is not None:
+                return FetchedGroup(wanted.group_id, error)
+        if group is not None and group.streams is not None \
+                and group.state is not GroupState.DEAD:
+            error = validate_streams_fetch(group.streams, wanted.member_id, wanted.member_epoch)
             if error is not None:
                 return FetchedGroup(wanted.group_id, error)
         offsets = group.offsets if group is not None else {}
@@ -356,9 +365,13 @@ class Offsets:
                 and group.group_id not in self._ctx.commits_in_flight
                 and not self._ctx.txn.has_pending(group.group_id)
                 and (group.consumer is None or not group.consumer.members)
+                and (group.streams is None or not group.streams.members)
             ):
-                records.extend(consumer_group_tombstones(group))
-                records.append(group_tombstone(group.group_id))
+                if group.streams is not None:
+                    records.extend(streams_group_tombstones(group))
+                else:
+                    records.extend(consumer_group_tombstones(group))
+                    records.append(group_tombstone(group.group_id))
         if records:
             self._ctx.write_tolerated(offsets_partition, records)
         self._ctx.timers.schedule(
@@ -372,6 +385,8 @@ class Offsets:
         if group.consumer is not None and group.consumer.members:
             since_empty = False  # a live consumer-protocol group keeps its topics' offsets
             keep: frozenset[str] = group.consumer.subscribed_topics()
+        elif group.streams is not None and group.streams.members:
+            return []  # a live streams group keeps its offsets
         elif group.protocol_type is None:
             since_empty = False  # a "simple" group: offsets age from their commit
             keep = frozenset()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.coordinator.streams_group import StreamsGroup, apply_streams_record
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
 from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
@@ -31,6 +32,14 @@ from kgroups.records.schema import (
     OffsetCommitKey,
     OffsetCommitValue,
     OffsetsRecord,
+)
+from kgroups.records.streams_group import (
+    STREAMS_GROUP_KEY_TYPES,
+    StreamsGroupKey,
+    StreamsGroupMetadataKey,
+    StreamsGroupTargetAssignmentMetadataKey,
+    StreamsGroupTopologyKey,
+    StreamsGroupValue,
 )
 
 
@@ -99,6 +108,16 @@ def consumer_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
             OffsetsRecord(ConsumerGroupMetadataKey(group.group_id), None)]
 
 
+def streams_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
+    """The records that end an empty streams group (its target assignment epoch, its group
+    epoch and its topology, in Kafka 4.3.1's order; an empty group has no member records)."""
+    if group.streams is None:
+        return []
+    return [OffsetsRecord(key, None) for key in (
+        StreamsGroupTargetAssignmentMetadataKey(group.group_id),
+        StreamsGroupMetadataKey(group.group_id), StreamsGroupTopologyKey(group.group_id))]
+
+
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
     """An offset commit record, or its tombstone when `value` is None."""
     return OffsetsRecord(OffsetCommitKey(group_id, topic, partition), value)
@@ -136,6 +155,9 @@ class PartitionImage:
     # KIP-848 consumer-group records: the latest value per key (None: tombstone).
     consumer_values: dict[ConsumerGroupKey, ConsumerGroupValue | None] = field(
         default_factory=dict)
+    # KIP-1071 streams-group records: the latest value per key (None: tombstone).
+    streams_values: dict[StreamsGroupKey, StreamsGroupValue | None] = field(
+        default_factory=dict)
     # Transactions without their marker yet: (producer id, producer epoch) -> their records
     # (TxnOffsetCommit's offsets, pending until the marker).
     open_transactions: dict[tuple[int, int], list[OffsetsRecord]] = field(default_factory=dict)
@@ -164,6 +186,8 @@ class PartitionImage:
                 group_values[key.group] = record.value  # type: ignore[assignment]
             elif key.version in CONSUMER_GROUP_KEY_TYPES:
                 self.consumer_values[key] = record.value  # type: ignore[index,assignment]
+            elif key.version in STREAMS_GROUP_KEY_TYPES:
+                self.streams_values[key] = record.value  # type: ignore[index,assignment]
 
     def apply_raw(
         self, records: Iterable[tuple[bytes, bytes | None]], *, skip_undecodable: bool = False
@@ -188,6 +212,8 @@ class PartitionImage:
                     group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
                 elif key.version in CONSUMER_GROUP_KEY_TYPES:
                     self.consumer_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
+                elif key.version in STREAMS_GROUP_KEY_TYPES:
+                    self.streams_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
             except RecordDecodeError:
                 if not skip_undecodable:
                     raise
@@ -240,6 +266,8 @@ def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
         apply_offset(group, key.topic, key.partition, record.value)  # type: ignore[arg-type]
     elif key.version in CONSUMER_GROUP_KEY_TYPES:
         _apply_consumer(group, key, record.value)  # type: ignore[arg-type]
+    elif key.version in STREAMS_GROUP_KEY_TYPES:
+        _apply_streams(group, key, record.value)  # type: ignore[arg-type]
     elif record.value is None:
         group.stored_metadata = None
         group.clear_members()
@@ -280,6 +308,33 @@ def _apply_consumer(
         group.consumer = None
     elif consumer.members:
         group.subscribed_topics = consumer.subscribed_topics()
+
+
+def _apply_streams(
+    group: ClassicGroup, key: StreamsGroupKey, value: StreamsGroupValue | None
+) -> None:
+    """A streams-group record: the group becomes a streams group (its first record; a Dead
+    group is Empty again, as replay finds it), the record changes it, and the group-epoch
+    tombstone (DeleteGroups) ends its streams part and the group (Dead: Kafka writes no
+    GroupMetadata tombstone for a streams group)."""
+    if group.streams is None:
+        if value is None:
+            return
+        group.streams = StreamsGroup()
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+    streams = group.streams
+    apply_streams_record(streams, key, value)
+    if value is None:
+        streams.stored.pop(key, None)
+    else:
+        streams.stored[key] = value
+    if isinstance(key, StreamsGroupMetadataKey) and value is None:
+        group.streams = None
+        if not group.members and group.state is not GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.DEAD
 
 
 def apply_offset(
@@ -360,6 +415,15 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
                                                  -1)
             group = groups[key.group]
             apply_record(group, OffsetsRecord(key, consumer_value), 0)
+    # Streams-group records likewise: epoch, topology, members, target, current assignments.
+    for record_type in (17, 23, 19, 20, 21, 22):
+        for streams_key, streams_value in image.streams_values.items():
+            if streams_key.version != record_type or streams_value is None:
+                continue
+            if streams_key.group not in groups:
+                groups[streams_key.group] = ClassicGroup(
+                    streams_key.group, offsets_partition, GroupState.EMPTY, -1)
+            apply_record(groups[streams_key.group], OffsetsRecord(streams_key, streams_value), 0)
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue

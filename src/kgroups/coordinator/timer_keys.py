@@ -24,6 +24,9 @@ class GroupTimerKind(Enum):
     # not send SyncGroup after its JoinGroup answer, within its rebalance timeout.
     CONSUMER_JOIN = "consumer_join"
     CONSUMER_SYNC = "consumer_sync"
+    STREAMS_SESSION = "streams_session"  # a streams member's session runs out
+    STREAMS_REBALANCE = "streams_rebalance"  # ... or it did not revoke within its timeout
+    STREAMS_INITIAL = "streams_initial"  # a new streams group's initial rebalance delay ends
 
     __hash__ = object.__hash__  # members are singletons compared by identity
 
@@ -49,6 +52,9 @@ _CONSUMER_SESSION = GroupTimerKind.CONSUMER_SESSION
 _CONSUMER_REBALANCE = GroupTimerKind.CONSUMER_REBALANCE
 _CONSUMER_JOIN = GroupTimerKind.CONSUMER_JOIN
 _CONSUMER_SYNC = GroupTimerKind.CONSUMER_SYNC
+_STREAMS_SESSION = GroupTimerKind.STREAMS_SESSION
+_STREAMS_REBALANCE = GroupTimerKind.STREAMS_REBALANCE
+_STREAMS_INITIAL = GroupTimerKind.STREAMS_INITIAL
 
 
 def join_timer(group_id: str) -> GroupTimer:
@@ -81,6 +87,18 @@ def consumer_join_timer(group_id: str, member_id: str) -> GroupTimer:
 
 def consumer_sync_timer(group_id: str, member_id: str) -> GroupTimer:
     return _new(GroupTimer, (_CONSUMER_SYNC, group_id, member_id))
+
+
+def streams_session_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_STREAMS_SESSION, group_id, member_id))
+
+
+def streams_rebalance_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_STREAMS_REBALANCE, group_id, member_id))
+
+
+def streams_initial_timer(group_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_STREAMS_INITIAL, group_id, ""))
 
 
 def offset_expiry_timer(offsets_partition: int) -> OffsetExpiryTimer:

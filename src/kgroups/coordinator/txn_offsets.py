@@ -33,6 +33,7 @@ from kgroups.coordinator.messages import (
 )
 from kgroups.coordinator.offsets import sized_partitions, validate_consumer_commit
 from kgroups.coordinator.persistence import offset_record
+from kgroups.coordinator.streams_offsets import validate_streams_commit
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
 
@@ -75,6 +76,8 @@ class TxnOffsets:
                     error = ErrorCode.ILLEGAL_GENERATION
             elif group.consumer is not None and group.state is not GroupState.DEAD:
                 error = validate_consumer_commit(group, req, ctx.topics)
+            elif group.streams is not None and group.state is not GroupState.DEAD:
+                error = validate_streams_commit(group, req)
             else:
                 error = _validate_classic(group, req)
         if error is None:

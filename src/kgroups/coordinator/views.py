@@ -14,6 +14,7 @@ from functools import lru_cache
 from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup
 from kgroups.coordinator.rebalance_cause import RebalanceNote
+from kgroups.coordinator.streams_group import StreamsGroup
 from kgroups.records.consumer_protocol import decode_assignment
 from kgroups.records.schema import OffsetCommitValue
 from kgroups.records.wire import RecordDecodeError
@@ -82,7 +83,7 @@ class GroupSummary:
     from the group's description."""
 
     group_id: str
-    group_type: str  # "classic" or "consumer"
+    group_type: str  # "classic", "consumer" or "streams"
     state: str
     member_count: int
     last_rebalance: RebalanceNote | None
@@ -98,6 +99,10 @@ def summary_of(group: ClassicGroup,
         return GroupSummary(group.group_id, "consumer", group.consumer.state(),
                             len(group.consumer.members), group.last_rebalance, offsets,
                             _consumer_assigned(group.consumer, topic_name))
+    if group.streams is not None:
+        return GroupSummary(group.group_id, "streams", group.streams.state(),
+                            len(group.streams.members), group.last_rebalance, offsets,
+                            _streams_assigned(group.streams))
     assigned: set[tuple[str, int]] = set()
     if group.protocol_type == CONSUMER_PROTOCOL_TYPE:
         for member in group.members.values():
@@ -118,6 +123,22 @@ def _consumer_assigned(consumer: ConsumerGroup,
                 name = topic_name(topic_id)
                 if name is not None:  # a deleted topic has no partitions to lag on
                     held.update((name, p) for p in partitions)
+    return tuple(sorted(held))
+
+
+def _streams_assigned(streams: StreamsGroup) -> TopicPartitions:
+    """The input partitions of the active tasks the members hold (a task's partition number is
+    that of each topic its subtopology reads)."""
+    if streams.topology is None:
+        return ()
+    reads = {sub.subtopology_id: (*sub.source_topics,
+                                  *(t.name for t in sub.repartition_source_topics))
+             for sub in streams.topology.subtopologies}
+    held: set[tuple[str, int]] = set()
+    for member in streams.members.values():
+        for tasks in (member.assigned.active, member.pending_revocation.active):
+            for sub_id, partitions in tasks.items():
+                held.update((topic, p) for topic in reads.get(sub_id, ()) for p in partitions)
     return tuple(sorted(held))
 
 

@@ -46,6 +46,17 @@ from kgroups.records.schema import (
     RecordValue,
     UnknownKey,
 )
+from kgroups.records.streams_group import (
+    STREAMS_GROUP_KEY_TYPES,
+    STREAMS_GROUP_KEYS,
+    StreamsGroupValue,
+    decode_streams_group_key,
+    decode_streams_group_value,
+    encode_streams_group_key,
+    encode_streams_group_value,
+    streams_group_key_json,
+    streams_group_value_json,
+)
 from kgroups.records.wire import (
     EMPTY_TAGGED_FIELDS,
     INT16,
@@ -137,8 +148,10 @@ def encode_key(key: RecordKey) -> bytes:
         return INT16.pack(key.version) + write_string(key.group)
     if isinstance(key, _CONSUMER_GROUP_KEYS):
         return encode_consumer_group_key(key)
+    if isinstance(key, STREAMS_GROUP_KEYS):
+        return encode_streams_group_key(key)
     if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in (
-            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE):
+            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE, *STREAMS_GROUP_KEY_TYPES):
         raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
     return INT16.pack(key.version) + key.data
 
@@ -200,6 +213,8 @@ def _decode_key_checked(data: bytes) -> RecordKey:
         raise RecordDecodeError(f"cannot read key type at byte 0: {key_type} is negative", 0)
     if key_type in CONSUMER_GROUP_KEY_TYPES or key_type == PARTITION_METADATA_KEY_TYPE:
         return decode_consumer_group_key(key_type, data)
+    if key_type in STREAMS_GROUP_KEY_TYPES:
+        return decode_streams_group_key(key_type, data)
     return UnknownKey(key_type, bytes(data[2:]))
 
 
@@ -228,7 +243,9 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         return _encode_offset_commit_value(value, version)
     if not isinstance(value, GroupMetadataValue):
         if version not in (None, 0):
-            raise ValueError(f"consumer-group values have version 0, not {version}")
+            raise ValueError(f"consumer- and streams-group values have version 0, not {version}")
+        if isinstance(value, StreamsGroupValue):
+            return encode_streams_group_value(value)
         return encode_consumer_group_value(value)
     return _encode_group_metadata_value(value, 3 if version is None else version)
 
@@ -335,6 +352,8 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
         return _decode_offset_commit_value(data)
     if isinstance(key, GroupMetadataKey):
         return _decode_group_metadata_value(data)
+    if isinstance(key, STREAMS_GROUP_KEYS):
+        return decode_streams_group_value(key, data)
     return decode_consumer_group_value(key, data)
 
 
@@ -536,6 +555,11 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
                 raise _mismatched(key, value)
             value_json = {"version": 0, "data": consumer_group_value_json(value, _uuid_text)}
         return {"key": consumer_group_key_json(key), "value": value_json}
+    if isinstance(key, STREAMS_GROUP_KEYS):
+        if value is not None and not isinstance(value, StreamsGroupValue):
+            raise _mismatched(key, value)
+        return {"key": streams_group_key_json(key), "value": None if value is None else
+                {"version": 0, "data": streams_group_value_json(value)}}
     if isinstance(key, OffsetCommitKey):
         key_json: dict[str, Any] = {
             "type": key.version,

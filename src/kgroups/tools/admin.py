@@ -39,7 +39,7 @@ class AdminError(RuntimeError):
     """An operation the broker refused or that makes no sense for the group's state."""
 
 
-def _check(error_code: int, what: str, message: str | None = None) -> None:
+def check(error_code: int, what: str, message: str | None = None) -> None:
     if int(error_code) != ErrorCode.NONE:
         detail = f" ({message})" if message else ""
         raise AdminError(f"{what}: {ErrorCode(int(error_code)).name}{detail}")
@@ -139,7 +139,7 @@ def find_coordinator(client: KafkaWireClient, group_id: str) -> tuple[str, int, 
     client.require(10, 4, "FindCoordinator")
     response = client.call(FindCoordinatorRequest(key_type=i8(0), coordinator_keys=(group_id,)))
     (coordinator,) = response.coordinators
-    _check(coordinator.error_code, f"FindCoordinator({group_id})", coordinator.error_message)
+    check(coordinator.error_code, f"FindCoordinator({group_id})", coordinator.error_message)
     return coordinator.host, int(coordinator.port), int(coordinator.node_id)
 
 
@@ -155,7 +155,7 @@ def list_groups(
             client.require(16, 5, "ListGroups")
         client.require(16, 4, "ListGroups")
         response = client.call(ListGroupsRequest(states_filter=states))
-    _check(response.error_code, "ListGroups")
+    check(response.error_code, "ListGroups")
     return sorted(
         (
             GroupListing(group.group_id, group.protocol_type, group.group_state,
@@ -194,7 +194,7 @@ def _describe_raw(client: KafkaWireClient, group_id: str) -> Any:
         extended_response(5)[0],  # a kgroups broker adds the last rebalance's cause
     )
     (group,) = response.groups
-    _check(group.error_code, f"DescribeGroups({group_id})")
+    check(group.error_code, f"DescribeGroups({group_id})")
     return group
 
 
@@ -208,11 +208,11 @@ def committed_offsets(client: KafkaWireClient, group_id: str) -> dict[tuple[str,
     client.require(9, 7, "OffsetFetch")
     response = client.call(OffsetFetchRequest(group_id=GroupId(group_id), topics=None,
                                               require_stable=False))
-    _check(response.error_code, f"OffsetFetch({group_id})")
+    check(response.error_code, f"OffsetFetch({group_id})")
     offsets: dict[tuple[str, int], int] = {}
     for topic in response.topics:
         for partition in topic.partitions:
-            _check(partition.error_code, f"OffsetFetch({topic.name}-{partition.partition_index})")
+            check(partition.error_code, f"OffsetFetch({topic.name}-{partition.partition_index})")
             if int(partition.committed_offset) >= 0:
                 offsets[(topic.name, int(partition.partition_index))] = int(
                     partition.committed_offset
@@ -272,7 +272,7 @@ def describe_group(client: KafkaWireClient, group_id: str) -> GroupDescription:
         )
         return _with_offsets(client, GroupDescription(
             group_id, group.group_state, group.protocol_type, group.protocol_data, members, (),
-            (client.host, client.port, _node_id(client))))
+            (client.host, client.port, node_id(client))))
     # DescribeGroups answers Dead for a consumer-protocol group too: ask ConsumerGroupDescribe,
     # as Kafka's admin client does, before saying the group does not exist.
     consumer = _describe_consumer_group(client, group_id)
@@ -306,7 +306,7 @@ def _describe_consumer_group(client: KafkaWireClient, group_id: str) -> GroupDes
     (group,) = response.groups
     if int(group.error_code) == ErrorCode.GROUP_ID_NOT_FOUND or group.group_state == "Dead":
         return None
-    _check(group.error_code, f"ConsumerGroupDescribe({group_id})", group.error_message)
+    check(group.error_code, f"ConsumerGroupDescribe({group_id})", group.error_message)
 
     def named(assignment: Any) -> tuple[tuple[str, int], ...]:
         return tuple(sorted((t.topic_name, int(p)) for t in assignment.topic_partitions
@@ -321,11 +321,11 @@ def _describe_consumer_group(client: KafkaWireClient, group_id: str) -> GroupDes
     )
     return GroupDescription(
         group_id, group.group_state, "consumer", group.assignor_name, members, (),
-        (client.host, client.port, _node_id(client)), int(group.group_epoch),
+        (client.host, client.port, node_id(client)), int(group.group_epoch),
         int(group.assignment_epoch))
 
 
-def _node_id(client: KafkaWireClient) -> int:
+def node_id(client: KafkaWireClient) -> int:
     """The node id of the broker `client` is connected to (the coordinator it was sent to)."""
     client.require(3, 9, "Metadata")
     response = client.call(metadata.MetadataRequest(
@@ -340,7 +340,7 @@ def _node_id(client: KafkaWireClient) -> int:
 def delete_group(client: KafkaWireClient, group_id: str) -> None:
     client.require(42, 2, "DeleteGroups")
     (result,) = client.call(DeleteGroupsRequest(groups_names=(GroupId(group_id),))).results
-    _check(result.error_code, f"DeleteGroups({group_id})")
+    check(result.error_code, f"DeleteGroups({group_id})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,7 +373,7 @@ def delete_offsets(
                 build(sibling(request, "OffsetDeleteRequestPartition"), partition_index=p)
                 for p in partitions))
             for topic, partitions in wanted.items())))
-        _check(response.error_code, f"OffsetDelete({group_id})")
+        check(response.error_code, f"OffsetDelete({group_id})")
         for topic in response.topics:
             for partition in topic.partitions:
                 code = int(partition.error_code)
@@ -393,7 +393,7 @@ def topic_partitions(client: KafkaWireClient, topic: str) -> list[int]:
         )
     )
     (described,) = response.topics
-    _check(described.error_code, f"Metadata({topic})")
+    check(described.error_code, f"Metadata({topic})")
     return sorted(int(partition.partition_index) for partition in described.partitions)
 
 
@@ -425,7 +425,7 @@ def execute_reset(client: KafkaWireClient, group_id: str, plan: list[OffsetReset
     )
     for topic in client.call(request).topics:
         for partition in topic.partitions:
-            _check(partition.error_code, f"OffsetCommit({topic.name}-{partition.partition_index})")
+            check(partition.error_code, f"OffsetCommit({topic.name}-{partition.partition_index})")
 
 
 __all__ = [
@@ -438,6 +438,7 @@ __all__ = [
     "OffsetReset",
     "PartitionLag",
     "WireError",
+    "check",
     "committed_offsets",
     "connect_to_coordinator",
     "delete_group",
@@ -449,5 +450,6 @@ __all__ = [
     "last_rebalance",
     "list_groups",
     "list_offsets",
+    "node_id",
     "topic_partitions",
 ]

@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from kgroups.coordinator.rebalance_cause import RebalanceNote
-from kgroups.tools import admin, lag_reader
+from kgroups.tools import admin, lag_reader, streams_admin
 from kgroups.tools.cli_output import (
     parse_topic,
     print_json,
@@ -34,13 +34,18 @@ from kgroups.tools.offset_reset import (
     timestamp_before_now,
     zone_note,
 )
+from kgroups.tools.streams_admin import StreamsGroupDescription
+from kgroups.tools.streams_groups_output import (
+    print_streams_description,
+    streams_description_json,
+)
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
-                "Reconciling", "Empty")
-GROUP_TYPES = ("Consumer", "Classic")
+                "Reconciling", "Empty", "NotReady")
+GROUP_TYPES = ("Consumer", "Classic", "Streams")
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime",
                "by_duration", "from_file")
 
@@ -233,20 +238,40 @@ def _with_kgroups_figures(client: KafkaWireClient,
                    last_rebalance=admin.last_rebalance(client, d.group_id))
 
 
+def _describe_one(client: KafkaWireClient,
+                  group: str) -> admin.GroupDescription | StreamsGroupDescription:
+    """A classic or consumer group as DescribeGroups / ConsumerGroupDescribe give it; a group
+    both call unknown may be a streams group, which only StreamsGroupDescribe describes."""
+    try:
+        return _with_kgroups_figures(client, admin.describe_group(client, group))
+    except admin.GroupNotFoundError:
+        streams = streams_admin.describe_streams_group(client, group)
+        if streams is None:
+            raise
+        return streams
+
+
 def _run_describe(client: KafkaWireClient, args: argparse.Namespace) -> int:
-    found, missing = [], []
+    found: list[admin.GroupDescription | StreamsGroupDescription] = []
+    missing = []
     for group in _groups(client, args, at_most_one=False):
         try:
-            coordinator = admin.connect_to_coordinator(client, group)
-            found.append(_with_kgroups_figures(
-                coordinator, admin.describe_group(coordinator, group)))
+            described = _describe_one(admin.connect_to_coordinator(client, group), group)
         except admin.GroupNotFoundError as exc:
             missing.append(str(exc))
             continue
-        if args.output == "text":
-            _print_description(found[-1], args)
+        found.append(described)
+        if args.output == "json":
+            continue
+        match described:
+            case StreamsGroupDescription():
+                print_streams_description(described, state=args.state is not None,
+                                          members=args.members, verbose=args.verbose)
+            case admin.GroupDescription():
+                _print_description(described, args)
     if args.output == "json":
-        print_json([_description_json(d) for d in found])
+        print_json([streams_description_json(d) if isinstance(d, StreamsGroupDescription)
+                    else _description_json(d) for d in found])
     for message in missing:
         print(f"Error: {message}", file=sys.stderr)
     return 1 if missing else 0

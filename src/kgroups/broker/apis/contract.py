@@ -82,6 +82,10 @@ class RequestContext:
     # Which of the given topics the principal may Describe, set by the ACL check of APIs whose
     # broker-side work depends on it (a regex subscription's matches); None: no authorizer.
     describable_topics: Callable[[Iterable[str]], frozenset[str]] | None = None
+    # Which of the given topics the principal may create (CREATE on the cluster or the topic),
+    # set by the ACL check of StreamsGroupHeartbeat, whose answer creates internal topics;
+    # None: no authorizer.
+    creatable_topics: Callable[[Iterable[str]], frozenset[str]] | None = None
 
 
 class ApiHandler(Protocol):

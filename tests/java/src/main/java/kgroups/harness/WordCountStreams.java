@@ -5,13 +5,18 @@ import java.io.IOException;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
 import java.util.Locale;
 import java.util.Properties;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.TaskMetadata;
+import org.apache.kafka.streams.ThreadMetadata;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
@@ -28,7 +33,10 @@ import org.apache.kafka.streams.kstream.Produced;
  * Arguments: INPUT OUTPUT, then Streams properties as key=value (bootstrap.servers,
  * application.id and state.dir at least). One line on stdout per state change ("state RUNNING"),
  * and "error Class: message" if a stream thread dies (the client then shuts down); the log goes to
- * stderr. A "close" line on stdin, or stdin's end, closes Streams and exits 0.
+ * stderr. A "tasks" line on stdin is answered by one line "tasks ACTIVE STANDBY": the task ids this
+ * instance holds now (as "0_1", comma-separated, sorted; "-" for none), so a test sees how the
+ * group's assignor spread the tasks (with group.protocol=streams the broker's). A "close" line on
+ * stdin, or stdin's end, closes Streams and exits 0.
  */
 public final class WordCountStreams {
     private WordCountStreams() {
@@ -70,9 +78,23 @@ public final class WordCountStreams {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null && !line.trim().equals("close")) {
-            // Only "close" means anything; anything else is ignored.
+            if (line.trim().equals("tasks")) {
+                say("tasks " + taskIds(streams, true) + " " + taskIds(streams, false));
+            }
         }
         streams.close(Duration.ofSeconds(30));
+    }
+
+    /** The active (or standby) task ids of every local stream thread, sorted; "-" for none. */
+    private static String taskIds(KafkaStreams streams, boolean active) {
+        List<String> ids = new ArrayList<>();
+        for (ThreadMetadata thread : streams.metadataForLocalThreads()) {
+            for (TaskMetadata task : active ? thread.activeTasks() : thread.standbyTasks()) {
+                ids.add(task.taskId().toString());
+            }
+        }
+        Collections.sort(ids);
+        return ids.isEmpty() ? "-" : String.join(",", ids);
     }
 
     private static synchronized void say(String line) {
