@@ -1,8 +1,11 @@
 """KIP-932 ShareGroupHeartbeat and ShareGroupDescribe conversations, side by side with Kafka
 4.3.1: request errors, joining, fencing, unknown members, leaving, describe, and the assignment
 once the group's share-partitions are initialized (a partition shared when members outnumber
-partitions). Topic ids differ between the brokers, so each transcript names topics by name;
-member ids are the client's own (v1), the same on both brokers."""
+partitions). Topic ids differ between the brokers, so each transcript names topics by name,
+and an assignment is recorded as how many partitions of each topic a member holds: which ones
+follows the hash of the topic's id (the assignor's choice for equal ids is checked against
+Kafka's own by tests/assignors/test_share_simple_oracle.py); every partition being held is
+checked on each broker. Member ids are the client's own (v1), the same on both brokers."""
 
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ class ShareMember:
                                             **fields), record=False)
         assignment = None
         if response.assignment is not None:
-            assignment = sorted((self.by_id.get(t.topic_id), sorted(t.partitions))
+            assignment = sorted((self.by_id.get(t.topic_id), len(t.partitions))
                                 for t in response.assignment.topic_partitions)
         if record:
             self.d.record(f"hb[{self.name}]", {
@@ -78,6 +81,11 @@ class ShareMember:
     def describe(self, *groups: str) -> None:
         response = self.conn.call(build(request_type(77, 1), group_ids=groups or (self.group,),
                                         include_authorized_operations=False), record=False)
+        for g in response.groups:
+            held = {(t.topic_name, p) for m in g.members for t in m.assignment.topic_partitions
+                    for p in t.partitions}
+            if g.assignment_epoch >= 3 and g.members:  # past the first target with partitions
+                assert held == {(TOPIC, p) for p in range(3)}, (self.d.broker, held)
         self.d.record(f"describe[{self.name}]", [{
             "group_id": g.group_id, "error": int(g.error_code), "message": g.error_message,
             "state": g.group_state, "epoch": int(g.group_epoch),
@@ -86,7 +94,7 @@ class ShareMember:
                 "member_id": m.member_id, "rack_id": m.rack_id, "epoch": int(m.member_epoch),
                 "client_id": m.client_id, "topics": sorted(m.subscribed_topic_names),
                 "assignment": sorted((self.by_id.get(t.topic_id), t.topic_name,
-                                      sorted(t.partitions))
+                                      len(t.partitions))
                                      for t in m.assignment.topic_partitions)}
                 for m in g.members), key=lambda m: m["member_id"])}
             for g in response.groups])
