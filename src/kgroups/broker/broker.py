@@ -29,6 +29,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     share_groups,
+    share_state,
     topics,
     transactions,
     txn_offset_commit,
@@ -55,6 +56,7 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
+from kgroups.broker.share_state_runtime import ShareStateRuntime
 from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
@@ -85,6 +87,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     write_txn_markers.install(registry)
     describe_producers.install(registry)
     transactions.install(registry)
+    share_state.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -194,6 +197,11 @@ class Broker:
         self.transactions = TransactionRuntime(
             config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
             self.producer_ids.next_id, send_markers)
+        # The share coordinator (__share_group_state); also the share partitions' and the
+        # group coordinator's ShareStatePersister.
+        self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
+                                             self.appends, self.task_counts,
+                                             cluster_mode=self.cluster is not None)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -209,7 +217,8 @@ class Broker:
         (its timers, its markers) and fsyncs (`group-commit`). The
         loops among them were started again (`BackgroundTasks.supervise`)."""
         failures = {**self.background.failures, **self.coordinator.background.failures,
-                    **self.transactions.background.failures}
+                    **self.transactions.background.failures,
+                    **self.share_state.background.failures}
         if self.group_commit.crash is not None:
             failures["group-commit"] = self.group_commit.crash
         return failures
@@ -233,6 +242,7 @@ class Broker:
             self.transactions.metrics = self.coordinator.metrics.watch_transactions(
                 self.transactions.coordinator)
         await self.transactions.start()
+        self.share_state.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(
@@ -273,6 +283,7 @@ class Broker:
         await self._server.stop()
         await self.coordinator.stop()
         await self.transactions.stop()
+        await self.share_state.stop()
         await self.background.cancel_all()
         offline = self.logs.offline()  # never opened: nothing of theirs to flush
         for topic, partition in self.logs.partitions():
