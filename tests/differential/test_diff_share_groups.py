@@ -17,8 +17,11 @@ from typing import Any
 import pytest
 from diff_dialog import Connection, Dialog
 from kio.schema.alter_share_group_offsets.v0 import request as A
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.delete_share_group_offsets.v0 import request as X
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 from kio.schema.describe_share_group_offsets.v1 import request as D
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from tests.broker.broker_wire_helpers import metadata_request
 
 from kgroups.broker.wire import build, request_type
@@ -219,5 +222,24 @@ def test_offsets_admin_apis(converse) -> None:
         _offsets_call(d, admin, "delete", delete_offsets(d.group, [TOPIC, "diff-nope"]))
         _offsets_call(d, admin, "gone", describe_offsets(d.group))
         _offsets_call(d, admin, "unknown-group", describe_offsets(f"{d.group}-none"))
+
+    converse(script)
+
+
+def test_list_describe_and_delete_groups(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        admin = d.connect("admin")
+        a.send(0)
+        a.until_assigned()
+        listed = admin.call(ListGroupsRequest(states_filter=(), types_filter=()), record=False)
+        d.record("listed", [dataclasses.asdict(g) for g in listed.groups
+                            if g.group_id == d.group])
+        admin.call(DescribeGroupsRequest(groups=(d.group,), include_authorized_operations=False))
+        admin.call(DeleteGroupsRequest(groups_names=(d.group,)))
+        a.send(-1)
+        admin.call(DeleteGroupsRequest(groups_names=(d.group,)))
+        a.describe()
+        _offsets_call(d, admin, "state-gone", describe_offsets(d.group))
 
     converse(script)
