@@ -184,7 +184,10 @@ class ShareGroups:
         return ShareGroupHeartbeatResponse(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             ctx.config.group_share_heartbeat_interval_ms,
-            to_list(member.assigned) if joining or member.assigned != assigned_before else None,
+            # As Kafka 4.3.1 answers: the assignment goes to a member joining, to one whose
+            # assignment changed, and to one that named its subscription (seen on the wire).
+            to_list(member.assigned) if joining or req.subscribed_topic_names is not None
+            or member.assigned != assigned_before else None,
             initialize, share.group_epoch)
 
     def _target_due(self, share: ShareGroup) -> bool:
