@@ -7,6 +7,7 @@ can run several brokers in one process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import uuid
@@ -27,6 +28,7 @@ from kgroups.broker.apis import (
     produce,
     quotas,
     scram_credentials,
+    share_groups,
     share_state,
     streams_groups,
     topics,
@@ -186,6 +188,8 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        self.coordinator.member_removed_listeners.append(
+            functools.partial(share_groups.release_removed_member, self))
         def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
             return write_markers(self, markers)
 

@@ -52,6 +52,15 @@ from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
 )
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
+from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsRequest,
+    DeleteShareOffsetsRequest,
+    DescribeShareOffsetsRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+    ShareGroupInitializedRequest,
+    ShareStateDeletedRequest,
+)
 from kgroups.coordinator.streams_messages import (
     StreamsGroupDescribeRequest,
     StreamsGroupHeartbeatRequest,
@@ -92,7 +101,9 @@ CoordinatorMessage = (
     | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | messages.TxnOffsetCommitRequest
     | messages.CompleteTransactionRequest | StreamsGroupHeartbeatRequest
-    | StreamsGroupDescribeRequest)
+    | StreamsGroupDescribeRequest | ShareGroupHeartbeatRequest
+    | ShareGroupDescribeRequest | ShareGroupInitializedRequest | DescribeShareOffsetsRequest
+    | AlterShareOffsetsRequest | DeleteShareOffsetsRequest | ShareStateDeletedRequest)
 
 
 def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
@@ -182,6 +193,8 @@ class CoordinatorRuntime:
         # `give_up` hands a fenced partition's lease back (set by the broker).
         self._reader = cluster_reader(config)
         self.give_up: Callable[[int], None] = lambda partition: None
+        # Told of every member a group lost (the broker releases a share member's records).
+        self.member_removed_listeners: list[Callable[[MemberRemoved], None]] = []
         # Each gained partition's load, so a partition lost and gained again mid-load is
         # loaded once, from the newer lease.
         self._loads: dict[int, asyncio.Task[None]] = {}
@@ -513,6 +526,15 @@ class CoordinatorRuntime:
                 return shard.streams_group_heartbeat(request, now)
             case StreamsGroupDescribeRequest():
                 return shard.streams_group_describe(request, now)
+            case ShareGroupHeartbeatRequest():
+                return shard.share_group_heartbeat(request, now)
+            case ShareGroupDescribeRequest():
+                return shard.share_group_describe(request, now)
+            case ShareGroupInitializedRequest():
+                return shard.share_group_initialized(request, now)
+            case (DescribeShareOffsetsRequest() | AlterShareOffsetsRequest()
+                  | DeleteShareOffsetsRequest() | ShareStateDeletedRequest()):
+                return shard.share_offsets(request, now)
         assert_never(request)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
@@ -537,6 +559,8 @@ class CoordinatorRuntime:
         # Removals first: within one call, a member's removal precedes the state change it causes.
         for removal in effects.removals:
             self._log_member_removed(removal)
+            for listener in self.member_removed_listeners:
+                listener(removal)
         for rebalance in effects.rebalances:
             self._rebalance_started(rebalance)
         for event in effects.events:

@@ -65,6 +65,11 @@ class GroupCoordinatorConfig:
     group_streams_assignment_interval_ms: int = 1000
     group_streams_min_assignment_interval_ms: int = 0
     group_streams_max_assignment_interval_ms: int = 15000
+    # KIP-932's share groups.
+    group_share_heartbeat_interval_ms: int = 5000
+    group_share_session_timeout_ms: int = 45000
+    group_share_max_size: int = 200
+    group_share_assignment_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         for spec in fields(self):

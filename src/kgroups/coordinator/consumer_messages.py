@@ -9,6 +9,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.messages import RequestId, Response
+from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsResponse,
+    DeleteShareOffsetsResponse,
+    DescribeShareOffsetsResponse,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatResponse,
+    ShareGroupInitializedResponse,
+)
 from kgroups.coordinator.streams_messages import (
     StreamsGroupDescribeResponse,
     StreamsGroupHeartbeatResponse,
@@ -92,10 +100,12 @@ class ConsumerGroupDescribeResponse:
     groups: tuple[DescribedConsumerGroup, ...]
 
 
-# Every answer the coordinator gives: the classic protocol's, the consumer protocol's and the
-# streams protocol's.
+# Every answer the coordinator gives: the classic, consumer, streams and share protocols'.
 AnyResponse = (Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
-               | StreamsGroupHeartbeatResponse | StreamsGroupDescribeResponse)
+               | StreamsGroupHeartbeatResponse | StreamsGroupDescribeResponse
+               | ShareGroupHeartbeatResponse | ShareGroupDescribeResponse
+               | ShareGroupInitializedResponse | DescribeShareOffsetsResponse
+               | AlterShareOffsetsResponse | DeleteShareOffsetsResponse)
 
 
 class HeartbeatError(Exception):

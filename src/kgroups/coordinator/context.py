@@ -45,6 +45,7 @@ from kgroups.coordinator.pending_txn import PendingTxnOffsets
 from kgroups.coordinator.persistence import apply_record, offset_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
+from kgroups.coordinator.share_group import ShareGroup
 from kgroups.coordinator.timer_keys import (
     consumer_join_timer,
     consumer_rebalance_timer,
@@ -200,6 +201,17 @@ class ShardContext:
         them (`_revert`), then `on_failure` answers if `still_pending()`."""
         self._emit_write(_PendingWrite(offsets_partition, journal.records, None, on_success,
                                        on_failure, journal, still_pending))
+
+    def reply_when_written(self, offsets_partition: int, journal: Journal,
+                           request_id: RequestId, response: AnyResponse,
+                           failed: Callable[[ErrorCode], AnyResponse]) -> None:
+        """Answer `response` once the journal's records are durable (at once when it has none),
+        or `failed(error)` if they cannot be written."""
+        if not journal:
+            self.reply(request_id, response)
+            return
+        self.write(offsets_partition, journal, lambda: self.reply(request_id, response),
+                   lambda error: self.reply(request_id, failed(error)))
 
     def write_tolerated(self, offsets_partition: int, records: list[OffsetsRecord]) -> None:
         """Apply `records` now and write them; a failure reverts nothing, as Kafka tolerates
@@ -416,6 +428,7 @@ class ShardContext:
     def _uncreate(self, group: ClassicGroup, replaced: ClassicGroup | None) -> None:
         if self.groups.get(group.group_id) is not group or group.offsets or group.members \
                 or group.consumer is not None or group.streams is not None \
+                or group.share is not None \
                 or group.stored_metadata is not None:
             return  # something else made it since, and keeps it
         awaited = replaced is not None and any(  # a deletion in flight that may still fail
@@ -433,6 +446,17 @@ class ShardContext:
         consumer = group.consumer = ConsumerGroup()
         journal.on_revert.append(functools.partial(self._close_consumer_part, group, consumer))
         return consumer
+
+    def open_share_part(self, group: ClassicGroup, journal: Journal) -> ShareGroup:
+        """An empty share part for a group becoming a share group (as `open_consumer_part`)."""
+        share = group.share = ShareGroup()
+        journal.on_revert.append(functools.partial(self._close_share_part, group, share))
+        return share
+
+    @staticmethod
+    def _close_share_part(group: ClassicGroup, share: ShareGroup) -> None:
+        if group.share is share and not share.stored:
+            group.share = None
 
     @staticmethod
     def _close_consumer_part(group: ClassicGroup, consumer: ConsumerGroup) -> None:

@@ -48,6 +48,17 @@ from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
 from kgroups.coordinator.pending_txn import OffsetKey, ProducerKey
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
+from kgroups.coordinator.share_groups import ShareGroups
+from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsRequest,
+    DeleteShareOffsetsRequest,
+    DescribeShareOffsetsRequest,
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+    ShareGroupInitializedRequest,
+    ShareStateDeletedRequest,
+)
+from kgroups.coordinator.share_offsets import ShareOffsets
 from kgroups.coordinator.streams_groups import StreamsGroups
 from kgroups.coordinator.streams_messages import (
     StreamsGroupDescribeRequest,
@@ -59,6 +70,7 @@ from kgroups.coordinator.timer_keys import (
     OffsetExpiryTimer,
     consumer_session_timer,
     offset_expiry_timer,
+    share_session_timer,
     streams_session_timer,
 )
 from kgroups.coordinator.txn_offsets import TxnOffsets
@@ -76,6 +88,9 @@ Request = (
     | ListGroupsRequest | DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | TxnOffsetCommitRequest | CompleteTransactionRequest
     | StreamsGroupHeartbeatRequest | StreamsGroupDescribeRequest
+    | ShareGroupHeartbeatRequest | ShareGroupDescribeRequest | ShareGroupInitializedRequest
+    | DescribeShareOffsetsRequest | AlterShareOffsetsRequest | DeleteShareOffsetsRequest
+    | ShareStateDeletedRequest
 )
 
 
@@ -108,6 +123,8 @@ class GroupCoordinator:
         self._streams = StreamsGroups(
             self._ctx, streams_assignors if streams_assignors is not None
             else {"sticky": StickyTaskAssignor()})
+        self._share = ShareGroups(self._ctx)
+        self._share_offsets = ShareOffsets(self._ctx)
 
     # -- request handlers ---------------------------------------------------------------------
 
@@ -151,6 +168,23 @@ class GroupCoordinator:
         return self._run(now, req)
 
     def streams_group_describe(self, req: StreamsGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_heartbeat(self, req: ShareGroupHeartbeatRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_describe(self, req: ShareGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_initialized(self, req: ShareGroupInitializedRequest, now: int) -> Effects:
+        """The broker's report on the share-partitions a heartbeat asked it to initialize."""
+        return self._run(now, req)
+
+    def share_offsets(
+        self, req: DescribeShareOffsetsRequest | AlterShareOffsetsRequest
+        | DeleteShareOffsetsRequest | ShareStateDeletedRequest, now: int,
+    ) -> Effects:
+        """The share-group offsets admin APIs, and the broker's report of deleted state."""
         return self._run(now, req)
 
     def txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int) -> Effects:
@@ -216,6 +250,20 @@ class GroupCoordinator:
                 self._streams.heartbeat(req)
             case StreamsGroupDescribeRequest():
                 self._streams.describe(req)
+            case ShareGroupHeartbeatRequest():
+                self._share.heartbeat(req)
+            case ShareGroupDescribeRequest():
+                self._share.describe(req)
+            case ShareGroupInitializedRequest():
+                self._share.initialized(req)
+            case DescribeShareOffsetsRequest():
+                self._share_offsets.describe(req)
+            case AlterShareOffsetsRequest():
+                self._share_offsets.alter(req)
+            case DeleteShareOffsetsRequest():
+                self._share_offsets.delete(req)
+            case ShareStateDeletedRequest():
+                self._share_offsets.state_deleted(req)
             case _:
                 assert_never(req)
 
@@ -301,6 +349,8 @@ class GroupCoordinator:
                 self._streams.on_timer(group, member_id, session=False)
             case GroupTimerKind.STREAMS_INITIAL:
                 self._streams.on_initial_delay(group)
+            case GroupTimerKind.SHARE_SESSION:
+                self._share.on_session_timer(group, member_id)
             case _:
                 assert_never(kind)
 
@@ -365,6 +415,11 @@ class GroupCoordinator:
                                if classic is None else classic.session_timeout_ms)
                     self._timers.schedule(consumer_session_timer(group.group_id, member_id),
                                               self._ctx.now + timeout)
+            if group.share is not None:
+                for member_id in group.share.members:
+                    self._timers.schedule(share_session_timer(group.group_id, member_id),
+                                          self._ctx.now
+                                          + self._ctx.config.group_share_session_timeout_ms)
             if len(group.members) > self._ctx.config.group_max_size:
                 self._classic.prepare_rebalance(
                     group, RebalanceCause.GROUP_MAX_SIZE,

@@ -16,6 +16,7 @@ from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
+from kgroups.coordinator.share_group import ShareGroup
 from kgroups.coordinator.streams_group import StreamsGroup
 from kgroups.records.schema import GroupMetadataValue, OffsetCommitValue
 
@@ -102,6 +103,8 @@ class ClassicGroup:
     consumer: ConsumerGroup | None = None
     # The streams (KIP-1071) part, when the group is a streams group.
     streams: StreamsGroup | None = None
+    # The share-protocol (KIP-932) part, when the group is a share group.
+    share: ShareGroup | None = None
     # The group's GroupMetadata value as the log (with the writes in flight) holds it: what a
     # failed write's revert puts back (`journal`).
     stored_metadata: GroupMetadataValue | None = field(default=None, compare=False, repr=False)

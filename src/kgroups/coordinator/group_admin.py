@@ -23,6 +23,7 @@ from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
     offset_record,
+    share_group_tombstones,
     streams_group_tombstones,
 )
 from kgroups.errors import ErrorCode
@@ -53,7 +54,7 @@ class GroupAdmin:
         # answers about it as about a missing group, as Kafka does (admin clients fall back
         # from one API to the other on this answer).
         if group is None or group.state is GroupState.DEAD or group.consumer is not None \
-                or group.streams is not None:
+                or group.streams is not None or group.share is not None:
             if version >= 6:
                 why = ("is not a classic group" if group is not None
                        and group.state is not GroupState.DEAD else "not found")
@@ -112,6 +113,7 @@ class GroupAdmin:
                 group.state is not GroupState.EMPTY
                 or (group.consumer is not None and group.consumer.members)
                 or (group.streams is not None and group.streams.members)
+                or (group.share is not None and group.share.members)
             ):
                 error = ErrorCode.NON_EMPTY_GROUP
             elif group is not None and group in by_partition.get(group.offsets_partition, ()):
@@ -174,14 +176,17 @@ def _deletion_records(
     offsets = [offset_record(group.group_id, topic, p, None) for topic, p in keys]
     if group.streams is not None:  # Kafka writes no GroupMetadata tombstone for these
         return offsets + streams_group_tombstones(group)
-    return [*offsets, *consumer_group_tombstones(group), group_tombstone(group.group_id)]
+    return [*offsets, *consumer_group_tombstones(group), *share_group_tombstones(group),
+            group_tombstone(group.group_id)]
 
 
 def _listed(group: ClassicGroup) -> ListedGroup:
-    """A consumer-protocol (streams) group lists with its consumer (streams) state, as Kafka
-    lists it."""
+    """A consumer-, streams- or share-protocol group lists with its own state and type, as
+    Kafka lists it."""
     if group.consumer is not None:
         return ListedGroup(group.group_id, "consumer", group.consumer.state(), "consumer")
     if group.streams is not None:
         return ListedGroup(group.group_id, "streams", group.streams.state(), "streams")
+    if group.share is not None:
+        return ListedGroup(group.group_id, "share", group.share.state(), "share")
     return ListedGroup(group.group_id, group.protocol_type or "", group.state.value)

@@ -9,11 +9,12 @@ reads back into an equal group (Stable when it has members, else Empty).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.coordinator.share_group import ShareGroup, apply_share_record
 from kgroups.coordinator.streams_group import StreamsGroup, apply_streams_record
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
 from kgroups.records.consumer_group import (
@@ -32,6 +33,14 @@ from kgroups.records.schema import (
     OffsetCommitKey,
     OffsetCommitValue,
     OffsetsRecord,
+)
+from kgroups.records.share_group import (
+    SHARE_GROUP_KEY_TYPES,
+    ShareGroupKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupValue,
 )
 from kgroups.records.streams_group import (
     STREAMS_GROUP_KEY_TYPES,
@@ -118,6 +127,16 @@ def streams_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
         StreamsGroupMetadataKey(group.group_id), StreamsGroupTopologyKey(group.group_id))]
 
 
+def share_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
+    """The records that end an empty share group's share part: its target assignment epoch,
+    its share-partitions' metadata and its group epoch."""
+    if group.share is None:
+        return []
+    return [OffsetsRecord(ShareGroupTargetAssignmentMetadataKey(group.group_id), None),
+            OffsetsRecord(ShareGroupStatePartitionMetadataKey(group.group_id), None),
+            OffsetsRecord(ShareGroupMetadataKey(group.group_id), None)]
+
+
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
     """An offset commit record, or its tombstone when `value` is None."""
     return OffsetsRecord(OffsetCommitKey(group_id, topic, partition), value)
@@ -158,6 +177,8 @@ class PartitionImage:
     # KIP-1071 streams-group records: the latest value per key (None: tombstone).
     streams_values: dict[StreamsGroupKey, StreamsGroupValue | None] = field(
         default_factory=dict)
+    # KIP-932 share-group records: the latest value per key (None: tombstone).
+    share_values: dict[ShareGroupKey, ShareGroupValue | None] = field(default_factory=dict)
     # Transactions without their marker yet: (producer id, producer epoch) -> their records
     # (TxnOffsetCommit's offsets, pending until the marker).
     open_transactions: dict[tuple[int, int], list[OffsetsRecord]] = field(default_factory=dict)
@@ -188,6 +209,8 @@ class PartitionImage:
                 self.consumer_values[key] = record.value  # type: ignore[index,assignment]
             elif key.version in STREAMS_GROUP_KEY_TYPES:
                 self.streams_values[key] = record.value  # type: ignore[index,assignment]
+            elif key.version in SHARE_GROUP_KEY_TYPES:
+                self.share_values[key] = record.value  # type: ignore[index,assignment]
 
     def apply_raw(
         self, records: Iterable[tuple[bytes, bytes | None]], *, skip_undecodable: bool = False
@@ -214,6 +237,8 @@ class PartitionImage:
                     self.consumer_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
                 elif key.version in STREAMS_GROUP_KEY_TYPES:
                     self.streams_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
+                elif key.version in SHARE_GROUP_KEY_TYPES:
+                    self.share_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
             except RecordDecodeError:
                 if not skip_undecodable:
                     raise
@@ -268,6 +293,8 @@ def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
         _apply_consumer(group, key, record.value)  # type: ignore[arg-type]
     elif key.version in STREAMS_GROUP_KEY_TYPES:
         _apply_streams(group, key, record.value)  # type: ignore[arg-type]
+    elif key.version in SHARE_GROUP_KEY_TYPES:
+        _apply_share(group, key, record.value)  # type: ignore[arg-type]
     elif record.value is None:
         group.stored_metadata = None
         group.clear_members()
@@ -337,6 +364,26 @@ def _apply_streams(
             group.state = GroupState.DEAD
 
 
+def _apply_share(group: ClassicGroup, key: ShareGroupKey, value: ShareGroupValue | None) -> None:
+    """A share-group record, as `_apply_consumer` for consumer groups: the first makes the
+    group a share group, the group-epoch tombstone (DeleteGroups) ends its share part."""
+    if group.share is None:
+        if value is None:
+            return
+        group.share = ShareGroup()
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+    share = group.share
+    apply_share_record(share, key, value)
+    if value is None:
+        share.stored.pop(key, None)
+    else:
+        share.stored[key] = value
+    if isinstance(key, ShareGroupMetadataKey) and value is None:
+        group.share = None
+
+
 def apply_offset(
     group: ClassicGroup, topic: str, partition: int, value: OffsetCommitValue | None
 ) -> None:
@@ -392,6 +439,25 @@ def copy_member(member: Member) -> Member:
     return replace(member)
 
 
+def _replay_in_order(
+    groups: dict[str, ClassicGroup],
+    values: Mapping[ConsumerGroupKey, ConsumerGroupValue | None]
+    | Mapping[StreamsGroupKey, StreamsGroupValue | None]
+    | Mapping[ShareGroupKey, ShareGroupValue | None],
+    record_types: tuple[int, ...], offsets_partition: int,
+) -> None:
+    """Apply the surviving records of these keys, kind by kind in `record_types` order, each
+    to its group (made Empty for it if the log had no other record of it)."""
+    for record_type in record_types:
+        for key, value in values.items():
+            if key.version != record_type or value is None:
+                continue
+            if key.group not in groups:
+                groups[key.group] = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY,
+                                                 -1)
+            apply_record(groups[key.group], OffsetsRecord(key, value), 0)
+
+
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
     """Groups as a coordinator that had just written `image` would hold them: each surviving
     record applied through `apply_record`/`apply_offset` to a group built for it."""
@@ -406,24 +472,15 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
     # Consumer-group records in the order Kafka writes them for a group: epoch, subscriptions,
     # resolved regexes, target assignment, current assignments (each later kind refers to
     # members of earlier).
-    for record_type in (3, 5, 16, 6, 7, 8):
-        for key, consumer_value in image.consumer_values.items():
-            if key.version != record_type or consumer_value is None:
-                continue
-            if key.group not in groups:
-                groups[key.group] = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY,
-                                                 -1)
-            group = groups[key.group]
-            apply_record(group, OffsetsRecord(key, consumer_value), 0)
+    _replay_in_order(groups, image.consumer_values, (3, 5, 16, 6, 7, 8), offsets_partition)
     # Streams-group records likewise: epoch, topology, members, target, current assignments.
-    for record_type in (17, 23, 19, 20, 21, 22):
-        for streams_key, streams_value in image.streams_values.items():
-            if streams_key.version != record_type or streams_value is None:
-                continue
-            if streams_key.group not in groups:
-                groups[streams_key.group] = ClassicGroup(
-                    streams_key.group, offsets_partition, GroupState.EMPTY, -1)
-            apply_record(groups[streams_key.group], OffsetsRecord(streams_key, streams_value), 0)
+    _replay_in_order(groups, image.streams_values, (17, 23, 19, 20, 21, 22), offsets_partition)
+    # Share-group records likewise: epoch, subscriptions, share-partitions, target assignment,
+    # current assignments.
+    _replay_in_order(groups, image.share_values, (11, 10, 15, 12, 13, 14), offsets_partition)
+    for group in groups.values():
+        if group.share is not None:  # what was initialized before the load is in the epoch
+            group.share.initialized_since_epoch = False
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue

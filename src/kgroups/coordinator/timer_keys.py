@@ -27,6 +27,7 @@ class GroupTimerKind(Enum):
     STREAMS_SESSION = "streams_session"  # a streams member's session runs out
     STREAMS_REBALANCE = "streams_rebalance"  # ... or it did not revoke within its timeout
     STREAMS_INITIAL = "streams_initial"  # a new streams group's initial rebalance delay ends
+    SHARE_SESSION = "share_session"  # a share group member's session runs out
 
     __hash__ = object.__hash__  # members are singletons compared by identity
 
@@ -55,6 +56,7 @@ _CONSUMER_SYNC = GroupTimerKind.CONSUMER_SYNC
 _STREAMS_SESSION = GroupTimerKind.STREAMS_SESSION
 _STREAMS_REBALANCE = GroupTimerKind.STREAMS_REBALANCE
 _STREAMS_INITIAL = GroupTimerKind.STREAMS_INITIAL
+_SHARE_SESSION = GroupTimerKind.SHARE_SESSION
 
 
 def join_timer(group_id: str) -> GroupTimer:
@@ -99,6 +101,10 @@ def streams_rebalance_timer(group_id: str, member_id: str) -> GroupTimer:
 
 def streams_initial_timer(group_id: str) -> GroupTimer:
     return _new(GroupTimer, (_STREAMS_INITIAL, group_id, ""))
+
+
+def share_session_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_SHARE_SESSION, group_id, member_id))
 
 
 def offset_expiry_timer(offsets_partition: int) -> OffsetExpiryTimer:

@@ -1,8 +1,9 @@
 """Byte codecs for __consumer_offsets keys and values, every version Kafka ever wrote.
 
 A key starts with an int16 that is the record type: 0 and 1 are OffsetCommitKey, 2 is
-GroupMetadataKey, 3, 5-8 and 16 are KIP-848's consumer-group records (`records.consumer_group`);
-other types are kept as opaque `UnknownKey`s so that a log written by a newer Kafka still reads.
+GroupMetadataKey, 3, 5-8 and 16 are KIP-848's consumer-group records (`records.consumer_group`),
+10-15 KIP-932's share-group records (`records.share_group`); other types are kept as opaque
+`UnknownKey`s so that a log written by a newer Kafka still reads.
 A value starts with its own int16 schema version; v4 is Kafka's flexible encoding (compact
 strings, tagged-field sections), whose unknown tags are skipped rather than rejected, as Kafka's
 readers do.
@@ -45,6 +46,22 @@ from kgroups.records.schema import (
     RecordKey,
     RecordValue,
     UnknownKey,
+)
+from kgroups.records.share_group import (
+    SHARE_GROUP_KEY_TYPES,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupValue,
+    decode_share_group_key,
+    decode_share_group_value,
+    encode_share_group_key,
+    encode_share_group_value,
+    share_group_key_json,
+    share_group_value_json,
 )
 from kgroups.records.streams_group import (
     STREAMS_GROUP_KEY_TYPES,
@@ -113,6 +130,11 @@ _CONSUMER_GROUP_KEYS = (
     ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey,
     ConsumerGroupPartitionMetadataKey,
 )
+_SHARE_GROUP_KEYS = (
+    ShareGroupMemberMetadataKey, ShareGroupMetadataKey, ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMemberKey, ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupStatePartitionMetadataKey,
+)
 _UUID_SIZE = 16
 
 # OffsetCommitKey and OffsetCommitValue are frozen dataclasses, whose __init__ goes through
@@ -150,8 +172,11 @@ def encode_key(key: RecordKey) -> bytes:
         return encode_consumer_group_key(key)
     if isinstance(key, STREAMS_GROUP_KEYS):
         return encode_streams_group_key(key)
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        return encode_share_group_key(key)
     if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in (
-            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE, *STREAMS_GROUP_KEY_TYPES):
+            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE, *STREAMS_GROUP_KEY_TYPES,
+            *SHARE_GROUP_KEY_TYPES):
         raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
     return INT16.pack(key.version) + key.data
 
@@ -215,6 +240,8 @@ def _decode_key_checked(data: bytes) -> RecordKey:
         return decode_consumer_group_key(key_type, data)
     if key_type in STREAMS_GROUP_KEY_TYPES:
         return decode_streams_group_key(key_type, data)
+    if key_type in SHARE_GROUP_KEY_TYPES:
+        return decode_share_group_key(key_type, data)
     return UnknownKey(key_type, bytes(data[2:]))
 
 
@@ -243,9 +270,12 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         return _encode_offset_commit_value(value, version)
     if not isinstance(value, GroupMetadataValue):
         if version not in (None, 0):
-            raise ValueError(f"consumer- and streams-group values have version 0, not {version}")
+            raise ValueError(
+                f"consumer-, streams- and share-group values have version 0, not {version}")
         if isinstance(value, StreamsGroupValue):
             return encode_streams_group_value(value)
+        if isinstance(value, ShareGroupValue):
+            return encode_share_group_value(value)
         return encode_consumer_group_value(value)
     return _encode_group_metadata_value(value, 3 if version is None else version)
 
@@ -354,6 +384,8 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
         return _decode_group_metadata_value(data)
     if isinstance(key, STREAMS_GROUP_KEYS):
         return decode_streams_group_value(key, data)
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        return decode_share_group_value(key, data)
     return decode_consumer_group_value(key, data)
 
 
@@ -560,6 +592,13 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
             raise _mismatched(key, value)
         return {"key": streams_group_key_json(key), "value": None if value is None else
                 {"version": 0, "data": streams_group_value_json(value)}}
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        share_json = None
+        if value is not None:
+            if not isinstance(value, ShareGroupValue):
+                raise _mismatched(key, value)
+            share_json = {"version": 0, "data": share_group_value_json(value, _uuid_text)}
+        return {"key": share_group_key_json(key), "value": share_json}
     if isinstance(key, OffsetCommitKey):
         key_json: dict[str, Any] = {
             "type": key.version,

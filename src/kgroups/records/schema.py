@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kgroups.records.consumer_group import ConsumerGroupKey, ConsumerGroupValue
+from kgroups.records.share_group import ShareGroupKey, ShareGroupValue
 from kgroups.records.streams_group import StreamsGroupKey, StreamsGroupValue
 
 
@@ -42,7 +43,8 @@ class UnknownKey:
     data: bytes
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | StreamsGroupKey | UnknownKey
+RecordKey = (OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | StreamsGroupKey
+             | ShareGroupKey | UnknownKey)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,8 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = ()
 
 
-RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | StreamsGroupValue
+RecordValue = (OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | StreamsGroupValue
+               | ShareGroupValue)
 
 
 @dataclass(frozen=True, slots=True)
