@@ -343,3 +343,12 @@ def test_a_member_asking_for_shutdown_is_told_to_everyone(s: Session) -> None:
     assert (StreamsStatus.SHUTDOWN_APPLICATION,
             "Streams group member m1 encountered a fatal error and requested a shutdown for "
             "the entire application.") in told.status
+
+
+def test_a_loaded_group_reports_its_state_before_any_heartbeat(s: Session) -> None:
+    r = s.hb("m1", 0)
+    fresh = s.replayed()
+    fresh.set_topics(topics(words=4))
+    rebuilt = fresh._groups[G].streams
+    assert rebuilt is not None and rebuilt.state() == "Stable"
+    assert rebuilt.members["m1"].member_epoch == r.member_epoch

@@ -143,7 +143,12 @@ class StreamsGroup:
     def state(self) -> str:
         if not self.members:
             return StreamsGroupState.EMPTY
-        if self.topology is None or self.configured is None or not self.configured.ready:
+        # Ready: as last checked against the topics, or (a group just loaded, not checked yet)
+        # as its records say (the validated topology epoch is the topology's once ready).
+        ready = (self.configured.ready if self.configured is not None
+                 else self.topology is not None
+                 and self.validated_topology_epoch == self.topology.epoch)
+        if self.topology is None or not ready:
             return StreamsGroupState.NOT_READY
         if self.group_epoch != self.assignment_epoch:
             return StreamsGroupState.ASSIGNING
