@@ -27,6 +27,7 @@ from kgroups.broker.apis import (
     produce,
     quotas,
     scram_credentials,
+    share_fetch,
     topics,
     transactions,
     txn_offset_commit,
@@ -53,6 +54,11 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
+from kgroups.broker.share_partitions import (
+    MAX_SESSIONS_DEFAULT,
+    SharePartitionManager,
+    share_settings,
+)
 from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
@@ -83,6 +89,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     write_txn_markers.install(registry)
     describe_producers.install(registry)
     transactions.install(registry)
+    share_fetch.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -181,6 +188,13 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        # Share groups' partitions (ShareFetch/ShareAcknowledge); their state is the share
+        # coordinator's, reached through `share_partitions.persister`.
+        supplied = config.supplied()
+        self.share_partitions = SharePartitionManager(
+            self.topics, share_settings(supplied),
+            int(supplied.get("group.share.max.share.sessions", MAX_SESSIONS_DEFAULT)),
+            self.background)
         def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
             return write_markers(self, markers)
 
@@ -229,6 +243,7 @@ class Broker:
             self.transactions.metrics = self.coordinator.metrics.watch_transactions(
                 self.transactions.coordinator)
         await self.transactions.start()
+        self.share_partitions.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(

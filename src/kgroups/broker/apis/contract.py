@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kgroups.broker.not_served import NotServedLog
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
+    from kgroups.broker.share_partitions import SharePartitionManager
     from kgroups.broker.topics import TopicCatalog
     from kgroups.broker.transaction_runtime import TransactionRuntime
     from kgroups.log.config import LogConfig
@@ -47,6 +48,7 @@ class HandlerServices(Protocol):
     logs: LogManager
     coordinator: CoordinatorRuntime
     transactions: TransactionRuntime
+    share_partitions: SharePartitionManager
     group_commit: GroupCommit
     appends: AppendNotifier
     memory: MemoryBudget
