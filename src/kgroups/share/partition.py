@@ -174,6 +174,10 @@ class SharePartition:
                         continue
                 if record.state != DeliveryState.AVAILABLE:
                     continue
+                if record.delivery_count >= self.settings.delivery_count_limit:
+                    # persisted while acquired for the last time (a restart since): never again
+                    record.state = DeliveryState.ARCHIVED
+                    continue
                 record.state, record.member = DeliveryState.ACQUIRED, member
                 record.delivery_count += 1
                 record.lock_deadline_ms = deadline
