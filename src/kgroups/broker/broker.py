@@ -28,6 +28,7 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     share_fetch,
+    share_state,
     topics,
     transactions,
     txn_offset_commit,
@@ -59,6 +60,7 @@ from kgroups.broker.share_partitions import (
     SharePartitionManager,
     share_settings,
 )
+from kgroups.broker.share_state_runtime import ShareStateRuntime
 from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
@@ -90,6 +92,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     describe_producers.install(registry)
     transactions.install(registry)
     share_fetch.install(registry)
+    share_state.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -188,13 +191,6 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
-        # Share groups' partitions (ShareFetch/ShareAcknowledge); their state is the share
-        # coordinator's, reached through `share_partitions.persister`.
-        supplied = config.supplied()
-        self.share_partitions = SharePartitionManager(
-            self.topics, share_settings(supplied),
-            int(supplied.get("group.share.max.share.sessions", MAX_SESSIONS_DEFAULT)),
-            self.background)
         def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
             return write_markers(self, markers)
 
@@ -204,6 +200,16 @@ class Broker:
         self.transactions = TransactionRuntime(
             config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
             self.producer_ids.next_id, send_markers)
+        # The share coordinator (__share_group_state); also the share partitions' and the
+        # group coordinator's ShareStatePersister.
+        self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
+                                             self.appends, cluster_mode=self.cluster is not None)
+        # Share groups' partitions (ShareFetch/ShareAcknowledge), their state kept by it.
+        supplied = config.supplied()
+        self.share_partitions = SharePartitionManager(
+            self.topics, share_settings(supplied),
+            int(supplied.get("group.share.max.share.sessions", MAX_SESSIONS_DEFAULT)),
+            self.background, self.share_state)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -244,6 +250,7 @@ class Broker:
                 self.transactions.coordinator)
         await self.transactions.start()
         self.share_partitions.start()
+        self.share_state.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(

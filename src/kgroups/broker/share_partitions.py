@@ -3,7 +3,7 @@ of ShareFetch and ShareAcknowledge, acquisition locks timing out, members leavin
 
 A share partition (kgroups.share.partition) is loaded on first use: its state read through the
 `ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
-where `share.auto.offset.reset` says. Every change the share coordinator must keep
+where `share.auto.offset.reset` says, and one never initialized is initialized there. Every change the share coordinator must keep
 (acknowledgements, releases, lock timeouts) is written before the request that made it is
 answered, one write at a time per share partition, the latest state each time. Acquisitions
 are not written: a broker restart offers them again, with the delivery count last written.
@@ -54,12 +54,11 @@ def now_ms() -> int:
 
 class SharePartitionManager:
     def __init__(self, topics: TopicCatalog, settings: ShareSettings, max_sessions: int,
-                 background: BackgroundTasks) -> None:
+                 background: BackgroundTasks, persister: ShareStatePersister) -> None:
         self.topics = topics
         self.settings = settings
         self.sessions = ShareSessions(max_sessions)
-        # Set by the broker to its share coordinator's client (`broker.share_state`).
-        self.persister: ShareStatePersister | None = None
+        self.persister = persister  # the share coordinator (`broker.share_state`)
         self.released = AppendNotifier()  # records became available again
         self._partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
@@ -86,8 +85,6 @@ class SharePartitionManager:
         return await asyncio.shield(pending)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> SharePartition | ErrorCode:
-        if self.persister is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         result = await self.persister.read(key, self._leader_epoch(topic, key.partition))
         if result.error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
             return result.error
@@ -96,8 +93,13 @@ class SharePartitionManager:
             start = self._reset_offset(topic, key.partition)
             if start is None:
                 return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            state = (PersistedShareState(0, 0, start) if state is None
-                     else replace(state, start_offset=start, batches=()))
+            if state is None:  # never initialized (no member was assigned it yet): now
+                error = await self.persister.initialize(key, 0, start)
+                if error != ErrorCode.NONE:
+                    return error
+                state = PersistedShareState(0, 0, start)
+            else:
+                state = replace(state, start_offset=start, batches=())
         share_partition = SharePartition(state, self.settings)
         log = self.topics.log(topic, key.partition)
         if log is not None:
@@ -141,7 +143,7 @@ class SharePartitionManager:
     async def write(self, key: SharePartitionKey) -> ErrorCode:
         """Write the share partition's current state (the latest when several wait)."""
         share_partition = self._partitions.get(key)
-        if share_partition is None or self.persister is None:
+        if share_partition is None:
             return ErrorCode.NONE
         lock = self._writing.setdefault(key, asyncio.Lock())
         async with lock:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
     from kgroups.broker.share_partitions import SharePartitionManager
+    from kgroups.broker.share_state_runtime import ShareStateRuntime
     from kgroups.broker.topics import TopicCatalog
     from kgroups.broker.transaction_runtime import TransactionRuntime
     from kgroups.log.config import LogConfig
@@ -49,6 +50,7 @@ class HandlerServices(Protocol):
     coordinator: CoordinatorRuntime
     transactions: TransactionRuntime
     share_partitions: SharePartitionManager
+    share_state: ShareStateRuntime
     group_commit: GroupCommit
     appends: AppendNotifier
     memory: MemoryBudget
