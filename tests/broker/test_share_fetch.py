@@ -1,7 +1,6 @@
-"""ShareFetch and ShareAcknowledge over the wire against an in-process broker whose share
-coordinator is an in-memory persister: acquisition, acknowledgement, lock expiry with
-redelivery, the delivery count limit, acknowledgement and session errors, and the state the
-broker writes for the share coordinator to keep."""
+"""ShareFetch and ShareAcknowledge over the wire against an in-process broker: acquisition,
+acknowledgement, lock expiry with redelivery, the delivery count limit, acknowledgement and
+session errors, and the state the broker's share coordinator (broker.share_state) keeps."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 from broker_wire_helpers import connect, create_topic, metadata_request, produce_request
 from servers import InProcessBroker
-from tests.share.memory_persister import MemoryPersister
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
 from kgroups.errors import ErrorCode
@@ -28,8 +26,7 @@ SETTINGS = ("group.share.record.lock.duration.ms=1000",
 
 class Conversation:
     def __init__(self, broker: InProcessBroker, topic: str) -> None:
-        self.persister = MemoryPersister()
-        broker.broker.share_partitions.persister = self.persister
+        self.broker = broker
         self.client: KafkaWireClient = connect(broker.port)
         create_topic(self.client, topic)
         self.topic = topic
@@ -50,7 +47,15 @@ class Conversation:
                                                         self.topic_id, acks, **fields)))
 
     def state(self) -> Any:
-        return self.persister.states[SharePartitionKey(self.group, self.topic_id.bytes, 0)]
+        """What the share coordinator keeps of the share partition."""
+        key = SharePartitionKey(self.group, self.topic_id.bytes, 0)
+
+        async def read() -> Any:
+            return await self.broker.broker.share_state.read(key, 0)
+
+        result = self.broker.call(read)
+        assert result.error == ErrorCode.NONE
+        return result.state
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@ of ShareFetch and ShareAcknowledge, acquisition locks timing out, members leavin
 
 A share partition (kgroups.share.partition) is loaded on first use: its state read through the
 `ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
-where `share.auto.offset.reset` says, and one never initialized is initialized there. Every change the share coordinator must keep
-(acknowledgements, releases, lock timeouts) is written before the request that made it is
-answered, one write at a time per share partition, the latest state each time. Acquisitions
-are not written: a broker restart offers them again, with the delivery count last written.
+where `share.auto.offset.reset` says, and one never initialized is initialized there. Every
+change the share coordinator must keep (acknowledgements, releases, lock timeouts) is written
+before the request that made it is answered, one write at a time per share partition, the
+latest state each time. An acquisition alone is not written: after a restart its records are
+offered again with the delivery count last written (Kafka's at-least-once promise).
 
 One background task sleeps until the earliest acquisition lock's deadline and releases what
 timed out; released records wake ShareFetch long polls through `released`.
