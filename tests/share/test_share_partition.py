@@ -96,8 +96,8 @@ def test_acknowledgement_errors_as_kafka_words_them() -> None:
     p = partition(10)
     assert ack(p, "m", 10, 10, AckType.ACCEPT)[1] == NOT_IN_CACHE
     acquire(p, "m", [(10, 14)])
-    assert ack(p, "m", 20, 21, AckType.ACCEPT)[1] == FIRST_PAST_END
-    assert ack(p, "m", 12, 21, AckType.ACCEPT)[1] == LAST_PAST_END
+    assert ack(p, "m", 20, 21, AckType.ACCEPT) == (ErrorCode.INVALID_REQUEST, FIRST_PAST_END)
+    assert ack(p, "m", 12, 21, AckType.ACCEPT) == (ErrorCode.INVALID_REQUEST, LAST_PAST_END)
     assert ack(p, "x", 11, 11, AckType.ACCEPT) == (ErrorCode.INVALID_RECORD_STATE,
                                                     NOT_BATCH_OWNER)
     assert ack(p, "m", 0, 5, AckType.ACCEPT) == (ErrorCode.NONE, None)  # below the start

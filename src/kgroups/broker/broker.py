@@ -58,6 +58,7 @@ from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
 from kgroups.broker.share_partitions import (
+    MAX_SESSIONS,
     MAX_SESSIONS_DEFAULT,
     SharePartitionManager,
     share_settings,
@@ -212,7 +213,7 @@ class Broker:
         supplied = config.supplied()
         self.share_partitions = SharePartitionManager(
             self.topics, share_settings(supplied),
-            int(supplied.get("group.share.max.share.sessions", MAX_SESSIONS_DEFAULT)),
+            int(supplied.get(MAX_SESSIONS, MAX_SESSIONS_DEFAULT)),
             self.background, self.share_state)
         if self.cluster is not None:
             cluster = self.cluster

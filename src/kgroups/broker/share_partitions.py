@@ -24,7 +24,7 @@ from dataclasses import replace
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.events import log_event
-from kgroups.broker.group_configs import group_setting
+from kgroups.broker.group_configs import GROUP_SETTINGS, group_setting
 from kgroups.broker.share_persister import ShareStatePersister
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
@@ -35,7 +35,14 @@ from kgroups.share.sessions import ShareSession, ShareSessions
 from kgroups.share.settings import ShareSettings, start_from
 
 logger = logging.getLogger("kgroups.share")
-MAX_SESSIONS_DEFAULT = "2000"  # group.share.max.share.sessions
+MAX_SESSIONS = "group.share.max.share.sessions"
+MAX_SESSIONS_DEFAULT = "2000"
+_GROUP_CONFIGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
+                  "share.partition.max.record.locks", "share.isolation.level",
+                  "share.auto.offset.reset", "share.renew.acknowledge.enable")
+# The broker settings read here (config.known_settings: no "kgroups does not use" warning).
+READ_SETTINGS = frozenset({MAX_SESSIONS, *(GROUP_SETTINGS[key].broker_synonym
+                                           for key in _GROUP_CONFIGS)})
 
 
 def share_settings(supplied: Mapping[str, str]) -> ShareSettings:

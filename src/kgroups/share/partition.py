@@ -213,13 +213,17 @@ class SharePartition:
 
     def acknowledge(self, member: str, batches: Sequence[AckBatch], now_ms: int) -> AckOutcome:
         """Apply `member`'s acknowledgements, all or none: the first record that is not the
-        member's acquired one fails the whole request with INVALID_RECORD_STATE. Offsets below
-        the start were acknowledged or archived already and are passed over."""
+        member's acquired one fails the whole request with INVALID_RECORD_STATE, a batch
+        reaching past the end offset with INVALID_REQUEST. Offsets below the start were
+        acknowledged or archived already and are passed over."""
         changes: dict[int, AckType] = {}
         for batch in batches:
             if batch.last_offset < self.start_offset:
                 continue
-            problem = self._range_problem(batch)
+            past_end = self._past_end(batch)
+            if past_end is not None:  # Kafka's InvalidRequestException
+                return AckOutcome(ErrorCode.INVALID_REQUEST, past_end)
+            problem = NOT_IN_CACHE if not self.records else None
             if problem is None:
                 for offset, kind in batch.offsets():
                     if offset < self.start_offset:
@@ -240,9 +244,9 @@ class SharePartition:
         self._advance_start()
         return AckOutcome()
 
-    def _range_problem(self, batch: AckBatch) -> str | None:
+    def _past_end(self, batch: AckBatch) -> str | None:
         if not self.records:
-            return NOT_IN_CACHE
+            return None
         if batch.first_offset >= self._fetched_to:
             return FIRST_PAST_END
         if batch.last_offset >= self._fetched_to:

@@ -89,9 +89,9 @@ async def initialize_partitions(broker: Any, group_id: str, topics: ShareTopics)
                 if log is None:
                     start = 0
                 elif reset == "latest":
-                    start = log.log_end_offset()
+                    start = log.log_end_offset
                 else:
-                    start = log.log_start_offset()
+                    start = log.log_start_offset
                 result = await persister.initialize(
                     SharePartitionKey(group_id, topic_id.bytes, partition), 0, start)
                 if result != ErrorCode.NONE:
