@@ -170,3 +170,13 @@ def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation)
         c.client = connect(c.broker.port)  # a fresh session each try
     assert answer["partitions"][0]["acquired"] == [(0, 1, 2)]
     assert c.fetch("m1", 2)["error"] == ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def test_min_bytes_waits_before_acquiring(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(1)
+    began = time.monotonic()
+    answer = c.fetch("m1", 1, wait_ms=1500, min_bytes=1 << 20)
+    assert time.monotonic() - began >= 1.4  # MinBytes never came: MaxWait, then acquired
+    assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
