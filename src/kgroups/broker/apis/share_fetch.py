@@ -130,9 +130,7 @@ def _slice(records: bytes, acquired: Sequence[AcquiredRange]) -> bytes:
 async def _acquire(ctx: RequestContext, request: Any, tp: TopicPartitionId, names: Names,
                    budget: dict[str, int]) -> _Answer:
     manager: SharePartitionManager = ctx.broker.share_partitions
-    name = names.get(uuid.UUID(bytes=tp[0]))
-    if name is None:
-        return _Answer(ErrorCode.UNKNOWN_TOPIC_ID)
+    name = names[uuid.UUID(bytes=tp[0])]
     share_partition = await manager.partition(SharePartitionKey(request.group_id, *tp), name)
     if isinstance(share_partition, ErrorCode):
         return _Answer(share_partition)
@@ -172,9 +170,7 @@ async def _readable_bytes(ctx: RequestContext, request: Any,
     limit = min(int(request.max_bytes), ctx.broker.config.fetch_max_bytes)
     total = 0
     for topic_id, index in partitions:
-        name = names.get(uuid.UUID(bytes=topic_id))
-        if name is None:
-            return limit
+        name = names[uuid.UUID(bytes=topic_id)]
         share_partition = await manager.partition(
             SharePartitionKey(request.group_id, topic_id, index), name)
         if isinstance(share_partition, ErrorCode):
@@ -273,6 +269,10 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
         order = list(acks)
     else:
         partitions = list(step.session.partitions)
+        if any(uuid.UUID(bytes=topic_id) not in names for topic_id, _ in partitions):
+            # Kafka 4.3.1 fails the whole fetch of a session holding an unknown topic id
+            # (every later one too, until a new session), its epoch still counted.
+            return _error_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
         answers = await _fetch_all(ctx, request, partitions, names)
         for tp, outcome in acks.items():
             answers.setdefault(tp, _Answer()).ack = outcome
