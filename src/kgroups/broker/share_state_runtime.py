@@ -11,6 +11,12 @@ coordinator applies it and the caller hears back, so an answered write survives 
 of one `__share_group_state` partition are taken one at a time: each record is decided on the
 state the previous one left.
 
+Housekeeping runs as Kafka's does: every `share.coordinator.state.topic.prune.interval.ms` each
+partition's log start moves up to the oldest record still needed (the records below are
+deleted as DeleteRecords deletes them), and every
+`share.coordinator.cold.partition.snapshot.interval.ms` share-partitions whose snapshot is that
+old are snapshotted afresh, so the oldest record needed keeps moving.
+
 On one broker every partition is served here. In cluster mode this runtime serves nothing yet:
 its APIs answer NOT_COORDINATOR (docs/share-groups.md says so).
 """
@@ -26,10 +32,11 @@ from dataclasses import dataclass
 
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.appends import AppendNotifier
+from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import log_event
 from kgroups.broker.share_persister import ReadStateResult
-from kgroups.broker.topics import TopicCatalog
+from kgroups.broker.topics import SHARE_STATE_TOPIC, TopicCatalog
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.log.durability import GroupCommit
@@ -48,7 +55,6 @@ from kgroups.share.persisted import (
     PersistedShareState,
     SharePartitionKey,
 )
-from kgroups.share_coordinator.placement import coordinator_key, state_partition
 from kgroups.share_coordinator.shard import (
     Answer,
     ShareCoordinatorShard,
@@ -58,12 +64,13 @@ from kgroups.share_coordinator.shard import (
 
 logger = logging.getLogger("kgroups.share_state")
 
-SHARE_STATE_TOPIC = "__share_group_state"
 # Kafka's names and defaults for what this runtime reads.
 SHARE_STATE_DEFAULTS = {
     "share.coordinator.state.topic.num.partitions": "50",
     "share.coordinator.snapshot.update.records.per.snapshot": "500",
     "share.coordinator.state.topic.segment.bytes": "104857600",
+    "share.coordinator.state.topic.prune.interval.ms": "300000",
+    "share.coordinator.cold.partition.snapshot.interval.ms": "300000",
 }
 
 
@@ -76,6 +83,8 @@ class ShareStateSettings:
     num_partitions: int
     snapshot_every: int
     segment_bytes: int
+    prune_interval_ms: int
+    cold_snapshot_interval_ms: int
 
     @classmethod
     def of(cls, config: BrokerConfig) -> ShareStateSettings:
@@ -84,7 +93,9 @@ class ShareStateSettings:
 
         return cls(value("share.coordinator.state.topic.num.partitions"),
                    value("share.coordinator.snapshot.update.records.per.snapshot"),
-                   value("share.coordinator.state.topic.segment.bytes"))
+                   value("share.coordinator.state.topic.segment.bytes"),
+                   value("share.coordinator.state.topic.prune.interval.ms"),
+                   value("share.coordinator.cold.partition.snapshot.interval.ms"))
 
 
 class ShareStateRuntime:
@@ -92,10 +103,11 @@ class ShareStateRuntime:
     `ShareStatePersister` calls) from `__share_group_state`."""
 
     def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
-                 group_commit: GroupCommit, appends: AppendNotifier,
+                 group_commit: GroupCommit, appends: AppendNotifier, task_counts: TaskCounts,
                  cluster_mode: bool = False) -> None:
         self.settings = ShareStateSettings.of(config)
-        self.shard = ShareCoordinatorShard(self.settings.snapshot_every)
+        self.shard = ShareCoordinatorShard(self.settings.snapshot_every,
+                                           self.settings.num_partitions)
         self._topics = topics
         self._logs = logs
         self._group_commit = group_commit
@@ -103,13 +115,19 @@ class ShareStateRuntime:
         self._cluster_mode = cluster_mode
         self._locks: dict[int, asyncio.Lock] = {}
         self.loaded = False
+        self.background = BackgroundTasks(task_counts)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Replay `__share_group_state` if it exists."""
+        """Replay `__share_group_state` if it exists; start the housekeeping."""
+        if self._cluster_mode:
+            return
+        self.background.supervise("share-state-pruner", self._prune_periodically)
+        self.background.supervise("share-state-cold-snapshots",
+                                  self._snapshot_cold_periodically)
         existing = self._topics.partition_count(SHARE_STATE_TOPIC)
-        if existing is None or self._cluster_mode:
+        if existing is None:
             return
         if existing != self.settings.num_partitions:
             raise RuntimeError(
@@ -128,35 +146,42 @@ class ShareStateRuntime:
         if not self.loaded and not self._cluster_mode:
             self._load()
 
+    async def stop(self) -> None:
+        await self.background.cancel_all()
+
     def _load(self) -> None:
+        """Every partition's records from its log start (those below were pruned), in order."""
         records = 0
         for partition in range(self.settings.num_partitions):
             log = self._logs.get_or_create(SHARE_STATE_TOPIC, partition)
             data = b"".join(s.pread(s.size, 0) for s in log.segments())
-            for _, _, key_bytes, value_bytes in iter_records_raw(data):
-                if key_bytes is None:
+            start = log.log_start_offset
+            for offset, _, key_bytes, value_bytes in iter_records_raw(data):
+                if key_bytes is None or offset < start:
                     continue
                 key = decode_share_state_key(key_bytes)
-                self.shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)))
+                self.shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)),
+                                  offset)
                 records += 1
         self.loaded = True
         log_event(logger, logging.INFO, "share_state_loaded",
                   partitions=self.settings.num_partitions, records=records,
                   share_partitions=len(self.shard.states))
 
-    def refusal(self) -> ErrorCode | None:
-        """Why no request is served now (None: they are)."""
+    def refusal(self, create_topic: bool) -> ErrorCode | None:
+        """Why no request is served now (None: they are). Kafka creates `__share_group_state`
+        when the share coordinator is first looked for (FindCoordinator, which its persister
+        always sends first): before that a request on the wire answers NOT_COORDINATOR, as
+        Kafka's does; FindCoordinator and the in-process persister (`create_topic`) create it."""
         if self._cluster_mode:
+            return ErrorCode.NOT_COORDINATOR
+        if not create_topic and self._topics.partition_count(SHARE_STATE_TOPIC) is None:
             return ErrorCode.NOT_COORDINATOR
         try:
             self.ensure_topic()
         except OSError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
-
-    def partition_of(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
-        return state_partition(coordinator_key(group_id, topic_id, partition),
-                               self.settings.num_partitions)
 
     def topic_partitions(self, topic_id: uuid.UUID) -> int | None:
         """How many partitions the topic of `topic_id` has (None: no such topic)."""
@@ -168,25 +193,23 @@ class ShareStateRuntime:
     # -- requests ----------------------------------------------------------------------------
 
     async def _serve(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                     decide: Callable[[], Answer]) -> Answer:
+                     decide: Callable[[], Answer], create_topic: bool) -> Answer:
         """Decide on the current state, append the record (if any) durably, then apply it;
         one request at a time per `__share_group_state` partition."""
-        refused = self.refusal()
+        refused = self.refusal(create_topic)
         if refused is not None:
             return Answer(refused)
-        state_partition_index = self.partition_of(group_id, topic_id, partition)
+        state_partition_index = self.shard.partition_of((group_id, topic_id, partition))
         lock = self._locks.setdefault(state_partition_index, asyncio.Lock())
         async with lock:
             answer = decide()
             if answer.record is None:
                 return answer
-            error = await self._append(state_partition_index, answer.record)
-            if error is not ErrorCode.NONE:
-                return Answer(error)
-            self.shard.replay(answer.record)
-            return answer
+            error = await self._append_and_apply(state_partition_index, answer.record)
+            return answer if error is ErrorCode.NONE else Answer(error)
 
-    async def _append(self, partition: int, record: StateRecord) -> ErrorCode:
+    async def _append_and_apply(self, partition: int, record: StateRecord) -> ErrorCode:
+        """Append `record` durably, then apply it (the caller holds the partition's lock)."""
         log = self._topics.log(SHARE_STATE_TOPIC, partition)
         if log is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -194,7 +217,7 @@ class ShareStateRuntime:
         batch = build_batch([(encode_share_state_key(record.key), value, wall_clock_ms())])
         try:
             async with gate_of(log):
-                log.append_batch(batch)
+                offset, _ = log.append_batch(batch)
             if isinstance(log, PartitionLog):
                 await self._group_commit.wait_durable(log)
         except OSError as exc:
@@ -203,42 +226,84 @@ class ShareStateRuntime:
             log_event(logger, logging.ERROR, "share_state_append_failed", partition=partition,
                       group_id=record.key.group_id, error=exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self.shard.replay(record, offset)
         self._appends.notify()
         return ErrorCode.NONE
 
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def _prune_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.prune_interval_ms / 1000)
+            self.prune()
+
+    def prune(self) -> None:
+        """Move each partition's log start up to its oldest record still needed."""
+        if not self.loaded:
+            return
+        targets = {}
+        for partition in range(self.settings.num_partitions):
+            offset = self.shard.redundant_offset(partition)
+            log = self._topics.log(SHARE_STATE_TOPIC, partition)
+            if offset is not None and log is not None and offset > log.log_start_offset:
+                targets[(SHARE_STATE_TOPIC, partition)] = offset
+        if targets:
+            self._topics.advance_log_starts(targets)
+            log_event(logger, logging.INFO, "share_state_pruned", partitions=len(targets))
+
+    async def _snapshot_cold_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.cold_snapshot_interval_ms / 1000)
+            await self.snapshot_cold()
+
+    async def snapshot_cold(self) -> None:
+        """A fresh snapshot of each share-partition whose last one is old enough."""
+        if not self.loaded:
+            return
+        for record in self.shard.cold_snapshots(wall_clock_ms(),
+                                                self.settings.cold_snapshot_interval_ms):
+            key = (record.key.group_id, record.key.topic_id, record.key.partition)
+            partition = self.shard.partition_of(key)
+            async with self._locks.setdefault(partition, asyncio.Lock()):
+                if key in self.shard.states:  # not deleted meanwhile
+                    await self._append_and_apply(partition, record)
+
     def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                         state_epoch: int, start_offset: int) -> Awaitable[Answer]:
+                         state_epoch: int, start_offset: int, *, create_topic: bool = False
+                         ) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.initialize(
             group_id, topic_id, partition, state_epoch, start_offset, self.topic_partitions,
-            wall_clock_ms()))
+            wall_clock_ms()), create_topic)
 
     def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                   leader_epoch: int) -> Awaitable[Answer]:
+                   leader_epoch: int, *, create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.read(
             group_id, topic_id, partition, leader_epoch, self.topic_partitions,
-            wall_clock_ms()))
+            wall_clock_ms()), create_topic)
 
     def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                    request: WriteRequest) -> Awaitable[Answer]:
+                    request: WriteRequest, *, create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.write(
-            group_id, topic_id, partition, request, self.topic_partitions, wall_clock_ms()))
+            group_id, topic_id, partition, request, self.topic_partitions, wall_clock_ms()),
+            create_topic)
 
-    def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int
-                           ) -> Awaitable[Answer]:
+    def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                           create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.read_summary(
-            group_id, topic_id, partition, self.topic_partitions))
+            group_id, topic_id, partition, self.topic_partitions), create_topic)
 
-    def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int
-                     ) -> Awaitable[Answer]:
+    def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                     create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.delete(
-            group_id, topic_id, partition, self.topic_partitions))
+            group_id, topic_id, partition, self.topic_partitions), create_topic)
 
     # -- ShareStatePersister -----------------------------------------------------------------
 
     async def initialize(self, key: SharePartitionKey, state_epoch: int,
                          start_offset: int) -> ErrorCode:
         answer = await self.initialize_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                             key.partition, state_epoch, start_offset)
+                                             key.partition, state_epoch, start_offset,
+                                             create_topic=True)
         return answer.error
 
     async def read(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
@@ -248,7 +313,7 @@ class ShareStateRuntime:
         if (key.group_id, topic_id, key.partition) not in self.shard.states:
             return ReadStateResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return _result(await self.read_state(key.group_id, topic_id, key.partition,
-                                             leader_epoch), with_batches=True)
+                                             leader_epoch, create_topic=True), with_batches=True)
 
     async def write(self, key: SharePartitionKey, state: PersistedShareState) -> ErrorCode:
         request = WriteRequest(state.state_epoch, state.leader_epoch, state.start_offset,
@@ -257,17 +322,17 @@ class ShareStateRuntime:
                                      for b in state.batches),
                                state.delivery_complete_count)
         answer = await self.write_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                        key.partition, request)
+                                        key.partition, request, create_topic=True)
         return answer.error
 
     async def read_summary(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
         answer = await self.read_state_summary(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                               key.partition)
+                                               key.partition, create_topic=True)
         return _result(answer, with_batches=False)
 
     async def delete(self, key: SharePartitionKey) -> ErrorCode:
         answer = await self.delete_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                         key.partition)
+                                         key.partition, create_topic=True)
         return answer.error
 
 

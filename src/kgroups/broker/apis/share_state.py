@@ -5,7 +5,8 @@ broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts.
 
 As Kafka's share coordinator service does, a request with no topics, a topic with no
 partitions, or an empty group id is answered with no results at all; otherwise every
-partition is answered on its own, its record made durable before its answer. Only brokers may
+partition is answered on its own, its record made durable before its answer, and the results
+come in the order of Kafka's hash maps (`_answer`). Only brokers may
 call them: ClusterAction on the cluster (the rules at the end).
 """
 
@@ -15,11 +16,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kgroups.assignors.java_hash import hash_set_order, uuid_hash
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handles
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
 from kgroups.records.share_state import StateBatch
 from kgroups.share_coordinator.shard import Answer, WriteRequest
 
@@ -34,6 +37,14 @@ RESULT_CLASSES = {
     ApiKey.DELETE_SHARE_GROUP_STATE: "DeleteStateResult",
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: "ReadStateSummaryResult",
 }
+# Kafka's words for what could not be done, in its NOT_COORDINATOR text.
+REFUSED_VERBS = {
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: "initialize share group state",
+    ApiKey.READ_SHARE_GROUP_STATE: "read share group state",
+    ApiKey.WRITE_SHARE_GROUP_STATE: "write share group state",
+    ApiKey.DELETE_SHARE_GROUP_STATE: "delete share group state",
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: "read share group state summary",
+}
 # What a refused partition carries beside its error, per API (Kafka's zeros).
 REFUSED_FIELDS: dict[ApiKey, dict[str, Any]] = {
     ApiKey.READ_SHARE_GROUP_STATE: {"state_epoch": 0, "start_offset": 0, "state_batches": ()},
@@ -45,32 +56,46 @@ REFUSED_FIELDS: dict[ApiKey, dict[str, Any]] = {
 def _malformed(request: Any) -> bool:
     """What Kafka's service answers with an empty response (it logs and skips the request)."""
     return (not request.topics or any(not topic.partitions for topic in request.topics)
-            or not request.group_id.strip())
+            or not request.group_id)
 
 
 async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
                   result: PartitionResult) -> Any:
-    """The response shaped as the request: a result per topic, a partition result each."""
+    """Each partition answered in request order, the response laid out as Kafka 4.3.1 lays
+    it out (seen on the wire, tests/differential/test_diff_share_state.py): a result per topic
+    id (a topic named twice is one result) in the bucket order of a java.util.HashMap keyed by
+    topic id, the topics of one bucket in the reverse of their first appearance; its
+    partitions in the iteration order of a HashMap keyed by partition (one bucket: request
+    order; a partition named twice, its last answer)."""
     response_cls = response_type(ctx.api_key, ctx.api_version)
     if _malformed(request):
         return build(response_cls, results=())
     topic_cls = sibling(response_cls, RESULT_CLASSES[ctx.api_key])
     partition_cls = sibling(response_cls, "PartitionResult")
-    refused = ctx.broker.share_state.refusal()
-    results = []
+    refused = ctx.broker.share_state.refusal(create_topic=False)
+    refused_text = (f"Unable to {REFUSED_VERBS[ctx.api_key]}: This is not the correct "
+                    "coordinator." if refused is ErrorCode.NOT_COORDINATOR
+                    else NOT_AVAILABLE_TEXT)
+    answered: dict[uuid.UUID, dict[int, Any]] = {}
     for topic in request.topics:
         topic_id = topic.topic_id if topic.topic_id is not None else ZERO_UUID
-        partitions = []
+        partitions = answered.setdefault(topic_id, {})
         for data in topic.partitions:
-            if refused is not None:
-                outcome = Answer(refused, NOT_AVAILABLE_TEXT)
-            else:
-                outcome = await answer(topic_id, data)
-            partitions.append(build(partition_cls, partition=data.partition,
-                                    error_code=kio_error(outcome.error),
-                                    error_message=outcome.message, **result(data, outcome)))
-        results.append(build(topic_cls, topic_id=topic_id, partitions=tuple(partitions)))
-    return build(response_cls, results=tuple(results))
+            outcome = (Answer(refused, refused_text) if refused is not None
+                       else await answer(topic_id, data))
+            partitions[int(data.partition)] = build(
+                partition_cls, partition=data.partition, error_code=kio_error(outcome.error),
+                error_message=outcome.message, **result(data, outcome))
+    return build(response_cls, results=tuple(
+        build(topic_cls, topic_id=topic_id, partitions=tuple(
+            answered[topic_id][partition] for partition in hash_set_order(
+                list(answered[topic_id]), _integer_hash)))
+        for topic_id in hash_set_order(list(answered)[::-1], uuid_hash)))
+
+
+def _integer_hash(value: int) -> int:
+    """java.lang.Integer.hashCode, as an unsigned 32-bit value."""
+    return value & 0xFFFFFFFF
 
 
 def _no_fields(data: Any, outcome: Answer) -> dict[str, Any]:
