@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import rebalance_field
-from kgroups.broker.apis import consumer_groups, share_groups
+from kgroups.broker.apis import consumer_groups, share_groups, share_offsets
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
@@ -395,6 +395,7 @@ class DeleteGroupsHandler:
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups_names)
+        await share_offsets.delete_group_state(ctx.broker, group_ids)
         answer: messages.DeleteGroupsResponse = await _ask(
             ctx, lambda request_id: messages.DeleteGroupsRequest(request_id, group_ids)
         )
@@ -445,6 +446,7 @@ def install(registry: HandlerRegistry) -> None:
         registry.register(handler)
     consumer_groups.install(registry)
     share_groups.install(registry)
+    share_offsets.install(registry)
 
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------
