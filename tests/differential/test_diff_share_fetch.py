@@ -181,6 +181,8 @@ def session_errors(s: Share) -> None:
     s.ack("acknowledge without a session", member_id(), 1, {0: [(0, 0, [1])]})
     s.fetch("a member the group does not know", "unknown-member", 0, wait_ms=100)
     s.fetch("next epoch", a, 1, wait_ms=100)
+    s.fetch("renewals in a ShareFetch", a, 2, acks={0: [(0, 0, [4])]}, renew=True)
+    s.fetch("renewals declared, none sent", a, 2, renew=True)
     s.fetch("forget the partition", a, 2, partitions=(), forget=(0,), wait_ms=100)
     s.produce(1)
     s.fetch("forgotten: nothing fetched", a, 3, partitions=(), wait_ms=100)

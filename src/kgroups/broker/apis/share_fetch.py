@@ -67,8 +67,8 @@ def _batches(raw: Any) -> list[AckBatch]:
             for b in raw]
 
 
-async def _acknowledge_all(ctx: RequestContext, request: Any, topics: Any,
-                           names: Names) -> dict[TopicPartitionId, AckOutcome]:
+async def _acknowledge_all(ctx: RequestContext, request: Any, topics: Any, names: Names,
+                           renew_allowed: bool = False) -> dict[TopicPartitionId, AckOutcome]:
     """Each partition's acknowledgements applied and written (partitions without any left out)."""
     manager: SharePartitionManager = ctx.broker.share_partitions
     outcomes: dict[TopicPartitionId, AckOutcome] = {}
@@ -84,7 +84,7 @@ async def _acknowledge_all(ctx: RequestContext, request: Any, topics: Any,
             key = SharePartitionKey(request.group_id, topic.topic_id.bytes, tp[1])
             outcomes[tp] = await manager.acknowledge(
                 key, name, request.member_id, _batches(partition.acknowledgement_batches),
-                bool(getattr(request, "is_renew_ack", False)))
+                renew_allowed)
     return outcomes
 
 
@@ -251,7 +251,10 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     manager: SharePartitionManager = ctx.broker.share_partitions
     epoch = int(request.share_session_epoch)
     with_acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
-    if not request.group_id or not request.member_id or (epoch == INITIAL_EPOCH and with_acks):
+    # Kafka 4.3.1 takes renewals (IsRenewAck, v2) in ShareAcknowledge only: a ShareFetch
+    # declaring them is refused before its session is stepped.
+    if (not request.group_id or not request.member_id or getattr(request, "is_renew_ack", False)
+            or (epoch == INITIAL_EPOCH and with_acks)):
         return _error_response(ctx, ErrorCode.INVALID_REQUEST)
     requested = [(t.topic_id.bytes, int(p.partition_index))
                  for t in request.topics for p in t.partitions]
@@ -293,7 +296,8 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
                                         int(request.share_session_epoch))
     if step.session is None:
         return _error_response(ctx, step.error)
-    acks = await _acknowledge_all(ctx, request, request.topics, _topic_names(ctx))
+    acks = await _acknowledge_all(ctx, request, request.topics, _topic_names(ctx),
+                                  renew_allowed=bool(getattr(request, "is_renew_ack", False)))
     if step.closing:
         await manager.close_session(step.session)
     response_cls = response_type(ApiKey.SHARE_ACKNOWLEDGE, ctx.api_version)
