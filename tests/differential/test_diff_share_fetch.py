@@ -232,7 +232,21 @@ def unknown_topics_and_partitions(s: Share) -> None:
     s.fetch("a partition the topic lacks", b, 1, partitions=(5,), wait_ms=100)
 
 
+def forgetting_keeps_acquired_records(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.open(a)
+    s.fetch("other member opens", b, 0, wait_ms=100)
+    s.produce(3)
+    s.fetch("acquire", a, 1)
+    s.fetch("forget the partition", a, 2, partitions=(), forget=(0,))
+    time.sleep(CLOSE_RELEASED_S)
+    s.fetch("nothing released", b, 1)
+    s.ack("the forgotten partition's records are still acknowledged", a, 3, {0: [(0, 0, [1])]})
+
+
 CONVERSATIONS: dict[str, Callable[[Share], None]] = {
+    "forgetting_keeps_acquired_records": forgetting_keeps_acquired_records,
     "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
     "unknown_topics_and_partitions": unknown_topics_and_partitions,
     "connection_close": connection_close,
