@@ -28,6 +28,7 @@ from kgroups.broker.apis import (
     produce,
     quotas,
     scram_credentials,
+    share_fetch,
     share_groups,
     share_state,
     streams_groups,
@@ -48,6 +49,7 @@ from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
+from kgroups.broker.group_configs import SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.metadata_answer import TopicEntryCache
 from kgroups.broker.net.memory_budget import MemoryBudget
@@ -57,6 +59,10 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
+from kgroups.broker.share_partitions import (
+    SharePartitionManager,
+    share_settings,
+)
 from kgroups.broker.share_state_runtime import ShareStateRuntime
 from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
@@ -88,6 +94,7 @@ def install_handlers(registry: HandlerRegistry) -> None:
     write_txn_markers.install(registry)
     describe_producers.install(registry)
     transactions.install(registry)
+    share_fetch.install(registry)
     share_state.install(registry)
     streams_groups.install(registry)
 
@@ -204,6 +211,12 @@ class Broker:
         self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
                                              self.appends, self.task_counts,
                                              cluster_mode=self.cluster is not None)
+        # Share groups' partitions (ShareFetch/ShareAcknowledge), their state kept by it.
+        supplied = config.supplied()
+        self.share_partitions = SharePartitionManager(
+            self.topics, share_settings(supplied),
+            int(supplied.get(SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT)),
+            self.background, self.share_state)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -244,6 +257,7 @@ class Broker:
             self.transactions.metrics = self.coordinator.metrics.watch_transactions(
                 self.transactions.coordinator)
         await self.transactions.start()
+        self.share_partitions.start()
         self.share_state.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
