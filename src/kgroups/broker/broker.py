@@ -54,7 +54,6 @@ from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.metadata_answer import TopicEntryCache
 from kgroups.broker.net.memory_budget import MemoryBudget
 from kgroups.broker.net.server import BrokerServer
-from kgroups.broker.not_served import NotServedLog
 from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
@@ -176,8 +175,6 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(
             None if self.store is None else self.store.allocate_producer_ids)
         self.producer_states = ProducerStateTable()
-        # What clients asked for that kgroups lacks, logged once per client.
-        self.not_served = NotServedLog()
         self.registry = HandlerRegistry()
         # Shared by every connection, and by Fetch long polls before they read (apis/fetch.py).
         self.memory = MemoryBudget(config.queued_max_request_bytes,

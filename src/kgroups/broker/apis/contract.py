@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
     from kgroups.broker.metadata_answer import TopicEntryCache
     from kgroups.broker.net.memory_budget import MemoryBudget
-    from kgroups.broker.not_served import NotServedLog
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
     from kgroups.broker.share_partitions import SharePartitionManager
@@ -56,7 +55,6 @@ class HandlerServices(Protocol):
     memory: MemoryBudget
     producer_ids: ProducerIdAllocator
     producer_states: ProducerStateTable
-    not_served: NotServedLog
     advertised_host: str
     task_counts: TaskCounts  # crashes and restarts of background work, network processes too
     # Who leads what, in cluster mode (kgroups.storage); None: a broker on its own.
