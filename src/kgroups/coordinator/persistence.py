@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
@@ -312,6 +313,21 @@ def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
             group.state_timestamp = now
 
 
+def _revive(group: ClassicGroup) -> None:
+    """A Dead group given its first record of a new type is Empty again, as replay finds it."""
+    if group.state is GroupState.DEAD:
+        group.previous_state = group.state
+        group.state = GroupState.EMPTY
+
+
+def _keep_stored(stored: dict[Any, Any], key: object, value: object | None) -> None:
+    """What a failed write's revert puts back (`journal.stored_value`): the latest value."""
+    if value is None:
+        stored.pop(key, None)
+    else:
+        stored[key] = value
+
+
 def _apply_consumer(
     group: ClassicGroup, key: ConsumerGroupKey, value: ConsumerGroupValue | None
 ) -> None:
@@ -322,15 +338,10 @@ def _apply_consumer(
         if value is None:
             return
         group.consumer = ConsumerGroup()
-        if group.state is GroupState.DEAD:
-            group.previous_state = group.state
-            group.state = GroupState.EMPTY
+        _revive(group)
     consumer = group.consumer
     apply_consumer_record(consumer, key, value)
-    if value is None:
-        consumer.stored.pop(key, None)
-    else:
-        consumer.stored[key] = value
+    _keep_stored(consumer.stored, key, value)
     if isinstance(key, ConsumerGroupMetadataKey) and value is None:
         group.consumer = None
     elif consumer.members:
@@ -348,15 +359,10 @@ def _apply_streams(
         if value is None:
             return
         group.streams = StreamsGroup()
-        if group.state is GroupState.DEAD:
-            group.previous_state = group.state
-            group.state = GroupState.EMPTY
+        _revive(group)
     streams = group.streams
     apply_streams_record(streams, key, value)
-    if value is None:
-        streams.stored.pop(key, None)
-    else:
-        streams.stored[key] = value
+    _keep_stored(streams.stored, key, value)
     if isinstance(key, StreamsGroupMetadataKey) and value is None:
         group.streams = None
         if not group.members and group.state is not GroupState.DEAD:
@@ -371,15 +377,10 @@ def _apply_share(group: ClassicGroup, key: ShareGroupKey, value: ShareGroupValue
         if value is None:
             return
         group.share = ShareGroup()
-        if group.state is GroupState.DEAD:
-            group.previous_state = group.state
-            group.state = GroupState.EMPTY
+        _revive(group)
     share = group.share
     apply_share_record(share, key, value)
-    if value is None:
-        share.stored.pop(key, None)
-    else:
-        share.stored[key] = value
+    _keep_stored(share.stored, key, value)
     if isinstance(key, ShareGroupMetadataKey) and value is None:
         group.share = None
 
