@@ -24,6 +24,7 @@ from typing import Any
 
 from kgroups.log.batch import uvarint
 from kgroups.records.classic_member import decode_classic_member_metadata
+from kgroups.records.group_keys import decode_group_key
 from kgroups.records.wire import (
     INT16,
     INT32,
@@ -36,7 +37,6 @@ from kgroups.records.wire import (
     read_int16,
     read_int32,
     read_int64,
-    read_string,
     read_strings,
     read_tagged_fields,
     short,
@@ -218,17 +218,10 @@ def encode_consumer_group_key(key: ConsumerGroupKey) -> bytes:
 
 def decode_consumer_group_key(key_type: int, data: bytes) -> ConsumerGroupKey:
     """`data` is the whole key, type included."""
-    group, pos = read_string(data, 2, f"key type {key_type} groupId")
-    if key_type in _GROUP_KEYS:
-        key = _GROUP_KEYS[key_type](group)
-    elif key_type == _REGEX_KEY_TYPE:
-        regex, pos = read_string(data, pos, f"key type {key_type} regularExpression")
-        key = ConsumerGroupRegularExpressionKey(group, regex)
-    else:
-        member_id, pos = read_string(data, pos, f"key type {key_type} memberId")
-        key = _MEMBER_KEYS[key_type](group, member_id)
-    if pos != len(data):
-        raise fail(f"key type {key_type}", pos, f"{len(data) - pos} unexpected trailing bytes")
+    key: ConsumerGroupKey = decode_group_key(
+        key_type, data, _GROUP_KEYS,
+        {**_MEMBER_KEYS, _REGEX_KEY_TYPE: ConsumerGroupRegularExpressionKey},
+        {_REGEX_KEY_TYPE: "regularExpression"})
     return key
 
 

@@ -27,6 +27,7 @@ from kgroups.records.consumer_group import (
     _partitions_json,
     _read_partitions,
 )
+from kgroups.records.group_keys import decode_group_key, encode_group_key
 from kgroups.records.wire import (
     INT16,
     INT32,
@@ -38,12 +39,10 @@ from kgroups.records.wire import (
     read_int16,
     read_int32,
     read_int64,
-    read_string,
     read_strings,
     read_tagged_fields,
     short,
     write_compact_nullable_string,
-    write_string,
 )
 
 SHARE_GROUP_KEY_TYPES = (10, 11, 12, 13, 14, 15)
@@ -174,24 +173,12 @@ _UUID = struct.Struct(">16s")
 
 
 def encode_share_group_key(key: ShareGroupKey) -> bytes:
-    parts = [INT16.pack(key.version), write_string(key.group)]
-    if isinstance(key, ShareGroupMemberMetadataKey | ShareGroupTargetAssignmentMemberKey
-                  | ShareGroupCurrentMemberAssignmentKey):
-        parts.append(write_string(key.member_id))
-    return b"".join(parts)
+    return encode_group_key(key.version, key.group, getattr(key, "member_id", None))
 
 
 def decode_share_group_key(key_type: int, data: bytes) -> ShareGroupKey:
     """`data` is the whole key, type included."""
-    group, pos = read_string(data, 2, f"key type {key_type} groupId")
-    key: ShareGroupKey
-    if key_type in _GROUP_KEYS:
-        key = _GROUP_KEYS[key_type](group)
-    else:
-        member_id, pos = read_string(data, pos, f"key type {key_type} memberId")
-        key = _MEMBER_KEYS[key_type](group, member_id)
-    if pos != len(data):
-        raise fail(f"key type {key_type}", pos, f"{len(data) - pos} unexpected trailing bytes")
+    key: ShareGroupKey = decode_group_key(key_type, data, _GROUP_KEYS, _MEMBER_KEYS)
     return key
 
 

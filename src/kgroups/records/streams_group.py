@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kgroups.log.batch import uvarint
+from kgroups.records.group_keys import decode_group_key, encode_group_key
 from kgroups.records.wire import (
     INT16,
     INT32,
@@ -33,12 +34,10 @@ from kgroups.records.wire import (
     read_int16,
     read_int32,
     read_int64,
-    read_string,
     read_strings,
     read_tagged_fields,
     short,
     write_compact_nullable_string,
-    write_string,
 )
 
 _T = TypeVar("_T")
@@ -220,24 +219,12 @@ _UINT16 = struct.Struct(">H")
 
 
 def encode_streams_group_key(key: StreamsGroupKey) -> bytes:
-    parts = [INT16.pack(key.version), write_string(key.group)]
-    member_id = getattr(key, "member_id", None)
-    if member_id is not None:
-        parts.append(write_string(member_id))
-    return b"".join(parts)
+    return encode_group_key(key.version, key.group, getattr(key, "member_id", None))
 
 
 def decode_streams_group_key(key_type: int, data: bytes) -> StreamsGroupKey:
     """`data` is the whole key, type included."""
-    group, pos = read_string(data, 2, f"key type {key_type} groupId")
-    key: StreamsGroupKey
-    if key_type in _GROUP_KEYS:
-        key = _GROUP_KEYS[key_type](group)
-    else:
-        member_id, pos = read_string(data, pos, f"key type {key_type} memberId")
-        key = _MEMBER_KEYS[key_type](group, member_id)
-    if pos != len(data):
-        raise fail(f"key type {key_type}", pos, f"{len(data) - pos} unexpected trailing bytes")
+    key: StreamsGroupKey = decode_group_key(key_type, data, _GROUP_KEYS, _MEMBER_KEYS)
     return key
 
 
