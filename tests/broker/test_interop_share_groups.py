@@ -8,8 +8,8 @@ accepted record is never delivered again; a released one comes back with its del
 higher; a rejected one is archived; a record released on its last allowed delivery
 (`group.share.delivery.count.limit`) is archived; a member that holds records past the
 acquisition lock (`group.share.record.lock.duration.ms`) loses them to the other member, and its
-late acknowledgement changes nothing; and an acknowledgement the broker answered survives the broker's
-SIGKILL: no accepted record is delivered again after the restart."""
+late acknowledgement changes nothing; and an acknowledgement the broker answered survives the
+broker's SIGKILL: no accepted record is delivered again after the restart."""
 
 from __future__ import annotations
 
