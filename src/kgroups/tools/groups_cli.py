@@ -34,13 +34,15 @@ from kgroups.tools.offset_reset import (
     timestamp_before_now,
     zone_note,
 )
+from kgroups.tools.share_admin import ShareGroupDescription, ShareGroupNotFoundError
+from kgroups.tools.share_groups_cli import describe_share, print_share_group, share_group_json
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
                 "Reconciling", "Empty")
-GROUP_TYPES = ("Consumer", "Classic")
+GROUP_TYPES = ("Consumer", "Classic", "Share")
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime",
                "by_duration", "from_file")
 
@@ -233,20 +235,40 @@ def _with_kgroups_figures(client: KafkaWireClient,
                    last_rebalance=admin.last_rebalance(client, d.group_id))
 
 
+def _describe_one(client: KafkaWireClient, group: str,
+                  args: argparse.Namespace) -> admin.GroupDescription | ShareGroupDescription:
+    """The group as a share group when --type share says so; else as a classic or consumer
+    group, and, if there is none such, as the share group it may be."""
+    if args.type is not None:
+        return describe_share(client, group)
+    try:
+        coordinator = admin.connect_to_coordinator(client, group)
+        return _with_kgroups_figures(coordinator, admin.describe_group(coordinator, group))
+    except admin.GroupNotFoundError:
+        try:
+            return describe_share(client, group)
+        except (ShareGroupNotFoundError, WireError):
+            pass  # not a share group either (or a broker without them): not found as asked
+        raise
+
+
 def _run_describe(client: KafkaWireClient, args: argparse.Namespace) -> int:
-    found, missing = [], []
+    found: list[admin.GroupDescription | ShareGroupDescription] = []
+    missing = []
     for group in _groups(client, args, at_most_one=False):
         try:
-            coordinator = admin.connect_to_coordinator(client, group)
-            found.append(_with_kgroups_figures(
-                coordinator, admin.describe_group(coordinator, group)))
-        except admin.GroupNotFoundError as exc:
+            found.append(_describe_one(client, group, args))
+        except (admin.GroupNotFoundError, ShareGroupNotFoundError) as exc:
             missing.append(str(exc))
             continue
         if args.output == "text":
-            _print_description(found[-1], args)
+            if isinstance(found[-1], ShareGroupDescription):
+                print_share_group(found[-1], args)
+            else:
+                _print_description(found[-1], args)
     if args.output == "json":
-        print_json([_description_json(d) for d in found])
+        print_json([share_group_json(d) if isinstance(d, ShareGroupDescription)
+                    else _description_json(d) for d in found])
     for message in missing:
         print(f"Error: {message}", file=sys.stderr)
     return 1 if missing else 0
@@ -388,8 +410,11 @@ def _check_options(action: str, args: argparse.Namespace) -> None:
             raise UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
     if action != "describe" and (args.members or args.offsets or args.verbose):
         raise UsageError("--members, --offsets and --verbose go with --describe only")
-    if action != "list" and args.type is not None:
-        raise UsageError("--type goes with --list only")
+    if action == "describe" and args.type is not None and _names(
+            args.type, GROUP_TYPES, "type") != ("Share",):
+        raise UsageError("--type goes with --describe only as --type share")
+    if action not in ("list", "describe") and args.type is not None:
+        raise UsageError("--type goes with --list or --describe only")
     if action not in ("list", "describe") and args.state is not None:
         raise UsageError("--state goes with --list or --describe only")
     reset_only = [name for name in (*RESET_MODES, "all_topics", "dry_run", "execute", "export")
@@ -458,7 +483,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --describe: the group's coordinator, strategy, state and size; with --list: "
              f"show states, or only groups in these ({', '.join(GROUP_STATES)}; any case)")
     add("--type", action="append", nargs="?", const="", metavar="TYPE[,TYPE...]",
-        help=f"with --list: show group types, or only these ({', '.join(GROUP_TYPES)})")
+        help=f"with --list: show group types, or only these ({', '.join(GROUP_TYPES)}); with "
+             "--describe, `--type share`: describe share groups as kafka-share-groups does")
     add("--verbose", action="store_true",
         help="with --describe: more columns (leader epochs, member epochs and assignments)")
     add("--topic", action="append", type=parse_topic, default=[], metavar="TOPIC[:P,P...]",
