@@ -135,11 +135,11 @@ def test_fields_a_version_cannot_hold_are_refused_not_dropped() -> None:
 
 
 def test_new_protocol_keys_are_recognised_not_decoded() -> None:
-    key = decode_key(bytes.fromhex("000b") + b"rest")
-    assert key == UnknownKey(11, b"rest")
+    key = decode_key(bytes.fromhex("0011") + b"rest")  # a streams group's (17)
+    assert key == UnknownKey(17, b"rest")
     assert decode_value(key, b"\x00\x00anything") is None
     assert record_to_json(OffsetsRecord(key, None))["key"] == {
-        "type": 11,
+        "type": 17,
         "data": None,
         "note": "not a classic-protocol record",
     }

@@ -7,6 +7,7 @@ can run several brokers in one process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import uuid
@@ -27,6 +28,9 @@ from kgroups.broker.apis import (
     produce,
     quotas,
     scram_credentials,
+    share_fetch,
+    share_groups,
+    share_state,
     topics,
     transactions,
     txn_offset_commit,
@@ -53,6 +57,13 @@ from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTabl
 from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
+from kgroups.broker.share_partitions import (
+    MAX_SESSIONS,
+    MAX_SESSIONS_DEFAULT,
+    SharePartitionManager,
+    share_settings,
+)
+from kgroups.broker.share_state_runtime import ShareStateRuntime
 from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
@@ -83,6 +94,8 @@ def install_handlers(registry: HandlerRegistry) -> None:
     write_txn_markers.install(registry)
     describe_producers.install(registry)
     transactions.install(registry)
+    share_fetch.install(registry)
+    share_state.install(registry)
 
 
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
@@ -181,6 +194,8 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
+        self.coordinator.member_removed_listeners.append(
+            functools.partial(share_groups.release_removed_member, self))
         def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
             return write_markers(self, markers)
 
@@ -190,6 +205,16 @@ class Broker:
         self.transactions = TransactionRuntime(
             config, self.topics, self.logs, self.group_commit, self.appends, self.task_counts,
             self.producer_ids.next_id, send_markers)
+        # The share coordinator (__share_group_state); also the share partitions' and the
+        # group coordinator's ShareStatePersister.
+        self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
+                                             self.appends, cluster_mode=self.cluster is not None)
+        # Share groups' partitions (ShareFetch/ShareAcknowledge), their state kept by it.
+        supplied = config.supplied()
+        self.share_partitions = SharePartitionManager(
+            self.topics, share_settings(supplied),
+            int(supplied.get(MAX_SESSIONS, MAX_SESSIONS_DEFAULT)),
+            self.background, self.share_state)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
@@ -229,6 +254,8 @@ class Broker:
             self.transactions.metrics = self.coordinator.metrics.watch_transactions(
                 self.transactions.coordinator)
         await self.transactions.start()
+        self.share_partitions.start()
+        self.share_state.start()
         self.background.supervise("log-cleaner", lambda: run_cleaner(
             self.logs, self.topics, self.config.log_retention_check_interval_ms))
         self.background.supervise("log-flusher", lambda: flush_on_schedule(

@@ -79,12 +79,14 @@ def known_settings() -> frozenset[str]:
     """Every setting some part of kgroups reads; any other supplied key is warned about at
     start-up. (Imported here, not at the top: a network process reads its settings without
     loading the coordinator.)"""
+    from kgroups.broker.share_partitions import READ_SETTINGS as SHARE_PARTITION_SETTINGS
     from kgroups.coordinator.config import GroupCoordinatorConfig, property_name
     from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
 
     return frozenset(
         {*BROKER_DEFAULTS, *CLUSTER_SETTINGS, "advertised.listeners", "log.cleaner.backoff.ms",
          "num.network.threads", *LOG_PROPERTY_NAMES, *SECURITY_SETTINGS,
+         *SHARE_PARTITION_SETTINGS,
          *(property_name(spec.name) for spec in fields(GroupCoordinatorConfig))})
 
 

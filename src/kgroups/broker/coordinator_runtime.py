@@ -52,6 +52,11 @@ from kgroups.coordinator.consumer_messages import (
     ConsumerGroupHeartbeatRequest,
 )
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
+from kgroups.coordinator.share_messages import (
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+    ShareGroupInitializedRequest,
+)
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
 from kgroups.log.compaction import compact
@@ -87,7 +92,8 @@ CoordinatorMessage = (
     | messages.OffsetDeleteRequest | messages.DescribeGroupsRequest | messages.ListGroupsRequest
     | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | messages.TxnOffsetCommitRequest
-    | messages.CompleteTransactionRequest)
+    | messages.CompleteTransactionRequest | ShareGroupHeartbeatRequest
+    | ShareGroupDescribeRequest | ShareGroupInitializedRequest)
 
 
 def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
@@ -177,6 +183,8 @@ class CoordinatorRuntime:
         # `give_up` hands a fenced partition's lease back (set by the broker).
         self._reader = cluster_reader(config)
         self.give_up: Callable[[int], None] = lambda partition: None
+        # Told of every member a group lost (the broker releases a share member's records).
+        self.member_removed_listeners: list[Callable[[MemberRemoved], None]] = []
         # Each gained partition's load, so a partition lost and gained again mid-load is
         # loaded once, from the newer lease.
         self._loads: dict[int, asyncio.Task[None]] = {}
@@ -504,6 +512,12 @@ class CoordinatorRuntime:
                 return shard.txn_offset_commit(request, now)
             case messages.CompleteTransactionRequest():
                 return shard.complete_transaction(request, now)
+            case ShareGroupHeartbeatRequest():
+                return shard.share_group_heartbeat(request, now)
+            case ShareGroupDescribeRequest():
+                return shard.share_group_describe(request, now)
+            case ShareGroupInitializedRequest():
+                return shard.share_group_initialized(request, now)
         assert_never(request)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,
@@ -528,6 +542,8 @@ class CoordinatorRuntime:
         # Removals first: within one call, a member's removal precedes the state change it causes.
         for removal in effects.removals:
             self._log_member_removed(removal)
+            for listener in self.member_removed_listeners:
+                listener(removal)
         for rebalance in effects.rebalances:
             self._rebalance_started(rebalance)
         for event in effects.events:

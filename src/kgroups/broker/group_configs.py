@@ -51,3 +51,9 @@ GROUP_SETTINGS: Mapping[str, GroupSetting] = {
     "streams.num.standby.replicas": GroupSetting(
         "INT", "group.streams.num.standby.replicas", "0"),
 }
+
+
+def group_setting(supplied: Mapping[str, str], key: str) -> str:
+    """A group config's value for every group: its broker setting if given, else the default."""
+    setting = GROUP_SETTINGS[key]
+    return supplied.get(setting.broker_synonym, setting.default)

@@ -49,6 +49,11 @@ class GroupCoordinatorConfig:
     group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
     group_consumer_regex_refresh_interval_ms: int = 600_000
     group_consumer_migration_policy: str = "bidirectional"
+    # KIP-932's share groups.
+    group_share_heartbeat_interval_ms: int = 5000
+    group_share_session_timeout_ms: int = 45000
+    group_share_max_size: int = 200
+    group_share_assignment_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         for spec in fields(self):

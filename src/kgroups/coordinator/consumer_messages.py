@@ -9,6 +9,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kgroups.coordinator.messages import RequestId, Response
+from kgroups.coordinator.share_messages import (
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatResponse,
+    ShareGroupInitializedResponse,
+)
 from kgroups.errors import ErrorCode
 from kgroups.records.consumer_group import TopicPartitionList
 
@@ -88,8 +93,10 @@ class ConsumerGroupDescribeResponse:
     groups: tuple[DescribedConsumerGroup, ...]
 
 
-# Every answer the coordinator gives: the classic protocol's and the consumer protocol's.
-AnyResponse = Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
+# Every answer the coordinator gives: the classic, consumer and share protocols'.
+AnyResponse = (Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
+               | ShareGroupHeartbeatResponse | ShareGroupDescribeResponse
+               | ShareGroupInitializedResponse)
 
 
 class HeartbeatError(Exception):

@@ -45,6 +45,7 @@ from kgroups.coordinator.pending_txn import PendingTxnOffsets
 from kgroups.coordinator.persistence import apply_record, offset_record
 from kgroups.coordinator.placement import partition_for
 from kgroups.coordinator.rebalance_cause import RebalanceNote
+from kgroups.coordinator.share_group import ShareGroup
 from kgroups.coordinator.timer_keys import (
     consumer_join_timer,
     consumer_rebalance_timer,
@@ -415,7 +416,8 @@ class ShardContext:
 
     def _uncreate(self, group: ClassicGroup, replaced: ClassicGroup | None) -> None:
         if self.groups.get(group.group_id) is not group or group.offsets or group.members \
-                or group.consumer is not None or group.stored_metadata is not None:
+                or group.consumer is not None or group.share is not None \
+                or group.stored_metadata is not None:
             return  # something else made it since, and keeps it
         awaited = replaced is not None and any(  # a deletion in flight that may still fail
             undo.group is replaced for p in self.pending_writes.values() if p.journal is not None
@@ -432,6 +434,17 @@ class ShardContext:
         consumer = group.consumer = ConsumerGroup()
         journal.on_revert.append(functools.partial(self._close_consumer_part, group, consumer))
         return consumer
+
+    def open_share_part(self, group: ClassicGroup, journal: Journal) -> ShareGroup:
+        """An empty share part for a group becoming a share group (as `open_consumer_part`)."""
+        share = group.share = ShareGroup()
+        journal.on_revert.append(functools.partial(self._close_share_part, group, share))
+        return share
+
+    @staticmethod
+    def _close_share_part(group: ClassicGroup, share: ShareGroup) -> None:
+        if group.share is share and not share.stored:
+            group.share = None
 
     @staticmethod
     def _close_consumer_part(group: ClassicGroup, consumer: ConsumerGroup) -> None:

@@ -46,12 +46,19 @@ from kgroups.coordinator.migration import Migration
 from kgroups.coordinator.offsets import Offsets
 from kgroups.coordinator.pending_txn import OffsetKey, ProducerKey
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
+from kgroups.coordinator.share_groups import ShareGroups
+from kgroups.coordinator.share_messages import (
+    ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
+    ShareGroupInitializedRequest,
+)
 from kgroups.coordinator.timer_keys import (
     GroupTimer,
     GroupTimerKind,
     OffsetExpiryTimer,
     consumer_session_timer,
     offset_expiry_timer,
+    share_session_timer,
 )
 from kgroups.coordinator.txn_offsets import TxnOffsets
 from kgroups.coordinator.views import GroupSummary, GroupView, summary_of, view_of
@@ -67,6 +74,7 @@ Request = (
     | OffsetCommitRequest | OffsetFetchRequest | OffsetDeleteRequest | DescribeGroupsRequest
     | ListGroupsRequest | DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | TxnOffsetCommitRequest | CompleteTransactionRequest
+    | ShareGroupHeartbeatRequest | ShareGroupDescribeRequest | ShareGroupInitializedRequest
 )
 
 
@@ -94,6 +102,7 @@ class GroupCoordinator:
         self._offsets = Offsets(self._ctx)
         self._txn_offsets = TxnOffsets(self._ctx)
         self._admin = GroupAdmin(self._ctx)
+        self._share = ShareGroups(self._ctx)
 
     # -- request handlers ---------------------------------------------------------------------
 
@@ -131,6 +140,16 @@ class GroupCoordinator:
         return self._run(now, req)
 
     def consumer_group_describe(self, req: ConsumerGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_heartbeat(self, req: ShareGroupHeartbeatRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_describe(self, req: ShareGroupDescribeRequest, now: int) -> Effects:
+        return self._run(now, req)
+
+    def share_group_initialized(self, req: ShareGroupInitializedRequest, now: int) -> Effects:
+        """The broker's report on the share-partitions a heartbeat asked it to initialize."""
         return self._run(now, req)
 
     def txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int) -> Effects:
@@ -189,6 +208,12 @@ class GroupCoordinator:
                 self._txn_offsets.commit(req)
             case CompleteTransactionRequest():
                 self._txn_offsets.complete(req)
+            case ShareGroupHeartbeatRequest():
+                self._share.heartbeat(req)
+            case ShareGroupDescribeRequest():
+                self._share.describe(req)
+            case ShareGroupInitializedRequest():
+                self._share.initialized(req)
             case _:
                 assert_never(req)
 
@@ -268,6 +293,8 @@ class GroupCoordinator:
                 self._classic_members.on_timer(group, member_id, sync=False)
             case GroupTimerKind.CONSUMER_SYNC:
                 self._classic_members.on_timer(group, member_id, sync=True)
+            case GroupTimerKind.SHARE_SESSION:
+                self._share.on_session_timer(group, member_id)
             case _:
                 assert_never(kind)
 
@@ -327,6 +354,11 @@ class GroupCoordinator:
                                if classic is None else classic.session_timeout_ms)
                     self._timers.schedule(consumer_session_timer(group.group_id, member_id),
                                               self._ctx.now + timeout)
+            if group.share is not None:
+                for member_id in group.share.members:
+                    self._timers.schedule(share_session_timer(group.group_id, member_id),
+                                          self._ctx.now
+                                          + self._ctx.config.group_share_session_timeout_ms)
             if len(group.members) > self._ctx.config.group_max_size:
                 self._classic.prepare_rebalance(
                     group, RebalanceCause.GROUP_MAX_SIZE,

@@ -16,6 +16,7 @@ from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
+from kgroups.coordinator.share_group import ShareGroup
 from kgroups.records.schema import GroupMetadataValue, OffsetCommitValue
 
 
@@ -99,6 +100,8 @@ class ClassicGroup:
     initial_delay_remaining_ms: int | None = None
     # The consumer-protocol (KIP-848) part, when the group is a consumer group.
     consumer: ConsumerGroup | None = None
+    # The share-protocol (KIP-932) part, when the group is a share group.
+    share: ShareGroup | None = None
     # The group's GroupMetadata value as the log (with the writes in flight) holds it: what a
     # failed write's revert puts back (`journal`).
     stored_metadata: GroupMetadataValue | None = field(default=None, compare=False, repr=False)

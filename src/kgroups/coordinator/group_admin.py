@@ -23,6 +23,7 @@ from kgroups.coordinator.persistence import (
     consumer_group_tombstones,
     group_tombstone,
     offset_record,
+    share_group_tombstones,
 )
 from kgroups.errors import ErrorCode
 from kgroups.records.schema import OffsetsRecord
@@ -50,7 +51,8 @@ class GroupAdmin:
         # A consumer-protocol group is described by ConsumerGroupDescribe; DescribeGroups
         # answers about it as about a missing group, as Kafka does (admin clients fall back
         # from one API to the other on this answer).
-        if group is None or group.state is GroupState.DEAD or group.consumer is not None:
+        if group is None or group.state is GroupState.DEAD or group.consumer is not None \
+                or group.share is not None:
             if version >= 6:
                 why = ("is not a classic group" if group is not None
                        and group.state is not GroupState.DEAD else "not found")
@@ -108,6 +110,7 @@ class GroupAdmin:
             elif error is None and group is not None and (
                 group.state is not GroupState.EMPTY
                 or (group.consumer is not None and group.consumer.members)
+                or (group.share is not None and group.share.members)
             ):
                 error = ErrorCode.NON_EMPTY_GROUP
             elif group is not None and group in by_partition.get(group.offsets_partition, ()):
@@ -168,12 +171,16 @@ def _deletion_records(
     in_flight = {key for key, count in pending.items() if count > 0}
     keys = sorted(set(group.offsets) | in_flight | in_transactions)
     return [offset_record(group.group_id, topic, p, None) for topic, p in keys] + [
-        *consumer_group_tombstones(group), group_tombstone(group.group_id)
+        *consumer_group_tombstones(group), *share_group_tombstones(group),
+        group_tombstone(group.group_id)
     ]
 
 
 def _listed(group: ClassicGroup) -> ListedGroup:
-    """A consumer-protocol group lists with its consumer state, as Kafka lists it."""
+    """A consumer- or share-protocol group lists with its own state and type, as Kafka lists
+    it."""
     if group.consumer is not None:
         return ListedGroup(group.group_id, "consumer", group.consumer.state(), "consumer")
+    if group.share is not None:
+        return ListedGroup(group.group_id, "share", group.share.state(), "share")
     return ListedGroup(group.group_id, group.protocol_type or "", group.state.value)

@@ -39,6 +39,7 @@ from kgroups.records.schema import (
     RecordKey,
     RecordValue,
 )
+from kgroups.records.share_group import SHARE_GROUP_KEY_TYPES
 
 
 @dataclass(slots=True)
@@ -83,4 +84,6 @@ def stored_value(group: ClassicGroup, key: RecordKey) -> RecordValue | None:
         return group.stored_metadata
     if group.consumer is not None and isinstance(key, ConsumerGroupKey):
         return group.consumer.stored.get(key)
+    if group.share is not None and key.version in SHARE_GROUP_KEY_TYPES:
+        return group.share.stored.get(key)  # type: ignore[arg-type]
     return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
 from kgroups.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
+from kgroups.coordinator.share_group import ShareGroup, apply_share_record
 from kgroups.records.codec import RecordDecodeError, decode_key, decode_value
 from kgroups.records.consumer_group import (
     CONSUMER_GROUP_KEY_TYPES,
@@ -31,6 +32,14 @@ from kgroups.records.schema import (
     OffsetCommitKey,
     OffsetCommitValue,
     OffsetsRecord,
+)
+from kgroups.records.share_group import (
+    SHARE_GROUP_KEY_TYPES,
+    ShareGroupKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupValue,
 )
 
 
@@ -99,6 +108,16 @@ def consumer_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
             OffsetsRecord(ConsumerGroupMetadataKey(group.group_id), None)]
 
 
+def share_group_tombstones(group: ClassicGroup) -> list[OffsetsRecord]:
+    """The records that end an empty share group's share part: its target assignment epoch,
+    its share-partitions' metadata and its group epoch."""
+    if group.share is None:
+        return []
+    return [OffsetsRecord(ShareGroupTargetAssignmentMetadataKey(group.group_id), None),
+            OffsetsRecord(ShareGroupStatePartitionMetadataKey(group.group_id), None),
+            OffsetsRecord(ShareGroupMetadataKey(group.group_id), None)]
+
+
 def offset_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue | None):
     """An offset commit record, or its tombstone when `value` is None."""
     return OffsetsRecord(OffsetCommitKey(group_id, topic, partition), value)
@@ -136,6 +155,8 @@ class PartitionImage:
     # KIP-848 consumer-group records: the latest value per key (None: tombstone).
     consumer_values: dict[ConsumerGroupKey, ConsumerGroupValue | None] = field(
         default_factory=dict)
+    # KIP-932 share-group records: the latest value per key (None: tombstone).
+    share_values: dict[ShareGroupKey, ShareGroupValue | None] = field(default_factory=dict)
     # Transactions without their marker yet: (producer id, producer epoch) -> their records
     # (TxnOffsetCommit's offsets, pending until the marker).
     open_transactions: dict[tuple[int, int], list[OffsetsRecord]] = field(default_factory=dict)
@@ -164,6 +185,8 @@ class PartitionImage:
                 group_values[key.group] = record.value  # type: ignore[assignment]
             elif key.version in CONSUMER_GROUP_KEY_TYPES:
                 self.consumer_values[key] = record.value  # type: ignore[index,assignment]
+            elif key.version in SHARE_GROUP_KEY_TYPES:
+                self.share_values[key] = record.value  # type: ignore[index,assignment]
 
     def apply_raw(
         self, records: Iterable[tuple[bytes, bytes | None]], *, skip_undecodable: bool = False
@@ -188,6 +211,8 @@ class PartitionImage:
                     group_values[key.group] = decode_value(key, raw_value)  # type: ignore[assignment]
                 elif key.version in CONSUMER_GROUP_KEY_TYPES:
                     self.consumer_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
+                elif key.version in SHARE_GROUP_KEY_TYPES:
+                    self.share_values[key] = decode_value(key, raw_value)  # type: ignore[index,assignment]
             except RecordDecodeError:
                 if not skip_undecodable:
                     raise
@@ -240,6 +265,8 @@ def apply_record(group: ClassicGroup, record: OffsetsRecord, now: int) -> None:
         apply_offset(group, key.topic, key.partition, record.value)  # type: ignore[arg-type]
     elif key.version in CONSUMER_GROUP_KEY_TYPES:
         _apply_consumer(group, key, record.value)  # type: ignore[arg-type]
+    elif key.version in SHARE_GROUP_KEY_TYPES:
+        _apply_share(group, key, record.value)  # type: ignore[arg-type]
     elif record.value is None:
         group.stored_metadata = None
         group.clear_members()
@@ -280,6 +307,26 @@ def _apply_consumer(
         group.consumer = None
     elif consumer.members:
         group.subscribed_topics = consumer.subscribed_topics()
+
+
+def _apply_share(group: ClassicGroup, key: ShareGroupKey, value: ShareGroupValue | None) -> None:
+    """A share-group record, as `_apply_consumer` for consumer groups: the first makes the
+    group a share group, the group-epoch tombstone (DeleteGroups) ends its share part."""
+    if group.share is None:
+        if value is None:
+            return
+        group.share = ShareGroup()
+        if group.state is GroupState.DEAD:
+            group.previous_state = group.state
+            group.state = GroupState.EMPTY
+    share = group.share
+    apply_share_record(share, key, value)
+    if value is None:
+        share.stored.pop(key, None)
+    else:
+        share.stored[key] = value
+    if isinstance(key, ShareGroupMetadataKey) and value is None:
+        group.share = None
 
 
 def apply_offset(
@@ -360,6 +407,19 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
                                                  -1)
             group = groups[key.group]
             apply_record(group, OffsetsRecord(key, consumer_value), 0)
+    # Share-group records likewise: epoch, subscriptions, share-partitions, target assignment,
+    # current assignments.
+    for record_type in (11, 10, 15, 12, 13, 14):
+        for share_key, share_value in image.share_values.items():
+            if share_key.version != record_type or share_value is None:
+                continue
+            if share_key.group not in groups:
+                groups[share_key.group] = ClassicGroup(share_key.group, offsets_partition,
+                                                       GroupState.EMPTY, -1)
+            apply_record(groups[share_key.group], OffsetsRecord(share_key, share_value), 0)
+    for group in groups.values():
+        if group.share is not None:  # what was initialized before the load is in the epoch
+            group.share.initialized_since_epoch = False
     for (group_id, topic, partition), offset in image.offsets.items():
         if offset is None:
             continue

@@ -24,6 +24,7 @@ class GroupTimerKind(Enum):
     # not send SyncGroup after its JoinGroup answer, within its rebalance timeout.
     CONSUMER_JOIN = "consumer_join"
     CONSUMER_SYNC = "consumer_sync"
+    SHARE_SESSION = "share_session"  # a share group member's session runs out
 
     __hash__ = object.__hash__  # members are singletons compared by identity
 
@@ -49,6 +50,7 @@ _CONSUMER_SESSION = GroupTimerKind.CONSUMER_SESSION
 _CONSUMER_REBALANCE = GroupTimerKind.CONSUMER_REBALANCE
 _CONSUMER_JOIN = GroupTimerKind.CONSUMER_JOIN
 _CONSUMER_SYNC = GroupTimerKind.CONSUMER_SYNC
+_SHARE_SESSION = GroupTimerKind.SHARE_SESSION
 
 
 def join_timer(group_id: str) -> GroupTimer:
@@ -81,6 +83,10 @@ def consumer_join_timer(group_id: str, member_id: str) -> GroupTimer:
 
 def consumer_sync_timer(group_id: str, member_id: str) -> GroupTimer:
     return _new(GroupTimer, (_CONSUMER_SYNC, group_id, member_id))
+
+
+def share_session_timer(group_id: str, member_id: str) -> GroupTimer:
+    return _new(GroupTimer, (_SHARE_SESSION, group_id, member_id))
 
 
 def offset_expiry_timer(offsets_partition: int) -> OffsetExpiryTimer:

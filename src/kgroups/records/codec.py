@@ -1,8 +1,9 @@
 """Byte codecs for __consumer_offsets keys and values, every version Kafka ever wrote.
 
 A key starts with an int16 that is the record type: 0 and 1 are OffsetCommitKey, 2 is
-GroupMetadataKey, 3, 5-8 and 16 are KIP-848's consumer-group records (`records.consumer_group`);
-other types are kept as opaque `UnknownKey`s so that a log written by a newer Kafka still reads.
+GroupMetadataKey, 3, 5-8 and 16 are KIP-848's consumer-group records (`records.consumer_group`),
+10-15 KIP-932's share-group records (`records.share_group`); other types are kept as opaque
+`UnknownKey`s so that a log written by a newer Kafka still reads.
 A value starts with its own int16 schema version; v4 is Kafka's flexible encoding (compact
 strings, tagged-field sections), whose unknown tags are skipped rather than rejected, as Kafka's
 readers do.
@@ -45,6 +46,22 @@ from kgroups.records.schema import (
     RecordKey,
     RecordValue,
     UnknownKey,
+)
+from kgroups.records.share_group import (
+    SHARE_GROUP_KEY_TYPES,
+    ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupMemberMetadataKey,
+    ShareGroupMetadataKey,
+    ShareGroupStatePartitionMetadataKey,
+    ShareGroupTargetAssignmentMemberKey,
+    ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupValue,
+    decode_share_group_key,
+    decode_share_group_value,
+    encode_share_group_key,
+    encode_share_group_value,
+    share_group_key_json,
+    share_group_value_json,
 )
 from kgroups.records.wire import (
     EMPTY_TAGGED_FIELDS,
@@ -102,6 +119,11 @@ _CONSUMER_GROUP_KEYS = (
     ConsumerGroupCurrentMemberAssignmentKey, ConsumerGroupRegularExpressionKey,
     ConsumerGroupPartitionMetadataKey,
 )
+_SHARE_GROUP_KEYS = (
+    ShareGroupMemberMetadataKey, ShareGroupMetadataKey, ShareGroupTargetAssignmentMetadataKey,
+    ShareGroupTargetAssignmentMemberKey, ShareGroupCurrentMemberAssignmentKey,
+    ShareGroupStatePartitionMetadataKey,
+)
 _UUID_SIZE = 16
 
 # OffsetCommitKey and OffsetCommitValue are frozen dataclasses, whose __init__ goes through
@@ -137,8 +159,10 @@ def encode_key(key: RecordKey) -> bytes:
         return INT16.pack(key.version) + write_string(key.group)
     if isinstance(key, _CONSUMER_GROUP_KEYS):
         return encode_consumer_group_key(key)
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        return encode_share_group_key(key)
     if key.version <= _GROUP_METADATA_KEY_TYPE or key.version in (
-            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE):
+            *CONSUMER_GROUP_KEY_TYPES, PARTITION_METADATA_KEY_TYPE, *SHARE_GROUP_KEY_TYPES):
         raise ValueError(f"UnknownKey type must be 3 or more, not {key.version}")
     return INT16.pack(key.version) + key.data
 
@@ -200,6 +224,8 @@ def _decode_key_checked(data: bytes) -> RecordKey:
         raise RecordDecodeError(f"cannot read key type at byte 0: {key_type} is negative", 0)
     if key_type in CONSUMER_GROUP_KEY_TYPES or key_type == PARTITION_METADATA_KEY_TYPE:
         return decode_consumer_group_key(key_type, data)
+    if key_type in SHARE_GROUP_KEY_TYPES:
+        return decode_share_group_key(key_type, data)
     return UnknownKey(key_type, bytes(data[2:]))
 
 
@@ -228,7 +254,9 @@ def encode_value(value: RecordValue, version: int | None = None) -> bytes:
         return _encode_offset_commit_value(value, version)
     if not isinstance(value, GroupMetadataValue):
         if version not in (None, 0):
-            raise ValueError(f"consumer-group values have version 0, not {version}")
+            raise ValueError(f"consumer- and share-group values have version 0, not {version}")
+        if isinstance(value, ShareGroupValue):
+            return encode_share_group_value(value)
         return encode_consumer_group_value(value)
     return _encode_group_metadata_value(value, 3 if version is None else version)
 
@@ -335,6 +363,8 @@ def decode_value(key: RecordKey, data: bytes | None) -> RecordValue | None:
         return _decode_offset_commit_value(data)
     if isinstance(key, GroupMetadataKey):
         return _decode_group_metadata_value(data)
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        return decode_share_group_value(key, data)
     return decode_consumer_group_value(key, data)
 
 
@@ -536,6 +566,13 @@ def record_to_json(record: OffsetsRecord, value_version: int | None = None) -> d
                 raise _mismatched(key, value)
             value_json = {"version": 0, "data": consumer_group_value_json(value, _uuid_text)}
         return {"key": consumer_group_key_json(key), "value": value_json}
+    if isinstance(key, _SHARE_GROUP_KEYS):
+        share_json = None
+        if value is not None:
+            if not isinstance(value, ShareGroupValue):
+                raise _mismatched(key, value)
+            share_json = {"version": 0, "data": share_group_value_json(value, _uuid_text)}
+        return {"key": share_group_key_json(key), "value": share_json}
     if isinstance(key, OffsetCommitKey):
         key_json: dict[str, Any] = {
             "type": key.version,

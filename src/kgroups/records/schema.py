@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kgroups.records.consumer_group import ConsumerGroupKey, ConsumerGroupValue
+from kgroups.records.share_group import ShareGroupKey, ShareGroupValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +42,7 @@ class UnknownKey:
     data: bytes
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | UnknownKey
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | ShareGroupKey | UnknownKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ class GroupMetadataValue:
     members: tuple[MemberMetadata, ...] = ()
 
 
-RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue
+RecordValue = OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | ShareGroupValue
 
 
 @dataclass(frozen=True, slots=True)

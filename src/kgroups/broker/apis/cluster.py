@@ -46,12 +46,13 @@ from kgroups.broker.topics import (
 )
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
+from kgroups.share_coordinator.placement import parse_coordinator_key
 
 logger = logging.getLogger("kgroups.topics")
 
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE, SHARE_KEY_TYPE = 0, 1, 2
-# FindCoordinator key types of features kgroups does not serve yet (logged once per client).
-NOT_SERVED_KEY_TYPES = {SHARE_KEY_TYPE: "share groups"}
+# FindCoordinator serves share-partition keys ("group:topicId:partition") from v6 (KIP-932).
+SHARE_KEY_SINCE_VERSION = 6
 # Kafka's text for INVALID_REQUEST (Errors.INVALID_REQUEST), which it gives an unknown key type.
 INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the "
                         "client library or the message was sent to an incompatible broker. "
@@ -251,10 +252,6 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     response_cls = response_type(ApiKey.FIND_COORDINATOR, ctx.api_version)
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
-    feature = NOT_SERVED_KEY_TYPES.get(key_type)
-    if feature is not None:
-        broker.not_served.report(ctx.client_host, ctx.client_id, feature,
-                                 f"FindCoordinator(key_type={key_type}) v{ctx.api_version}")
 
     def answer(key: str) -> dict[str, Any]:
         error = ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -266,9 +263,11 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             # __transaction_state is created on this first use; Kafka's retriable answer with
             # the reason when it cannot be.
             failure = _transaction_coordinator_failure(broker)
+        elif key_type == SHARE_KEY_TYPE and ctx.api_version >= SHARE_KEY_SINCE_VERSION:
+            error, failure = _share_coordinator_failure(broker, key)
         else:
-            # Kafka 4.3.1 with share groups off (its default) answers INVALID_REQUEST for them,
-            # with no text from v4; a type it does not know gets INVALID_REQUEST's own text.
+            # A share-partition key before v6, or a type Kafka does not know: INVALID_REQUEST,
+            # with no text from v4 for the share type and INVALID_REQUEST's own text otherwise.
             error = ErrorCode.INVALID_REQUEST
             failure = ("" if key_type == SHARE_KEY_TYPE and ctx.api_version >= 4
                        else INVALID_REQUEST_TEXT)
@@ -305,6 +304,22 @@ def _transaction_coordinator_failure(broker: HandlerServices) -> str | None:
     except OSError as exc:
         return f"__transaction_state could not be created: {exc}"
     return None
+
+
+def _share_coordinator_failure(broker: HandlerServices, key: str
+                               ) -> tuple[ErrorCode, str | None]:
+    """Kafka's answer for a share-partition key: INVALID_REQUEST (no text) when it names no
+    share-partition; else __share_group_state is created on this first use and this broker
+    coordinates it (COORDINATOR_NOT_AVAILABLE when it cannot be created or, in a cluster,
+    because kgroups serves the share coordinator on a single broker only)."""
+    try:
+        parse_coordinator_key(key)
+    except ValueError:
+        return ErrorCode.INVALID_REQUEST, ""
+    refused = broker.share_state.refusal()
+    if refused is not None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, ""
+    return ErrorCode.NONE, None
 
 
 def _leased_coordinator(view: LeadershipView, topic: str, partition: int, version: int

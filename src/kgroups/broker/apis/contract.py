@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from kgroups.broker.not_served import NotServedLog
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
+    from kgroups.broker.share_partitions import SharePartitionManager
+    from kgroups.broker.share_state_runtime import ShareStateRuntime
     from kgroups.broker.topics import TopicCatalog
     from kgroups.broker.transaction_runtime import TransactionRuntime
     from kgroups.log.config import LogConfig
@@ -47,6 +49,8 @@ class HandlerServices(Protocol):
     logs: LogManager
     coordinator: CoordinatorRuntime
     transactions: TransactionRuntime
+    share_partitions: SharePartitionManager
+    share_state: ShareStateRuntime
     group_commit: GroupCommit
     appends: AppendNotifier
     memory: MemoryBudget

@@ -83,13 +83,14 @@ def _upper_bound(records: bytes, otherwise: int) -> int:
     return bound
 
 
-def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
-                    budget: int, min_one: bool, committed: bool) -> PartitionRead:
-    """The partition's batches within its partition_max_bytes and what is left of the
-    request's max_bytes (`budget`); with `min_one` (no partition before it returned data), its
-    first batch whole even if larger, as Kafka answers. `committed` (read_committed) reads
-    below the last stable offset only, and lists the aborted transactions read."""
-    index = int(request_partition.partition)
+def read_partition(ctx: RequestContext, topic: str, index: int, offset: int,
+                   partition_max_bytes: int, budget: int, min_one: bool, committed: bool,
+                   current_leader_epoch: int = NO_EPOCH) -> PartitionRead:
+    """The partition's batches from `offset` within its partition_max_bytes and what is left
+    of the request's max_bytes (`budget`); with `min_one` (no partition before it returned
+    data), its first batch whole even if larger, as Kafka answers. `committed`
+    (read_committed) reads below the last stable offset only, and lists the aborted
+    transactions read. ShareFetch reads the logs this way too (apis/share_fetch.py)."""
     topics = ctx.broker.topics
     try:
         log = topics.log(topic, index)
@@ -100,12 +101,10 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
         if hint is None:
             return PartitionRead(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return PartitionRead(index, ErrorCode.NOT_LEADER_OR_FOLLOWER, leader=hint)
-    fenced = epoch_error(topics.leader_epoch(topic, index),
-                         int(getattr(request_partition, "current_leader_epoch", NO_EPOCH)))
+    fenced = epoch_error(topics.leader_epoch(topic, index), current_leader_epoch)
     if fenced != ErrorCode.NONE:
         return PartitionRead(index, fenced)
     start, end = log.log_start_offset, log.log_end_offset
-    offset = int(request_partition.fetch_offset)
     if offset < start or offset > end:  # Kafka answers no watermarks beside this error
         return PartitionRead(index, ErrorCode.OFFSET_OUT_OF_RANGE)
     stable = log.transactions.last_stable_offset(end)
@@ -113,7 +112,7 @@ def _read_partition(ctx: RequestContext, topic: str, request_partition: Any,
     if offset >= upper or budget <= 0:
         return PartitionRead(index, ErrorCode.NONE, end, start, last_stable_offset=stable,
                              aborted=[] if committed else None)
-    limit = min(int(request_partition.partition_max_bytes), budget)
+    limit = min(partition_max_bytes, budget)
     try:
         records = log.read(offset, max(limit, 1), min_one=min_one)
     except OffsetOutOfRangeError:  # retention moved the start between the check and the read
@@ -143,8 +142,12 @@ def _read_all(ctx: RequestContext, request: Any) -> tuple[list[tuple[str, list[P
     for topic in request.topics:
         reads = []
         for request_partition in topic.partitions:
-            read = _read_partition(ctx, topic.topic, request_partition, budget - total,
-                                   min_one=total == 0, committed=committed)
+            read = read_partition(
+                ctx, topic.topic, int(request_partition.partition),
+                int(request_partition.fetch_offset), int(request_partition.partition_max_bytes),
+                budget - total, min_one=total == 0, committed=committed,
+                current_leader_epoch=int(getattr(request_partition, "current_leader_epoch",
+                                                 NO_EPOCH)))
             total += len(read.records)
             failed = failed or read.error != ErrorCode.NONE
             reads.append(read)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import rebalance_field
-from kgroups.broker.apis import consumer_groups
+from kgroups.broker.apis import consumer_groups, share_groups
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
@@ -444,6 +444,7 @@ def install(registry: HandlerRegistry) -> None:
     for handler in GROUP_HANDLERS:
         registry.register(handler)
     consumer_groups.install(registry)
+    share_groups.install(registry)
 
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------

@@ -1,0 +1,191 @@
+"""KIP-932's share-group APIs on the wire: ShareGroupHeartbeat (76) and ShareGroupDescribe (77),
+version 1, mapped to and from the coordinator's messages; and the broker's part of a share
+group's life that the coordinator cannot do itself (it does no IO):
+
+- share-partition initialization: a heartbeat that recorded partitions as initializing names
+  them in its answer; the broker initializes each in the share coordinator
+  (`ShareStatePersister.initialize`, `broker.share_state`) at the start offset
+  `share.auto.offset.reset` gives (latest: the log end offset; earliest and by_duration: the
+  log start offset), then reports to the coordinator, which records them initialized. Without
+  a share coordinator on the broker they are reported initialized at once.
+- a member that left, or was removed, has its acquired records released
+  (`broker.share_partitions.release_member`) when the broker serves share partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import uuid
+from typing import Any
+
+from kgroups.broker.apis.api_keys import ApiKey
+from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
+from kgroups.broker.security import acl_enforcement as authz
+from kgroups.broker.security.authorizer import (
+    OPERATIONS_NOT_REQUESTED,
+    Operation,
+    ResourceType,
+    all_operations,
+)
+from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
+from kgroups.coordinator.effects import MemberRemoved
+from kgroups.coordinator.share_messages import (
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+    ShareGroupInitializedRequest,
+    ShareTopics,
+)
+from kgroups.errors import ErrorCode
+from kgroups.share.persisted import SharePartitionKey
+
+# Initializations in flight, kept referenced until done (asyncio holds tasks weakly).
+_INITIALIZING: set[asyncio.Task[None]] = set()
+
+
+class ShareGroupHeartbeatHandler:
+    api_key, min_version, max_version = ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        names = request.subscribed_topic_names
+        answer: ShareGroupHeartbeatResponse = await ctx.broker.coordinator.call(
+            lambda request_id: ShareGroupHeartbeatRequest(
+                request_id=request_id, group_id=request.group_id, member_id=request.member_id,
+                member_epoch=int(request.member_epoch), rack_id=request.rack_id,
+                subscribed_topic_names=None if names is None else tuple(names),
+                client_id=ctx.client_id or "", client_host="/" + ctx.client_host))
+        if answer.initialize:
+            task = asyncio.get_running_loop().create_task(
+                initialize_partitions(ctx.broker, request.group_id, answer.initialize))
+            _INITIALIZING.add(task)
+            task.add_done_callback(_INITIALIZING.discard)
+        response = response_type(ApiKey.SHARE_GROUP_HEARTBEAT, ctx.api_version)
+        assignment = None
+        if answer.assignment is not None:
+            topic_cls = sibling(response, "TopicPartitions")
+            assignment = build(sibling(response, "Assignment"), topic_partitions=tuple(
+                build(topic_cls, topic_id=t, partitions=p) for t, p in answer.assignment))
+        return build(
+            response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
+            error_message=answer.error_message, member_id=answer.member_id,
+            member_epoch=answer.member_epoch,
+            heartbeat_interval=datetime.timedelta(milliseconds=answer.heartbeat_interval_ms),
+            assignment=assignment)
+
+
+async def initialize_partitions(broker: Any, group_id: str, topics: ShareTopics) -> None:
+    """Initialize the share-partitions in the share coordinator, then tell the group
+    coordinator (module docstring)."""
+    persister = getattr(broker, "share_state", None)
+    error = ErrorCode.NONE
+    if persister is not None:
+        reset = broker.config.supplied().get("share.auto.offset.reset", "latest")
+        for topic_id, name, partitions in topics:
+            for partition in partitions:
+                log = broker.topics.log(name, partition)
+                if log is None:
+                    start = 0
+                elif reset == "latest":
+                    start = log.log_end_offset
+                else:
+                    start = log.log_start_offset
+                result = await persister.initialize(
+                    SharePartitionKey(group_id, topic_id.bytes, partition), 0, start)
+                if result != ErrorCode.NONE:
+                    error = result
+    await broker.coordinator.call(lambda request_id: ShareGroupInitializedRequest(
+        request_id, group_id, topics, error))
+
+
+def release_removed_member(broker: Any, removal: MemberRemoved) -> None:
+    """A share member left or was removed: its acquired records go back to available, when
+    the broker serves share partitions (other groups' members are unknown to it)."""
+    partitions = getattr(broker, "share_partitions", None)
+    if partitions is not None:
+        partitions.release_member(removal.group_id, removal.member_id)
+
+
+class ShareGroupDescribeHandler:
+    api_key, min_version, max_version = ApiKey.SHARE_GROUP_DESCRIBE, 1, 1
+
+    async def __call__(self, ctx: RequestContext, request: Any) -> Any:
+        group_ids = tuple(request.group_ids)
+        answer: ShareGroupDescribeResponse = await ctx.broker.coordinator.call(
+            lambda request_id: ShareGroupDescribeRequest(request_id, group_ids))
+        shard = ctx.broker.coordinator.shard
+        response = response_type(ApiKey.SHARE_GROUP_DESCRIBE, ctx.api_version)
+        group_cls = sibling(response, "DescribedGroup")
+        member_cls = sibling(response, "Member")
+        assignment_cls = sibling(response, "Assignment")
+        topic_cls = sibling(response, "TopicPartitions")
+        operations = (all_operations(ResourceType.GROUP) if request.include_authorized_operations
+                      else OPERATIONS_NOT_REQUESTED)
+
+        def named(topics: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]) -> Any:
+            return build(assignment_cls, topic_partitions=tuple(
+                build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
+                for t, p in topics))
+
+        return build(response, throttle_time=NO_THROTTLE, groups=tuple(
+            build(group_cls, error_code=kio_error(g.error), error_message=g.error_message,
+                  group_id=g.group_id, group_state=g.state, group_epoch=g.group_epoch,
+                  assignment_epoch=g.assignment_epoch, assignor_name=g.assignor_name,
+                  authorized_operations=operations if g.error == ErrorCode.NONE
+                  else OPERATIONS_NOT_REQUESTED,
+                  members=tuple(
+                      build(member_cls, member_id=m.member_id, rack_id=m.rack_id,
+                            member_epoch=m.member_epoch, client_id=m.client_id,
+                            client_host=m.client_host,
+                            subscribed_topic_names=m.subscribed_topic_names,
+                            assignment=named(m.assignment))
+                      for m in g.members))
+            for g in answer.groups))
+
+
+def install(registry: HandlerRegistry) -> None:
+    registry.register(ShareGroupHeartbeatHandler())
+    registry.register(ShareGroupDescribeHandler())
+
+
+# --- who may call these APIs (run when an authorizer is configured) -------------------------------
+
+
+@authz.rule(ApiKey.SHARE_GROUP_DESCRIBE)
+async def _authorize_share_group_describe(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                          check: authz.Check) -> Any:
+    """DESCRIBE on each group, as for ConsumerGroupDescribe."""
+    names = tuple(request.group_ids)
+    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
+    answered = await authz.answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
+        lambda response: response.groups)
+    denied = {"error_code": kio_error(authz.GROUP_DENIED),
+              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
+              "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+              "assignor_name": "", "members": (),
+              "authorized_operations": OPERATIONS_NOT_REQUESTED}
+    return authz.response(ctx, groups=tuple(
+        check.with_group_operations(answered[name]) if name in answered
+        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+
+
+@authz.rule(ApiKey.SHARE_GROUP_HEARTBEAT)
+async def _authorize_share_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                           check: authz.Check) -> Any:
+    """READ on the group, then DESCRIBE on every subscribed topic."""
+    def error(code: ErrorCode, message: str) -> Any:
+        return authz.response(ctx, error_code=kio_error(code), error_message=message,
+                              member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
+                              assignment=None)
+
+    if not check.group(Operation.READ, request.group_id):
+        return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])
+    unauthorized = sorted(name for name in request.subscribed_topic_names or ()
+                          if not check.topic(Operation.DESCRIBE, name))
+    if unauthorized:
+        return error(authz.TOPIC_DENIED,
+                     f"Not authorized to access topics: [{', '.join(unauthorized)}]")
+    return await inner(ctx, request)

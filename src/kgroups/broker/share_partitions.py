@@ -1,0 +1,204 @@
+"""The broker's share partitions: loading each from the share coordinator, the share sessions
+of ShareFetch and ShareAcknowledge, acquisition locks timing out, members leaving.
+
+A share partition (kgroups.share.partition) is loaded on first use: its state read through the
+`ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
+where `share.auto.offset.reset` says, and one never initialized is initialized there. Every
+change the share coordinator must keep (acknowledgements, releases, lock timeouts) is written
+before the request that made it is answered, one write at a time per share partition, the
+latest state each time. An acquisition alone is not written: after a restart its records are
+offered again with the delivery count last written (Kafka's at-least-once promise).
+
+One background task sleeps until the earliest acquisition lock's deadline and releases what
+timed out; released records wake ShareFetch long polls through `released`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from kgroups.broker.appends import AppendNotifier
+from kgroups.broker.background import BackgroundTasks
+from kgroups.broker.events import log_event
+from kgroups.broker.group_configs import GROUP_SETTINGS, group_setting
+from kgroups.broker.share_persister import ShareStatePersister
+from kgroups.broker.topics import TopicCatalog
+from kgroups.errors import ErrorCode
+from kgroups.share.acknowledgements import AckBatch, is_valid_request
+from kgroups.share.partition import AckOutcome, SharePartition
+from kgroups.share.persisted import PersistedShareState, SharePartitionKey
+from kgroups.share.sessions import ShareSession, ShareSessions
+from kgroups.share.settings import ShareSettings, start_from
+
+logger = logging.getLogger("kgroups.share")
+MAX_SESSIONS = "group.share.max.share.sessions"
+MAX_SESSIONS_DEFAULT = "2000"
+_GROUP_CONFIGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
+                  "share.partition.max.record.locks", "share.isolation.level",
+                  "share.auto.offset.reset", "share.renew.acknowledge.enable")
+# The broker settings read here (config.known_settings: no "kgroups does not use" warning).
+READ_SETTINGS = frozenset({MAX_SESSIONS, *(GROUP_SETTINGS[key].broker_synonym
+                                           for key in _GROUP_CONFIGS)})
+
+
+def share_settings(supplied: Mapping[str, str]) -> ShareSettings:
+    """The share group configs every group runs by (kgroups keeps no per-group configs)."""
+    return ShareSettings(
+        record_lock_duration_ms=int(group_setting(supplied, "share.record.lock.duration.ms")),
+        delivery_count_limit=int(group_setting(supplied, "share.delivery.count.limit")),
+        max_record_locks=int(group_setting(supplied, "share.partition.max.record.locks")),
+        read_committed=group_setting(supplied, "share.isolation.level") == "read_committed",
+        auto_offset_reset=group_setting(supplied, "share.auto.offset.reset"),
+        renew_enabled=group_setting(supplied, "share.renew.acknowledge.enable") == "true")
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class SharePartitionManager:
+    def __init__(self, topics: TopicCatalog, settings: ShareSettings, max_sessions: int,
+                 background: BackgroundTasks, persister: ShareStatePersister) -> None:
+        self.topics = topics
+        self.settings = settings
+        self.sessions = ShareSessions(max_sessions)
+        self.persister = persister  # the share coordinator (`broker.share_state`)
+        self.released = AppendNotifier()  # records became available again
+        self._partitions: dict[SharePartitionKey, SharePartition] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
+        self._writing: dict[SharePartitionKey, asyncio.Lock] = {}
+        self._timers_changed = asyncio.Event()
+        self._background = background
+
+    def start(self) -> None:
+        self._background.supervise("share-lock-timers", self._run_lock_timers)
+
+    # --- loading ----------------------------------------------------------------------------
+
+    async def partition(self, key: SharePartitionKey,
+                        topic: str) -> SharePartition | ErrorCode:
+        """The loaded share partition, loading it once however many ask at the same time."""
+        loaded = self._partitions.get(key)
+        if loaded is not None:
+            return loaded
+        pending = self._loading.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._load(key, topic))
+            self._loading[key] = pending
+            pending.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _load(self, key: SharePartitionKey, topic: str) -> SharePartition | ErrorCode:
+        result = await self.persister.read(key, self._leader_epoch(topic, key.partition))
+        if result.error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            return result.error
+        state = result.state
+        if state is None or state.start_offset < 0:
+            start = self._reset_offset(topic, key.partition)
+            if start is None:
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if state is None:  # never initialized (no member was assigned it yet): now
+                error = await self.persister.initialize(key, 0, start)
+                if error != ErrorCode.NONE:
+                    return error
+                state = PersistedShareState(0, 0, start)
+            else:
+                state = replace(state, start_offset=start, batches=())
+        share_partition = SharePartition(state, self.settings)
+        log = self.topics.log(topic, key.partition)
+        if log is not None:
+            share_partition.move_start_to(log.log_start_offset)
+        self._partitions[key] = share_partition
+        return share_partition
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        epoch = self.topics.leader_epoch(topic, partition)
+        return 0 if epoch is None else epoch
+
+    def _reset_offset(self, topic: str, partition: int) -> int | None:
+        log = self.topics.log(topic, partition)
+        if log is None:
+            return None
+        where = start_from(self.settings.auto_offset_reset)
+        if where.earliest:
+            return log.log_start_offset
+        if where.duration_ms is not None:
+            found = log.offset_for_timestamp(int(time.time() * 1000) - where.duration_ms)
+            return log.log_end_offset if found is None else found
+        return log.log_end_offset
+
+    # --- changes ----------------------------------------------------------------------------
+
+    async def acknowledge(self, key: SharePartitionKey, topic: str, member_id: str,
+                          batches: list[AckBatch], renew_allowed: bool) -> AckOutcome:
+        """Apply one partition's acknowledgements and write the state they leave."""
+        if not is_valid_request(batches, renew_allowed and self.settings.renew_enabled):
+            return AckOutcome(ErrorCode.INVALID_REQUEST)
+        share_partition = await self.partition(key, topic)
+        if isinstance(share_partition, ErrorCode):
+            return AckOutcome(share_partition)
+        outcome = share_partition.acknowledge(member_id, batches, now_ms())
+        if outcome.error != ErrorCode.NONE:
+            return outcome
+        self.released.notify()
+        self._timers_changed.set()
+        return AckOutcome(await self.write(key))
+
+    async def write(self, key: SharePartitionKey) -> ErrorCode:
+        """Write the share partition's current state (the latest when several wait)."""
+        share_partition = self._partitions.get(key)
+        if share_partition is None:
+            return ErrorCode.NONE
+        lock = self._writing.setdefault(key, asyncio.Lock())
+        async with lock:
+            error = await self.persister.write(key, share_partition.persisted())
+        if error != ErrorCode.NONE:
+            log_event(logger, logging.WARNING, "share_state_write_failed", group=key.group_id,
+                      partition=key.partition, error=error.name)
+        return error
+
+    def acquired(self) -> None:
+        """A fetch acquired records: the lock timer may have an earlier deadline to keep."""
+        self._timers_changed.set()
+
+    async def close_session(self, session: ShareSession) -> None:
+        """A session closed (epoch -1): its member's records go back for others."""
+        keys = [SharePartitionKey(session.group_id, topic_id, partition)
+                for topic_id, partition in session.partitions]
+        await self._release(keys, session.member_id)
+
+    def release_member(self, group_id: str, member_id: str) -> None:
+        """The member left its share group (or was fenced): its share session ends and what it
+        had acquired is released now; the state is written in the background."""
+        self.sessions.remove(group_id, member_id)
+        keys = [key for key in self._partitions if key.group_id == group_id]
+        self._background.spawn(f"share-release-{group_id}", self._release(keys, member_id))
+
+    async def _release(self, keys: Iterable[SharePartitionKey], member_id: str) -> None:
+        changed = [key for key in keys
+                   if key in self._partitions and self._partitions[key].release_member(member_id)]
+        if changed:
+            self.released.notify()
+        await asyncio.gather(*(self.write(key) for key in changed))
+
+    async def _run_lock_timers(self) -> None:
+        while True:
+            deadlines = [d for p in self._partitions.values()
+                         if (d := p.next_lock_deadline()) is not None]
+            self._timers_changed.clear()
+            wait = None if not deadlines else max(0.0, (min(deadlines) - now_ms()) / 1000)
+            if wait is None or wait > 0:
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._timers_changed.wait()
+                except TimeoutError:
+                    pass
+                continue
+            current = now_ms()
+            expired = [key for key, p in self._partitions.items() if p.expire_locks(current)]
+            self.released.notify()
+            await asyncio.gather(*(self.write(key) for key in expired))

@@ -1,0 +1,282 @@
+"""The broker's home for the share coordinator: its `__share_group_state` partitions, and the
+`ShareStatePersister` the share partitions and the group coordinator call.
+
+The topic is created on first use as Kafka 4.3.1 creates it (share.coordinator.state.topic.*
+settings; `cleanup.policy=delete` with `retention.ms=-1`: Kafka keeps every record and trims the
+log itself, it does not compact it). At start every partition's records are replayed in log
+order into the sans-IO coordinator (kgroups.share_coordinator.shard): a ShareUpdate means
+something only on top of the ShareSnapshot before it. A request's record is appended under the
+partition's gate and made durable (fsynced, as __consumer_offsets writes are) before the
+coordinator applies it and the caller hears back, so an answered write survives kill -9. Requests
+of one `__share_group_state` partition are taken one at a time: each record is decided on the
+state the previous one left.
+
+On one broker every partition is served here. In cluster mode this runtime serves nothing yet:
+its APIs answer NOT_COORDINATOR (docs/share-groups.md says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kgroups.broker.append_gates import gate_of
+from kgroups.broker.appends import AppendNotifier
+from kgroups.broker.config import BrokerConfig
+from kgroups.broker.events import log_event
+from kgroups.broker.share_persister import ReadStateResult
+from kgroups.broker.topics import SHARE_STATE_TOPIC, TopicCatalog
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import build_batch, iter_records_raw
+from kgroups.log.durability import GroupCommit
+from kgroups.log.manager import LogManager
+from kgroups.log.partition_log import PartitionLog
+from kgroups.records.share_state import (
+    StateBatch,
+    decode_share_state_key,
+    decode_share_state_value,
+    encode_share_state_key,
+    encode_share_state_value,
+)
+from kgroups.share.persisted import (
+    DeliveryState,
+    PersistedBatch,
+    PersistedShareState,
+    SharePartitionKey,
+)
+from kgroups.share_coordinator.placement import coordinator_key, state_partition
+from kgroups.share_coordinator.shard import (
+    Answer,
+    ShareCoordinatorShard,
+    StateRecord,
+    WriteRequest,
+)
+
+logger = logging.getLogger("kgroups.share_state")
+
+# Kafka's names and defaults for what this runtime reads.
+SHARE_STATE_DEFAULTS = {
+    "share.coordinator.state.topic.num.partitions": "50",
+    "share.coordinator.snapshot.update.records.per.snapshot": "500",
+    "share.coordinator.state.topic.segment.bytes": "104857600",
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStateSettings:
+    num_partitions: int
+    snapshot_every: int
+    segment_bytes: int
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> ShareStateSettings:
+        def value(key: str) -> int:
+            return int(config.properties.get(key, SHARE_STATE_DEFAULTS[key]))
+
+        return cls(value("share.coordinator.state.topic.num.partitions"),
+                   value("share.coordinator.snapshot.update.records.per.snapshot"),
+                   value("share.coordinator.state.topic.segment.bytes"))
+
+
+class ShareStateRuntime:
+    """Serves the share coordinator's requests (the wire APIs 83-87 and the in-process
+    `ShareStatePersister` calls) from `__share_group_state`."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
+                 group_commit: GroupCommit, appends: AppendNotifier,
+                 cluster_mode: bool = False) -> None:
+        self.settings = ShareStateSettings.of(config)
+        self.shard = ShareCoordinatorShard(self.settings.snapshot_every)
+        self._topics = topics
+        self._logs = logs
+        self._group_commit = group_commit
+        self._appends = appends
+        self._cluster_mode = cluster_mode
+        self._locks: dict[int, asyncio.Lock] = {}
+        self.loaded = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Replay `__share_group_state` if it exists."""
+        existing = self._topics.partition_count(SHARE_STATE_TOPIC)
+        if existing is None or self._cluster_mode:
+            return
+        if existing != self.settings.num_partitions:
+            raise RuntimeError(
+                f"{SHARE_STATE_TOPIC} has {existing} partitions on disk but "
+                f"share.coordinator.state.topic.num.partitions is {self.settings.num_partitions};"
+                f" share-partitions would change coordinator partition")
+        self._load()
+
+    def ensure_topic(self) -> None:
+        """Create `__share_group_state` on first use, as Kafka does when the share coordinator
+        is first looked for. OSError when the partitions cannot be created."""
+        if self._topics.partition_count(SHARE_STATE_TOPIC) is None:
+            self._topics.create(SHARE_STATE_TOPIC, self.settings.num_partitions, {
+                "cleanup.policy": "delete", "retention.ms": "-1",
+                "segment.bytes": str(self.settings.segment_bytes)})
+        if not self.loaded and not self._cluster_mode:
+            self._load()
+
+    def _load(self) -> None:
+        records = 0
+        for partition in range(self.settings.num_partitions):
+            log = self._logs.get_or_create(SHARE_STATE_TOPIC, partition)
+            data = b"".join(s.pread(s.size, 0) for s in log.segments())
+            for _, _, key_bytes, value_bytes in iter_records_raw(data):
+                if key_bytes is None:
+                    continue
+                key = decode_share_state_key(key_bytes)
+                self.shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)))
+                records += 1
+        self.loaded = True
+        log_event(logger, logging.INFO, "share_state_loaded",
+                  partitions=self.settings.num_partitions, records=records,
+                  share_partitions=len(self.shard.states))
+
+    def refusal(self) -> ErrorCode | None:
+        """Why no request is served now (None: they are)."""
+        if self._cluster_mode:
+            return ErrorCode.NOT_COORDINATOR
+        try:
+            self.ensure_topic()
+        except OSError:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return None
+
+    def partition_of(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
+        return state_partition(coordinator_key(group_id, topic_id, partition),
+                               self.settings.num_partitions)
+
+    def topic_partitions(self, topic_id: uuid.UUID) -> int | None:
+        """How many partitions the topic of `topic_id` has (None: no such topic)."""
+        for name, count in self._topics.partition_counts().items():
+            if self._topics.topic_id(name) == topic_id:
+                return count
+        return None
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def _serve(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                     decide: Callable[[], Answer]) -> Answer:
+        """Decide on the current state, append the record (if any) durably, then apply it;
+        one request at a time per `__share_group_state` partition."""
+        refused = self.refusal()
+        if refused is not None:
+            return Answer(refused)
+        state_partition_index = self.partition_of(group_id, topic_id, partition)
+        lock = self._locks.setdefault(state_partition_index, asyncio.Lock())
+        async with lock:
+            answer = decide()
+            if answer.record is None:
+                return answer
+            error = await self._append(state_partition_index, answer.record)
+            if error is not ErrorCode.NONE:
+                return Answer(error)
+            self.shard.replay(answer.record)
+            return answer
+
+    async def _append(self, partition: int, record: StateRecord) -> ErrorCode:
+        log = self._topics.log(SHARE_STATE_TOPIC, partition)
+        if log is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        value = None if record.value is None else encode_share_state_value(record.value)
+        batch = build_batch([(encode_share_state_key(record.key), value, wall_clock_ms())])
+        try:
+            async with gate_of(log):
+                log.append_batch(batch)
+            if isinstance(log, PartitionLog):
+                await self._group_commit.wait_durable(log)
+        except OSError as exc:
+            # Maybe written, never a success: the state stays where it was (Kafka answers a
+            # failed append of its coordinator runtime as a retriable coordinator error).
+            log_event(logger, logging.ERROR, "share_state_append_failed", partition=partition,
+                      group_id=record.key.group_id, error=exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self._appends.notify()
+        return ErrorCode.NONE
+
+    def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                         state_epoch: int, start_offset: int) -> Awaitable[Answer]:
+        return self._serve(group_id, topic_id, partition, lambda: self.shard.initialize(
+            group_id, topic_id, partition, state_epoch, start_offset, self.topic_partitions,
+            wall_clock_ms()))
+
+    def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                   leader_epoch: int) -> Awaitable[Answer]:
+        return self._serve(group_id, topic_id, partition, lambda: self.shard.read(
+            group_id, topic_id, partition, leader_epoch, self.topic_partitions,
+            wall_clock_ms()))
+
+    def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
+                    request: WriteRequest) -> Awaitable[Answer]:
+        return self._serve(group_id, topic_id, partition, lambda: self.shard.write(
+            group_id, topic_id, partition, request, self.topic_partitions, wall_clock_ms()))
+
+    def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int
+                           ) -> Awaitable[Answer]:
+        return self._serve(group_id, topic_id, partition, lambda: self.shard.read_summary(
+            group_id, topic_id, partition, self.topic_partitions))
+
+    def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int
+                     ) -> Awaitable[Answer]:
+        return self._serve(group_id, topic_id, partition, lambda: self.shard.delete(
+            group_id, topic_id, partition, self.topic_partitions))
+
+    # -- ShareStatePersister -----------------------------------------------------------------
+
+    async def initialize(self, key: SharePartitionKey, state_epoch: int,
+                         start_offset: int) -> ErrorCode:
+        answer = await self.initialize_state(key.group_id, uuid.UUID(bytes=key.topic_id),
+                                             key.partition, state_epoch, start_offset)
+        return answer.error
+
+    async def read(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
+        """The state; a share-partition never initialized answers UNKNOWN_TOPIC_OR_PARTITION
+        (the persister seam's word for it; on the wire Kafka's INVALID_REQUEST)."""
+        topic_id = uuid.UUID(bytes=key.topic_id)
+        if (key.group_id, topic_id, key.partition) not in self.shard.states:
+            return ReadStateResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return _result(await self.read_state(key.group_id, topic_id, key.partition,
+                                             leader_epoch), with_batches=True)
+
+    async def write(self, key: SharePartitionKey, state: PersistedShareState) -> ErrorCode:
+        request = WriteRequest(state.state_epoch, state.leader_epoch, state.start_offset,
+                               tuple(StateBatch(b.first_offset, b.last_offset,
+                                                int(b.delivery_state), b.delivery_count)
+                                     for b in state.batches),
+                               state.delivery_complete_count)
+        answer = await self.write_state(key.group_id, uuid.UUID(bytes=key.topic_id),
+                                        key.partition, request)
+        return answer.error
+
+    async def read_summary(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
+        answer = await self.read_state_summary(key.group_id, uuid.UUID(bytes=key.topic_id),
+                                               key.partition)
+        return _result(answer, with_batches=False)
+
+    async def delete(self, key: SharePartitionKey) -> ErrorCode:
+        answer = await self.delete_state(key.group_id, uuid.UUID(bytes=key.topic_id),
+                                         key.partition)
+        return answer.error
+
+
+def _result(answer: Answer, with_batches: bool) -> ReadStateResult:
+    if answer.error is not ErrorCode.NONE or answer.state is None:
+        return ReadStateResult(answer.error, None, answer.message)
+    state = answer.state
+    batches = tuple(PersistedBatch(b.first_offset, b.last_offset,
+                                   DeliveryState(b.delivery_state), b.delivery_count)
+                    for b in state.batches) if with_batches else ()
+    return ReadStateResult(ErrorCode.NONE, PersistedShareState(
+        state.state_epoch, state.leader_epoch, state.start_offset, batches,
+        state.delivery_complete_count))

@@ -1,0 +1,157 @@
+"""ShareFetch and ShareAcknowledge over the wire against an in-process broker: acquisition,
+acknowledgement, lock expiry with redelivery, the delivery count limit, acknowledgement and
+session errors, and the state the broker's share coordinator (broker.share_state) keeps."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from broker_wire_helpers import connect, create_topic, metadata_request, produce_request
+from servers import InProcessBroker
+from tests.share.share_wire import brief, share_acknowledge, share_fetch
+
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import build_batch
+from kgroups.share.persisted import DeliveryState, PersistedBatch, SharePartitionKey
+from kgroups.tools.wire_client import KafkaWireClient
+
+SETTINGS = ("group.share.record.lock.duration.ms=1000",
+            "group.share.min.record.lock.duration.ms=1000",
+            "group.share.delivery.count.limit=2")
+
+
+class Conversation:
+    def __init__(self, broker: InProcessBroker, topic: str) -> None:
+        self.broker = broker
+        self.client: KafkaWireClient = connect(broker.port)
+        create_topic(self.client, topic)
+        self.topic = topic
+        self.topic_id: uuid.UUID = self.client.call(metadata_request(topic)).topics[0].topic_id
+        self.group = "g-" + topic
+
+    def produce(self, count: int, start: int = 0) -> None:
+        records = build_batch([(b"k", b"v%d" % i, 1_700_000_000_000)
+                               for i in range(start, start + count)])
+        self.client.call(produce_request(self.topic, 0, records))
+
+    def fetch(self, member: str, epoch: int, **fields: Any) -> dict[str, Any]:
+        return brief(self.client.call(share_fetch(self.group, member, epoch, self.topic_id,
+                                                  **fields)))
+
+    def ack(self, member: str, epoch: int, acks: Any, **fields: Any) -> dict[str, Any]:
+        return brief(self.client.call(share_acknowledge(self.group, member, epoch,
+                                                        self.topic_id, acks, **fields)))
+
+    def state(self) -> Any:
+        """What the share coordinator keeps of the share partition."""
+        key = SharePartitionKey(self.group, self.topic_id.bytes, 0)
+
+        async def read() -> Any:
+            return await self.broker.broker.share_state.read(key, 0)
+
+        result = self.broker.call(read)
+        assert result.error == ErrorCode.NONE
+        return result.state
+
+
+@pytest.fixture
+def conversation(make_inprocess_broker: Callable[..., InProcessBroker],
+                 request: pytest.FixtureRequest) -> Conversation:
+    return Conversation(make_inprocess_broker(*SETTINGS), "share-" + uuid.uuid4().hex[:8])
+
+
+def test_records_before_the_first_fetch_are_skipped_then_acquired_and_acknowledged(
+        conversation: Conversation) -> None:
+    c = conversation
+    c.produce(3)
+    first = c.fetch("m1", 0)
+    assert first["lock_ms"] == 1000
+    assert first["partitions"] == [{"partition": 0, "error": 0, "message": None,
+                                    "ack_error": 0, "ack_message": None, "batches": [],
+                                    "acquired": []}]
+    c.produce(3, 3)
+    c.produce(2, 6)
+    second = c.fetch("m1", 1)
+    assert second["partitions"][0]["acquired"] == [(3, 7, 1)]
+    assert second["partitions"][0]["batches"] == [(3, 5), (6, 7)]
+    assert c.fetch("m1", 2)["partitions"] == []  # nothing new: an incremental answer is empty
+    acked = c.ack("m1", 3, {0: [(3, 4, [1]), (5, 5, [2])]})
+    assert acked["partitions"] == [{"partition": 0, "error": 0, "message": None}]
+    assert c.state().start_offset == 5
+    redelivered = c.fetch("m1", 4)["partitions"][0]
+    assert redelivered["acquired"] == [(5, 5, 2)]
+    assert redelivered["batches"] == [(3, 5)]
+
+
+def test_lock_expiry_redelivers_then_archives_at_the_delivery_count_limit(
+        conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    time.sleep(1.3)
+    assert c.fetch("m2", 0, wait_ms=0)["partitions"][0]["acquired"] == [(0, 1, 2)]
+    assert c.state().batches == (PersistedBatch(0, 1, DeliveryState.AVAILABLE, 1),)
+    time.sleep(1.3)
+    assert c.fetch("m2", 1, wait_ms=200)["partitions"] == []
+    assert c.state().start_offset == 2  # delivered twice, timed out twice: archived
+
+
+def test_acknowledgement_errors(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(3)
+    c.fetch("m1", 1)
+    c.fetch("m2", 0)
+    other = c.fetch("m2", 1, acks={0: [(0, 0, [1])]})["partitions"][0]
+    assert (other["ack_error"], other["ack_message"]) == (
+        ErrorCode.INVALID_RECORD_STATE, "Member is not the owner of batch record")
+    assert c.ack("m1", 2, {0: [(0, 0, [5])]})["partitions"][0]["error"] == \
+        ErrorCode.INVALID_REQUEST
+    assert c.ack("m1", 3, {0: [(0, 1, [1, 1, 1])]})["partitions"][0]["error"] == \
+        ErrorCode.INVALID_REQUEST
+    assert c.ack("m1", 4, {0: [(0, 0, [4])]})["partitions"][0]["error"] == \
+        ErrorCode.INVALID_REQUEST  # RENEW without is_renew_ack
+    assert c.ack("m1", 5, {0: [(0, 0, [4])]}, renew=True)["partitions"][0]["error"] == 0
+    overlapping = c.ack("m1", 6, {0: [(0, 1, [1]), (1, 2, [1])]})["partitions"][0]
+    assert overlapping["error"] == ErrorCode.INVALID_RECORD_STATE  # and nothing applied
+    assert c.ack("m1", 7, {0: [(1, 1, [0])]})["partitions"][0]["error"] == 0
+    assert c.ack("m1", 8, {0: [(1, 1, [1])]})["partitions"][0] == {
+        "partition": 0, "error": ErrorCode.INVALID_RECORD_STATE,
+        "message": "The offset cannot be acknowledged. The offset is not acquired."}
+    assert c.ack("m1", 9, {0: [(9, 9, [1])]})["partitions"][0]["message"] == \
+        "Batch record not found. The first offset in request is past acquired records."
+
+
+def test_session_errors_and_close_release(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    assert c.fetch("m1", 5)["error"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert c.ack("m1", 0, {0: [(0, 0, [1])]})["error"] == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert c.fetch("m1", 0, acks={0: [(0, 0, [1])]})["error"] == ErrorCode.INVALID_REQUEST
+    assert c.fetch("nobody", 3)["error"] == ErrorCode.SHARE_SESSION_NOT_FOUND
+    assert c.fetch("m1", -1, partitions=())["partitions"] == []
+    assert c.fetch("m1", 2)["error"] == ErrorCode.SHARE_SESSION_NOT_FOUND
+    # closing released m1's records at once: another member gets them on its next fetch
+    assert c.fetch("m2", 0)["partitions"][0]["acquired"] == [(0, 1, 2)]
+
+
+def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    other = connect(c.client.port)
+    began = time.monotonic()
+    import threading
+    timer = threading.Timer(0.3, lambda: other.call(produce_request(
+        c.topic, 0, build_batch([(b"k", b"late", 1_700_000_000_000)]))))
+    timer.start()
+    answer = c.fetch("m1", 1, wait_ms=5000)
+    timer.join()
+    assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
+    assert time.monotonic() - began < 3

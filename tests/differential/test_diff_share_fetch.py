@@ -1,0 +1,190 @@
+"""ShareFetch and ShareAcknowledge conversations, side by side with Kafka 4.3.1: a share
+member's acquisitions (in-flight batches, delivery counts, the log batches answered),
+acknowledgements and their errors, lock expiry then redelivery, the delivery count limit
+archiving, and share session errors. Each conversation runs on a fresh one-partition topic on
+both brokers, with a 1 s acquisition lock and a delivery count limit of 2; the member joins its
+share group with ShareGroupHeartbeat first, as Kafka wants. Topic ids differ between the
+brokers and are left out of the transcripts."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from tests.broker.broker_wire_helpers import create_topic, metadata_request, produce_request
+from tests.broker.servers import ServerProcess
+from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
+from tests.share.share_wire import brief, share_acknowledge, share_fetch
+
+from kgroups.broker.wire import build, request_type
+from kgroups.log.batch import build_batch
+from kgroups.tools.wire_client import KafkaWireClient
+
+pytestmark = pytest.mark.kafka
+
+SETTINGS = {**KAFKA_TEST_SETTINGS,
+            "group.share.record.lock.duration.ms": "1000",
+            "group.share.min.record.lock.duration.ms": "1000",
+            "group.share.delivery.count.limit": "2",
+            "group.share.min.delivery.count.limit": "2"}
+LOCK_EXPIRED_S = 1.6  # past the 1 s lock, with room for Kafka's timer
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka-share"), SETTINGS)
+    workdir = tmp_path_factory.mktemp("kgroups-share")
+    kgroups = ServerProcess(workdir / "data", workdir / "server.log",
+                            kgroups_overrides(SETTINGS))
+    kafka.start()
+    try:
+        kgroups.start()
+        try:
+            yield {"kafka": kafka.port, "kgroups": kgroups.port}
+        finally:
+            kgroups.close()
+    finally:
+        kafka.stop()
+
+
+class Share:
+    """One broker's side of a conversation: a topic of one partition, a share group, members
+    joined with ShareGroupHeartbeat, and the transcript of what was answered."""
+
+    def __init__(self, port: int, name: str) -> None:
+        self.client = KafkaWireClient("127.0.0.1", port, client_id="diff-share", timeout=30)
+        self.topic = name
+        create_topic(self.client, name)
+        deadline = time.monotonic() + 30
+        while True:
+            (topic,) = self.client.call(metadata_request(name, auto_create=False)).topics
+            if int(topic.error_code) == 0 and topic.partitions and \
+                    int(topic.partitions[0].leader_id) >= 0:
+                break
+            assert time.monotonic() < deadline, "the topic never got a leader"
+            time.sleep(0.05)
+        self.topic_id: uuid.UUID = topic.topic_id
+        self.group = "g-" + name
+        self.transcript: list[tuple[str, Any]] = []
+
+    def join(self, member: str) -> None:
+        """ShareGroupHeartbeat until the member is assigned the partition, then one ShareFetch
+        opening its session (the share partition starts at the log's end: latest)."""
+        epoch, deadline = 0, time.monotonic() + 30
+        while True:
+            response = self.client.call(build(
+                request_type(76, 1), group_id=self.group, member_id=member, member_epoch=epoch,
+                rack_id=None, subscribed_topic_names=(self.topic,) if epoch == 0 else None))
+            assert int(response.error_code) == 0, response
+            epoch = int(response.member_epoch)
+            if response.assignment is not None and response.assignment.topic_partitions:
+                return
+            assert time.monotonic() < deadline, "never assigned"
+            time.sleep(0.2)
+
+    def produce(self, *sizes: int) -> None:
+        for size in sizes:
+            self.client.call(produce_request(self.topic, 0, build_batch(
+                [(b"k", b"v", 1_700_000_000_000)] * size)))
+
+    def fetch(self, label: str, member: str, epoch: int, **fields: Any) -> dict[str, Any]:
+        answer = brief(self.client.call(share_fetch(self.group, member, epoch, self.topic_id,
+                                                    **fields)))
+        self.transcript.append((label, answer))
+        return answer
+
+    def ack(self, label: str, member: str, epoch: int, acks: Any, **fields: Any) -> None:
+        self.transcript.append((label, brief(self.client.call(share_acknowledge(
+            self.group, member, epoch, self.topic_id, acks, **fields)))))
+
+
+def member_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def acquisition_and_acknowledgements(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.produce(2)  # before the share partition starts: never delivered
+    s.join(a)
+    s.fetch("open", a, 0, wait_ms=100)
+    s.produce(3, 2, 1, 4)
+    s.fetch("acquire with max_records 2", a, 1, max_records=2, batch_size=1)
+    s.fetch("acquire in batches of 2", a, 2, batch_size=2)
+    s.fetch("nothing new", a, 3, wait_ms=100)
+    s.fetch("other member opens", b, 0, wait_ms=100)
+    s.fetch("other member acknowledges a's record", b, 1, acks={0: [(2, 2, [1])]}, wait_ms=100)
+    s.ack("unknown type", a, 4, {0: [(2, 2, [5])]})
+    s.ack("types and offsets differ", a, 5, {0: [(2, 4, [1, 1])]})
+    s.ack("last before first", a, 6, {0: [(4, 3, [1])]})
+    s.ack("renew undeclared", a, 7, {0: [(2, 2, [4])]})
+    s.ack("renew", a, 8, {0: [(2, 2, [4])]}, renew=True)
+    s.ack("overlapping batches", a, 9, {0: [(2, 3, [1]), (3, 4, [1])]})
+    s.ack("gap", a, 10, {0: [(3, 3, [0])]})
+    s.ack("accept, release, reject", a, 11, {0: [(4, 6, [1, 2, 3])]})
+    s.ack("not acquired any more", a, 12, {0: [(3, 3, [1])]})
+    s.ack("past the end", a, 13, {0: [(40, 41, [1])]})
+    s.ack("below the start", a, 14, {0: [(0, 1, [1])]})
+    s.fetch("released record redelivered", b, 2, wait_ms=100)
+    s.ack("part of a batch", a, 15, {0: [(7, 8, [1])]})
+    s.fetch("close with acknowledgements", a, -1, partitions=(), acks={0: [(9, 9, [2])]})
+    s.fetch("closed session's records go to the other", b, 3, wait_ms=100)
+
+
+def lock_expiry_and_delivery_limit(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.fetch("open", a, 0, wait_ms=100)
+    s.produce(2, 3)
+    s.fetch("acquire", a, 1)
+    s.ack("accept the first", a, 2, {0: [(0, 0, [1])]})
+    time.sleep(LOCK_EXPIRED_S)
+    s.ack("acknowledge after the lock expired", a, 3, {0: [(1, 1, [1])]})
+    s.fetch("redelivered with count 2", b, 0, wait_ms=100)
+    time.sleep(LOCK_EXPIRED_S)
+    s.fetch("at the limit: archived", b, 1, wait_ms=200)
+    s.produce(1)
+    s.fetch("the start moved past them", b, 2, wait_ms=100)
+
+
+def session_errors(s: Share) -> None:
+    a = member_id()
+    s.join(a)
+    s.fetch("open", a, 0, wait_ms=100)
+    s.fetch("wrong epoch", a, 5, wait_ms=100)
+    s.ack("acknowledge opening a session", a, 0, {0: [(0, 0, [1])]})
+    s.fetch("open with acknowledgements", a, 0, acks={0: [(0, 0, [1])]})
+    s.fetch("no such session", member_id(), 1, wait_ms=100)
+    s.ack("acknowledge without a session", member_id(), 1, {0: [(0, 0, [1])]})
+    s.fetch("a member the group does not know", "unknown-member", 0, wait_ms=100)
+    s.fetch("next epoch", a, 1, wait_ms=100)
+    s.fetch("forget the partition", a, 2, partitions=(), forget=(0,), wait_ms=100)
+    s.produce(1)
+    s.fetch("forgotten: nothing fetched", a, 3, partitions=(), wait_ms=100)
+    s.fetch("close", a, -1, partitions=())
+    s.fetch("closed", a, 4, wait_ms=100)
+    s.ack("closed", a, 4, {0: [(0, 0, [1])]})
+    s.fetch("reopen", a, 0, wait_ms=100)
+
+
+CONVERSATIONS: dict[str, Callable[[Share], None]] = {
+    "acquisition_and_acknowledgements": acquisition_and_acknowledgements,
+    "lock_expiry_and_delivery_limit": lock_expiry_and_delivery_limit,
+    "session_errors": session_errors,
+}
+
+
+@pytest.mark.parametrize("name", list(CONVERSATIONS))
+def test_share_fetch_conversation(brokers: dict[str, int], name: str) -> None:
+    topic = f"share-{name[:20]}-{uuid.uuid4().hex[:6]}"
+    transcripts = {}
+    for side, port in brokers.items():
+        share = Share(port, topic)
+        CONVERSATIONS[name](share)
+        transcripts[side] = share.transcript
+    for (label, kafka), (_, kgroups) in zip(transcripts["kafka"], transcripts["kgroups"],
+                                            strict=True):
+        assert kgroups == kafka, label
