@@ -240,13 +240,13 @@ def _describe_one(client: KafkaWireClient, group: str,
     """The group as a share group when --type share says so; else as a classic or consumer
     group, and, if there is none such, as the share group it may be."""
     if args.type is not None:
-        return describe_share(client, group)
+        return describe_share(client, group, args)
     try:
         coordinator = admin.connect_to_coordinator(client, group)
         return _with_kgroups_figures(coordinator, admin.describe_group(coordinator, group))
     except admin.GroupNotFoundError:
         try:
-            return describe_share(client, group)
+            return describe_share(client, group, args)
         except (ShareGroupNotFoundError, WireError):
             pass  # not a share group either (or a broker without them): not found as asked
         raise

@@ -65,8 +65,10 @@ class ShareGroupDescription:
     coordinator: tuple[str, int, int]  # host, port, node id
 
 
-def describe_share_group(client: KafkaWireClient, group_id: str) -> ShareGroupDescription:
-    """The group as its coordinator (`client`) describes it, with its start offsets."""
+def describe_share_group(client: KafkaWireClient, group_id: str,
+                         with_offsets: bool = True) -> ShareGroupDescription:
+    """The group as its coordinator (`client`) describes it, with its start offsets unless
+    told not to ask for them (a table of members or state does not show them)."""
     client.require(ApiKey.SHARE_GROUP_DESCRIBE, 1, "ShareGroupDescribe")
     (group,) = client.call(ShareGroupDescribeRequest(
         group_ids=(GroupId(group_id),), include_authorized_operations=False)).groups
@@ -82,7 +84,7 @@ def describe_share_group(client: KafkaWireClient, group_id: str) -> ShareGroupDe
         key=lambda member: (member.client_id, member.member_id)))
     return ShareGroupDescription(
         group_id, group.group_state, int(group.group_epoch), int(group.assignment_epoch),
-        group.assignor_name, members, share_offsets(client, group_id),
+        group.assignor_name, members, share_offsets(client, group_id) if with_offsets else (),
         (client.host, client.port, node_id(client)))
 
 

@@ -68,6 +68,9 @@ def share_group_json(d: ShareGroupDescription) -> dict[str, object]:
     }
 
 
-def describe_share(client: KafkaWireClient, group: str) -> ShareGroupDescription:
-    """The share group, asked of its coordinator."""
-    return describe_share_group(admin.connect_to_coordinator(client, group), group)
+def describe_share(client: KafkaWireClient, group: str,
+                   args: argparse.Namespace) -> ShareGroupDescription:
+    """The share group, asked of its coordinator; its offsets only where they are shown."""
+    return describe_share_group(
+        admin.connect_to_coordinator(client, group), group,
+        with_offsets=args.output == "json" or not (args.members or args.state is not None))
