@@ -18,6 +18,7 @@ from pathlib import Path
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.tools import admin, lag_reader
 from kgroups.tools.cli_output import (
+    assignment_text,
     parse_topic,
     print_json,
     run_to_pipe,
@@ -113,14 +114,6 @@ def _run_list(client: KafkaWireClient, args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------------- --describe
 
-def _assignment_text(partitions: tuple[tuple[str, int], ...]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    return ";".join(f"{topic}:{','.join(map(str, sorted(p)))}"
-                    for topic, p in sorted(by_topic.items()))
-
-
 def _or_dash(value: int | None) -> str:
     """An epoch only consumer groups have; Kafka's tool prints '-' for a classic group."""
     return "-" if value is None else str(value)
@@ -133,7 +126,7 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
     for m in d.reconciling:  # on stderr too: what Kafka's tool leaves to the reader to spot
         print(f"Member {m.member_id} of consumer group '{d.group_id}' is still reconciling: "
               f"epoch {m.member_epoch} of target assignment epoch {d.assignment_epoch}, holds "
-              f"[{_assignment_text(m.partitions)}], target [{_assignment_text(m.target or ())}]",
+              f"[{assignment_text(m.partitions)}], target [{assignment_text(m.target or ())}]",
               file=sys.stderr)
     if args.state is not None:
         host, port, node = d.coordinator
@@ -153,9 +146,9 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
         print(table(headers, [
             [d.group_id, m.member_id, *([m.group_instance_id] if with_instance else []),
              m.client_host, m.client_id, len(m.partitions),
-             *([_or_dash(m.member_epoch), _assignment_text(m.partitions),
+             *([_or_dash(m.member_epoch), assignment_text(m.partitions),
                 _or_dash(d.assignment_epoch),
-                "-" if m.target is None else _assignment_text(m.target)]
+                "-" if m.target is None else assignment_text(m.target)]
                if args.verbose else [])]
             for m in d.members]))
     else:

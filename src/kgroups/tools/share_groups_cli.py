@@ -13,17 +13,9 @@ import sys
 from dataclasses import asdict
 
 from kgroups.tools import admin
-from kgroups.tools.cli_output import table
+from kgroups.tools.cli_output import assignment_text, table
 from kgroups.tools.share_admin import ShareGroupDescription, describe_share_group
 from kgroups.tools.wire_client import KafkaWireClient
-
-
-def _assignment(partitions: tuple[tuple[str, int], ...]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    return ";".join(f"{topic}:{','.join(map(str, sorted(ps)))}"
-                    for topic, ps in sorted(by_topic.items()))
 
 
 def print_share_group(d: ShareGroupDescription, args: argparse.Namespace) -> None:
@@ -44,7 +36,7 @@ def print_share_group(d: ShareGroupDescription, args: argparse.Namespace) -> Non
                          *(["MEMBER-EPOCH"] if args.verbose else []), "ASSIGNMENT"],
                         [[d.group_id, m.member_id, m.client_host, m.client_id,
                           len(m.partitions), *([m.member_epoch] if args.verbose else []),
-                          _assignment(m.partitions)] for m in d.members]))
+                          assignment_text(m.partitions)] for m in d.members]))
     elif not d.offsets:
         print(f"Share group '{d.group_id}' has no offset information.")
     else:
