@@ -7,6 +7,7 @@ the group coordinator call) reads what the wire APIs wrote and the other way rou
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from tests.broker.broker_wire_helpers import (
     connect,
     create_topic,
+    list_offsets_request,
     metadata_request,
     nested_of,
     request_of,
@@ -32,7 +34,7 @@ from kgroups.share.persisted import (
     SharePartitionKey,
 )
 from kgroups.share_coordinator.placement import coordinator_key, state_partition
-from kgroups.tools.wire_client import KafkaWireClient
+from kgroups.tools.wire_client import KafkaWireClient, WireError
 
 INITIALIZE, READ, WRITE, DESCRIBE_CONFIGS = 83, 84, 85, 32
 TOPIC = "jobs"
@@ -141,7 +143,7 @@ def test_an_answered_write_survives_kill_9(
                     answered.append(offset)
                     if len(answered) == 10:
                         ten_answered.set()
-        except (OSError, ConnectionError, EOFError, Exception):  # the broker died mid-call
+        except WireError:  # the broker died mid-call
             return
 
     thread = threading.Thread(target=write_until_killed)
@@ -157,6 +159,40 @@ def test_an_answered_write_survives_kill_9(
             for offset in range(first, last + 1)}
     assert set(answered) <= kept
     assert kept == set(range(len(kept)))  # nothing past a write that was never made
+
+
+def _log_start(client: KafkaWireClient, partition: int) -> int:
+    answer = client.call(list_offsets_request(SHARE_STATE_TOPIC, partition, -2))
+    return int(answer.topics[0].partitions[0].offset)
+
+
+def test_records_no_longer_needed_are_pruned_and_the_state_stays(
+        start_kgroups_server: Callable[..., ServerProcess]) -> None:
+    """With Kafka's housekeeping made quick: the share-partition's log start moves past its
+    superseded records (a fresh snapshot of a quiet share-partition lets it move), and the
+    state replayed from what is left is the state before."""
+    server = start_kgroups_server(
+        "share.coordinator.snapshot.update.records.per.snapshot=2",
+        "share.coordinator.state.topic.prune.interval.ms=100",
+        "share.coordinator.cold.partition.snapshot.interval.ms=300")
+    with connect(server.port) as client:
+        topic_id = _topic_id(client)
+        assert _initialize(client, "pruned", topic_id, 0, 0) == ErrorCode.NONE
+        for offset in range(7):
+            assert _write(client, "pruned", topic_id, 0, -1,
+                          [(offset, offset, 2, 1)]) == ErrorCode.NONE
+        before = _read(client, "pruned", topic_id, 0)
+        partition = state_partition(coordinator_key("pruned", topic_id, 0))
+        deadline = time.monotonic() + 20
+        while _log_start(client, partition) < 8 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        start = _log_start(client, partition)
+    assert before == (0, 0, [(0, 6, 2, 1)])
+    assert start >= 8  # past the seven writes: the cold snapshot after them is all it needs
+    assert server.stop() == 0
+    server.start()
+    with connect(server.port) as client:
+        assert _read(client, "pruned", topic_id, 0) == before
 
 
 def test_the_topic_is_created_as_kafka_creates_it(kgroups_server: ServerProcess) -> None:

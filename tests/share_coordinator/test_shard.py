@@ -10,6 +10,7 @@ import uuid
 
 from kgroups.errors import ErrorCode
 from kgroups.records.share_state import (
+    ShareSnapshotValue,
     StateBatch,
     decode_share_state_key,
     decode_share_state_value,
@@ -34,8 +35,8 @@ def _partitions(topic_id: uuid.UUID) -> int | None:
 class Log:
     """A shard whose records go through their bytes into a log, as the runtime's do."""
 
-    def __init__(self, snapshot_every: int = 500) -> None:
-        self.shard = ShareCoordinatorShard(snapshot_every)
+    def __init__(self, snapshot_every: int = 500, num_partitions: int = 50) -> None:
+        self.shard = ShareCoordinatorShard(snapshot_every, num_partitions)
         self.records: list[tuple[bytes, bytes | None]] = []
 
     def apply(self, answer: Answer) -> Answer:
@@ -43,14 +44,14 @@ class Log:
             key = encode_share_state_key(answer.record.key)
             value = answer.record.value
             self.records.append((key, None if value is None else encode_share_state_value(value)))
-            self.shard.replay(answer.record)
+            self.shard.replay(answer.record, len(self.records) - 1)
         return answer
 
     def replayed(self) -> ShareCoordinatorShard:
-        shard = ShareCoordinatorShard(self.shard.snapshot_every)
-        for key_bytes, value_bytes in self.records:
+        shard = ShareCoordinatorShard(self.shard.snapshot_every, self.shard.num_partitions)
+        for offset, (key_bytes, value_bytes) in enumerate(self.records):
             key = decode_share_state_key(key_bytes)
-            shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)))
+            shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)), offset)
         return shard
 
     def kinds(self) -> str:
@@ -131,3 +132,36 @@ def test_unknown_topics_partitions_and_uninitialized_share_partitions() -> None:
     assert summary.error == ErrorCode.NONE and summary.state is not None
     assert summary.state.start_offset == -1
     assert shard.delete("g", TOPIC, 0, _partitions) == Answer()
+
+
+def test_records_before_the_oldest_latest_snapshot_are_redundant() -> None:
+    """Kafka's rule: per __share_group_state partition, the oldest of its share-partitions'
+    latest snapshots (a tombstone counts once, then its share-partition is forgotten)."""
+    log = Log(snapshot_every=1, num_partitions=1)  # both share-partitions in partition 0
+    first, other, partition = 0, 1, 0
+    assert log.shard.redundant_offset(partition) is None
+    log.apply(log.shard.initialize("g", TOPIC, first, 0, 0, _partitions, NOW))  # offset 0
+    assert log.shard.redundant_offset(partition) is None  # offset 0: nothing before it
+    log.apply(log.shard.initialize("g", TOPIC, other, 0, 0, _partitions, NOW))  # 1
+    _write(log, first, 0, 0, 0, (0, 0, 2, 1))  # 2: update
+    _write(log, first, 0, 0, 0, (1, 1, 2, 1))  # 3: snapshot
+    assert log.kinds() == "SSUS"
+    assert log.shard.redundant_offset(partition) == 1  # `other`'s snapshot still needed
+    log.apply(log.shard.delete("g", TOPIC, other, _partitions))  # 4: tombstone
+    assert log.shard.redundant_offset(partition) == 3
+    _write(log, first, 0, 0, 0, (2, 2, 2, 1))  # 5: update
+    _write(log, first, 0, 0, 0, (3, 3, 2, 1))  # 6: snapshot
+    assert log.shard.redundant_offset(partition) == 6
+
+
+def test_cold_share_partitions_are_snapshotted_once() -> None:
+    log = Log()
+    log.apply(log.shard.initialize("g", TOPIC, 0, 0, 0, _partitions, NOW))
+    _write(log, 0, 0, 0, 0, (0, 4, 2, 1))
+    assert log.shard.cold_snapshots(NOW + 1000, 5000) == []
+    (cold,) = log.shard.cold_snapshots(NOW + 5000, 5000)
+    assert cold.value is not None and cold.value.snapshot_epoch == 1
+    assert isinstance(cold.value, ShareSnapshotValue)
+    assert cold.value.state_batches == (StateBatch(0, 4, 2, 1),)
+    log.apply(Answer(record=cold))
+    assert log.shard.cold_snapshots(NOW + 99_999, 5000) == []  # every one refreshed already

@@ -208,7 +208,8 @@ class Broker:
         # The share coordinator (__share_group_state); also the share partitions' and the
         # group coordinator's ShareStatePersister.
         self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
-                                             self.appends, cluster_mode=self.cluster is not None)
+                                             self.appends, self.task_counts,
+                                             cluster_mode=self.cluster is not None)
         # Share groups' partitions (ShareFetch/ShareAcknowledge), their state kept by it.
         supplied = config.supplied()
         self.share_partitions = SharePartitionManager(
@@ -230,7 +231,8 @@ class Broker:
         (its timers, its markers) and fsyncs (`group-commit`). The
         loops among them were started again (`BackgroundTasks.supervise`)."""
         failures = {**self.background.failures, **self.coordinator.background.failures,
-                    **self.transactions.background.failures}
+                    **self.transactions.background.failures,
+                    **self.share_state.background.failures}
         if self.group_commit.crash is not None:
             failures["group-commit"] = self.group_commit.crash
         return failures
@@ -296,6 +298,7 @@ class Broker:
         await self._server.stop()
         await self.coordinator.stop()
         await self.transactions.stop()
+        await self.share_state.stop()
         await self.background.cancel_all()
         offline = self.logs.offline()  # never opened: nothing of theirs to flush
         for topic, partition in self.logs.partitions():

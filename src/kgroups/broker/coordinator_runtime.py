@@ -53,9 +53,13 @@ from kgroups.coordinator.consumer_messages import (
 )
 from kgroups.coordinator.effects import Effects, GroupEvent, MemberRemoved, RebalanceStarted, Write
 from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsRequest,
+    DeleteShareOffsetsRequest,
+    DescribeShareOffsetsRequest,
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
     ShareGroupInitializedRequest,
+    ShareStateDeletedRequest,
 )
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import BatchCorruptError, build_batch
@@ -93,7 +97,8 @@ CoordinatorMessage = (
     | messages.DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | messages.TxnOffsetCommitRequest
     | messages.CompleteTransactionRequest | ShareGroupHeartbeatRequest
-    | ShareGroupDescribeRequest | ShareGroupInitializedRequest)
+    | ShareGroupDescribeRequest | ShareGroupInitializedRequest | DescribeShareOffsetsRequest
+    | AlterShareOffsetsRequest | DeleteShareOffsetsRequest | ShareStateDeletedRequest)
 
 
 def _groups_named(request: CoordinatorMessage) -> tuple[str, ...]:
@@ -518,6 +523,9 @@ class CoordinatorRuntime:
                 return shard.share_group_describe(request, now)
             case ShareGroupInitializedRequest():
                 return shard.share_group_initialized(request, now)
+            case (DescribeShareOffsetsRequest() | AlterShareOffsetsRequest()
+                  | DeleteShareOffsetsRequest() | ShareStateDeletedRequest()):
+                return shard.share_offsets(request, now)
         assert_never(request)
 
     async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int,

@@ -11,6 +11,12 @@ coordinator applies it and the caller hears back, so an answered write survives 
 of one `__share_group_state` partition are taken one at a time: each record is decided on the
 state the previous one left.
 
+Housekeeping runs as Kafka's does: every `share.coordinator.state.topic.prune.interval.ms` each
+partition's log start moves up to the oldest record still needed (the records below are
+deleted as DeleteRecords deletes them), and every
+`share.coordinator.cold.partition.snapshot.interval.ms` share-partitions whose snapshot is that
+old are snapshotted afresh, so the oldest record needed keeps moving.
+
 On one broker every partition is served here. In cluster mode this runtime serves nothing yet:
 its APIs answer NOT_COORDINATOR (docs/share-groups.md says so).
 """
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.appends import AppendNotifier
+from kgroups.broker.background import BackgroundTasks, TaskCounts
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import log_event
 from kgroups.broker.share_persister import ReadStateResult
@@ -48,7 +55,6 @@ from kgroups.share.persisted import (
     PersistedShareState,
     SharePartitionKey,
 )
-from kgroups.share_coordinator.placement import coordinator_key, state_partition
 from kgroups.share_coordinator.shard import (
     Answer,
     ShareCoordinatorShard,
@@ -63,6 +69,8 @@ SHARE_STATE_DEFAULTS = {
     "share.coordinator.state.topic.num.partitions": "50",
     "share.coordinator.snapshot.update.records.per.snapshot": "500",
     "share.coordinator.state.topic.segment.bytes": "104857600",
+    "share.coordinator.state.topic.prune.interval.ms": "300000",
+    "share.coordinator.cold.partition.snapshot.interval.ms": "300000",
 }
 
 
@@ -75,6 +83,8 @@ class ShareStateSettings:
     num_partitions: int
     snapshot_every: int
     segment_bytes: int
+    prune_interval_ms: int
+    cold_snapshot_interval_ms: int
 
     @classmethod
     def of(cls, config: BrokerConfig) -> ShareStateSettings:
@@ -83,7 +93,9 @@ class ShareStateSettings:
 
         return cls(value("share.coordinator.state.topic.num.partitions"),
                    value("share.coordinator.snapshot.update.records.per.snapshot"),
-                   value("share.coordinator.state.topic.segment.bytes"))
+                   value("share.coordinator.state.topic.segment.bytes"),
+                   value("share.coordinator.state.topic.prune.interval.ms"),
+                   value("share.coordinator.cold.partition.snapshot.interval.ms"))
 
 
 class ShareStateRuntime:
@@ -91,10 +103,11 @@ class ShareStateRuntime:
     `ShareStatePersister` calls) from `__share_group_state`."""
 
     def __init__(self, config: BrokerConfig, topics: TopicCatalog, logs: LogManager,
-                 group_commit: GroupCommit, appends: AppendNotifier,
+                 group_commit: GroupCommit, appends: AppendNotifier, task_counts: TaskCounts,
                  cluster_mode: bool = False) -> None:
         self.settings = ShareStateSettings.of(config)
-        self.shard = ShareCoordinatorShard(self.settings.snapshot_every)
+        self.shard = ShareCoordinatorShard(self.settings.snapshot_every,
+                                           self.settings.num_partitions)
         self._topics = topics
         self._logs = logs
         self._group_commit = group_commit
@@ -102,13 +115,19 @@ class ShareStateRuntime:
         self._cluster_mode = cluster_mode
         self._locks: dict[int, asyncio.Lock] = {}
         self.loaded = False
+        self.background = BackgroundTasks(task_counts)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Replay `__share_group_state` if it exists."""
+        """Replay `__share_group_state` if it exists; start the housekeeping."""
+        if self._cluster_mode:
+            return
+        self.background.supervise("share-state-pruner", self._prune_periodically)
+        self.background.supervise("share-state-cold-snapshots",
+                                  self._snapshot_cold_periodically)
         existing = self._topics.partition_count(SHARE_STATE_TOPIC)
-        if existing is None or self._cluster_mode:
+        if existing is None:
             return
         if existing != self.settings.num_partitions:
             raise RuntimeError(
@@ -127,16 +146,22 @@ class ShareStateRuntime:
         if not self.loaded and not self._cluster_mode:
             self._load()
 
+    async def stop(self) -> None:
+        await self.background.cancel_all()
+
     def _load(self) -> None:
+        """Every partition's records from its log start (those below were pruned), in order."""
         records = 0
         for partition in range(self.settings.num_partitions):
             log = self._logs.get_or_create(SHARE_STATE_TOPIC, partition)
             data = b"".join(s.pread(s.size, 0) for s in log.segments())
-            for _, _, key_bytes, value_bytes in iter_records_raw(data):
-                if key_bytes is None:
+            start = log.log_start_offset
+            for offset, _, key_bytes, value_bytes in iter_records_raw(data):
+                if key_bytes is None or offset < start:
                     continue
                 key = decode_share_state_key(key_bytes)
-                self.shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)))
+                self.shard.replay(StateRecord(key, decode_share_state_value(key, value_bytes)),
+                                  offset)
                 records += 1
         self.loaded = True
         log_event(logger, logging.INFO, "share_state_loaded",
@@ -152,10 +177,6 @@ class ShareStateRuntime:
         except OSError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         return None
-
-    def partition_of(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
-        return state_partition(coordinator_key(group_id, topic_id, partition),
-                               self.settings.num_partitions)
 
     def topic_partitions(self, topic_id: uuid.UUID) -> int | None:
         """How many partitions the topic of `topic_id` has (None: no such topic)."""
@@ -173,19 +194,17 @@ class ShareStateRuntime:
         refused = self.refusal()
         if refused is not None:
             return Answer(refused)
-        state_partition_index = self.partition_of(group_id, topic_id, partition)
+        state_partition_index = self.shard.partition_of((group_id, topic_id, partition))
         lock = self._locks.setdefault(state_partition_index, asyncio.Lock())
         async with lock:
             answer = decide()
             if answer.record is None:
                 return answer
-            error = await self._append(state_partition_index, answer.record)
-            if error is not ErrorCode.NONE:
-                return Answer(error)
-            self.shard.replay(answer.record)
-            return answer
+            error = await self._append_and_apply(state_partition_index, answer.record)
+            return answer if error is ErrorCode.NONE else Answer(error)
 
-    async def _append(self, partition: int, record: StateRecord) -> ErrorCode:
+    async def _append_and_apply(self, partition: int, record: StateRecord) -> ErrorCode:
+        """Append `record` durably, then apply it (the caller holds the partition's lock)."""
         log = self._topics.log(SHARE_STATE_TOPIC, partition)
         if log is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -193,7 +212,7 @@ class ShareStateRuntime:
         batch = build_batch([(encode_share_state_key(record.key), value, wall_clock_ms())])
         try:
             async with gate_of(log):
-                log.append_batch(batch)
+                offset, _ = log.append_batch(batch)
             if isinstance(log, PartitionLog):
                 await self._group_commit.wait_durable(log)
         except OSError as exc:
@@ -202,8 +221,47 @@ class ShareStateRuntime:
             log_event(logger, logging.ERROR, "share_state_append_failed", partition=partition,
                       group_id=record.key.group_id, error=exc)
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        self.shard.replay(record, offset)
         self._appends.notify()
         return ErrorCode.NONE
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def _prune_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.prune_interval_ms / 1000)
+            self.prune()
+
+    def prune(self) -> None:
+        """Move each partition's log start up to its oldest record still needed."""
+        if not self.loaded:
+            return
+        targets = {}
+        for partition in range(self.settings.num_partitions):
+            offset = self.shard.redundant_offset(partition)
+            log = self._topics.log(SHARE_STATE_TOPIC, partition)
+            if offset is not None and log is not None and offset > log.log_start_offset:
+                targets[(SHARE_STATE_TOPIC, partition)] = offset
+        if targets:
+            self._topics.advance_log_starts(targets)
+            log_event(logger, logging.INFO, "share_state_pruned", partitions=len(targets))
+
+    async def _snapshot_cold_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.cold_snapshot_interval_ms / 1000)
+            await self.snapshot_cold()
+
+    async def snapshot_cold(self) -> None:
+        """A fresh snapshot of each share-partition whose last one is old enough."""
+        if not self.loaded:
+            return
+        for record in self.shard.cold_snapshots(wall_clock_ms(),
+                                                self.settings.cold_snapshot_interval_ms):
+            key = (record.key.group_id, record.key.topic_id, record.key.partition)
+            partition = self.shard.partition_of(key)
+            async with self._locks.setdefault(partition, asyncio.Lock()):
+                if key in self.shard.states:  # not deleted meanwhile
+                    await self._append_and_apply(partition, record)
 
     def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
                          state_epoch: int, start_offset: int) -> Awaitable[Answer]:

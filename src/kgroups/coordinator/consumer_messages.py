@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 from kgroups.coordinator.messages import RequestId, Response
 from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsResponse,
+    DeleteShareOffsetsResponse,
+    DescribeShareOffsetsResponse,
     ShareGroupDescribeResponse,
     ShareGroupHeartbeatResponse,
     ShareGroupInitializedResponse,
@@ -96,7 +99,8 @@ class ConsumerGroupDescribeResponse:
 # Every answer the coordinator gives: the classic, consumer and share protocols'.
 AnyResponse = (Response | ConsumerGroupHeartbeatResponse | ConsumerGroupDescribeResponse
                | ShareGroupHeartbeatResponse | ShareGroupDescribeResponse
-               | ShareGroupInitializedResponse)
+               | ShareGroupInitializedResponse | DescribeShareOffsetsResponse
+               | AlterShareOffsetsResponse | DeleteShareOffsetsResponse)
 
 
 class HeartbeatError(Exception):

@@ -48,10 +48,15 @@ from kgroups.coordinator.pending_txn import OffsetKey, ProducerKey
 from kgroups.coordinator.persistence import PartitionImage, rebuild_groups
 from kgroups.coordinator.share_groups import ShareGroups
 from kgroups.coordinator.share_messages import (
+    AlterShareOffsetsRequest,
+    DeleteShareOffsetsRequest,
+    DescribeShareOffsetsRequest,
     ShareGroupDescribeRequest,
     ShareGroupHeartbeatRequest,
     ShareGroupInitializedRequest,
+    ShareStateDeletedRequest,
 )
+from kgroups.coordinator.share_offsets import ShareOffsets
 from kgroups.coordinator.timer_keys import (
     GroupTimer,
     GroupTimerKind,
@@ -75,6 +80,8 @@ Request = (
     | ListGroupsRequest | DeleteGroupsRequest | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest | TxnOffsetCommitRequest | CompleteTransactionRequest
     | ShareGroupHeartbeatRequest | ShareGroupDescribeRequest | ShareGroupInitializedRequest
+    | DescribeShareOffsetsRequest | AlterShareOffsetsRequest | DeleteShareOffsetsRequest
+    | ShareStateDeletedRequest
 )
 
 
@@ -103,6 +110,7 @@ class GroupCoordinator:
         self._txn_offsets = TxnOffsets(self._ctx)
         self._admin = GroupAdmin(self._ctx)
         self._share = ShareGroups(self._ctx)
+        self._share_offsets = ShareOffsets(self._ctx)
 
     # -- request handlers ---------------------------------------------------------------------
 
@@ -150,6 +158,13 @@ class GroupCoordinator:
 
     def share_group_initialized(self, req: ShareGroupInitializedRequest, now: int) -> Effects:
         """The broker's report on the share-partitions a heartbeat asked it to initialize."""
+        return self._run(now, req)
+
+    def share_offsets(
+        self, req: DescribeShareOffsetsRequest | AlterShareOffsetsRequest
+        | DeleteShareOffsetsRequest | ShareStateDeletedRequest, now: int,
+    ) -> Effects:
+        """The share-group offsets admin APIs, and the broker's report of deleted state."""
         return self._run(now, req)
 
     def txn_offset_commit(self, req: TxnOffsetCommitRequest, now: int) -> Effects:
@@ -214,6 +229,14 @@ class GroupCoordinator:
                 self._share.describe(req)
             case ShareGroupInitializedRequest():
                 self._share.initialized(req)
+            case DescribeShareOffsetsRequest():
+                self._share_offsets.describe(req)
+            case AlterShareOffsetsRequest():
+                self._share_offsets.alter(req)
+            case DeleteShareOffsetsRequest():
+                self._share_offsets.delete(req)
+            case ShareStateDeletedRequest():
+                self._share_offsets.state_deleted(req)
             case _:
                 assert_never(req)
 

@@ -111,8 +111,10 @@ class ShareGroups:
         if error is not None:
             raise ShareHeartbeatError(error)
 
-    def _share_group(self, group_id: str, create: bool,
-                     journal: Journal) -> tuple[ClassicGroup, ShareGroup]:
+    def _share_group(self, group_id: str, create: bool, journal: Journal,
+                     missing: str = "Share group {} not found.") -> tuple[ClassicGroup, ShareGroup]:
+        """The group and its share part; `create`: made for a joining member. `missing`: the
+        message for a group that does not exist (Kafka's words differ for a leave)."""
         group = self._ctx.groups.get(group_id)
         if group is not None and group.state is not GroupState.DEAD:
             if group.share is not None:
@@ -122,8 +124,7 @@ class ShareGroups:
                                           f"Group {group_id} is not a share group.")
             return group, self._ctx.open_share_part(group, journal)
         if not create:
-            raise ShareHeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
-                                      f"Share group {group_id} not found.")
+            raise ShareHeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, missing.format(group_id))
         group = self._ctx.create_group(group_id, journal)
         return group, self._ctx.open_share_part(group, journal)
 
@@ -272,7 +273,7 @@ class ShareGroups:
 
     def _leave(self, req: ShareGroupHeartbeatRequest,
                journal: Journal) -> ShareGroupHeartbeatResponse:
-        group, share = self._share_group(req.group_id, False, journal)
+        group, share = self._share_group(req.group_id, False, journal, "Group {} not found.")
         member = share.members.get(req.member_id)
         if member is None:
             raise ShareHeartbeatError(
@@ -306,8 +307,11 @@ class ShareGroups:
     # -- ShareGroupDescribe -------------------------------------------------------------------
 
     def describe(self, req: ShareGroupDescribeRequest) -> None:
+        """Invalid (empty) group ids are answered first, then the others in request order, as
+        Kafka's coordinator service gathers its answers."""
+        ordered = [g for g in req.group_ids if not g] + [g for g in req.group_ids if g]
         self._ctx.reply(req.request_id, ShareGroupDescribeResponse(
-            tuple(self._describe(g) for g in req.group_ids)))
+            tuple(self._describe(g) for g in ordered)))
 
     def _describe(self, group_id: str) -> DescribedShareGroup:
         error = self._ctx.ownership_error(group_id) if group_id else ErrorCode.INVALID_GROUP_ID

@@ -94,3 +94,84 @@ class DescribedShareGroup:
 @dataclass(frozen=True, slots=True)
 class ShareGroupDescribeResponse:
     groups: tuple[DescribedShareGroup, ...]
+
+
+# -- the share-group offsets admin APIs (DescribeShareGroupOffsets, AlterShareGroupOffsets,
+# DeleteShareGroupOffsets): the coordinator checks and records, the broker reads or writes the
+# share coordinator's state and reports back.
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTopicResult:
+    """A topic of an offsets answer: per partition its error (and message); `topic_id` None for
+    a topic that does not exist."""
+
+    topic_name: str
+    topic_id: uuid.UUID | None
+    partitions: tuple[tuple[int, ErrorCode, str | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeShareOffsetsRequest:
+    """`topics` None: every share-partition the group has state for."""
+
+    request_id: RequestId
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeShareOffsetsResponse:
+    """The share-partitions to read the state of (topic name, id, partitions), for the
+    broker to fill in; unknown topics' partitions come with their error."""
+
+    error: ErrorCode
+    topics: tuple[ShareTopicResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AlterShareOffsetsRequest:
+    request_id: RequestId
+    group_id: str
+    topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]  # name, (partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class AlterShareOffsetsResponse:
+    """`initialize`: the share-partitions recorded initializing, with their new start
+    offsets, for the broker to initialize at `state_epoch` and report
+    (`ShareGroupInitializedRequest`)."""
+
+    error: ErrorCode
+    error_message: str | None = None
+    topics: tuple[ShareTopicResult, ...] = ()
+    initialize: tuple[tuple[uuid.UUID, str, int, int], ...] = ()  # id, name, partition, offset
+    state_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteShareOffsetsRequest:
+    request_id: RequestId
+    group_id: str
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteShareOffsetsResponse:
+    """`delete`: the share-partitions whose state the broker deletes, then reports
+    (`ShareStateDeletedRequest`)."""
+
+    error: ErrorCode
+    error_message: str | None = None
+    topics: tuple[ShareTopicResult, ...] = ()
+    delete: ShareTopics = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStateDeletedRequest:
+    """The broker deleted the state of these topics' share-partitions: they are no longer
+    recorded as being deleted."""
+
+    request_id: RequestId
+    group_id: str
+    topic_ids: tuple[uuid.UUID, ...]

@@ -11,6 +11,11 @@ A Read with a new leader epoch is also a write (the epoch is recorded). Delete i
 
 `topic_partitions(topic_id)` is the metadata the caller knows: how many partitions the topic
 has (None: no such topic), for Kafka's UNKNOWN_TOPIC_OR_PARTITION checks.
+
+Housekeeping, as Kafka's: every record before the oldest of the latest snapshots (or
+tombstones) of a `__share_group_state` partition's share-partitions is redundant and may be
+deleted (`redundant_offset`), and a share-partition whose last snapshot was written a
+while ago gets a fresh one (`cold_snapshots`) so that offset keeps moving.
 """
 
 from __future__ import annotations
@@ -29,11 +34,17 @@ from kgroups.records.share_state import (
     StateBatch,
 )
 from kgroups.share_coordinator.batches import combine
+from kgroups.share_coordinator.placement import (
+    STATE_TOPIC_PARTITIONS,
+    coordinator_key,
+    state_partition,
+)
 
 # Kafka's share.coordinator.snapshot.update.records.per.snapshot default.
 SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT = 500
 NO_EPOCH = -1
 NO_OFFSET = -1
+_NO_REDUNDANT_OFFSET = 2**63 - 1
 TopicPartitions = Callable[[uuid.UUID], "int | None"]
 
 # Kafka's texts for the errors the share coordinator answers with.
@@ -94,24 +105,42 @@ class WriteRequest:
 Key = tuple[str, uuid.UUID, int]
 
 
+def _older(recorded: dict[Key, int], key: Key, epoch: int) -> bool:
+    """Whether `epoch` is older than the one recorded for `key` (-1 is never checked)."""
+    return epoch != NO_EPOCH and recorded.get(key, epoch) > epoch
+
+
 def _refused(error: ErrorCode, message: str | None = None) -> Answer:
     return Answer(error, message if message is not None else ERROR_TEXT.get(error))
 
 
 class ShareCoordinatorShard:
-    def __init__(self, snapshot_every: int = SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT) -> None:
+    def __init__(self, snapshot_every: int = SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT,
+                 num_partitions: int = STATE_TOPIC_PARTITIONS) -> None:
         self.snapshot_every = snapshot_every
+        self.num_partitions = num_partitions
         self.states: dict[Key, SharePartitionState] = {}
         self._leader_epochs: dict[Key, int] = {}
         self._state_epochs: dict[Key, int] = {}
         self._updates_since_snapshot: dict[Key, int] = {}
+        # Per __share_group_state partition: each share-partition's latest snapshot offset,
+        # and the oldest of them (Kafka's ShareCoordinatorOffsetsManager).
+        self._snapshot_offsets: dict[int, dict[Key, int]] = {}
+        self._redundant: dict[int, int] = {}
+
+    def partition_of(self, key: Key) -> int:
+        """The `__share_group_state` partition holding the share-partition's records."""
+        return state_partition(coordinator_key(*key), self.num_partitions)
 
     # -- replay ------------------------------------------------------------------------------
 
-    def replay(self, record: StateRecord) -> None:
-        """Apply one record of the log, in log order (a written one after it is durable)."""
+    def replay(self, record: StateRecord, offset: int) -> None:
+        """Apply one record of the log at `offset`, in log order (a written one after it is
+        durable)."""
         key = (record.key.group_id, record.key.topic_id, record.key.partition)
         value = record.value
+        if record.key.snapshot:
+            self._snapshot_written(key, offset, deleted=value is None)
         if value is None:
             if record.key.snapshot:
                 self.states.pop(key, None)
@@ -146,6 +175,33 @@ class ShareCoordinatorShard:
             batches=combine(current.batches, value.state_batches, start))
         self._updates_since_snapshot[key] = self._updates_since_snapshot.get(key, 0) + 1
 
+    def _snapshot_written(self, key: Key, offset: int, deleted: bool) -> None:
+        partition = self.partition_of(key)
+        offsets = self._snapshot_offsets.setdefault(partition, {})
+        offsets[key] = offset
+        self._redundant[partition] = min(offsets.values())
+        if deleted:
+            del offsets[key]
+
+    def redundant_offset(self, partition: int) -> int | None:
+        """The offset before which every record of the `__share_group_state` partition is
+        superseded (None: nothing to delete yet)."""
+        offset = self._redundant.get(partition, _NO_REDUNDANT_OFFSET)
+        return None if offset <= 0 or offset == _NO_REDUNDANT_OFFSET else offset
+
+    def cold_snapshots(self, now_ms: int, interval_ms: int) -> list[StateRecord]:
+        """A fresh snapshot (next snapshot epoch, written now) of each share-partition whose
+        last one was written `interval_ms` ago or more; none when every share-partition was
+        already so refreshed (its write time differs from its creation time)."""
+        if all(s.create_timestamp != s.write_timestamp for s in self.states.values()):
+            return []
+        return [StateRecord(ShareStateKey(*key), ShareSnapshotValue(
+                    state.snapshot_epoch + 1, state.state_epoch, state.leader_epoch,
+                    state.start_offset, state.create_timestamp, now_ms, state.batches,
+                    state.delivery_complete_count))
+                for key, state in self.states.items()
+                if now_ms - state.write_timestamp >= interval_ms]
+
     @staticmethod
     def _raise_epoch(table: dict[Key, int], key: Key, epoch: int) -> None:
         if epoch > table.get(key, epoch - 1):
@@ -158,7 +214,7 @@ class ShareCoordinatorShard:
         key = (group_id, topic_id, partition)
         if partition < 0:
             return _refused(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION)
-        if state_epoch != NO_EPOCH and self._state_epochs.get(key, state_epoch) > state_epoch:
+        if _older(self._state_epochs, key, state_epoch):
             return _refused(ErrorCode.FENCED_STATE_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:
@@ -176,11 +232,9 @@ class ShareCoordinatorShard:
             return _refused(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION)
         if key not in self.states:
             return _refused(ErrorCode.INVALID_REQUEST, WRITE_UNINITIALIZED)
-        if (request.leader_epoch != NO_EPOCH
-                and self._leader_epochs.get(key, request.leader_epoch) > request.leader_epoch):
+        if _older(self._leader_epochs, key, request.leader_epoch):
             return _refused(ErrorCode.FENCED_LEADER_EPOCH)
-        if (request.state_epoch != NO_EPOCH
-                and self._state_epochs.get(key, request.state_epoch) > request.state_epoch):
+        if _older(self._state_epochs, key, request.state_epoch):
             return _refused(ErrorCode.FENCED_STATE_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:
@@ -197,7 +251,7 @@ class ShareCoordinatorShard:
         current = self.states.get(key)
         if current is None:
             return _refused(ErrorCode.INVALID_REQUEST, READ_UNINITIALIZED)
-        if leader_epoch != NO_EPOCH and self._leader_epochs.get(key, leader_epoch) > leader_epoch:
+        if _older(self._leader_epochs, key, leader_epoch):
             return _refused(ErrorCode.FENCED_LEADER_EPOCH)
         unknown = self._unknown_partition(topic_id, partition, topic_partitions)
         if unknown is not None:

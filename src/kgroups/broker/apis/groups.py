@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker import rebalance_field
-from kgroups.broker.apis import consumer_groups, share_groups
+from kgroups.broker.apis import consumer_groups, share_groups, share_offsets
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
@@ -445,6 +445,7 @@ def install(registry: HandlerRegistry) -> None:
         registry.register(handler)
     consumer_groups.install(registry)
     share_groups.install(registry)
+    share_offsets.install(registry)
 
 
 # --- who may call these APIs (run when an authorizer is configured) -------------------------------

@@ -4,10 +4,11 @@ group's life that the coordinator cannot do itself (it does no IO):
 
 - share-partition initialization: a heartbeat that recorded partitions as initializing names
   them in its answer; the broker initializes each in the share coordinator
-  (`ShareStatePersister.initialize`, `broker.share_state`) at the start offset
-  `share.auto.offset.reset` gives (latest: the log end offset; earliest and by_duration: the
-  log start offset), then reports to the coordinator, which records them initialized. Without
-  a share coordinator on the broker they are reported initialized at once.
+  (`ShareStatePersister.initialize`, `broker.share_state`) as Kafka 4.3.1 does: at the group
+  epoch as state epoch and start offset -1 (none yet: the share partition resolves it from
+  `share.auto.offset.reset` when it first loads, as seen in Kafka's __share_group_state), then
+  reports to the coordinator, which records them initialized. Without a share coordinator on
+  the broker they are reported initialized at once.
 - a member that left, or was removed, has its acquired records released
   (`broker.share_partitions.release_member`) when the broker serves share partitions.
 """
@@ -42,6 +43,8 @@ from kgroups.coordinator.share_messages import (
 from kgroups.errors import ErrorCode
 from kgroups.share.persisted import SharePartitionKey
 
+# The start offset Kafka initializes a new share-partition with: not known yet.
+NO_START_OFFSET = -1
 # Initializations in flight, kept referenced until done (asyncio holds tasks weakly).
 _INITIALIZING: set[asyncio.Task[None]] = set()
 
@@ -58,8 +61,8 @@ class ShareGroupHeartbeatHandler:
                 subscribed_topic_names=None if names is None else tuple(names),
                 client_id=ctx.client_id or "", client_host="/" + ctx.client_host))
         if answer.initialize:
-            task = asyncio.get_running_loop().create_task(
-                initialize_partitions(ctx.broker, request.group_id, answer.initialize))
+            task = asyncio.get_running_loop().create_task(initialize_partitions(
+                ctx.broker, request.group_id, answer.group_epoch, answer.initialize))
             _INITIALIZING.add(task)
             task.add_done_callback(_INITIALIZING.discard)
         response = response_type(ApiKey.SHARE_GROUP_HEARTBEAT, ctx.api_version)
@@ -76,24 +79,18 @@ class ShareGroupHeartbeatHandler:
             assignment=assignment)
 
 
-async def initialize_partitions(broker: Any, group_id: str, topics: ShareTopics) -> None:
+async def initialize_partitions(broker: Any, group_id: str, group_epoch: int,
+                                topics: ShareTopics) -> None:
     """Initialize the share-partitions in the share coordinator, then tell the group
     coordinator (module docstring)."""
     persister = getattr(broker, "share_state", None)
     error = ErrorCode.NONE
     if persister is not None:
-        reset = broker.config.supplied().get("share.auto.offset.reset", "latest")
-        for topic_id, name, partitions in topics:
+        for topic_id, _, partitions in topics:
             for partition in partitions:
-                log = broker.topics.log(name, partition)
-                if log is None:
-                    start = 0
-                elif reset == "latest":
-                    start = log.log_end_offset
-                else:
-                    start = log.log_start_offset
                 result = await persister.initialize(
-                    SharePartitionKey(group_id, topic_id.bytes, partition), 0, start)
+                    SharePartitionKey(group_id, topic_id.bytes, partition), group_epoch,
+                    NO_START_OFFSET)
                 if result != ErrorCode.NONE:
                     error = result
     await broker.coordinator.call(lambda request_id: ShareGroupInitializedRequest(

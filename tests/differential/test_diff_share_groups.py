@@ -1,0 +1,161 @@
+"""KIP-932 ShareGroupHeartbeat and ShareGroupDescribe conversations, side by side with Kafka
+4.3.1: request errors, joining, fencing, unknown members, leaving, describe, and the assignment
+once the group's share-partitions are initialized (a partition shared when members outnumber
+partitions). Topic ids differ between the brokers, so each transcript names topics by name,
+and an assignment is recorded as how many partitions of each topic a member holds: which ones
+follows the hash of the topic's id (the assignor's choice for equal ids is checked against
+Kafka's own by tests/assignors/test_share_simple_oracle.py); every partition being held is
+checked on each broker. Member ids are the client's own (v1), the same on both brokers."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from diff_dialog import Connection, Dialog
+from tests.broker.broker_wire_helpers import metadata_request
+
+from kgroups.broker.wire import build, request_type
+
+pytestmark = pytest.mark.kafka
+
+TOPIC = "diff-t"  # 3 partitions (tests/differential/diff_setup.py)
+ASSIGNMENT_INTERVAL_S = 1.1  # past group.share.assignment.interval.ms (1 s) on both brokers
+
+
+def heartbeat(group: str, member: str, epoch: int, topics: list[str] | None = None,
+              rack: str | None = None) -> Any:
+    return build(request_type(76, 1), group_id=group, member_id=member, member_epoch=epoch,
+                 rack_id=rack, subscribed_topic_names=None if topics is None else tuple(topics))
+
+
+class ShareMember:
+    """One share member on its own connection; records what it is told with topic ids replaced
+    by names."""
+
+    def __init__(self, d: Dialog, name: str, group: str | None = None) -> None:
+        self.d = d
+        self.name = name
+        self.group = group or d.group
+        self.conn: Connection = d.connect(name)
+        response = self.conn.call(metadata_request(TOPIC, auto_create=False), record=False)
+        self.by_id: dict[uuid.UUID, str] = {t.topic_id: t.name for t in response.topics}
+        self.epoch = 0
+
+    def send(self, epoch: int | None = None, *, record: bool = True, **fields: Any) -> Any:
+        epoch = self.epoch if epoch is None else epoch
+        if epoch == 0:
+            fields.setdefault("topics", [TOPIC])
+        response = self.conn.call(heartbeat(self.group, fields.pop("member", self.name), epoch,
+                                            **fields), record=False)
+        assignment = None
+        if response.assignment is not None:
+            assignment = sorted((self.by_id.get(t.topic_id), len(t.partitions))
+                                for t in response.assignment.topic_partitions)
+        if record:
+            self.d.record(f"hb[{self.name}]", {
+                "error": int(response.error_code), "message": response.error_message,
+                "member_id": response.member_id, "epoch": int(response.member_epoch),
+                "interval": int(response.heartbeat_interval.total_seconds() * 1000),
+                "assignment": assignment})
+        if int(response.error_code) == 0 and epoch >= 0:
+            self.epoch = int(response.member_epoch)
+        return response, assignment
+
+    def until_assigned(self, timeout_s: float = 20.0) -> None:
+        """Heartbeat (unrecorded) until the member holds partitions, then record where it
+        stands: how soon depends on the share coordinator, the end state does not."""
+        deadline = time.monotonic() + timeout_s
+        held = None
+        while time.monotonic() < deadline:
+            _, assignment = self.send(record=False)
+            held = assignment if assignment is not None else held
+            if held:
+                self.d.record(f"assigned[{self.name}]", {"epoch": self.epoch, "held": held})
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.d.broker}: {self.name} was never assigned partitions")
+
+    def describe(self, *groups: str) -> None:
+        response = self.conn.call(build(request_type(77, 1), group_ids=groups or (self.group,),
+                                        include_authorized_operations=False), record=False)
+        for g in response.groups:
+            held = {(t.topic_name, p) for m in g.members for t in m.assignment.topic_partitions
+                    for p in t.partitions}
+            if g.assignment_epoch >= 3 and g.members:  # past the first target with partitions
+                assert held == {(TOPIC, p) for p in range(3)}, (self.d.broker, held)
+        self.d.record(f"describe[{self.name}]", [{
+            "group_id": g.group_id, "error": int(g.error_code), "message": g.error_message,
+            "state": g.group_state, "epoch": int(g.group_epoch),
+            "assignment_epoch": int(g.assignment_epoch), "assignor": g.assignor_name,
+            "members": sorted(({
+                "member_id": m.member_id, "rack_id": m.rack_id, "epoch": int(m.member_epoch),
+                "client_id": m.client_id, "topics": sorted(m.subscribed_topic_names),
+                "assignment": sorted((self.by_id.get(t.topic_id), t.topic_name,
+                                      len(t.partitions))
+                                     for t in m.assignment.topic_partitions)}
+                for m in g.members), key=lambda m: m["member_id"])}
+            for g in response.groups])
+
+
+def test_request_errors(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        a.send(0, member="")
+        a.conn.call(heartbeat("", "a", 0, [TOPIC]))
+        a.send(0, topics=None)
+        a.send(0, topics=[])
+        a.send(-3)
+        a.send(0, rack="")
+        a.send(1)  # no such group
+        a.send(-1)  # leaving a group that does not exist
+
+    converse(script)
+
+
+def test_join_fence_describe_leave(converse) -> None:
+    def script(d: Dialog) -> None:
+        a, b = ShareMember(d, "a"), ShareMember(d, "b")
+        a.send(0)
+        a.send(a.epoch + 1)  # ahead: fenced
+        a.send(a.epoch - 1)  # behind, and not the previous epoch: fenced
+        b.send(1, member="stranger")
+        a.describe(d.group, f"{d.group}-missing", "")
+        b.send(0, topics=[TOPIC, "diff-u"])
+        b.send(-1)
+        b.send(-1)  # gone already
+        a.describe()
+
+    converse(script)
+
+
+def test_partitions_assigned_once_initialized_then_shared(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        a.send(0)
+        a.until_assigned()
+        time.sleep(ASSIGNMENT_INTERVAL_S)
+        b = ShareMember(d, "b")
+        b.send(0)
+        a.send()
+        a.describe()
+
+    converse(script)
+
+
+def test_more_members_than_partitions(converse) -> None:
+    def script(d: Dialog) -> None:
+        members = [ShareMember(d, name) for name in ("a", "b", "c", "d")]
+        members[0].send(0)
+        members[0].until_assigned()
+        for member in members[1:]:
+            time.sleep(ASSIGNMENT_INTERVAL_S)
+            member.send(0)
+        time.sleep(ASSIGNMENT_INTERVAL_S)
+        for member in members:
+            member.send()
+        members[0].describe()
+
+    converse(script)
