@@ -155,3 +155,18 @@ def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> No
     timer.join()
     assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
     assert time.monotonic() - began < 3
+
+
+def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    c.client.close()
+    c.client = connect(c.broker.port)
+    deadline = time.monotonic() + 0.8  # well before m1's 1 s lock would have released them
+    while (answer := c.fetch("m2", 0))["partitions"][0]["acquired"] == []:
+        assert time.monotonic() < deadline, "m1's records were not released with its session"
+        c.client = connect(c.broker.port)  # a fresh session each try
+    assert answer["partitions"][0]["acquired"] == [(0, 1, 2)]
+    assert c.fetch("m1", 2)["error"] == ErrorCode.SHARE_SESSION_NOT_FOUND

@@ -48,6 +48,7 @@ from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
+from kgroups.broker.group_configs import SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.metadata_answer import TopicEntryCache
 from kgroups.broker.net.memory_budget import MemoryBudget
@@ -58,8 +59,6 @@ from kgroups.broker.security import sasl
 from kgroups.broker.security.acl_enforcement import authorized_registry
 from kgroups.broker.security.state import Security
 from kgroups.broker.share_partitions import (
-    MAX_SESSIONS,
-    MAX_SESSIONS_DEFAULT,
     SharePartitionManager,
     share_settings,
 )
@@ -214,7 +213,7 @@ class Broker:
         supplied = config.supplied()
         self.share_partitions = SharePartitionManager(
             self.topics, share_settings(supplied),
-            int(supplied.get(MAX_SESSIONS, MAX_SESSIONS_DEFAULT)),
+            int(supplied.get(SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT)),
             self.background, self.share_state)
         if self.cluster is not None:
             cluster = self.cluster

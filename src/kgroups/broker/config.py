@@ -79,7 +79,7 @@ def known_settings() -> frozenset[str]:
     """Every setting some part of kgroups reads; any other supplied key is warned about at
     start-up. (Imported here, not at the top: a network process reads its settings without
     loading the coordinator.)"""
-    from kgroups.broker.share_partitions import READ_SETTINGS as SHARE_PARTITION_SETTINGS
+    from kgroups.broker.group_configs import SHARE_PARTITION_SETTINGS
     from kgroups.coordinator.config import GroupCoordinatorConfig, property_name
     from kgroups.log.config import PROPERTY_NAMES as LOG_PROPERTY_NAMES
 

@@ -57,3 +57,14 @@ def group_setting(supplied: Mapping[str, str], key: str) -> str:
     """A group config's value for every group: its broker setting if given, else the default."""
     setting = GROUP_SETTINGS[key]
     return supplied.get(setting.broker_synonym, setting.default)
+
+
+# What the broker's share partitions read (broker/share_partitions.py), every group's the same:
+# known settings (config.known_settings), not warned about as unused.
+SHARE_MAX_SESSIONS = "group.share.max.share.sessions"
+SHARE_MAX_SESSIONS_DEFAULT = "2000"
+SHARE_GROUP_CONFIGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
+                       "share.partition.max.record.locks", "share.isolation.level",
+                       "share.auto.offset.reset", "share.renew.acknowledge.enable")
+SHARE_PARTITION_SETTINGS = frozenset({
+    SHARE_MAX_SESSIONS, *(GROUP_SETTINGS[key].broker_synonym for key in SHARE_GROUP_CONFIGS)})

@@ -24,7 +24,7 @@ from dataclasses import replace
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks
 from kgroups.broker.events import log_event
-from kgroups.broker.group_configs import GROUP_SETTINGS, group_setting
+from kgroups.broker.group_configs import group_setting
 from kgroups.broker.share_persister import ShareStatePersister
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
@@ -35,16 +35,6 @@ from kgroups.share.sessions import ShareSession, ShareSessions
 from kgroups.share.settings import ShareSettings, start_from
 
 logger = logging.getLogger("kgroups.share")
-MAX_SESSIONS = "group.share.max.share.sessions"
-MAX_SESSIONS_DEFAULT = "2000"
-_GROUP_CONFIGS = ("share.record.lock.duration.ms", "share.delivery.count.limit",
-                  "share.partition.max.record.locks", "share.isolation.level",
-                  "share.auto.offset.reset", "share.renew.acknowledge.enable")
-# The broker settings read here (config.known_settings: no "kgroups does not use" warning).
-READ_SETTINGS = frozenset({MAX_SESSIONS, *(GROUP_SETTINGS[key].broker_synonym
-                                           for key in _GROUP_CONFIGS)})
-
-
 def share_settings(supplied: Mapping[str, str]) -> ShareSettings:
     """The share group configs every group runs by (kgroups keeps no per-group configs)."""
     return ShareSettings(
@@ -177,6 +167,13 @@ class SharePartitionManager:
         self.sessions.remove(group_id, member_id)
         keys = [key for key in self._partitions if key.group_id == group_id]
         self._background.spawn(f"share-release-{group_id}", self._release(keys, member_id))
+
+    def connection_closed(self, connection: object) -> None:
+        """A client connection closed: the share sessions it opened end, as Kafka 4.3.1 ends
+        them, and their members' records are released."""
+        for session in self.sessions.remove_opened_on(connection):
+            self._background.spawn(f"share-release-{session.group_id}",
+                                   self.close_session(session))
 
     async def _release(self, keys: Iterable[SharePartitionKey], member_id: str) -> None:
         changed = [key for key in keys

@@ -3,9 +3,10 @@ epoch each next request must carry.
 
 Epoch 0 opens a session (replacing the member's old one) with the request's partitions; each
 next request carries the epoch after the last, adds its partitions and drops its forgotten
-ones; -1 closes the session. A ShareAcknowledge cannot open one. Kafka 4.3.1 answers a missing
-session SHARE_SESSION_NOT_FOUND and a wrong epoch INVALID_SHARE_SESSION_EPOCH, as top-level
-errors, and does not check that the member belongs to the group.
+ones; -1 closes the session, and so does the close of the connection that opened it. A
+ShareAcknowledge cannot open one. Kafka 4.3.1 answers a missing session
+SHARE_SESSION_NOT_FOUND and a wrong epoch INVALID_SHARE_SESSION_EPOCH, as top-level errors,
+and does not check that the member belongs to the group.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ShareSession:
     member_id: str
     next_epoch: int = 1
     partitions: dict[TopicPartitionId, None] = field(default_factory=dict)  # ordered set
+    connection: object = None  # the client connection that opened it: its close ends it
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +51,14 @@ class ShareSessions:
         return self._sessions.get((group_id, member_id))
 
     def fetch(self, group_id: str, member_id: str, epoch: int,
-              added: Iterable[TopicPartitionId],
-              forgotten: Iterable[TopicPartitionId]) -> SessionStep:
+              added: Iterable[TopicPartitionId], forgotten: Iterable[TopicPartitionId],
+              connection: object = None) -> SessionStep:
         key = (group_id, member_id)
         if epoch == INITIAL_EPOCH:
             if key not in self._sessions and len(self._sessions) >= self.max_sessions:
                 return SessionStep(ErrorCode.SHARE_SESSION_LIMIT_REACHED)
-            session = ShareSession(group_id, member_id, partitions=dict.fromkeys(added))
+            session = ShareSession(group_id, member_id, partitions=dict.fromkeys(added),
+                                   connection=connection)
             self._sessions[key] = session
             return SessionStep(session=session, full=True)
         step = self._next(key, epoch)
@@ -84,3 +87,8 @@ class ShareSessions:
 
     def remove(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.pop((group_id, member_id), None)
+
+    def remove_opened_on(self, connection: object) -> list[ShareSession]:
+        """The sessions a closed client connection had opened, removed."""
+        gone = [key for key, s in self._sessions.items() if s.connection is connection]
+        return [self._sessions.pop(key) for key in gone]

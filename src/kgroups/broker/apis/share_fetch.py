@@ -7,7 +7,8 @@ everything in flight), the log is read as Fetch reads it (apis/fetch.read_partit
 response carries the whole log batches holding the acquired records with the acquired ranges
 and their delivery counts. With nothing acquired it waits, up to max_wait, for an append or a
 release anywhere. A session just opened answers every partition; later ones only those with
-records, errors or acknowledgement results, as Kafka 4.3.1 answers.
+records, errors or acknowledgement results, as Kafka 4.3.1 answers. A session ends with the
+client connection that opened it (the broker's connections tell `connection_closed`).
 
 ShareAcknowledge steps the session (epoch 0 is refused: only a ShareFetch opens one) and
 answers each partition's acknowledgement result. Epoch -1 on either closes the session after
@@ -232,7 +233,7 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     forgotten = [(t.topic_id.bytes, int(p))
                  for t in request.forgotten_topics_data for p in t.partitions]
     step = manager.sessions.fetch(request.group_id, request.member_id, epoch, requested,
-                                  forgotten)
+                                  forgotten, ctx.session)
     if step.session is None:
         return _error_response(ctx, step.error)
     names = _topic_names(ctx)

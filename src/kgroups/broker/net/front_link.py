@@ -179,6 +179,7 @@ class RelayedConnection:
         for task in self._in_flight:
             task.cancel()
         self._in_flight.clear()
+        self._broker.share_partitions.connection_closed(self.session)  # its share sessions end
         self._end()
 
 

@@ -195,7 +195,10 @@ class BrokerServer:
         try:
             session = open_session(self._security, listener, self._bound[listener.name][1],
                                    writer)
-            await LocalConnection(self._broker, reader, writer, session).serve()
+            try:
+                await LocalConnection(self._broker, reader, writer, session).serve()
+            finally:  # the share sessions it opened end with it
+                self._broker.share_partitions.connection_closed(session)
         except asyncio.CancelledError:
             # The broker is stopping. Ending normally matters: asyncio's stream callback asks a
             # cancelled connection task for its exception and logs a spurious traceback.
