@@ -32,8 +32,8 @@ from share_members import (
     JavaShareMember,
     ShareClient,
 )
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kafka_harness import KafkaBroker, kgroups_overrides
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]

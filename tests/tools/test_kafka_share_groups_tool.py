@@ -62,13 +62,19 @@ def _messages(stderr: str) -> list[str]:
             and not line.startswith("java.") and not line.startswith("org.apache.")]
 
 
-def _run(sides: list[Side], *args: str, sort_rows: bool = False,
-         member_ids: bool = False) -> list[list[str]]:
+def _run(sides: list[Side], *args: str, sort_rows: bool = False, member_ids: bool = False,
+         only: str | None = None) -> list[list[str]]:
     """The command on both; the same exit status, stdout (table rows sorted where Kafka's order
-    comes from a hash map) and messages; returns Kafka's normalised stdout."""
+    comes from a hash map; of a listing of every group only the header and the groups named
+    `only...`, as the session brokers hold other tests' groups) and messages; returns Kafka's
+    normalised stdout."""
     results = on_both(sides, SHARE_GROUPS, list(args))
     printed = {side.name: _normalised(results[side.name], side, sort_rows, member_ids)
                for side in sides}
+    if only is not None:
+        printed = {name: (code, [line for line in lines
+                                 if line[0] == "GROUP" or line[0].startswith(only)], notes)
+                   for name, (code, lines, notes) in printed.items()}
     assert printed["kgroups"] == printed["kafka"], _both(results)
     return printed["kafka"][1]
 
@@ -127,11 +133,6 @@ def _accept_everything(member: JavaShareMember) -> None:
     assert sorted(d.value for d in log.deliveries) == sorted(f"record-{i}" for i in range(RECORDS))
 
 
-def _mine(printed: list[list[str]], names: Names) -> list[list[str]]:
-    """A listing's header and this module's rows (the session brokers hold others' groups)."""
-    return [line for line in printed if line[0] == "GROUP" or line[0].startswith(names.group)]
-
-
 def test_a_group_with_a_member(sides: list[Side], names: Names,
                                members: dict[str, JavaShareMember]) -> None:
     del members  # joined and consumed: what follows describes that
@@ -146,11 +147,11 @@ def test_a_group_with_a_member(sides: list[Side], names: Names,
     _run(sides, "--describe", "--group", group, "--members", "--verbose", member_ids=True)
     assert _run(sides, "--describe", "--group", group, "--state")[1][-2:] == ["Stable", "1"]
     _run(sides, "--describe", "--group", group, "--state", "--verbose")
-    _run(sides, "--describe", "--all-groups", "--state")
-    assert _mine(_run(sides, "--list"), names) == [[group]]
-    assert _mine(_run(sides, "--list", "--state"), names) == [["GROUP", "STATE"],
-                                                              [group, "Stable"]]
-    assert _mine(_run(sides, "--list", "--state", "Empty"), names) == [["GROUP", "STATE"]]
+    _run(sides, "--describe", "--all-groups", "--state", only=group)
+    assert _run(sides, "--list", only=group) == [[group]]
+    assert _run(sides, "--list", "--state", only=group) == [["GROUP", "STATE"],
+                                                            [group, "Stable"]]
+    assert _run(sides, "--list", "--state", "Empty", only=group) == [["GROUP", "STATE"]]
     # What a member forbids.
     _run(sides, "--reset-offsets", "--group", group, "--to-earliest", "--all-topics", "--dry-run")
     _run(sides, "--delete-offsets", "--group", group, "--topic", names.topic)
@@ -177,7 +178,7 @@ def test_an_empty_group(sides: list[Side], names: Names,
          "no-such-topic", sort_rows=True)
     _run(sides, "--describe", "--group", group)
     _run(sides, "--delete", "--group", group)
-    assert _mine(_run(sides, "--list"), names) == []
+    assert _run(sides, "--list", only=group) == []
     _run(sides, "--describe", "--group", names.missing)
     _run(sides, "--delete", "--group", names.missing)
 
