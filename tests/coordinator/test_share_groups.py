@@ -250,3 +250,16 @@ def test_the_keys_written_are_the_share_group_types() -> None:
         ShareGroupMemberMetadataKey, ShareGroupMetadataKey, ShareGroupTargetAssignmentMemberKey,
         ShareGroupTargetAssignmentMetadataKey, ShareGroupCurrentMemberAssignmentKey,
         ShareGroupStatePartitionMetadataKey}
+
+
+def test_initializing_partitions_of_an_earlier_coordinator_are_asked_for_again() -> None:
+    """The initialization a coordinator asked for may never have finished before it went away:
+    the one that loads the group asks for it again at the next heartbeat, once."""
+    h = session()
+    joined = hb(h, "a", 0, ("t1",))
+    assert joined.initialize == ((T1, "t1", (0, 1, 2)),)
+    assert hb(h, "a", 2).initialize == ()  # still in flight: not asked twice
+    h.coordinator = h.replayed()
+    h.coordinator.set_topics({"t1": TopicInfo(T1, 3)}, h.now)
+    assert hb(h, "a", 2).initialize == ((T1, "t1", (0, 1, 2)),)
+    assert hb(h, "a", 2).initialize == ()

@@ -1,8 +1,9 @@
 """The share-group offsets admin APIs in the core, as Kafka 4.3.1 answers them (seen on its
 wire and in its log): alter and delete need an empty share group, an alter of an unknown group
 makes it, altered partitions are initializing until the broker reports them initialized,
-deleted topics are deleting until their state is gone, unknown topics and partitions come first
-with UNKNOWN_TOPIC_OR_PARTITION, and describe lists what the group has state for."""
+deleted topics are deleting until their state is gone, unknown topics and partitions answer
+UNKNOWN_TOPIC_OR_PARTITION (first in an alter's answer, last in a delete's), and describe lists
+what the group has state for."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def test_delete_marks_the_topic_deleting_until_its_state_is_gone() -> None:
     hb(h, "a", -1)
     answer = delete(h, "g", "t1", "nope")
     assert [(t.topic_name, t.partitions[0][1]) for t in answer.topics] == [
-        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("t1", ErrorCode.NONE)]
+        ("t1", ErrorCode.NONE), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
     assert answer.delete == ((T1, "t1", (0, 1, 2)),)
     share = h.coordinator._groups["g"].share
     assert share is not None and (share.initialized, share.deleting) == ({}, {T1: "t1"})

@@ -9,12 +9,19 @@ checked on each broker. Member ids are the client's own (v1), the same on both b
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
 
 import pytest
 from diff_dialog import Connection, Dialog
+from kio.schema.alter_share_group_offsets.v0 import request as A
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.delete_share_group_offsets.v0 import request as X
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_share_group_offsets.v1 import request as D
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from tests.broker.broker_wire_helpers import metadata_request
 
 from kgroups.broker.wire import build, request_type
@@ -78,13 +85,15 @@ class ShareMember:
             time.sleep(0.2)
         raise AssertionError(f"{self.d.broker}: {self.name} was never assigned partitions")
 
-    def describe(self, *groups: str) -> None:
+    def describe(self, *groups: str, all_held: bool = False) -> None:
+        """`all_held`: every partition of the topic must be held by some member (once every
+        member has heartbeated since the last target)."""
         response = self.conn.call(build(request_type(77, 1), group_ids=groups or (self.group,),
                                         include_authorized_operations=False), record=False)
         for g in response.groups:
             held = {(t.topic_name, p) for m in g.members for t in m.assignment.topic_partitions
                     for p in t.partitions}
-            if g.assignment_epoch >= 3 and g.members:  # past the first target with partitions
+            if all_held:
                 assert held == {(TOPIC, p) for p in range(3)}, (self.d.broker, held)
         self.d.record(f"describe[{self.name}]", [{
             "group_id": g.group_id, "error": int(g.error_code), "message": g.error_message,
@@ -140,7 +149,7 @@ def test_partitions_assigned_once_initialized_then_shared(converse) -> None:
         b = ShareMember(d, "b")
         b.send(0)
         a.send()
-        a.describe()
+        a.describe(all_held=True)
 
     converse(script)
 
@@ -156,6 +165,81 @@ def test_more_members_than_partitions(converse) -> None:
         time.sleep(ASSIGNMENT_INTERVAL_S)
         for member in members:
             member.send()
-        members[0].describe()
+        members[0].describe(all_held=True)
+
+    converse(script)
+
+
+def _offsets_call(d: Dialog, conn: Connection, label: str, request: Any) -> None:
+    """An offsets admin call recorded without topic ids (they differ between the brokers)."""
+    response = conn.call(request, record=False)
+    d.record(label, _without_ids(dataclasses.asdict(response)))
+
+
+def _without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_ids(v) for k, v in value.items() if k != "topic_id"}
+    if isinstance(value, list | tuple):
+        return [_without_ids(v) for v in value]
+    return value
+
+
+def describe_offsets(group: str, topics: list[tuple[str, list[int]]] | None = None) -> Any:
+    return D.DescribeShareGroupOffsetsRequest(groups=(D.DescribeShareGroupOffsetsRequestGroup(
+        group_id=group, topics=None if topics is None else tuple(
+            D.DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(ps))
+            for t, ps in topics)),))
+
+
+def alter_offsets(group: str, topics: list[tuple[str, list[tuple[int, int]]]]) -> Any:
+    return A.AlterShareGroupOffsetsRequest(group_id=group, topics=tuple(
+        A.AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=tuple(
+            A.AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=o)
+            for p, o in ps)) for t, ps in topics))
+
+
+def delete_offsets(group: str, topics: list[str]) -> Any:
+    return X.DeleteShareGroupOffsetsRequest(group_id=group, topics=tuple(
+        X.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics))
+
+
+def test_offsets_admin_apis(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        admin = d.connect("admin")
+        a.send(0)
+        a.until_assigned()
+        _offsets_call(d, admin, "describe", describe_offsets(d.group))
+        _offsets_call(d, admin, "describe-some", describe_offsets(d.group, [(TOPIC, [0, 1])]))
+        _offsets_call(d, admin, "alter-busy", alter_offsets(d.group, [(TOPIC, [(0, 0)])]))
+        _offsets_call(d, admin, "delete-busy", delete_offsets(d.group, [TOPIC]))
+        _offsets_call(d, admin, "alter-no-id", alter_offsets("", [(TOPIC, [(0, 0)])]))
+        _offsets_call(d, admin, "delete-no-id", delete_offsets("", [TOPIC]))
+        a.send(-1)
+        _offsets_call(d, admin, "alter", alter_offsets(
+            d.group, [(TOPIC, [(0, 0), (1, 0), (7, 0)]), ("diff-nope", [(0, 0)])]))
+        _offsets_call(d, admin, "described", describe_offsets(d.group))
+        _offsets_call(d, admin, "delete", delete_offsets(d.group, [TOPIC, "diff-nope"]))
+        _offsets_call(d, admin, "gone", describe_offsets(d.group))
+        _offsets_call(d, admin, "unknown-group", describe_offsets(f"{d.group}-none"))
+
+    converse(script)
+
+
+def test_list_describe_and_delete_groups(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        admin = d.connect("admin")
+        a.send(0)
+        a.until_assigned()
+        listed = admin.call(ListGroupsRequest(states_filter=(), types_filter=()), record=False)
+        d.record("listed", [dataclasses.asdict(g) for g in listed.groups
+                            if g.group_id == d.group])
+        admin.call(DescribeGroupsRequest(groups=(d.group,), include_authorized_operations=False))
+        admin.call(DeleteGroupsRequest(groups_names=(d.group,)))
+        a.send(-1)
+        admin.call(DeleteGroupsRequest(groups_names=(d.group,)))
+        a.describe()
+        _offsets_call(d, admin, "state-gone", describe_offsets(d.group))
 
     converse(script)

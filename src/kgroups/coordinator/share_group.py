@@ -71,6 +71,9 @@ class ShareGroup:
     # Partitions became initialized since the group epoch last moved: the next heartbeat moves
     # it so that the target takes them in (memory only, as Kafka's).
     initialized_since_epoch: bool = field(default=False, compare=False)
+    # The initializing partitions this coordinator asked the broker to initialize (memory
+    # only): those recorded initializing by an earlier incarnation are asked for again.
+    requested: set[tuple[uuid.UUID, int]] = field(default_factory=set, compare=False)
     metadata_checked: int = field(default=-1, compare=False)
     stored: dict[ShareGroupKey, ShareGroupValue] = field(
         default_factory=dict, compare=False, repr=False)

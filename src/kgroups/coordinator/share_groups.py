@@ -225,23 +225,31 @@ class ShareGroups:
     def _record_initializing(self, group: ClassicGroup, share: ShareGroup,
                              journal: Journal) -> ShareTopics:
         """Subscribed partitions neither initialized nor initializing (nor being deleted) are
-        recorded initializing; they are what the broker is to initialize."""
+        recorded initializing; they, and those recorded initializing before this coordinator
+        loaded the group (whose initialization may never have finished), are what the broker
+        is to initialize."""
         wanted: SharePartitions = {}
+        again: SharePartitions = {}
         for name in sorted(share.subscribed_topics()):
             info = self._ctx.topics.get(name)
             if info is None or info.topic_id in share.deleting:
                 continue
-            known = (share.initialized.get(info.topic_id, ("", frozenset()))[1]
-                     | share.initializing.get(info.topic_id, ("", frozenset()))[1])
+            initializing = share.initializing.get(info.topic_id, ("", frozenset()))[1]
+            known = share.initialized.get(info.topic_id, ("", frozenset()))[1] | initializing
             missing = frozenset(range(info.partitions)) - known
             if missing:
                 wanted[info.topic_id] = (name, missing)
-        if not wanted:
-            return ()
-        self._ctx.record(group, journal, ShareGroupStatePartitionMetadataKey(group.group_id),
-                         share.state_metadata_value(merged(share.initializing, wanted),
-                                                    share.initialized, share.deleting))
-        return tuple((t, name, tuple(sorted(ps))) for t, (name, ps) in wanted.items())
+            stale = frozenset(p for p in initializing
+                              if (info.topic_id, p) not in share.requested)
+            if stale:
+                again[info.topic_id] = (name, stale)
+        if wanted:
+            self._ctx.record(group, journal, ShareGroupStatePartitionMetadataKey(group.group_id),
+                             share.state_metadata_value(merged(share.initializing, wanted),
+                                                        share.initialized, share.deleting))
+        asked = merged(again, wanted)
+        share.requested.update((t, p) for t, (_, ps) in asked.items() for p in ps)
+        return tuple((t, name, tuple(sorted(ps))) for t, (name, ps) in asked.items())
 
     # -- initialization results ---------------------------------------------------------------
 

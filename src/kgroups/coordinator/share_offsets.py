@@ -6,8 +6,8 @@ group is not empty."), an alter of a group that does not exist makes it (with th
 altered partitions are recorded initializing until the broker has initialized them in the share
 coordinator at their new start offsets, deleted topics are recorded deleting until the broker
 has deleted their state. Topics or partitions that do not exist are answered
-UNKNOWN_TOPIC_OR_PARTITION, listed first. The broker does the reading and writing of share
-state (`broker/apis/share_offsets.py`).
+UNKNOWN_TOPIC_OR_PARTITION (listed first by an alter, last by a delete). The broker does the
+reading and writing of share state (`broker/apis/share_offsets.py`).
 """
 
 from __future__ import annotations
@@ -146,8 +146,9 @@ class ShareOffsets:
                                  without(share.initializing, gone),
                                  without(share.initialized, gone),
                                  {**share.deleting, **{t: n for t, (n, _) in gone.items()}}))
-        response = DeleteShareOffsetsResponse(ErrorCode.NONE, None, _errors_first(results),
-                                              delete)
+        # Unlike an alter's, a delete's answer lists the topics that exist first.
+        known_first = tuple(sorted(results, key=lambda r: r.topic_id is None))
+        response = DeleteShareOffsetsResponse(ErrorCode.NONE, None, known_first, delete)
         self._answer(req.request_id, group, journal, response, DeleteShareOffsetsResponse)
 
     def state_deleted(self, req: ShareStateDeletedRequest) -> None:

@@ -395,6 +395,7 @@ class DeleteGroupsHandler:
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
         group_ids = tuple(request.groups_names)
+        await share_offsets.delete_group_state(ctx.broker, group_ids)
         answer: messages.DeleteGroupsResponse = await _ask(
             ctx, lambda request_id: messages.DeleteGroupsRequest(request_id, group_ids)
         )

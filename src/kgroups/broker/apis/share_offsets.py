@@ -134,19 +134,8 @@ class DeleteShareGroupOffsetsHandler:
     api_key, min_version, max_version = ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0
 
     async def __call__(self, ctx: RequestContext, request: Any) -> Any:
-        group_id = request.group_id
-        names = tuple(t.topic_name for t in request.topics)
-        answer: DeleteShareOffsetsResponse = await ctx.broker.coordinator.call(
-            lambda request_id: DeleteShareOffsetsRequest(request_id, group_id, names))
-        if answer.delete:
-            persister = getattr(ctx.broker, "share_state", None)
-            if persister is not None:
-                for topic_id, _, partitions in answer.delete:
-                    for partition in partitions:
-                        await persister.delete(
-                            SharePartitionKey(group_id, topic_id.bytes, partition))
-            await ctx.broker.coordinator.call(lambda request_id: ShareStateDeletedRequest(
-                request_id, group_id, tuple(t for t, _, _ in answer.delete)))
+        answer = await delete_state(ctx.broker, request.group_id,
+                                    tuple(t.topic_name for t in request.topics))
         response = response_type(ApiKey.DELETE_SHARE_GROUP_OFFSETS, ctx.api_version)
         topic_cls = sibling(response, "DeleteShareGroupOffsetsResponseTopic")
         return build(response, throttle_time=NO_THROTTLE, error_code=kio_error(answer.error),
@@ -155,6 +144,35 @@ class DeleteShareGroupOffsetsHandler:
                                error_code=kio_error(t.partitions[0][1]),
                                error_message=t.partitions[0][2])
                          for t in answer.topics))
+
+
+async def delete_state(broker: Any, group_id: str,
+                       names: tuple[str, ...]) -> DeleteShareOffsetsResponse:
+    """Delete the share state of the group's share-partitions of these topics (the
+    coordinator checks and records, the share coordinator forgets, the coordinator records
+    it done)."""
+    answer: DeleteShareOffsetsResponse = await broker.coordinator.call(
+        lambda request_id: DeleteShareOffsetsRequest(request_id, group_id, names))
+    if answer.delete:
+        persister = getattr(broker, "share_state", None)
+        if persister is not None:
+            for topic_id, _, partitions in answer.delete:
+                for partition in partitions:
+                    await persister.delete(SharePartitionKey(group_id, topic_id.bytes, partition))
+        await broker.coordinator.call(lambda request_id: ShareStateDeletedRequest(
+            request_id, group_id, tuple(t for t, _, _ in answer.delete)))
+    return answer
+
+
+async def delete_group_state(broker: Any, group_ids: tuple[str, ...]) -> None:
+    """Before DeleteGroups: an empty share group's share state is deleted, as Kafka deletes
+    it with the group (a group with members, or not a share group, has none deleted)."""
+    for group_id in group_ids:
+        held: DescribeShareOffsetsResponse = await broker.coordinator.call(
+            lambda request_id, g=group_id: DescribeShareOffsetsRequest(request_id, g, None))
+        names = tuple(t.topic_name for t in held.topics)
+        if names:
+            await delete_state(broker, group_id, names)
 
 
 def install(registry: HandlerRegistry) -> None:
