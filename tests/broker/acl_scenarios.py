@@ -436,6 +436,32 @@ def _write_txn_markers(client: KafkaWireClient, version: int) -> dict[str, Any]:
                        for m in written.markers for t in m.topics)}
 
 
+# A topic id neither broker has: the share coordinator answers UNKNOWN_TOPIC_OR_PARTITION to
+# whoever may call it (ClusterAction) and CLUSTER_AUTHORIZATION_FAILED to the others.
+NO_SUCH_TOPIC_ID = uuid.UUID("3c9e8f2a-7d41-4b6e-9a05-1f2e3d4c5b6a")
+SHARE_STATE_PARTITION_FIELDS = {
+    83: {"state_epoch": 0, "start_offset": 0}, 84: {"leader_epoch": 0},
+    85: {"state_epoch": 0, "leader_epoch": 0, "start_offset": 0, "delivery_complete_count": -1,
+         "state_batches": ()},
+    86: {}, 87: {"leader_epoch": 0}}
+SHARE_STATE_TOPIC_CLASSES = {83: "InitializeStateData", 84: "ReadStateData",
+                             85: "WriteStateData", 86: "DeleteStateData",
+                             87: "ReadStateSummaryData"}
+
+
+def _share_state(api_key: int) -> Probe:
+    """One of the share coordinator's APIs (83-87), which brokers call: ClusterAction."""
+
+    def probe(client: KafkaWireClient, version: int) -> dict[str, Any]:
+        answer = client.call(request_of(api_key, version, group_id="g-ok", topics=(nested_of(
+            api_key, version, SHARE_STATE_TOPIC_CLASSES[api_key], topic_id=NO_SUCH_TOPIC_ID,
+            partitions=(nested_of(api_key, version, "PartitionData", partition=0,
+                                  **SHARE_STATE_PARTITION_FIELDS[api_key]),)),)))
+        return {"": [int(p.error_code) for r in answer.results for p in r.partitions]}
+
+    return probe
+
+
 # In the order they are sent: commits before the fetches that read them, consumer groups
 # formed before they are described, deletion last.
 PROBES: dict[int, Probe] = {
@@ -445,7 +471,9 @@ PROBES: dict[int, Probe] = {
     68: _consumer_heartbeat,
     69: _consumer_group_describe, 15: _describe_groups, 32: _describe_configs,
     44: _incremental_alter_configs, 33: _alter_configs, 21: _delete_records,
-    29: _describe_acls, 61: _describe_producers, 27: _write_txn_markers, 42: _delete_groups,
+    29: _describe_acls, 61: _describe_producers, 27: _write_txn_markers,
+    **{api_key: _share_state(api_key) for api_key in SHARE_STATE_TOPIC_CLASSES},
+    42: _delete_groups,
 }
 
 

@@ -170,3 +170,34 @@ def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation)
         c.client = connect(c.broker.port)  # a fresh session each try
     assert answer["partitions"][0]["acquired"] == [(0, 1, 2)]
     assert c.fetch("m1", 2)["error"] == ErrorCode.SHARE_SESSION_NOT_FOUND
+
+
+def test_min_bytes_waits_before_acquiring(conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(1)
+    began = time.monotonic()
+    answer = c.fetch("m1", 1, wait_ms=1500, min_bytes=1 << 20)
+    assert time.monotonic() - began >= 1.4  # MinBytes never came: MaxWait, then acquired
+    assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
+
+
+def test_a_share_partition_whose_state_was_deleted_is_loaded_again(
+        conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    key = SharePartitionKey(c.group, c.topic_id.bytes, 0)
+
+    async def delete() -> ErrorCode:
+        return await c.broker.broker.share_state.delete(key)
+
+    assert c.broker.call(delete) == ErrorCode.NONE  # as DeleteShareGroupOffsets does
+    refused = c.ack("m1", 2, {0: [(0, 1, [1])]})["partitions"][0]
+    assert refused["error"] != ErrorCode.NONE  # the share coordinator no longer has it
+    c.produce(1)
+    # Loaded again from nothing: it starts at the log's end, as a new share partition does.
+    assert c.fetch("m1", 3, wait_ms=200)["partitions"] == []
+    c.produce(1)
+    assert c.fetch("m1", 4, wait_ms=2000)["partitions"][0]["acquired"] == [(3, 3, 1)]

@@ -36,15 +36,20 @@ from kgroups.share.persisted import (
 from kgroups.share_coordinator.placement import coordinator_key, state_partition
 from kgroups.tools.wire_client import KafkaWireClient, WireError
 
-INITIALIZE, READ, WRITE, DESCRIBE_CONFIGS = 83, 84, 85, 32
+INITIALIZE, READ, WRITE, DESCRIBE_CONFIGS, FIND_COORDINATOR = 83, 84, 85, 32, 10
 TOPIC = "jobs"
 
 
 def _topic_id(client: KafkaWireClient) -> uuid.UUID:
+    """The topic's id, after looking the share coordinator up, which creates
+    __share_group_state (before that its APIs answer NOT_COORDINATOR, as Kafka's do)."""
     created = create_topic(client, TOPIC, 2)
     assert int(created.error_code) == 0  # type: ignore[attr-defined]
     answer = client.call(metadata_request(TOPIC, auto_create=False))
     topic_id: uuid.UUID = answer.topics[0].topic_id
+    found = client.call(request_of(FIND_COORDINATOR, 6, key_type=2, coordinator_keys=(
+        coordinator_key("any", topic_id, 0),))).coordinators[0]
+    assert int(found.error_code) == ErrorCode.NONE
     return topic_id
 
 
@@ -197,6 +202,10 @@ def test_records_no_longer_needed_are_pruned_and_the_state_stays(
 
 def test_the_topic_is_created_as_kafka_creates_it(kgroups_server: ServerProcess) -> None:
     with connect(kgroups_server.port) as client:
+        create_topic(client, "before", 1)
+        before = client.call(metadata_request("before", auto_create=False)).topics[0].topic_id
+        # No lookup yet: no __share_group_state, and its APIs say this is not the coordinator.
+        assert _initialize(client, "configs", before, 0, 0) == ErrorCode.NOT_COORDINATOR
         topic_id = _topic_id(client)
         assert _initialize(client, "configs", topic_id, 0, 0) == ErrorCode.NONE
         answer = client.call(metadata_request(SHARE_STATE_TOPIC, auto_create=False))

@@ -100,9 +100,10 @@ class Share:
             self.client.call(produce_request(self.topic, 0, build_batch(
                 [(b"k", b"v", 1_700_000_000_000)] * size)))
 
-    def fetch(self, label: str, member: str, epoch: int, **fields: Any) -> dict[str, Any]:
-        answer = brief(self.client.call(share_fetch(self.group, member, epoch, self.topic_id,
-                                                    **fields)))
+    def fetch(self, label: str, member: str, epoch: int, topic_id: uuid.UUID | None = None,
+              **fields: Any) -> dict[str, Any]:
+        answer = brief(self.client.call(share_fetch(self.group, member, epoch,
+                                                    topic_id or self.topic_id, **fields)))
         self.transcript.append((label, answer))
         return answer
 
@@ -114,9 +115,10 @@ class Share:
                                                     wait_ms=500)))
         self.transcript.append(("open", {"error": answer["error"], "lock_ms": answer["lock_ms"]}))
 
-    def ack(self, label: str, member: str, epoch: int, acks: Any, **fields: Any) -> None:
+    def ack(self, label: str, member: str, epoch: int, acks: Any,
+            topic_id: uuid.UUID | None = None, **fields: Any) -> None:
         self.transcript.append((label, brief(self.client.call(share_acknowledge(
-            self.group, member, epoch, self.topic_id, acks, **fields)))))
+            self.group, member, epoch, topic_id or self.topic_id, acks, **fields)))))
 
 
 def member_id() -> str:
@@ -200,7 +202,37 @@ def connection_close(s: Share) -> None:
     s.fetch("the session ended with its connection", a, 2)
 
 
+def release_and_reject_at_the_limit(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.open(a)
+    s.produce(3)
+    s.fetch("acquire", a, 1)
+    s.ack("release all", a, 2, {0: [(0, 2, [2])]})
+    s.fetch("redelivered", b, 0, wait_ms=100)
+    s.ack("release at the limit, reject, accept", b, 1, {0: [(0, 2, [2, 3, 1])]})
+    s.produce(1)
+    s.fetch("only the new record", b, 2, wait_ms=100)
+
+
+NOWHERE = uuid.UUID("00000000-0000-4000-8000-00000000beef")
+
+
+def unknown_topics_and_partitions(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.open(a)
+    s.ack("acknowledge an unknown topic", a, 1, {0: [(0, 0, [1])]}, topic_id=NOWHERE)
+    s.fetch("fetch an unknown topic", a, 2, topic_id=NOWHERE, wait_ms=100)
+    s.fetch("the epoch was counted", a, 2, wait_ms=100)
+    s.fetch("the session keeps failing", a, 3, wait_ms=100)
+    s.fetch("a new session", b, 0, wait_ms=100)
+    s.fetch("a partition the topic lacks", b, 1, partitions=(5,), wait_ms=100)
+
+
 CONVERSATIONS: dict[str, Callable[[Share], None]] = {
+    "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
+    "unknown_topics_and_partitions": unknown_topics_and_partitions,
     "connection_close": connection_close,
     "acquisition_and_acknowledgements": acquisition_and_acknowledgements,
     "lock_expiry_and_delivery_limit": lock_expiry_and_delivery_limit,

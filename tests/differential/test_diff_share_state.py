@@ -47,22 +47,27 @@ class ShareState:
 
     def __init__(self, d: Dialog, c: Connection, topic_id: uuid.UUID) -> None:
         self.d, self.c, self.topic_id = d, c, topic_id
-        self.names = {topic_id: TOPIC, uuid.UUID(int=0): "zero"}
+        self.names = {topic_id: TOPIC, uuid.UUID(int=0): "zero", NO_SUCH_TOPIC: "no such",
+                      uuid.UUID(int=7 << 64 | 3): "7|3", uuid.UUID(int=1 << 100): "1<<100"}
 
     def _topic(self, topic: uuid.UUID | None) -> uuid.UUID:
         return self.topic_id if topic is None else topic
 
     def _call(self, label: str, api: int, v: int, group: str, topic_class: str,
-              topics: list[tuple[uuid.UUID, list[dict[str, Any]]]]) -> None:
+              topics: list[tuple[uuid.UUID, list[dict[str, Any]]]], *,
+              topic_order: bool = False) -> None:
+        """The results by topic name, or as ordered (`topic_order`: only for topic ids that
+        are the same on both brokers, since results come in an order set by their hash)."""
         request = request_of(api, v, group_id=group, topics=tuple(
             nested_of(api, v, topic_class, topic_id=topic_id, partitions=tuple(
                 nested_of(api, v, "PartitionData", **fields) for fields in partitions))
             for topic_id, partitions in topics))
         answer = self.c.call(request, record=False)
-        self.d.record(label, [
-            {"topic": self.names.get(result.topic_id or uuid.UUID(int=0), "other"),
-             "partitions": [_fields(p) for p in result.partitions]}
-            for result in answer.results])
+        results = [{"topic": self.names.get(result.topic_id or uuid.UUID(int=0), "other"),
+                    "partitions": [_fields(p) for p in result.partitions]}
+                   for result in answer.results]
+        self.d.record(label, results if topic_order else sorted(
+            results, key=lambda result: str(result["topic"])))
 
     def initialize(self, label: str, partition: int, state_epoch: int, start_offset: int, *,
                    group: str | None = None, topic: uuid.UUID | None = None) -> None:
@@ -242,6 +247,19 @@ def test_requests_of_many_partitions_and_empty_requests(converse: Any) -> None:
                                   {"partition": 1, "leader_epoch": 0}]),
                     (NO_SUCH_TOPIC, [{"partition": 0, "leader_epoch": 0}]),
                     (s.topic_id, [{"partition": 0, "leader_epoch": 0}])])
+        s._call("unknown topics in the order of their ids' hashes", SUMMARY, 1, d.group,
+                "ReadStateSummaryData", [
+                    (topic, [{"partition": 0, "leader_epoch": 0}])
+                    for topic in (NO_SUCH_TOPIC, uuid.UUID(int=7 << 64 | 3), uuid.UUID(int=0),
+                                  uuid.UUID(int=1 << 100))], topic_order=True)
+        s._call("one bucket of topic ids, a topic named twice", SUMMARY, 1, d.group,
+                "ReadStateSummaryData", [
+                    (uuid.UUID(int=0), [{"partition": 16, "leader_epoch": 0}]),
+                    (NO_SUCH_TOPIC, [{"partition": 0, "leader_epoch": 0}]),
+                    (uuid.UUID(int=1 << 100), [{"partition": 1, "leader_epoch": 0}]),
+                    (uuid.UUID(int=0), [{"partition": 0, "leader_epoch": 0},
+                                        {"partition": 32, "leader_epoch": 0}])],
+                topic_order=True)
         s._call("no topics", READ, 0, d.group, "ReadStateData", [])
         s._call("a topic without partitions", READ, 0, d.group, "ReadStateData",
                 [(s.topic_id, [{"partition": 0, "leader_epoch": 0}]), (s.topic_id, [])])

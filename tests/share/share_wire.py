@@ -28,7 +28,7 @@ def _ack_batches(api_key: int,
 
 def share_fetch(group: str, member: str, epoch: int, topic_id: uuid.UUID, *,
                 partitions: Sequence[int] = (0,), acks: Acks | None = None, wait_ms: int = 0,
-                max_records: int = 500, batch_size: int = 500, mode: int = 0,
+                max_records: int = 500, batch_size: int = 500, mode: int = 0, min_bytes: int = 1,
                 renew: bool = False, forget: Sequence[int] = ()) -> Any:
     acks = acks or {}
     wanted = list(dict.fromkeys([*partitions, *acks]))
@@ -40,7 +40,8 @@ def share_fetch(group: str, member: str, epoch: int, topic_id: uuid.UUID, *,
                  ) if forget else ()
     return build(request_type(78, VERSION), group_id=group, member_id=member,
                  share_session_epoch=epoch, max_wait=datetime.timedelta(milliseconds=wait_ms),
-                 min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=batch_size,
+                 min_bytes=min_bytes, max_bytes=1 << 20, max_records=max_records,
+                 batch_size=batch_size,
                  share_acquire_mode=mode, is_renew_ack=renew, topics=topics,
                  forgotten_topics_data=forgotten)
 

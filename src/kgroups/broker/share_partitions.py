@@ -35,6 +35,11 @@ from kgroups.share.sessions import ShareSession, ShareSessions
 from kgroups.share.settings import ShareSettings, start_from
 
 logger = logging.getLogger("kgroups.share")
+# Write answers meaning the share coordinator's state is no longer the one loaded here.
+STALE = frozenset({ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH,
+                   ErrorCode.INVALID_REQUEST})
+
+
 def share_settings(supplied: Mapping[str, str]) -> ShareSettings:
     """The share group configs every group runs by (kgroups keeps no per-group configs)."""
     return ShareSettings(
@@ -149,6 +154,11 @@ class SharePartitionManager:
         if error != ErrorCode.NONE:
             log_event(logger, logging.WARNING, "share_state_write_failed", group=key.group_id,
                       partition=key.partition, error=error.name)
+        if error in STALE and self._partitions.get(key) is share_partition:
+            # Its state was reset (AlterShareGroupOffsets: a new state epoch) or deleted
+            # (DeleteShareGroupOffsets, DeleteGroups): what is held here is stale and the next
+            # fetch loads it again, as Kafka drops a fenced share partition.
+            del self._partitions[key]
         return error
 
     def acquired(self) -> None:

@@ -168,9 +168,14 @@ class ShareStateRuntime:
                   partitions=self.settings.num_partitions, records=records,
                   share_partitions=len(self.shard.states))
 
-    def refusal(self) -> ErrorCode | None:
-        """Why no request is served now (None: they are)."""
+    def refusal(self, create_topic: bool) -> ErrorCode | None:
+        """Why no request is served now (None: they are). Kafka creates `__share_group_state`
+        when the share coordinator is first looked for (FindCoordinator, which its persister
+        always sends first): before that a request on the wire answers NOT_COORDINATOR, as
+        Kafka's does; FindCoordinator and the in-process persister (`create_topic`) create it."""
         if self._cluster_mode:
+            return ErrorCode.NOT_COORDINATOR
+        if not create_topic and self._topics.partition_count(SHARE_STATE_TOPIC) is None:
             return ErrorCode.NOT_COORDINATOR
         try:
             self.ensure_topic()
@@ -188,10 +193,10 @@ class ShareStateRuntime:
     # -- requests ----------------------------------------------------------------------------
 
     async def _serve(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                     decide: Callable[[], Answer]) -> Answer:
+                     decide: Callable[[], Answer], create_topic: bool) -> Answer:
         """Decide on the current state, append the record (if any) durably, then apply it;
         one request at a time per `__share_group_state` partition."""
-        refused = self.refusal()
+        refused = self.refusal(create_topic)
         if refused is not None:
             return Answer(refused)
         state_partition_index = self.shard.partition_of((group_id, topic_id, partition))
@@ -264,38 +269,41 @@ class ShareStateRuntime:
                     await self._append_and_apply(partition, record)
 
     def initialize_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                         state_epoch: int, start_offset: int) -> Awaitable[Answer]:
+                         state_epoch: int, start_offset: int, *, create_topic: bool = False
+                         ) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.initialize(
             group_id, topic_id, partition, state_epoch, start_offset, self.topic_partitions,
-            wall_clock_ms()))
+            wall_clock_ms()), create_topic)
 
     def read_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                   leader_epoch: int) -> Awaitable[Answer]:
+                   leader_epoch: int, *, create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.read(
             group_id, topic_id, partition, leader_epoch, self.topic_partitions,
-            wall_clock_ms()))
+            wall_clock_ms()), create_topic)
 
     def write_state(self, group_id: str, topic_id: uuid.UUID, partition: int,
-                    request: WriteRequest) -> Awaitable[Answer]:
+                    request: WriteRequest, *, create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.write(
-            group_id, topic_id, partition, request, self.topic_partitions, wall_clock_ms()))
+            group_id, topic_id, partition, request, self.topic_partitions, wall_clock_ms()),
+            create_topic)
 
-    def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int
-                           ) -> Awaitable[Answer]:
+    def read_state_summary(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                           create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.read_summary(
-            group_id, topic_id, partition, self.topic_partitions))
+            group_id, topic_id, partition, self.topic_partitions), create_topic)
 
-    def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int
-                     ) -> Awaitable[Answer]:
+    def delete_state(self, group_id: str, topic_id: uuid.UUID, partition: int, *,
+                     create_topic: bool = False) -> Awaitable[Answer]:
         return self._serve(group_id, topic_id, partition, lambda: self.shard.delete(
-            group_id, topic_id, partition, self.topic_partitions))
+            group_id, topic_id, partition, self.topic_partitions), create_topic)
 
     # -- ShareStatePersister -----------------------------------------------------------------
 
     async def initialize(self, key: SharePartitionKey, state_epoch: int,
                          start_offset: int) -> ErrorCode:
         answer = await self.initialize_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                             key.partition, state_epoch, start_offset)
+                                             key.partition, state_epoch, start_offset,
+                                             create_topic=True)
         return answer.error
 
     async def read(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
@@ -305,7 +313,7 @@ class ShareStateRuntime:
         if (key.group_id, topic_id, key.partition) not in self.shard.states:
             return ReadStateResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return _result(await self.read_state(key.group_id, topic_id, key.partition,
-                                             leader_epoch), with_batches=True)
+                                             leader_epoch, create_topic=True), with_batches=True)
 
     async def write(self, key: SharePartitionKey, state: PersistedShareState) -> ErrorCode:
         request = WriteRequest(state.state_epoch, state.leader_epoch, state.start_offset,
@@ -314,17 +322,17 @@ class ShareStateRuntime:
                                      for b in state.batches),
                                state.delivery_complete_count)
         answer = await self.write_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                        key.partition, request)
+                                        key.partition, request, create_topic=True)
         return answer.error
 
     async def read_summary(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
         answer = await self.read_state_summary(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                               key.partition)
+                                               key.partition, create_topic=True)
         return _result(answer, with_batches=False)
 
     async def delete(self, key: SharePartitionKey) -> ErrorCode:
         answer = await self.delete_state(key.group_id, uuid.UUID(bytes=key.topic_id),
-                                         key.partition)
+                                         key.partition, create_topic=True)
         return answer.error
 
 

@@ -316,7 +316,7 @@ def _share_coordinator_failure(broker: HandlerServices, key: str
         parse_coordinator_key(key)
     except ValueError:
         return ErrorCode.INVALID_REQUEST, ""
-    refused = broker.share_state.refusal()
+    refused = broker.share_state.refusal(create_topic=True)
     if refused is not None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, ""
     return ErrorCode.NONE, None

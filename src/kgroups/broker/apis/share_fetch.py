@@ -5,9 +5,10 @@ acknowledgements it carries, then acquires records for the member from every par
 session: each share partition says where to read (its first available record, else past
 everything in flight), the log is read as Fetch reads it (apis/fetch.read_partition), and the
 response carries the whole log batches holding the acquired records with the acquired ranges
-and their delivery counts. With nothing acquired it waits, up to max_wait, for an append or a
-release anywhere. A session just opened answers every partition; later ones only those with
-records, errors or acknowledgement results, as Kafka 4.3.1 answers. A session ends with the
+and their delivery counts. Until MinBytes can be read from where the partitions would acquire,
+and while nothing is acquired, it waits (up to MaxWait) for an append or a release anywhere.
+A session just opened answers every partition; later ones only those with records, errors or
+acknowledgement results, as Kafka 4.3.1 answers. A session ends with the
 client connection that opened it (the broker's connections tell `connection_closed`).
 
 ShareAcknowledge steps the session (epoch 0 is refused: only a ShareFetch opens one) and
@@ -129,9 +130,7 @@ def _slice(records: bytes, acquired: Sequence[AcquiredRange]) -> bytes:
 async def _acquire(ctx: RequestContext, request: Any, tp: TopicPartitionId, names: Names,
                    budget: dict[str, int]) -> _Answer:
     manager: SharePartitionManager = ctx.broker.share_partitions
-    name = names.get(uuid.UUID(bytes=tp[0]))
-    if name is None:
-        return _Answer(ErrorCode.UNKNOWN_TOPIC_ID)
+    name = names[uuid.UUID(bytes=tp[0])]
     share_partition = await manager.partition(SharePartitionKey(request.group_id, *tp), name)
     if isinstance(share_partition, ErrorCode):
         return _Answer(share_partition)
@@ -163,20 +162,46 @@ def _read_and_acquire(ctx: RequestContext, request: Any, topic: str, index: int,
     return _Answer(records=records, acquired=acquired)
 
 
+async def _readable_bytes(ctx: RequestContext, request: Any,
+                          partitions: list[TopicPartitionId], names: Names) -> int:
+    """How many bytes the partitions hold from where each would acquire next (MinBytes is
+    measured on these before anything is acquired); an error counts as enough, to be answered."""
+    manager: SharePartitionManager = ctx.broker.share_partitions
+    limit = min(int(request.max_bytes), ctx.broker.config.fetch_max_bytes)
+    total = 0
+    for topic_id, index in partitions:
+        name = names[uuid.UUID(bytes=topic_id)]
+        share_partition = await manager.partition(
+            SharePartitionKey(request.group_id, topic_id, index), name)
+        if isinstance(share_partition, ErrorCode):
+            return limit
+        if share_partition.can_acquire():
+            read = read_partition(ctx, name, index, share_partition.next_fetch_offset(), limit,
+                                  limit - total, min_one=total == 0,
+                                  committed=share_partition.settings.read_committed)
+            if read.error != ErrorCode.NONE:
+                return limit
+            total += len(read.records)
+    return total
+
+
 async def _fetch_all(ctx: RequestContext, request: Any, partitions: list[TopicPartitionId],
                      names: Names) -> dict[TopicPartitionId, _Answer]:
-    """Acquire from every partition; with nothing acquired and no error, wait for an append or
-    a release (up to max_wait) and try again."""
+    """Acquire from every partition once MinBytes can be read (or MaxWait has passed); with
+    nothing acquired and no error, wait again for an append or a release, up to MaxWait."""
     manager: SharePartitionManager = ctx.broker.share_partitions
     deadline = time.monotonic() + request.max_wait.total_seconds()
+    min_bytes = max(1, int(request.min_bytes))
     while True:
-        budget = {"records": max(1, int(request.max_records)),
-                  "bytes": min(int(request.max_bytes), ctx.broker.config.fetch_max_bytes)}
-        answers = {tp: await _acquire(ctx, request, tp, names, budget) for tp in partitions}
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or any(a.acquired or a.error != ErrorCode.NONE
-                                 for a in answers.values()):
-            return answers
+        if remaining <= 0 or await _readable_bytes(ctx, request, partitions, names) >= min_bytes:
+            budget = {"records": max(1, int(request.max_records)),
+                      "bytes": min(int(request.max_bytes), ctx.broker.config.fetch_max_bytes)}
+            answers = {tp: await _acquire(ctx, request, tp, names, budget) for tp in partitions}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or any(a.acquired or a.error != ErrorCode.NONE
+                                     for a in answers.values()):
+                return answers
         waits = [asyncio.ensure_future(ctx.broker.appends.wait(remaining)),
                  asyncio.ensure_future(manager.released.wait(remaining))]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -244,6 +269,10 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
         order = list(acks)
     else:
         partitions = list(step.session.partitions)
+        if any(uuid.UUID(bytes=topic_id) not in names for topic_id, _ in partitions):
+            # Kafka 4.3.1 fails the whole fetch of a session holding an unknown topic id
+            # (every later one too, until a new session), its epoch still counted.
+            return _error_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
         answers = await _fetch_all(ctx, request, partitions, names)
         for tp, outcome in acks.items():
             answers.setdefault(tp, _Answer()).ack = outcome

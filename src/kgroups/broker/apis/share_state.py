@@ -22,6 +22,7 @@ from kgroups.broker.apis.contract import HandlerRegistry, RequestContext, handle
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.wire import build, kio_error, response_type, sibling
+from kgroups.errors import ErrorCode
 from kgroups.records.share_state import StateBatch
 from kgroups.share_coordinator.shard import Answer, WriteRequest
 
@@ -35,6 +36,14 @@ RESULT_CLASSES = {
     ApiKey.WRITE_SHARE_GROUP_STATE: "WriteStateResult",
     ApiKey.DELETE_SHARE_GROUP_STATE: "DeleteStateResult",
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: "ReadStateSummaryResult",
+}
+# Kafka's words for what could not be done, in its NOT_COORDINATOR text.
+REFUSED_VERBS = {
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: "initialize share group state",
+    ApiKey.READ_SHARE_GROUP_STATE: "read share group state",
+    ApiKey.WRITE_SHARE_GROUP_STATE: "write share group state",
+    ApiKey.DELETE_SHARE_GROUP_STATE: "delete share group state",
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: "read share group state summary",
 }
 # What a refused partition carries beside its error, per API (Kafka's zeros).
 REFUSED_FIELDS: dict[ApiKey, dict[str, Any]] = {
@@ -52,22 +61,27 @@ def _malformed(request: Any) -> bool:
 
 async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
                   result: PartitionResult) -> Any:
-    """Each partition answered in request order, the response laid out as Kafka's service
-    gathers it: a result per topic id in the iteration order of a java.util.HashMap keyed by
-    topic id, its partitions in that of a HashMap keyed by partition (a topic named twice is
-    one result; a partition named twice, its last answer)."""
+    """Each partition answered in request order, the response laid out as Kafka 4.3.1 lays
+    it out (seen on the wire, tests/differential/test_diff_share_state.py): a result per topic
+    id (a topic named twice is one result) in the bucket order of a java.util.HashMap keyed by
+    topic id, the topics of one bucket in the reverse of their first appearance; its
+    partitions in the iteration order of a HashMap keyed by partition (one bucket: request
+    order; a partition named twice, its last answer)."""
     response_cls = response_type(ctx.api_key, ctx.api_version)
     if _malformed(request):
         return build(response_cls, results=())
     topic_cls = sibling(response_cls, RESULT_CLASSES[ctx.api_key])
     partition_cls = sibling(response_cls, "PartitionResult")
-    refused = ctx.broker.share_state.refusal()
+    refused = ctx.broker.share_state.refusal(create_topic=False)
+    refused_text = (f"Unable to {REFUSED_VERBS[ctx.api_key]}: This is not the correct "
+                    "coordinator." if refused is ErrorCode.NOT_COORDINATOR
+                    else NOT_AVAILABLE_TEXT)
     answered: dict[uuid.UUID, dict[int, Any]] = {}
     for topic in request.topics:
         topic_id = topic.topic_id if topic.topic_id is not None else ZERO_UUID
         partitions = answered.setdefault(topic_id, {})
         for data in topic.partitions:
-            outcome = (Answer(refused, NOT_AVAILABLE_TEXT) if refused is not None
+            outcome = (Answer(refused, refused_text) if refused is not None
                        else await answer(topic_id, data))
             partitions[int(data.partition)] = build(
                 partition_cls, partition=data.partition, error_code=kio_error(outcome.error),
@@ -76,7 +90,7 @@ async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
         build(topic_cls, topic_id=topic_id, partitions=tuple(
             answered[topic_id][partition] for partition in hash_set_order(
                 list(answered[topic_id]), _integer_hash)))
-        for topic_id in hash_set_order(list(answered), uuid_hash)))
+        for topic_id in hash_set_order(list(answered)[::-1], uuid_hash)))
 
 
 def _integer_hash(value: int) -> int:
