@@ -6,6 +6,7 @@ that make acquisition locks and delivery count limits observable within seconds.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,12 @@ class ShareClient(Protocol):
 
     def close(self) -> None: ...
 
+    def freeze(self) -> None:
+        """Stop all activity, as a hung consumer does: no poll, no fetch, no acknowledgement."""
+        ...
+
+    def thaw(self) -> None: ...
+
 
 class JavaShareMember:
     """A Java KafkaShareConsumer member (explicit acknowledgement)."""
@@ -89,6 +96,14 @@ class JavaShareMember:
 
     def kill(self) -> None:
         self.consumer.kill()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the Java client fetches ahead in its background thread between polls, so
+        merely not polling would leave it acquiring (and hiding) records."""
+        self.consumer.driver.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.consumer.driver.process.send_signal(signal.SIGCONT)
 
 
 class LibrdkafkaShareMember:
@@ -125,6 +140,13 @@ class LibrdkafkaShareMember:
 
     def close(self) -> None:
         self.consumer.close()
+
+    def freeze(self) -> None:
+        """Nothing to stop: librdkafka's share consumer runs in this process and fetches for
+        poll() only, so a member not polled is a member that stopped."""
+
+    def thaw(self) -> None:
+        """See freeze()."""
 
 
 MEMBER_KINDS: dict[str, Callable[[str, str, str, str, Path], ShareClient]] = {
