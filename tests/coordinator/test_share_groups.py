@@ -263,3 +263,11 @@ def test_initializing_partitions_of_an_earlier_coordinator_are_asked_for_again()
     h.coordinator.set_topics({"t1": TopicInfo(T1, 3)}, h.now)
     assert hb(h, "a", 2).initialize == ((T1, "t1", (0, 1, 2)),)
     assert hb(h, "a", 2).initialize == ()
+
+
+def test_metrics_summary_names_share_groups() -> None:
+    h = session()
+    _stable_pair(h)
+    (summary,) = [s for s in h.coordinator.group_summaries() if s.group_id == "g"]
+    assert (summary.group_type, summary.state, summary.member_count) == ("share", "Stable", 2)
+    assert summary.assigned == (("t1", 0), ("t1", 1), ("t1", 2))

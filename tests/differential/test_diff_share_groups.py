@@ -10,6 +10,7 @@ checked on each broker. Member ids are the client's own (v1), the same on both b
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import time
 import uuid
 from typing import Any
@@ -241,5 +242,25 @@ def test_list_describe_and_delete_groups(converse) -> None:
         admin.call(DeleteGroupsRequest(groups_names=(d.group,)))
         a.describe()
         _offsets_call(d, admin, "state-gone", describe_offsets(d.group))
+
+    converse(script)
+
+
+def test_rejoin_subscription_change_and_other_group_types(converse) -> None:
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        a.send(0)
+        a.send(0)  # the same member joining again
+        a.send(topics=[TOPIC, "diff-u"])  # a subscription change moves the group epoch
+        a.send(topics=["diff-u", TOPIC])  # the same topics in another order do not
+        a.describe()
+        consumer = d.connect("consumer")
+        consumer.call(build(request_type(68, 1), group_id=f"{d.group}-c", member_id="c1",
+                            member_epoch=0, instance_id=None, rack_id=None,
+                            rebalance_timeout=datetime.timedelta(seconds=30),
+                            subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
+                            server_assignor=None, topic_partitions=()), record=False)
+        ShareMember(d, "s", group=f"{d.group}-c").send(0)  # a consumer group's id
+        a.describe(f"{d.group}-c")
 
     converse(script)

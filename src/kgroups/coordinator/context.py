@@ -202,6 +202,17 @@ class ShardContext:
         self._emit_write(_PendingWrite(offsets_partition, journal.records, None, on_success,
                                        on_failure, journal, still_pending))
 
+    def reply_when_written(self, offsets_partition: int, journal: Journal,
+                           request_id: RequestId, response: AnyResponse,
+                           failed: Callable[[ErrorCode], AnyResponse]) -> None:
+        """Answer `response` once the journal's records are durable (at once when it has none),
+        or `failed(error)` if they cannot be written."""
+        if not journal:
+            self.reply(request_id, response)
+            return
+        self.write(offsets_partition, journal, lambda: self.reply(request_id, response),
+                   lambda error: self.reply(request_id, failed(error)))
+
     def write_tolerated(self, offsets_partition: int, records: list[OffsetsRecord]) -> None:
         """Apply `records` now and write them; a failure reverts nothing, as Kafka tolerates
         the loss (the previous record stays authoritative in the log): the GroupMetadata of a

@@ -9,7 +9,7 @@ reads back into an equal group (Stable when it has members, else Empty).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from kgroups.coordinator.consumer_group import ConsumerGroup, apply_consumer_record
@@ -384,6 +384,24 @@ def copy_member(member: Member) -> Member:
     return replace(member)
 
 
+def _replay_in_order(
+    groups: dict[str, ClassicGroup],
+    values: Mapping[ConsumerGroupKey, ConsumerGroupValue | None]
+    | Mapping[ShareGroupKey, ShareGroupValue | None],
+    record_types: tuple[int, ...], offsets_partition: int,
+) -> None:
+    """Apply the surviving records of these keys, kind by kind in `record_types` order, each
+    to its group (made Empty for it if the log had no other record of it)."""
+    for record_type in record_types:
+        for key, value in values.items():
+            if key.version != record_type or value is None:
+                continue
+            if key.group not in groups:
+                groups[key.group] = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY,
+                                                 -1)
+            apply_record(groups[key.group], OffsetsRecord(key, value), 0)
+
+
 def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, ClassicGroup]:
     """Groups as a coordinator that had just written `image` would hold them: each surviving
     record applied through `apply_record`/`apply_offset` to a group built for it."""
@@ -398,25 +416,10 @@ def rebuild_groups(image: PartitionImage, offsets_partition: int) -> dict[str, C
     # Consumer-group records in the order Kafka writes them for a group: epoch, subscriptions,
     # resolved regexes, target assignment, current assignments (each later kind refers to
     # members of earlier).
-    for record_type in (3, 5, 16, 6, 7, 8):
-        for key, consumer_value in image.consumer_values.items():
-            if key.version != record_type or consumer_value is None:
-                continue
-            if key.group not in groups:
-                groups[key.group] = ClassicGroup(key.group, offsets_partition, GroupState.EMPTY,
-                                                 -1)
-            group = groups[key.group]
-            apply_record(group, OffsetsRecord(key, consumer_value), 0)
+    _replay_in_order(groups, image.consumer_values, (3, 5, 16, 6, 7, 8), offsets_partition)
     # Share-group records likewise: epoch, subscriptions, share-partitions, target assignment,
     # current assignments.
-    for record_type in (11, 10, 15, 12, 13, 14):
-        for share_key, share_value in image.share_values.items():
-            if share_key.version != record_type or share_value is None:
-                continue
-            if share_key.group not in groups:
-                groups[share_key.group] = ClassicGroup(share_key.group, offsets_partition,
-                                                       GroupState.EMPTY, -1)
-            apply_record(groups[share_key.group], OffsetsRecord(share_key, share_value), 0)
+    _replay_in_order(groups, image.share_values, (11, 10, 15, 12, 13, 14), offsets_partition)
     for group in groups.values():
         if group.share is not None:  # what was initialized before the load is in the epoch
             group.share.initialized_since_epoch = False

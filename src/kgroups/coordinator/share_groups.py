@@ -83,14 +83,8 @@ class ShareGroups:
                 response = self._member_heartbeat(req, journal)
         except ShareHeartbeatError as exc:
             response = ShareGroupHeartbeatResponse(exc.error, exc.message)
-        if not journal:
-            self._ctx.reply(req.request_id, response)
-            return
-        self._ctx.write(
-            self._ctx.partition_of(req.group_id), journal,
-            lambda: self._ctx.reply(req.request_id, response),
-            lambda error: self._ctx.reply(req.request_id, ShareGroupHeartbeatResponse(error)),
-        )
+        self._ctx.reply_when_written(self._ctx.partition_of(req.group_id), journal,
+                                     req.request_id, response, ShareGroupHeartbeatResponse)
 
     def _validate(self, req: ShareGroupHeartbeatRequest) -> None:
         """Kafka's request checks, in Kafka's order and with its messages (an empty member id
@@ -190,7 +184,10 @@ class ShareGroups:
         return ShareGroupHeartbeatResponse(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             ctx.config.group_share_heartbeat_interval_ms,
-            to_list(member.assigned) if joining or member.assigned != assigned_before else None,
+            # As Kafka 4.3.1 answers: the assignment goes to a member joining, to one whose
+            # assignment changed, and to one that named its subscription (seen on the wire).
+            to_list(member.assigned) if joining or req.subscribed_topic_names is not None
+            or member.assigned != assigned_before else None,
             initialize, share.group_epoch)
 
     def _target_due(self, share: ShareGroup) -> bool:
@@ -271,11 +268,9 @@ class ShareGroups:
         self._ctx.record(group, journal, ShareGroupStatePartitionMetadataKey(group.group_id),
                          share.state_metadata_value(without(share.initializing, done),
                                                     initialized, share.deleting))
-        self._ctx.write(group.offsets_partition, journal,
-                        lambda: self._ctx.reply(req.request_id,
-                                                ShareGroupInitializedResponse(ErrorCode.NONE)),
-                        lambda error: self._ctx.reply(req.request_id,
-                                                      ShareGroupInitializedResponse(error)))
+        self._ctx.reply_when_written(group.offsets_partition, journal, req.request_id,
+                                     ShareGroupInitializedResponse(ErrorCode.NONE),
+                                     ShareGroupInitializedResponse)
 
     # -- leaving and fencing ------------------------------------------------------------------
 

@@ -12,13 +12,9 @@ reading and writing of share state (`broker/apis/share_offsets.py`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from kgroups.coordinator.consumer_messages import AnyResponse
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.journal import Journal
-from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.share_group import ShareGroup, SharePartitions, merged, without
 from kgroups.coordinator.share_messages import (
     AlterShareOffsetsRequest,
@@ -117,8 +113,8 @@ class ShareOffsets:
                                                         share.initialized, share.deleting))
         response = AlterShareOffsetsResponse(
             ErrorCode.NONE, None, _errors_first(results), initialize, share.group_epoch)
-        self._answer(req.request_id, group, journal, response,
-                     AlterShareOffsetsResponse)
+        self._ctx.reply_when_written(group.offsets_partition, journal, req.request_id,
+                                     response, AlterShareOffsetsResponse)
 
     def delete(self, req: DeleteShareOffsetsRequest) -> None:
         journal = Journal()
@@ -149,7 +145,8 @@ class ShareOffsets:
         # Unlike an alter's, a delete's answer lists the topics that exist first.
         known_first = tuple(sorted(results, key=lambda r: r.topic_id is None))
         response = DeleteShareOffsetsResponse(ErrorCode.NONE, None, known_first, delete)
-        self._answer(req.request_id, group, journal, response, DeleteShareOffsetsResponse)
+        self._ctx.reply_when_written(group.offsets_partition, journal, req.request_id,
+                                     response, DeleteShareOffsetsResponse)
 
     def state_deleted(self, req: ShareStateDeletedRequest) -> None:
         """The broker deleted the state of the topics: they are no longer being deleted."""
@@ -165,19 +162,9 @@ class ShareOffsets:
                              share.initializing, share.initialized,
                              {t: n for t, n in share.deleting.items()
                               if t not in req.topic_ids}))
-        self._answer(req.request_id, group, journal,
-                     ShareGroupInitializedResponse(ErrorCode.NONE),
-                     ShareGroupInitializedResponse)
-
-    def _answer(self, request_id: RequestId, group: ClassicGroup, journal: Journal,
-                response: AnyResponse, failed: Callable[[ErrorCode], AnyResponse]) -> None:
-        """The answer once the records are durable (at once when there are none)."""
-        if not journal:
-            self._ctx.reply(request_id, response)
-            return
-        self._ctx.write(group.offsets_partition, journal,
-                        lambda: self._ctx.reply(request_id, response),
-                        lambda error: self._ctx.reply(request_id, failed(error)))
+        self._ctx.reply_when_written(group.offsets_partition, journal, req.request_id,
+                                     ShareGroupInitializedResponse(ErrorCode.NONE),
+                                     ShareGroupInitializedResponse)
 
 
 def _message(error: ErrorCode) -> str | None:

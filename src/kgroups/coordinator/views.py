@@ -7,7 +7,7 @@ coordinators, one live and one rebuilt from the log, can be compared view for vi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -82,7 +82,7 @@ class GroupSummary:
     from the group's description."""
 
     group_id: str
-    group_type: str  # "classic" or "consumer"
+    group_type: str  # "classic", "consumer" or "share"
     state: str
     member_count: int
     last_rebalance: RebalanceNote | None
@@ -98,6 +98,11 @@ def summary_of(group: ClassicGroup,
         return GroupSummary(group.group_id, "consumer", group.consumer.state(),
                             len(group.consumer.members), group.last_rebalance, offsets,
                             _consumer_assigned(group.consumer, topic_name))
+    if group.share is not None:
+        return GroupSummary(group.group_id, "share", group.share.state(),
+                            len(group.share.members), group.last_rebalance, offsets,
+                            _named(((member.assigned,) for member in group.share.members.values()),
+                                   topic_name))
     assigned: set[tuple[str, int]] = set()
     if group.protocol_type == CONSUMER_PROTOCOL_TYPE:
         for member in group.members.values():
@@ -111,9 +116,16 @@ TopicPartitions = tuple[tuple[str, int], ...]
 
 def _consumer_assigned(consumer: ConsumerGroup,
                        topic_name: Callable[[uuid.UUID], str | None]) -> TopicPartitions:
+    return _named(((member.assigned, member.pending_revocation)
+                   for member in consumer.members.values()), topic_name)
+
+
+def _named(held_by_members: Iterable[Iterable[Mapping[uuid.UUID, Iterable[int]]]],
+           topic_name: Callable[[uuid.UUID], str | None]) -> TopicPartitions:
+    """The partitions the members hold (each member's assignments by topic id), by name."""
     held: set[tuple[str, int]] = set()
-    for member in consumer.members.values():
-        for assignment in (member.assigned, member.pending_revocation):
+    for assignments in held_by_members:
+        for assignment in assignments:
             for topic_id, partitions in assignment.items():
                 name = topic_name(topic_id)
                 if name is not None:  # a deleted topic has no partitions to lag on

@@ -172,9 +172,9 @@ async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, 
         else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
 
 
-@authz.rule(ApiKey.CONSUMER_GROUP_HEARTBEAT)
-async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
-                                              check: authz.Check) -> Any:
+def heartbeat_refusal(ctx: RequestContext, request: Any, check: authz.Check) -> Any | None:
+    """The answer to a consumer or share group heartbeat its principal may not send (READ on
+    the group, DESCRIBE on every topic it names), else None."""
     def error(code: ErrorCode, message: str) -> Any:
         return authz.response(ctx, error_code=kio_error(code), error_message=message,
                               member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
@@ -187,6 +187,15 @@ async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any,
     if unauthorized:
         return error(authz.TOPIC_DENIED,
                      f"Not authorized to access topics: [{', '.join(unauthorized)}]")
+    return None
+
+
+@authz.rule(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+async def _authorize_consumer_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
+                                              check: authz.Check) -> Any:
+    refusal = heartbeat_refusal(ctx, request, check)
+    if refusal is not None:
+        return refusal
     # A regex resolved on this heartbeat keeps only the topics its principal may Describe.
     def describable(names: Iterable[str]) -> frozenset[str]:
         return frozenset(name for name in names if check.topic(Operation.DESCRIBE, name))

@@ -22,6 +22,7 @@ import uuid
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
+from kgroups.broker.apis.consumer_groups import heartbeat_refusal
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
@@ -172,17 +173,7 @@ async def _authorize_share_group_describe(ctx: RequestContext, request: Any, inn
 @authz.rule(ApiKey.SHARE_GROUP_HEARTBEAT)
 async def _authorize_share_group_heartbeat(ctx: RequestContext, request: Any, inner: authz.Inner,
                                            check: authz.Check) -> Any:
-    """READ on the group, then DESCRIBE on every subscribed topic."""
-    def error(code: ErrorCode, message: str) -> Any:
-        return authz.response(ctx, error_code=kio_error(code), error_message=message,
-                              member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
-                              assignment=None)
-
-    if not check.group(Operation.READ, request.group_id):
-        return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])
-    unauthorized = sorted(name for name in request.subscribed_topic_names or ()
-                          if not check.topic(Operation.DESCRIBE, name))
-    if unauthorized:
-        return error(authz.TOPIC_DENIED,
-                     f"Not authorized to access topics: [{', '.join(unauthorized)}]")
-    return await inner(ctx, request)
+    """READ on the group, then DESCRIBE on every subscribed topic (the consumer protocol's
+    rule)."""
+    refusal = heartbeat_refusal(ctx, request, check)
+    return refusal if refusal is not None else await inner(ctx, request)

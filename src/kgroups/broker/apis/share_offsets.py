@@ -189,32 +189,29 @@ def _group_denied(ctx: RequestContext) -> Any:
                           error_message=authz.MESSAGES[authz.GROUP_DENIED], responses=())
 
 
+async def _group_then_topics(ctx: RequestContext, request: Any, inner: authz.Inner,
+                             check: authz.Check, on_group: Operation) -> Any:
+    """`on_group` on the group, then READ on every topic named."""
+    if not check.group(on_group, request.group_id):
+        return _group_denied(ctx)
+    if not all(check.topic(Operation.READ, t.topic_name) for t in request.topics):
+        return authz.response(ctx, error_code=kio_error(authz.TOPIC_DENIED),
+                              error_message=authz.MESSAGES[authz.TOPIC_DENIED], responses=())
+    return await inner(ctx, request)
+
+
 @authz.rule(ApiKey.ALTER_SHARE_GROUP_OFFSETS)
 async def _authorize_alter(ctx: RequestContext, request: Any, inner: authz.Inner,
                            check: authz.Check) -> Any:
     """READ on the group, then READ on every topic."""
-    if not check.group(Operation.READ, request.group_id):
-        return _group_denied(ctx)
-    denied = [t.topic_name for t in request.topics if not check.topic(Operation.READ,
-                                                                      t.topic_name)]
-    if denied:
-        return authz.response(ctx, error_code=kio_error(authz.TOPIC_DENIED),
-                              error_message=authz.MESSAGES[authz.TOPIC_DENIED], responses=())
-    return await inner(ctx, request)
+    return await _group_then_topics(ctx, request, inner, check, Operation.READ)
 
 
 @authz.rule(ApiKey.DELETE_SHARE_GROUP_OFFSETS)
 async def _authorize_delete(ctx: RequestContext, request: Any, inner: authz.Inner,
                             check: authz.Check) -> Any:
     """DELETE on the group, then READ on every topic."""
-    if not check.group(Operation.DELETE, request.group_id):
-        return _group_denied(ctx)
-    denied = [t.topic_name for t in request.topics if not check.topic(Operation.READ,
-                                                                      t.topic_name)]
-    if denied:
-        return authz.response(ctx, error_code=kio_error(authz.TOPIC_DENIED),
-                              error_message=authz.MESSAGES[authz.TOPIC_DENIED], responses=())
-    return await inner(ctx, request)
+    return await _group_then_topics(ctx, request, inner, check, Operation.DELETE)
 
 
 @authz.rule(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)

@@ -1,15 +1,8 @@
 package kgroups.harness;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.BufferedWriter;
 import java.io.IOException;
-import java.io.InputStreamReader;
-import java.io.OutputStreamWriter;
-import java.io.PrintWriter;
-import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -19,7 +12,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
-import java.util.TreeMap;
 import org.apache.kafka.common.Uuid;
 import org.apache.kafka.coordinator.group.api.assignor.ConsumerGroupPartitionAssignor;
 import org.apache.kafka.coordinator.group.api.assignor.GroupAssignment;
@@ -45,44 +37,16 @@ import org.apache.kafka.coordinator.group.modern.MemberSubscriptionAndAssignment
  * HOMOGENEOUS exactly when every member subscribes to the same topics.
  */
 public final class ServerAssignorOracle {
-    private static final ObjectMapper JSON = new ObjectMapper();
-
     private ServerAssignorOracle() { }
 
     public static void main(String[] args) throws IOException {
-        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        PrintWriter out = new PrintWriter(new BufferedWriter(
-            new OutputStreamWriter(System.out, StandardCharsets.UTF_8)));
-        String line;
-        while ((line = in.readLine()) != null) {
-            ObjectNode answer;
-            try {
-                answer = answer(JSON.readTree(line));
-            } catch (RuntimeException e) {
-                answer = JSON.createObjectNode().put("error", e.toString());
-            }
-            out.println(JSON.writeValueAsString(answer));
-        }
-        out.flush();
+        OracleIo.serve(ServerAssignorOracle::answer);
     }
 
     private static ObjectNode answer(JsonNode spec) {
         ConsumerGroupPartitionAssignor assignor =
             spec.get("assignor").asText().equals("range") ? new RangeAssignor() : new UniformAssignor();
-        Map<Uuid, Integer> counts = new HashMap<>();
-        spec.get("topics").fields().forEachRemaining(
-            e -> counts.put(Uuid.fromString(e.getKey()), e.getValue().asInt()));
-        SubscribedTopicDescriber describer = new SubscribedTopicDescriber() {
-            @Override
-            public int numPartitions(Uuid topicId) {
-                return counts.getOrDefault(topicId, -1);
-            }
-
-            @Override
-            public Set<String> racksForPartition(Uuid topicId, int partition) {
-                return Set.of();
-            }
-        };
+        SubscribedTopicDescriber describer = OracleIo.describer(spec.get("topics"));
 
         Map<String, MemberSubscriptionAndAssignmentImpl> members = new HashMap<>();
         Map<Uuid, Map<Integer, String>> owners = new HashMap<>();
@@ -110,19 +74,7 @@ public final class ServerAssignorOracle {
             homogeneous ? SubscriptionType.HOMOGENEOUS : SubscriptionType.HETEROGENEOUS, owners);
         GroupAssignment result = assignor.assign(groupSpec, describer);
 
-        Map<String, Map<String, List<Integer>>> listing = new TreeMap<>();
-        result.members().forEach((member, assignment) -> {
-            Map<String, List<Integer>> topics = new TreeMap<>();
-            assignment.partitions().forEach((topic, partitions) -> {
-                if (!partitions.isEmpty()) {
-                    topics.put(topic.toString(), partitions.stream().sorted().toList());
-                }
-            });
-            listing.put(member, topics);
-        });
-        ObjectNode answer = JSON.createObjectNode();
-        answer.set("assignment", JSON.valueToTree(listing));
-        return answer;
+        return OracleIo.listing(result);
     }
 
     private static Optional<String> optional(JsonNode member, String field) {
