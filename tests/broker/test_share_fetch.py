@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, metadata_request, produce_request
+from read_committed_helpers import txn_batch, write_marker
 from servers import InProcessBroker
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
@@ -201,3 +202,21 @@ def test_a_share_partition_whose_state_was_deleted_is_loaded_again(
     assert c.fetch("m1", 3, wait_ms=200)["partitions"] == []
     c.produce(1)
     assert c.fetch("m1", 4, wait_ms=2000)["partitions"][0]["acquired"] == [(3, 3, 1)]
+
+
+def test_read_committed_skips_aborted_records_and_markers(
+        make_inprocess_broker: Callable[..., InProcessBroker]) -> None:
+    c = Conversation(make_inprocess_broker(*SETTINGS, "share.isolation.level=read_committed"),
+                     "share-rc-" + uuid.uuid4().hex[:8])
+    aborted, committed = 7001, 7002
+    c.fetch("m1", 0)
+    c.client.call(produce_request(c.topic, 0, txn_batch(aborted, b"a1", b"a2")))  # 0-1
+    c.client.call(produce_request(c.topic, 0, txn_batch(committed, b"b3")))  # 2
+    assert write_marker(c.client, c.topic, aborted, commits=False) == 0  # 3
+    assert c.fetch("m1", 1, wait_ms=200)["partitions"] == []  # 2 is not stable yet
+    assert write_marker(c.client, c.topic, committed, commits=True) == 0  # 4
+    answer = c.fetch("m1", 2, wait_ms=2000)["partitions"][0]
+    assert answer["acquired"] == [(2, 2, 1)]
+    assert answer["batches"] == [(2, 2)]
+    assert c.ack("m1", 3, {0: [(2, 2, [1])]})["partitions"][0]["error"] == 0
+    assert c.state().start_offset == 5  # past the aborted records and both markers

@@ -1,6 +1,8 @@
-"""FindCoordinator for what kgroups does not serve yet, beside Kafka 4.3.1 in the same state:
-share groups (off by default in Kafka 4.3.1), and key types neither knows. The codes and texts
-are Kafka's. (Transactional lookups are served: tests/differential/test_diff_transactions.py.)"""
+"""FindCoordinator for keys neither broker serves, beside Kafka 4.3.1 in the same state: a
+share-partition key (type 2) that names no share-partition, and key types neither knows. The
+codes and texts are Kafka's. (Transactional lookups are served:
+tests/differential/test_diff_transactions.py; well-formed share-partition keys:
+tests/differential/test_diff_share_state.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker
 pytestmark = pytest.mark.kafka
 
 VERSIONS = (1, 3, 4, 6)
-KEY_TYPES = (2, 3, -1)  # share, two types Kafka does not know
+KEY_TYPES = (2, 3, -1)  # share (a key naming no share-partition), two types Kafka does not know
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,12 @@ LOCK_EXPIRED_S = 1.6  # past the 1 s lock, with room for Kafka's timer
 CLOSE_RELEASED_S = 0.3
 
 
-@pytest.fixture(scope="module")
-def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
-    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka-share"), SETTINGS)
+def _pair(tmp_path_factory: pytest.TempPathFactory,
+          settings: dict[str, str]) -> Iterator[dict[str, int]]:
+    kafka = KafkaBroker(tmp_path_factory.mktemp("kafka-share"), settings)
     workdir = tmp_path_factory.mktemp("kgroups-share")
     kgroups = ServerProcess(workdir / "data", workdir / "server.log",
-                            kgroups_overrides(SETTINGS))
+                            kgroups_overrides(settings))
     kafka.start()
     try:
         kgroups.start()
@@ -52,6 +52,18 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]
             kgroups.close()
     finally:
         kafka.stop()
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    yield from _pair(tmp_path_factory, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def few_locks_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """share.partition.max.record.locks at Kafka's least, 100."""
+    yield from _pair(tmp_path_factory, {**SETTINGS,
+                                        "group.share.partition.max.record.locks": "100"})
 
 
 class Share:
@@ -181,6 +193,8 @@ def session_errors(s: Share) -> None:
     s.ack("acknowledge without a session", member_id(), 1, {0: [(0, 0, [1])]})
     s.fetch("a member the group does not know", "unknown-member", 0, wait_ms=100)
     s.fetch("next epoch", a, 1, wait_ms=100)
+    s.fetch("renewals in a ShareFetch", a, 2, acks={0: [(0, 0, [4])]}, renew=True)
+    s.fetch("renewals declared, none sent", a, 2, renew=True)
     s.fetch("forget the partition", a, 2, partitions=(), forget=(0,), wait_ms=100)
     s.produce(1)
     s.fetch("forgotten: nothing fetched", a, 3, partitions=(), wait_ms=100)
@@ -230,7 +244,21 @@ def unknown_topics_and_partitions(s: Share) -> None:
     s.fetch("a partition the topic lacks", b, 1, partitions=(5,), wait_ms=100)
 
 
+def forgetting_keeps_acquired_records(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.open(a)
+    s.fetch("other member opens", b, 0, wait_ms=100)
+    s.produce(3)
+    s.fetch("acquire", a, 1)
+    s.fetch("forget the partition", a, 2, partitions=(), forget=(0,))
+    time.sleep(CLOSE_RELEASED_S)
+    s.fetch("nothing released", b, 1)
+    s.ack("the forgotten partition's records are still acknowledged", a, 3, {0: [(0, 0, [1])]})
+
+
 CONVERSATIONS: dict[str, Callable[[Share], None]] = {
+    "forgetting_keeps_acquired_records": forgetting_keeps_acquired_records,
     "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
     "unknown_topics_and_partitions": unknown_topics_and_partitions,
     "connection_close": connection_close,
@@ -240,13 +268,34 @@ CONVERSATIONS: dict[str, Callable[[Share], None]] = {
 }
 
 
+def in_flight_limit(s: Share) -> None:
+    a = member_id()
+    s.join(a)
+    s.open(a)
+    s.produce(60, 30, 20, 40)
+    s.fetch("acquire up to the limit, the last log batch whole", a, 1, max_records=1000)
+    s.fetch("at the limit", a, 2, max_records=1000, wait_ms=100)
+    s.ack("acknowledge ten in the middle of the window", a, 3, {0: [(10, 19, [1])]})
+    s.fetch("the start did not move: still at the limit", a, 4, max_records=1000, wait_ms=100)
+    s.ack("acknowledge the first ten", a, 5, {0: [(0, 9, [1])]})
+    s.fetch("room again", a, 6, max_records=1000, wait_ms=100)
+
+
 @pytest.mark.parametrize("name", list(CONVERSATIONS))
 def test_share_fetch_conversation(brokers: dict[str, int], name: str) -> None:
+    _compare(brokers, name, CONVERSATIONS[name])
+
+
+def test_in_flight_limit(few_locks_brokers: dict[str, int]) -> None:
+    _compare(few_locks_brokers, "in_flight_limit", in_flight_limit)
+
+
+def _compare(brokers: dict[str, int], name: str, conversation: Callable[[Share], None]) -> None:
     topic = f"share-{name[:20]}-{uuid.uuid4().hex[:6]}"
     transcripts = {}
     for side, port in brokers.items():
         share = Share(port, topic)
-        CONVERSATIONS[name](share)
+        conversation(share)
         transcripts[side] = share.transcript
     for (label, kafka), (_, kgroups) in zip(transcripts["kafka"], transcripts["kgroups"],
                                             strict=True):

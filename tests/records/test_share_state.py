@@ -7,7 +7,6 @@ places (`share.coordinator.snapshot.update.records.per.snapshot` set low on both
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,9 +22,10 @@ from tests.broker.broker_wire_helpers import (
     request_of,
 )
 from tests.broker.servers import ServerProcess
+from tests.records.segment_dump import dump_segment
 
-from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides, run_kafka_tool
-from kgroups.log.batch import build_batch, iter_batches
+from kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
+from kgroups.log.batch import iter_batches
 from kgroups.records.share_state import (
     ShareSnapshotValue,
     ShareStateKey,
@@ -84,22 +84,11 @@ def test_damaged_bytes_say_where() -> None:
     assert decode_share_state_value(key, None) is None
 
 
-_DUMP = re.compile(r"^\| offset: (\d+) .*? key: (.*) payload: (.*)$")
-
-
 @pytest.mark.kafka
 def test_kafka_decodes_what_kgroups_encodes(tmp_path: Path) -> None:
-    directory = tmp_path / "__share_group_state-0"
-    directory.mkdir()
-    segment = directory / "00000000000000000000.log"
-    segment.write_bytes(build_batch([
-        (encode_share_state_key(key), None if value is None else encode_share_state_value(value),
-         1_700_000_000_000) for key, value in RECORDS]))
-    result = run_kafka_tool("org.apache.kafka.tools.DumpLogSegments", [
-        "--share-group-state-decoder", "--print-data-log", "--files", str(segment)])
-    assert result.returncode == 0, result.stderr[-3000:]
-    dumped = [_DUMP.match(line).groups()  # type: ignore[union-attr]
-              for line in result.stdout.splitlines() if line.startswith("| offset:")]
+    dumped = dump_segment(tmp_path, "__share_group_state", "--share-group-state-decoder", [
+        (encode_share_state_key(key), None if value is None else encode_share_state_value(value))
+        for key, value in RECORDS])
     assert [_key_of(json.loads(key)) for _, key, _ in dumped] == [key for key, _ in RECORDS]
     assert dumped[-1][2] == "<DELETE>"
     assert [_value_of(json.loads(payload)) for _, _, payload in dumped[:-1]] == [

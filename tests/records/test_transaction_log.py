@@ -4,7 +4,6 @@ DumpLogSegments --transaction-log-decoder (the tagged fields of version 1 includ
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from pathlib import Path
@@ -13,10 +12,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.records.segment_dump import dump_segment
 
-from kafka_harness import run_kafka_tool
 from kgroups.coordinator.placement import partition_for
-from kgroups.log.batch import build_batch, iter_batches
+from kgroups.log.batch import iter_batches
 from kgroups.records.transaction_log import (
     TransactionLogKey,
     TransactionLogValue,
@@ -72,23 +71,12 @@ def test_damaged_bytes_say_where() -> None:
         decode_transaction_log_key(b"\x00\x01\x00\x01x")
 
 
-_DUMP = re.compile(r"^\| offset: (\d+) .*? key: (.*) payload: (.*)$")
-
-
 @pytest.mark.kafka
 def test_kafka_decodes_what_kgroups_encodes(tmp_path: Path) -> None:
-    directory = tmp_path / "__transaction_state-0"
-    directory.mkdir()
-    segment = directory / "00000000000000000000.log"
-    segment.write_bytes(build_batch([
+    dumped = dump_segment(tmp_path, "__transaction_state", "--transaction-log-decoder", [
         (encode_transaction_log_key(key),
-         None if value is None else encode_transaction_log_value(value), 1_700_000_000_000)
-        for key, value in RECORDS]))
-    result = run_kafka_tool("org.apache.kafka.tools.DumpLogSegments", [
-        "--transaction-log-decoder", "--print-data-log", "--files", str(segment)])
-    assert result.returncode == 0, result.stderr[-3000:]
-    dumped = [_DUMP.match(line).groups()  # type: ignore[union-attr]
-              for line in result.stdout.splitlines() if line.startswith("| offset:")]
+         None if value is None else encode_transaction_log_value(value))
+        for key, value in RECORDS])
     assert [json.loads(key)["data"]["transactionalId"] for _, key, _ in dumped] == [
         key.transactional_id for key, _ in RECORDS]
     assert dumped[-1][2] == "<DELETE>"

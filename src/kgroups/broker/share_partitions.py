@@ -101,8 +101,12 @@ class SharePartitionManager:
                 if error != ErrorCode.NONE:
                     return error
                 state = PersistedShareState(0, 0, start)
-            else:
+            else:  # initialized without a start (the group coordinator's way): chosen now,
+                # and kept, so a reload does not choose again past records produced since
                 state = replace(state, start_offset=start, batches=())
+                error = await self.persister.write(key, state)
+                if error != ErrorCode.NONE:
+                    return error
         share_partition = SharePartition(state, self.settings)
         log = self.topics.log(topic, key.partition)
         if log is not None:

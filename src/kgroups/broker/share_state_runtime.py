@@ -310,6 +310,9 @@ class ShareStateRuntime:
         """The state; a share-partition never initialized answers UNKNOWN_TOPIC_OR_PARTITION
         (the persister seam's word for it; on the wire Kafka's INVALID_REQUEST)."""
         topic_id = uuid.UUID(bytes=key.topic_id)
+        refused = self.refusal(create_topic=True)
+        if refused is not None:
+            return ReadStateResult(refused)
         if (key.group_id, topic_id, key.partition) not in self.shard.states:
             return ReadStateResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return _result(await self.read_state(key.group_id, topic_id, key.partition,

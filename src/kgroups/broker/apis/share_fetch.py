@@ -35,7 +35,7 @@ from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.share_partitions import SharePartitionManager, now_ms
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import CONTROL, TRANSACTIONAL, read_header
+from kgroups.log.batch import CONTROL, LOG_OVERHEAD, TRANSACTIONAL, read_header
 from kgroups.log.txn_index import AbortedTransaction
 from kgroups.share.acknowledgements import AckBatch
 from kgroups.share.partition import AckOutcome, AcquiredRange, LogBatch, SharePartition
@@ -62,17 +62,16 @@ def _topic_names(ctx: RequestContext) -> Names:
 
 
 def _batches(raw: Any) -> list[AckBatch]:
-    return [AckBatch(int(b.first_offset), int(b.last_offset), tuple(int(t) for t in
-                                                                     b.acknowledge_types))
-            for b in raw]
+    return [AckBatch(int(b.first_offset), int(b.last_offset),
+                     tuple(int(t) for t in b.acknowledge_types)) for b in raw]
 
 
-async def _acknowledge_all(ctx: RequestContext, request: Any, topics: Any,
-                           names: Names) -> dict[TopicPartitionId, AckOutcome]:
+async def _acknowledge_all(ctx: RequestContext, request: Any, names: Names,
+                           renew_allowed: bool = False) -> dict[TopicPartitionId, AckOutcome]:
     """Each partition's acknowledgements applied and written (partitions without any left out)."""
     manager: SharePartitionManager = ctx.broker.share_partitions
     outcomes: dict[TopicPartitionId, AckOutcome] = {}
-    for topic in topics:
+    for topic in request.topics:
         name = names.get(topic.topic_id)
         for partition in topic.partitions:
             if not partition.acknowledgement_batches:
@@ -84,7 +83,7 @@ async def _acknowledge_all(ctx: RequestContext, request: Any, topics: Any,
             key = SharePartitionKey(request.group_id, topic.topic_id.bytes, tp[1])
             outcomes[tp] = await manager.acknowledge(
                 key, name, request.member_id, _batches(partition.acknowledgement_batches),
-                bool(getattr(request, "is_renew_ack", False)))
+                renew_allowed)
     return outcomes
 
 
@@ -105,7 +104,7 @@ def _log_batches(records: bytes, aborted: list[AbortedTransaction] | None) -> li
         if control:
             open_aborts.discard(header.producer_id)
         batches.append(LogBatch(header.base_offset, last, skipped))
-        position += 12 + header.length
+        position += LOG_OVERHEAD + header.length
     return batches
 
 
@@ -118,7 +117,7 @@ def _slice(records: bytes, acquired: Sequence[AcquiredRange]) -> bytes:
     position = 0
     while position < len(records):
         header = read_header(records, position)
-        end = position + 12 + header.length
+        end = position + LOG_OVERHEAD + header.length
         if header.base_offset + header.last_offset_delta >= first and start is None:
             start = position
         if header.base_offset <= last:
@@ -251,7 +250,10 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     manager: SharePartitionManager = ctx.broker.share_partitions
     epoch = int(request.share_session_epoch)
     with_acks = any(p.acknowledgement_batches for t in request.topics for p in t.partitions)
-    if not request.group_id or not request.member_id or (epoch == INITIAL_EPOCH and with_acks):
+    # Kafka 4.3.1 takes renewals (IsRenewAck, v2) in ShareAcknowledge only: a ShareFetch
+    # declaring them is refused before its session is stepped.
+    if (not request.group_id or not request.member_id or getattr(request, "is_renew_ack", False)
+            or (epoch == INITIAL_EPOCH and with_acks)):
         return _error_response(ctx, ErrorCode.INVALID_REQUEST)
     requested = [(t.topic_id.bytes, int(p.partition_index))
                  for t in request.topics for p in t.partitions]
@@ -262,7 +264,7 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     if step.session is None:
         return _error_response(ctx, step.error)
     names = _topic_names(ctx)
-    acks = await _acknowledge_all(ctx, request, request.topics, names)
+    acks = await _acknowledge_all(ctx, request, names)
     if step.closing:
         await manager.close_session(step.session)
         answers = {tp: _Answer(ack=outcome) for tp, outcome in acks.items()}
@@ -276,11 +278,11 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
         answers = await _fetch_all(ctx, request, partitions, names)
         for tp, outcome in acks.items():
             answers.setdefault(tp, _Answer()).ack = outcome
-        order = partitions + [tp for tp in acks if tp not in answers or tp not in partitions]
+        order = partitions + [tp for tp in acks if tp not in partitions]
         if not step.full:  # only the partitions with news
             order = [tp for tp in order if answers[tp].acquired or tp in acks
                      or answers[tp].error != ErrorCode.NONE]
-    return _fetch_response(ctx, list(dict.fromkeys(order)), answers,
+    return _fetch_response(ctx, order, answers,
                            manager.settings.record_lock_duration_ms)
 
 
@@ -293,7 +295,8 @@ async def share_acknowledge(ctx: RequestContext, request: Any) -> Any:
                                         int(request.share_session_epoch))
     if step.session is None:
         return _error_response(ctx, step.error)
-    acks = await _acknowledge_all(ctx, request, request.topics, _topic_names(ctx))
+    acks = await _acknowledge_all(ctx, request, _topic_names(ctx),
+                                  renew_allowed=bool(getattr(request, "is_renew_ack", False)))
     if step.closing:
         await manager.close_session(step.session)
     response_cls = response_type(ApiKey.SHARE_ACKNOWLEDGE, ctx.api_version)
