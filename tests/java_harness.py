@@ -9,6 +9,9 @@ kgroups is checked against.
   "stable": bool} or {"error": ...} (see AssignorOracle.java for "stable").
 - `JavaConsumer(settings, log_path)`: one Java consumer process; `subscribe`, `poll`, `commit`,
   `assignment`, `close`, and `kill()` (SIGKILL).
+- `JavaShareConsumer(settings, log_path)`: one Java KafkaShareConsumer process (explicit
+  acknowledgement); `subscribe`, `poll` (records with their delivery counts), `acknowledge`,
+  `commit`, `close`, `kill()`.
 - `JavaTransactionalProducer(settings, log_path)`: one Java transactional producer process;
   `init`, `begin`, `send`, `commit`, `abort`, `close`.
 - `WordCountStreams(input_topic, output_topic, settings, log_path)`: Kafka Streams' word count
@@ -140,6 +143,42 @@ class JavaConsumer:
 
     def kill(self) -> None:
         """SIGKILL: no LeaveGroup, no commit; the coordinator must expire the session."""
+        self.driver.kill()
+
+
+class JavaShareConsumer:
+    """A Java KafkaShareConsumer (tests/java ShareConsumerDriver) in its own JVM, in explicit
+    acknowledgement mode: the test acknowledges each record of a poll itself before the next
+    poll. `settings` are consumer properties (bootstrap.servers, group.id, ...)."""
+
+    def __init__(self, settings: Mapping[str, object], log_path: Path) -> None:
+        self.driver = _DriverProcess("kgroups.harness.ShareConsumerDriver", settings, log_path)
+
+    def subscribe(self, *topics: str) -> None:
+        answer = self.driver.call("subscribe " + ",".join(topics))
+        assert answer.get("ok"), answer
+
+    def poll(self, timeout_ms: int = 100) -> dict[str, Any]:
+        """{"records": [[topic, partition, offset, value, delivery_count]...], "acknowledged":
+        [[topic, partition, [offset...], error or None]...]} (what the consumer's
+        acknowledgement callback saw since the last poll), plus "error" if poll threw."""
+        return self.driver.call(f"poll {timeout_ms}")
+
+    def acknowledge(self, acknowledgements: Sequence[tuple[str, int, int, str]]) -> dict[str, Any]:
+        """(topic, partition, offset, ACCEPT|RELEASE|REJECT|RENEW) for records of the last
+        poll; sent with the next commit or poll."""
+        return self.driver.call("acknowledge " + json.dumps([list(a) for a in acknowledgements]))
+
+    def commit(self) -> dict[str, Any]:
+        """commitSync: {"results": [[topic, partition, error or None]...]}."""
+        return self.driver.call("commit")
+
+    def close(self) -> None:
+        """Graceful close: pending acknowledgements sent, then the member leaves its group."""
+        self.driver.close()
+
+    def kill(self) -> None:
+        """SIGKILL: its acquired records stay locked until their acquisition locks expire."""
         self.driver.kill()
 
 

@@ -119,7 +119,7 @@ def test_list_refuses_unknown_states_and_types_as_kafka(broker, capsys) -> None:
             "CompletingRebalance, Assigning, Reconciling, Empty") in err
     code, _, err = _run(broker, capsys, "list", "--type", "classic,bogus")
     assert code == 2
-    assert "Invalid type list 'bogus'. Valid types are: Consumer, Classic" in err
+    assert "Invalid type list 'bogus'. Valid types are: Consumer, Classic, Share" in err
 
 
 # ------------------------------------------------------------------------------ --describe
@@ -184,7 +184,10 @@ def test_options_of_another_action_and_no_action_are_refused(broker, capsys) -> 
                           (("--list", "--describe"), "exactly one action"),
                           (("--list", "--members"), "--describe only"),
                           (("--describe", "--group", "g", "--to-earliest"), "--reset-offsets"),
-                          (("--describe", "--group", "g", "--type"), "--list only"),
+                          (("--describe", "--group", "g", "--type"),
+                           "--describe only as --type share"),
+                          (("--delete", "--group", "g", "--type", "share"),
+                           "--list or --describe only"),
                           (("--describe",), "--all-groups")):
         code, _, err = _run(broker, capsys, *args)
         assert code == 2 and message in err, (args, err)

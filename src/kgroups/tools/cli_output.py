@@ -35,6 +35,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     )
 
 
+def assignment_text(partitions: Sequence[tuple[str, int]]) -> str:
+    """Partitions as Kafka's group tools print an assignment: `topic:0,1;other:2`."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    return ";".join(f"{topic}:{','.join(map(str, sorted(p)))}"
+                    for topic, p in sorted(by_topic.items()))
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.tools import admin, lag_reader, streams_admin
 from kgroups.tools.cli_output import (
+    assignment_text,
     parse_topic,
     print_json,
     run_to_pipe,
@@ -34,6 +35,8 @@ from kgroups.tools.offset_reset import (
     timestamp_before_now,
     zone_note,
 )
+from kgroups.tools.share_admin import ShareGroupDescription, ShareGroupNotFoundError
+from kgroups.tools.share_groups_cli import describe_share, print_share_group, share_group_json
 from kgroups.tools.streams_admin import StreamsGroupDescription
 from kgroups.tools.streams_groups_output import (
     print_streams_description,
@@ -45,7 +48,7 @@ ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
                 "Reconciling", "Empty", "NotReady")
-GROUP_TYPES = ("Consumer", "Classic", "Streams")
+GROUP_TYPES = ("Consumer", "Classic", "Streams", "Share")
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime",
                "by_duration", "from_file")
 
@@ -116,14 +119,6 @@ def _run_list(client: KafkaWireClient, args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------------- --describe
 
-def _assignment_text(partitions: tuple[tuple[str, int], ...]) -> str:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    return ";".join(f"{topic}:{','.join(map(str, sorted(p)))}"
-                    for topic, p in sorted(by_topic.items()))
-
-
 def _or_dash(value: int | None) -> str:
     """An epoch only consumer groups have; Kafka's tool prints '-' for a classic group."""
     return "-" if value is None else str(value)
@@ -136,7 +131,7 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
     for m in d.reconciling:  # on stderr too: what Kafka's tool leaves to the reader to spot
         print(f"Member {m.member_id} of consumer group '{d.group_id}' is still reconciling: "
               f"epoch {m.member_epoch} of target assignment epoch {d.assignment_epoch}, holds "
-              f"[{_assignment_text(m.partitions)}], target [{_assignment_text(m.target or ())}]",
+              f"[{assignment_text(m.partitions)}], target [{assignment_text(m.target or ())}]",
               file=sys.stderr)
     if args.state is not None:
         host, port, node = d.coordinator
@@ -156,9 +151,9 @@ def _print_description(d: admin.GroupDescription, args: argparse.Namespace) -> N
         print(table(headers, [
             [d.group_id, m.member_id, *([m.group_instance_id] if with_instance else []),
              m.client_host, m.client_id, len(m.partitions),
-             *([_or_dash(m.member_epoch), _assignment_text(m.partitions),
+             *([_or_dash(m.member_epoch), assignment_text(m.partitions),
                 _or_dash(d.assignment_epoch),
-                "-" if m.target is None else _assignment_text(m.target)]
+                "-" if m.target is None else assignment_text(m.target)]
                if args.verbose else [])]
             for m in d.members]))
     else:
@@ -238,26 +233,36 @@ def _with_kgroups_figures(client: KafkaWireClient,
                    last_rebalance=admin.last_rebalance(client, d.group_id))
 
 
-def _describe_one(client: KafkaWireClient,
-                  group: str) -> admin.GroupDescription | StreamsGroupDescription:
-    """A classic or consumer group as DescribeGroups / ConsumerGroupDescribe give it; a group
-    both call unknown may be a streams group, which only StreamsGroupDescribe describes."""
+Description = admin.GroupDescription | StreamsGroupDescription | ShareGroupDescription
+
+
+def _describe_one(client: KafkaWireClient, group: str, args: argparse.Namespace) -> Description:
+    """The group as a share group when --type share says so; else as a classic or consumer
+    group (DescribeGroups / ConsumerGroupDescribe), and, if there is none such, as the streams
+    group (StreamsGroupDescribe) or the share group it may be."""
+    if args.type is not None:
+        return describe_share(client, group, args)
+    coordinator = admin.connect_to_coordinator(client, group)
     try:
-        return _with_kgroups_figures(client, admin.describe_group(client, group))
+        return _with_kgroups_figures(coordinator, admin.describe_group(coordinator, group))
     except admin.GroupNotFoundError:
-        streams = streams_admin.describe_streams_group(client, group)
-        if streams is None:
-            raise
-        return streams
+        streams = streams_admin.describe_streams_group(coordinator, group)
+        if streams is not None:
+            return streams
+        try:
+            return describe_share(client, group, args)
+        except (ShareGroupNotFoundError, WireError):
+            pass  # not a share group either (or a broker without them): not found as asked
+        raise
 
 
 def _run_describe(client: KafkaWireClient, args: argparse.Namespace) -> int:
-    found: list[admin.GroupDescription | StreamsGroupDescription] = []
+    found: list[Description] = []
     missing = []
     for group in _groups(client, args, at_most_one=False):
         try:
-            described = _describe_one(admin.connect_to_coordinator(client, group), group)
-        except admin.GroupNotFoundError as exc:
+            described = _describe_one(client, group, args)
+        except (admin.GroupNotFoundError, ShareGroupNotFoundError) as exc:
             missing.append(str(exc))
             continue
         found.append(described)
@@ -267,10 +272,13 @@ def _run_describe(client: KafkaWireClient, args: argparse.Namespace) -> int:
             case StreamsGroupDescription():
                 print_streams_description(described, state=args.state is not None,
                                           members=args.members, verbose=args.verbose)
+            case ShareGroupDescription():
+                print_share_group(described, args)
             case admin.GroupDescription():
                 _print_description(described, args)
     if args.output == "json":
         print_json([streams_description_json(d) if isinstance(d, StreamsGroupDescription)
+                    else share_group_json(d) if isinstance(d, ShareGroupDescription)
                     else _description_json(d) for d in found])
     for message in missing:
         print(f"Error: {message}", file=sys.stderr)
@@ -413,8 +421,11 @@ def _check_options(action: str, args: argparse.Namespace) -> None:
             raise UsageError("One of the reset scopes should be defined: --all-topics, --topic.")
     if action != "describe" and (args.members or args.offsets or args.verbose):
         raise UsageError("--members, --offsets and --verbose go with --describe only")
-    if action != "list" and args.type is not None:
-        raise UsageError("--type goes with --list only")
+    if action == "describe" and args.type is not None and _names(
+            args.type, GROUP_TYPES, "type") != ("Share",):
+        raise UsageError("--type goes with --describe only as --type share")
+    if action not in ("list", "describe") and args.type is not None:
+        raise UsageError("--type goes with --list or --describe only")
     if action not in ("list", "describe") and args.state is not None:
         raise UsageError("--state goes with --list or --describe only")
     reset_only = [name for name in (*RESET_MODES, "all_topics", "dry_run", "execute", "export")
@@ -483,7 +494,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --describe: the group's coordinator, strategy, state and size; with --list: "
              f"show states, or only groups in these ({', '.join(GROUP_STATES)}; any case)")
     add("--type", action="append", nargs="?", const="", metavar="TYPE[,TYPE...]",
-        help=f"with --list: show group types, or only these ({', '.join(GROUP_TYPES)})")
+        help=f"with --list: show group types, or only these ({', '.join(GROUP_TYPES)}); with "
+             "--describe, `--type share`: describe share groups as kafka-share-groups does")
     add("--verbose", action="store_true",
         help="with --describe: more columns (leader epochs, member epochs and assignments)")
     add("--topic", action="append", type=parse_topic, default=[], metavar="TOPIC[:P,P...]",
