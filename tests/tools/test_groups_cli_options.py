@@ -119,7 +119,7 @@ def test_list_refuses_unknown_states_and_types_as_kafka(broker, capsys) -> None:
             "CompletingRebalance, Assigning, Reconciling, Empty") in err
     code, _, err = _run(broker, capsys, "list", "--type", "classic,bogus")
     assert code == 2
-    assert "Invalid type list 'bogus'. Valid types are: Consumer, Classic, Share" in err
+    assert "Invalid type list 'bogus'. Valid types are: Consumer, Classic, Share, Streams" in err
 
 
 # ------------------------------------------------------------------------------ --describe

@@ -48,7 +48,7 @@ ACTIONS = ("list", "describe", "delete", "reset-offsets", "delete-offsets")
 # Kafka's names, in the order its tool lists them.
 GROUP_STATES = ("Stable", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
                 "Reconciling", "Empty", "NotReady")
-GROUP_TYPES = ("Consumer", "Classic", "Streams", "Share")
+GROUP_TYPES = ("Consumer", "Classic", "Share", "Streams")  # Kafka's GroupType order
 RESET_MODES = ("to_earliest", "to_latest", "to_current", "to_offset", "shift_by", "to_datetime",
                "by_duration", "from_file")
 
