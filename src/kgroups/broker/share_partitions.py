@@ -145,16 +145,19 @@ class SharePartitionManager:
             return outcome
         self.released.notify()
         self._timers_changed.set()
-        return AckOutcome(await self.write(key))
+        return AckOutcome(await self.write(key, outcome.state))
 
-    async def write(self, key: SharePartitionKey) -> ErrorCode:
-        """Write the share partition's current state (the latest when several wait)."""
+    async def write(self, key: SharePartitionKey,
+                    state: PersistedShareState | None = None) -> ErrorCode:
+        """Write `state`, else the share partition's current state (the latest when several
+        wait)."""
         share_partition = self._partitions.get(key)
         if share_partition is None:
             return ErrorCode.NONE
         lock = self._writing.setdefault(key, asyncio.Lock())
         async with lock:
-            error = await self.persister.write(key, share_partition.persisted())
+            error = await self.persister.write(
+                key, share_partition.persisted() if state is None else state)
         if error != ErrorCode.NONE:
             log_event(logger, logging.WARNING, "share_state_write_failed", group=key.group_id,
                       partition=key.partition, error=error.name)

@@ -71,6 +71,9 @@ class AcquiredRange:
 class AckOutcome:
     error: ErrorCode = ErrorCode.NONE
     message: str | None = None
+    # What Kafka writes for an acknowledgement: the records as acknowledged, under the start
+    # offset they had (the start moves past them in memory; the next write carries it).
+    state: PersistedShareState | None = None
 
 
 @dataclass(slots=True)
@@ -241,8 +244,9 @@ class SharePartition:
             self._apply(offset, kind, now_ms)
         self._note_splits({self.records[offset].batch for offset in changes},
                           subsets=[(b.first_offset, b.last_offset) for b in batches])
+        written = self.persisted()
         self._advance_start()
-        return AckOutcome()
+        return AckOutcome(state=written)
 
     def _past_end(self, batch: AckBatch) -> str | None:
         if not self.records:
