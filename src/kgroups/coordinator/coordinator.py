@@ -3,7 +3,8 @@ __consumer_offsets partitions it owns.
 
 Each request goes through `_dispatch`, one exhaustive `match` on its type, to the module of its
 group type: `ClassicGroups` (classic protocol), `ConsumerGroups` (KIP-848's consumer protocol),
-`ClassicMembers` (classic members of consumer groups), `Offsets`, `GroupAdmin`. The modules are
+`ClassicMembers` (classic members of consumer groups), `StreamsGroups` (KIP-1071),
+`ShareGroups` and `ShareOffsets` (KIP-932), `Offsets`, `GroupAdmin`. The modules are
 fields of the shard, composed, not inherited; they share one `ShardContext` (the groups, timers,
 clock and the journal of replies and writes of the request in progress), and call each other only
 through the fields they were given (the consumer module calls `Migration` to convert a group).
@@ -95,7 +96,7 @@ Request = (
 
 
 class GroupCoordinator:
-    """Kafka's group coordinator (classic protocol, and KIP-848's consumer protocol) for the
+    """Kafka's group coordinator (classic, consumer, streams and share groups) for the
     __consumer_offsets partitions it owns.
 
     Every method takes the current time in ms and returns the `Effects` to carry out. Fresh
