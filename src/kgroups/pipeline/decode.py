@@ -18,6 +18,8 @@ entries carrying the file and byte position so the run can count and report them
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,14 +30,16 @@ from kgroups.log.batch import (
     CONTROL,
     TRANSACTIONAL,
     BatchCorruptError,
+    Record,
     check_batch,
+    iter_batches,
     peek_batch_header,
     read_header,
     records_of,
 )
 from kgroups.log.transactions import TransactionMarker, marker_commits
 from kgroups.pipeline.consumer_history import CONSUMER_GROUP_KEYS, ConsumerRecord
-from kgroups.pipeline.discovery import open_filesystem
+from kgroups.pipeline.discovery import SegmentFile, open_filesystem
 from kgroups.records.codec import (
     RecordDecodeError,
     decode_key,
@@ -49,6 +53,8 @@ from kgroups.records.schema import (
     GroupMetadataValue,
     OffsetCommitKey,
 )
+
+log = logging.getLogger("kgroups.analyze")
 
 PARTITION_TYPE = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 MEMBER_TYPE = pa.struct(
@@ -147,6 +153,24 @@ def read_file(uri: str) -> bytes:
     filesystem, path = open_filesystem(uri)
     with filesystem.open_input_file(path) as file:
         return bytes(file.read())
+
+
+def internal_topic_records(segments: Iterable[SegmentFile], topic: str
+                           ) -> Iterator[tuple[bytes, Record]]:
+    """The keyed data records (with their keys) of an internal topic (__transaction_state,
+    __share_group_state) from the segments found beside the offsets topic, each partition's in
+    offset order; such a topic is small, so it is read on the driver. A damaged segment is
+    logged and left out."""
+    chosen = sorted((s for s in segments if s.topic == topic),
+                    key=lambda s: (s.partition, s.base_offset))
+    for segment in chosen:
+        try:
+            records = [record for batch in iter_batches(read_file(segment.uri))
+                       if not batch.is_control for record in batch.records]
+        except ValueError as exc:
+            log.warning("skipped %s: %s", segment.uri, exc)
+            continue
+        yield from ((record.key, record) for record in records if record.key is not None)
 
 
 def rows_table(schema: pa.Schema, names: tuple[str, ...],

@@ -53,6 +53,8 @@ class ReportData:
     # transaction_tables.TRANSACTIONAL_COMMITS and TRANSACTIONS (None: not read)
     transactional_commits: pd.DataFrame | None = None
     transactions: pd.DataFrame | None = None
+    # share_tables.SHARE_PARTITIONS (None: no __share_group_state found)
+    share_partitions: pd.DataFrame | None = None
 
 
 def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
@@ -405,6 +407,23 @@ def transactions_section(commits: pd.DataFrame | None, transactions: pd.DataFram
     return "".join(parts)
 
 
+def share_section(share_partitions: pd.DataFrame | None) -> str:
+    """Each share-partition's records in flight by delivery state (an empty string without
+    __share_group_state: no share groups, no section)."""
+    if share_partitions is None:
+        return ""
+    parts = ["<h2>Share groups</h2>",
+             "<p>Each share-partition's records past its start offset, as the share coordinator "
+             "keeps them in __share_group_state: available (waiting for delivery or acquired), "
+             "acknowledged, archived (rejected or at the delivery count limit); redeliveries "
+             "are records delivered more than once.</p>"]
+    if share_partitions.empty:
+        parts.append(_empty("No share-partition state recorded."))
+    else:
+        parts.append(_table(share_partitions))
+    return "".join(parts)
+
+
 def render(data: ReportData) -> str:
     """The whole page as one HTML string."""
     error_note = (
@@ -445,6 +464,7 @@ def render(data: ReportData) -> str:
         "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
         "<h2>Transactions</h2>", transactions_section(data.transactional_commits,
                                                       data.transactions),
+        share_section(data.share_partitions),
         "<h2>Damaged segments</h2>", _table(data.errors),
         _OPEN_LINKED_DETAILS,
         "</body></html>",
