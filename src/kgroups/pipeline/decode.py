@@ -53,8 +53,20 @@ from kgroups.records.schema import (
     GroupMetadataValue,
     OffsetCommitKey,
 )
+from kgroups.records.streams_group import (
+    StreamsGroupMemberMetadataKey,
+    StreamsGroupMetadataKey,
+    StreamsGroupTargetAssignmentMemberKey,
+    StreamsGroupTargetAssignmentMetadataKey,
+)
 
 log = logging.getLogger("kgroups.analyze")
+# The streams group records streams_history replays (the current assignments and the topology
+# change no target).
+STREAMS_EPOCH_KEYS = (
+    StreamsGroupMetadataKey, StreamsGroupMemberMetadataKey,
+    StreamsGroupTargetAssignmentMetadataKey, StreamsGroupTargetAssignmentMemberKey,
+)
 
 PARTITION_TYPE = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
 MEMBER_TYPE = pa.struct(
@@ -145,6 +157,7 @@ class DecodedSegment:
     markers: list[TransactionMarker] = field(default_factory=list)
     errors: list[SegmentError] = field(default_factory=list)
     consumer: list[ConsumerRecord] = field(default_factory=list)  # KIP-848 groups' records
+    streams: list[ConsumerRecord] = field(default_factory=list)  # KIP-1071 groups' records
 
 
 def read_file(uri: str) -> bytes:
@@ -229,6 +242,7 @@ class _RecordDecoder:
         self.markers: list[TransactionMarker] = []
         self.errors: list[SegmentError] = []
         self.consumer: list[ConsumerRecord] = []
+        self.streams: list[ConsumerRecord] = []
 
     def error(self, position: int, message: str) -> None:
         self.errors.append(SegmentError(self.uri, position, message))
@@ -294,6 +308,10 @@ class _RecordDecoder:
                     self.consumer.append(ConsumerRecord(
                         log_partition, offset, timestamp, key,
                         None if raw_value is None else decode_value(key, raw_value)))
+                elif isinstance(key, STREAMS_EPOCH_KEYS) and not transactional:
+                    self.streams.append(ConsumerRecord(
+                        log_partition, offset, timestamp, key,
+                        None if raw_value is None else decode_value(key, raw_value)))
             except ValueError as exc:
                 self.error(
                     batch_position,
@@ -337,7 +355,8 @@ def _finish(decoder: _RecordDecoder, columnar: pa.Table | None) -> DecodedSegmen
         # The two paths cover different batches: interleave them back into log order.
         commits = pa.concat_tables([columnar, scalar]).sort_by("log_offset")
     groups = rows_table(GROUP_ROW_SCHEMA, tuple(GROUP_ROW_SCHEMA.names), decoder.groups)
-    return DecodedSegment(commits, groups, decoder.markers, decoder.errors, decoder.consumer)
+    return DecodedSegment(commits, groups, decoder.markers, decoder.errors, decoder.consumer,
+                          decoder.streams)
 
 
 def decode_offsets_segment(uri: str, log_partition: int) -> DecodedSegment:

@@ -239,6 +239,9 @@ def run_analysis(
         if not _write_if_read(transactions, out, "transactions", written):
             notes.append("__transaction_state is not read from a store, so the transactions "
                          "table is not produced.")
+        streams_epochs = tables.sorted_by(parts["streams_group_epochs"], "group", "epoch")
+        _write_if_read(streams_epochs if streams_epochs.num_rows else None, out,
+                       "streams_group_epochs", written)
         share_partitions = source.read_share_partitions()
         _write_if_read(share_partitions, out, "share_partitions", written)
 
@@ -272,6 +275,7 @@ def run_analysis(
             transactional_commits=transactional.to_pandas(),
             transactions=None if transactions is None else transactions.to_pandas(),
             share_partitions=None if share_partitions is None else share_partitions.to_pandas(),
+            streams_group_epochs=streams_epochs.to_pandas(),
         )
         _write_text(out, "report.html", render(report))
     return AnalysisResult(

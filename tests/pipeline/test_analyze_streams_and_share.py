@@ -1,6 +1,9 @@
-"""`kgroups analyze` on share groups: the `share_partitions` table and the report's section,
-from the `__share_group_state` a kgroups broker wrote while a share consumer (ShareFetch and
-ShareAcknowledge over the wire) accepted, released and rejected records."""
+"""`kgroups analyze` on Kafka 4's other group types, from the logs of a kgroups broker: the
+`streams_group_epochs` table from the streams group records a group wrote while members
+(StreamsGroupHeartbeat over the wire) joined and left, and the `share_partitions` table from
+the `__share_group_state` written while a share consumer (ShareFetch and ShareAcknowledge over
+the wire) accepted, released and rejected records; with the report's sections. One Spark run
+reads both, a second one the logs without the share state."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from tests.broker.broker_wire_helpers import (
     produce_request,
 )
 from tests.broker.servers import InProcessBroker, make_inprocess_broker
-from tests.pipeline.logdata import OffsetsLogBuilder
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
+from tests.tools.test_groups_cli_streams import APP, TOPIC, Member
 
 from kgroups.log.batch import build_batch
 from kgroups.pipeline.job import run_analysis
@@ -57,25 +60,58 @@ def _share_consumer(broker: InProcessBroker, topic: str, group: str) -> uuid.UUI
     return topic_id
 
 
+def _settle(members: list[Member], tasks: int) -> None:
+    """Heartbeats until every member holds tasks and each of the `tasks` is held once."""
+    for _ in range(30):
+        for member in members:
+            member.heartbeat()
+        held = sorted(p for m in members for p in m.active)
+        if held == list(range(tasks)) and all(m.active for m in members):
+            return
+    raise AssertionError([(m.epoch, m.active) for m in members])
+
+
+def _streams_group(broker: InProcessBroker) -> None:
+    """A streams group on a 4-partition topic: one member takes the 4 tasks, a second joins,
+    then leaves."""
+    with connect(broker.port) as client:
+        create_topic(client, TOPIC, 4)
+        first, second = Member(client), Member(client)
+        _settle([first], 4)
+        _settle([first, second], 4)
+        second.leave()
+        _settle([first], 4)
+
+
 @pytest.mark.spark
-def test_share_partitions_from_a_log_written_by_kgroups(spark: Any, make_inprocess_broker: Any,
-                                                        tmp_path: Path) -> None:
-    broker: InProcessBroker = make_inprocess_broker("offsets.topic.num.partitions=1")
+def test_streams_epochs_and_share_partitions_from_logs_written_by_kgroups(
+        spark: Any, make_inprocess_broker: Any, tmp_path: Path) -> None:
+    broker: InProcessBroker = make_inprocess_broker(
+        "offsets.topic.num.partitions=1", "group.streams.initial.rebalance.delay.ms=0",
+        "group.streams.assignment.interval.ms=0")
     broker.call(broker.broker.coordinator.wait_loaded)
+    _streams_group(broker)
     tail = uuid.uuid4().hex[:6]
     topic, group = f"jobs-{tail}", f"workers-{tail}"
     topic_id = _share_consumer(broker, topic, group)
     logs = tmp_path / "logs"
     for found in broker.broker.config.data_dir.iterdir():
-        if found.name.startswith("__share_group_state-"):
+        if found.name.startswith(("__consumer_offsets-", "__share_group_state-")):
             shutil.copytree(found, logs / found.name,
                             ignore=shutil.ignore_patterns("*.index", "*.timeindex", "*.lock"))
-    offsets = OffsetsLogBuilder()  # an analysis needs an offsets topic; this one is tiny
-    offsets.commit("classic", {(topic, 0): 1}, T)
-    offsets.write(logs)
     out = tmp_path / "out"
     result = run_analysis(spark, [str(logs)], str(out))
-    assert "share_partitions" in result.tables
+    assert {"streams_group_epochs", "share_partitions"} <= set(result.tables)
+
+    epochs = [r for r in pq.read_table(out / "streams_group_epochs").to_pylist()
+              if r["group"] == APP]
+    # Alone, the first member is given the 4 tasks; the second takes 2 of them (moved), and
+    # when it leaves they move back. Epochs only grow.
+    assert [(r["members"], r["active_tasks"], r["standby_tasks"], r["active_moved"])
+            for r in epochs] == [(1, 4, 0, 0), (2, 4, 0, 2), (1, 4, 0, 2)]
+    assert [r["epoch"] for r in epochs] == sorted({r["epoch"] for r in epochs})
+    assert all(r["group_epoch"] == r["epoch"] for r in epochs)
+
     rows = pq.read_table(out / "share_partitions").to_pylist()
     assert len(rows) == 1
     row = rows[0]
@@ -88,6 +124,7 @@ def test_share_partitions_from_a_log_written_by_kgroups(spark: Any, make_inproce
     assert row["state_epoch"] >= 0 and row["last_write_ts"].timestamp() > T / 1000
     report = (out / "report.html").read_text()
     assert "<h2>Share groups</h2>" in report and group in report
+    assert "<h2>Streams groups</h2>" in report and APP in report
 
     # Without __share_group_state there is no table and no section.
     for found in logs.glob("__share_group_state-*"):
