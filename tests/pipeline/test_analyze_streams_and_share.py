@@ -25,7 +25,17 @@ from tests.share.share_wire import brief, share_acknowledge, share_fetch
 from tests.tools.test_groups_cli_streams import APP, TOPIC, Member
 
 from kgroups.log.batch import build_batch
+from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.job import run_analysis
+from kgroups.pipeline.share_tables import read_share_state
+from kgroups.records.share_state import (
+    ShareSnapshotValue,
+    ShareStateKey,
+    ShareUpdateValue,
+    StateBatch,
+    encode_share_state_key,
+    encode_share_state_value,
+)
 
 __all__ = ["make_inprocess_broker"]
 
@@ -133,3 +143,38 @@ def test_streams_epochs_and_share_partitions_from_logs_written_by_kgroups(
     assert "share_partitions" not in again.tables
     assert not (out / "share_partitions").exists()
     assert "<h2>Share groups</h2>" not in (out / "report.html").read_text()
+
+
+def test_share_state_replay_merges_updates_and_skips_what_does_not_decode(
+        tmp_path: Path) -> None:
+    """A snapshot then an update (the update's batches merged in, its start offset taken), a
+    record that does not decode (skipped, not fatal), and a deleted share-partition (no row)."""
+    topic_id, gone = uuid.uuid4(), uuid.uuid4()
+
+    def record(key: ShareStateKey, value: Any, ts: int) -> tuple[bytes, bytes | None, int]:
+        return (encode_share_state_key(key),
+                None if value is None else encode_share_state_value(value), ts)
+
+    snapshot = ShareSnapshotValue(0, 3, 0, 10, T, T, (StateBatch(10, 14, 0, 1),))
+    update = ShareUpdateValue(0, 0, 11, (StateBatch(12, 12, 4, 2), StateBatch(13, 13, 0, 3)))
+    directory = tmp_path / "__share_group_state-0"
+    directory.mkdir()
+    segment = directory / "00000000000000000000.log"
+    segment.write_bytes(build_batch([
+        record(ShareStateKey("g", topic_id, 0), snapshot, T),
+        (b"\x00\x07garbage", b"", T + 1),
+        record(ShareStateKey("g", topic_id, 0, snapshot=False), update, T + 2),
+        record(ShareStateKey("g", gone, 1), snapshot, T + 3),
+        record(ShareStateKey("g", gone, 1), None, T + 4),
+    ]))
+    (row,) = read_share_state([SegmentFile(str(segment), "__share_group_state", 0, 0,
+                                           segment.stat().st_size)]).to_pylist()
+    # Offsets 11..14 in flight: 11 available (1 delivery), 12 archived after 2, 13 available
+    # after 3, 14 available (1 delivery).
+    assert {name: row[name] for name in ("group", "topic_id", "state_epoch", "start_offset",
+                                         "available", "archived", "redeliveries",
+                                         "max_delivery_count")} == {
+        "group": "g", "topic_id": str(topic_id), "state_epoch": 3, "start_offset": 11,
+        "available": 3, "archived": 1, "redeliveries": 2, "max_delivery_count": 3}
+    assert row["last_write_ts"].timestamp() * 1000 == T + 2
+    assert read_share_state([]) is None

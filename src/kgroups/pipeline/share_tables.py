@@ -20,6 +20,7 @@ is.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 
@@ -31,6 +32,8 @@ from kgroups.pipeline.tables import TIMESTAMP
 from kgroups.records.share_state import decode_share_state_key, decode_share_state_value
 from kgroups.share.persisted import DeliveryState
 from kgroups.share_coordinator.shard import ShareCoordinatorShard, StateRecord
+
+log = logging.getLogger("kgroups.analyze")
 
 SHARE_STATE_TOPIC = "__share_group_state"
 
@@ -52,15 +55,20 @@ SHARE_PARTITIONS = pa.schema([
 def read_share_state(segments: Sequence[SegmentFile]) -> pa.Table | None:
     """SHARE_PARTITIONS from the __share_group_state segments found beside the offsets topic
     (in any order: each partition's are read in offset order); None when there are none. A
-    damaged segment is logged and left out."""
+    damaged segment, or a record that does not decode, is logged and left out."""
     if not any(segment.topic == SHARE_STATE_TOPIC for segment in segments):
         return None
     shard = ShareCoordinatorShard()
     written: dict[tuple[str, uuid.UUID, int], int] = {}
     for data, record in internal_topic_records(segments, SHARE_STATE_TOPIC):
-        key = decode_share_state_key(data)
-        shard.replay(StateRecord(key, decode_share_state_value(key, record.value)),
-                     record.offset)
+        try:
+            key = decode_share_state_key(data)
+            value = decode_share_state_value(key, record.value)
+        except ValueError as exc:
+            log.warning("skipped the %s record at offset %d: %s", SHARE_STATE_TOPIC,
+                        record.offset, exc)
+            continue
+        shard.replay(StateRecord(key, value), record.offset)
         written[(key.group_id, key.topic_id, key.partition)] = record.timestamp
     rows = []
     for (group, topic_id, partition), state in sorted(shard.states.items()):
