@@ -32,7 +32,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "broker": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                          "storage", "share", "share_coordinator"}),
     # `kgroups analyze postgresql://...` lists a store with it before Spark reads it.
-    "pipeline": frozenset({"errors", "log", "records", "storage"}),
+    # `kgroups analyze` rebuilds share-partition state with the share coordinator's replay.
+    "pipeline": frozenset({"errors", "log", "records", "storage", "share", "share_coordinator"}),
     # kgroups' own admin commands (groups, topics, acls, users) speak the Kafka wire as a client,
     # with the broker's codec (wire), config reading, SCRAM and ACL types.
     "tools": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",

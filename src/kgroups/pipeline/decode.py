@@ -18,6 +18,8 @@ entries carrying the file and byte position so the run can count and report them
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,14 +30,16 @@ from kgroups.log.batch import (
     CONTROL,
     TRANSACTIONAL,
     BatchCorruptError,
+    Record,
     check_batch,
+    iter_batches,
     peek_batch_header,
     read_header,
     records_of,
 )
 from kgroups.log.transactions import TransactionMarker, marker_commits
 from kgroups.pipeline.consumer_history import CONSUMER_GROUP_KEYS, ConsumerRecord
-from kgroups.pipeline.discovery import open_filesystem
+from kgroups.pipeline.discovery import SegmentFile, open_filesystem
 from kgroups.records.codec import (
     RecordDecodeError,
     decode_key,
@@ -48,6 +52,20 @@ from kgroups.records.schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
+)
+from kgroups.records.streams_group import (
+    StreamsGroupMemberMetadataKey,
+    StreamsGroupMetadataKey,
+    StreamsGroupTargetAssignmentMemberKey,
+    StreamsGroupTargetAssignmentMetadataKey,
+)
+
+log = logging.getLogger("kgroups.analyze")
+# The streams group records streams_history replays (the current assignments and the topology
+# change no target).
+STREAMS_EPOCH_KEYS = (
+    StreamsGroupMetadataKey, StreamsGroupMemberMetadataKey,
+    StreamsGroupTargetAssignmentMetadataKey, StreamsGroupTargetAssignmentMemberKey,
 )
 
 PARTITION_TYPE = pa.struct([("topic", pa.string()), ("partition", pa.int32())])
@@ -139,6 +157,7 @@ class DecodedSegment:
     markers: list[TransactionMarker] = field(default_factory=list)
     errors: list[SegmentError] = field(default_factory=list)
     consumer: list[ConsumerRecord] = field(default_factory=list)  # KIP-848 groups' records
+    streams: list[ConsumerRecord] = field(default_factory=list)  # KIP-1071 groups' records
 
 
 def read_file(uri: str) -> bytes:
@@ -147,6 +166,24 @@ def read_file(uri: str) -> bytes:
     filesystem, path = open_filesystem(uri)
     with filesystem.open_input_file(path) as file:
         return bytes(file.read())
+
+
+def internal_topic_records(segments: Iterable[SegmentFile], topic: str
+                           ) -> Iterator[tuple[bytes, Record]]:
+    """The keyed data records (with their keys) of an internal topic (__transaction_state,
+    __share_group_state) from the segments found beside the offsets topic, each partition's in
+    offset order; such a topic is small, so it is read on the driver. A damaged segment is
+    logged and left out."""
+    chosen = sorted((s for s in segments if s.topic == topic),
+                    key=lambda s: (s.partition, s.base_offset))
+    for segment in chosen:
+        try:
+            records = [record for batch in iter_batches(read_file(segment.uri))
+                       if not batch.is_control for record in batch.records]
+        except ValueError as exc:
+            log.warning("skipped %s: %s", segment.uri, exc)
+            continue
+        yield from ((record.key, record) for record in records if record.key is not None)
 
 
 def rows_table(schema: pa.Schema, names: tuple[str, ...],
@@ -205,6 +242,7 @@ class _RecordDecoder:
         self.markers: list[TransactionMarker] = []
         self.errors: list[SegmentError] = []
         self.consumer: list[ConsumerRecord] = []
+        self.streams: list[ConsumerRecord] = []
 
     def error(self, position: int, message: str) -> None:
         self.errors.append(SegmentError(self.uri, position, message))
@@ -270,6 +308,10 @@ class _RecordDecoder:
                     self.consumer.append(ConsumerRecord(
                         log_partition, offset, timestamp, key,
                         None if raw_value is None else decode_value(key, raw_value)))
+                elif isinstance(key, STREAMS_EPOCH_KEYS) and not transactional:
+                    self.streams.append(ConsumerRecord(
+                        log_partition, offset, timestamp, key,
+                        None if raw_value is None else decode_value(key, raw_value)))
             except ValueError as exc:
                 self.error(
                     batch_position,
@@ -313,7 +355,8 @@ def _finish(decoder: _RecordDecoder, columnar: pa.Table | None) -> DecodedSegmen
         # The two paths cover different batches: interleave them back into log order.
         commits = pa.concat_tables([columnar, scalar]).sort_by("log_offset")
     groups = rows_table(GROUP_ROW_SCHEMA, tuple(GROUP_ROW_SCHEMA.names), decoder.groups)
-    return DecodedSegment(commits, groups, decoder.markers, decoder.errors, decoder.consumer)
+    return DecodedSegment(commits, groups, decoder.markers, decoder.errors, decoder.consumer,
+                          decoder.streams)
 
 
 def decode_offsets_segment(uri: str, log_partition: int) -> DecodedSegment:

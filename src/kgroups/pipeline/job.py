@@ -22,7 +22,14 @@ from pyspark import Broadcast
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from kgroups.pipeline import decode, lag_seconds, tables, tasks, transaction_tables
+from kgroups.pipeline import (
+    decode,
+    lag_seconds,
+    share_tables,
+    tables,
+    tasks,
+    transaction_tables,
+)
 from kgroups.pipeline.discovery import LogInputs, find_inputs, open_filesystem
 from kgroups.pipeline.progress import StepProgress
 from kgroups.pipeline.report import ReportData, render
@@ -78,6 +85,10 @@ class LogSource(Protocol):
         """transaction_tables.TRANSACTIONS from __transaction_state; None: not read here."""
         ...
 
+    def read_share_partitions(self) -> pa.Table | None:
+        """share_tables.SHARE_PARTITIONS from __share_group_state; None: none found."""
+        ...
+
 
 class SegmentSource:
     """Segment files found by discovery.find_inputs, decoded by Spark tasks."""
@@ -118,6 +129,20 @@ class SegmentSource:
 
     def read_transactions(self) -> pa.Table | None:
         return transaction_tables.read_transaction_state(self.inputs.topic_segments)
+
+    def read_share_partitions(self) -> pa.Table | None:
+        return share_tables.read_share_state(self.inputs.topic_segments)
+
+
+def _write_if_read(table: pa.Table | None, out: str, name: str, written: list[str]) -> bool:
+    """Write a table read from an internal topic and list it in `written`; when it was not
+    read (None), remove what an earlier run into `out` left of it."""
+    if table is None:
+        tables.remove_table(out, name)
+        return False
+    tables.write_table(table, out, name)
+    written.append(name)
+    return True
 
 
 def _write_text(out: str, name: str, text: str) -> None:
@@ -211,13 +236,14 @@ def run_analysis(
         tables.write_table(transactional, out, "transactional_commits")
         written.append("transactional_commits")
         transactions = source.read_transactions()
-        if transactions is not None:
-            tables.write_table(transactions, out, "transactions")
-            written.append("transactions")
-        else:
-            tables.remove_table(out, "transactions")
+        if not _write_if_read(transactions, out, "transactions", written):
             notes.append("__transaction_state is not read from a store, so the transactions "
                          "table is not produced.")
+        streams_epochs = tables.sorted_by(parts["streams_group_epochs"], "group", "epoch")
+        _write_if_read(streams_epochs if streams_epochs.num_rows else None, out,
+                       "streams_group_epochs", written)
+        share_partitions = source.read_share_partitions()
+        _write_if_read(share_partitions, out, "share_partitions", written)
 
     records = int(pc.sum(parts["stats"]["records"]).as_py() or 0)
     with steps.step("report"):
@@ -248,6 +274,8 @@ def run_analysis(
                 lag, "group", "topic", "partition").to_pandas(),
             transactional_commits=transactional.to_pandas(),
             transactions=None if transactions is None else transactions.to_pandas(),
+            share_partitions=None if share_partitions is None else share_partitions.to_pandas(),
+            streams_group_epochs=streams_epochs.to_pandas(),
         )
         _write_text(out, "report.html", render(report))
     return AnalysisResult(

@@ -25,6 +25,7 @@ from kgroups.pipeline import (
     lag_history,
     ownership,
     rebalance_causes,
+    streams_history,
     tables,
     transaction_tables,
 )
@@ -61,6 +62,7 @@ class PartitionResult:
     rebalance_causes: pa.Table  # rebalance_causes.REBALANCE_CAUSES
     partition_owners: pa.Table  # ownership.PARTITION_OWNERS
     transactional_commits: pa.Table  # transaction_tables.TRANSACTIONAL_COMMITS
+    streams_group_epochs: pa.Table  # streams_history.STREAMS_GROUP_EPOCHS
     report_partition_lag: pa.Table | None = None  # tables.REPORT_PARTITION_LAG
 
     def tables(self) -> dict[str, pa.Table]:
@@ -79,6 +81,7 @@ class PartitionResult:
             "partition_owners": self.partition_owners,
             "report_partition_lag": self.report_partition_lag,
             "transactional_commits": self.transactional_commits,
+            "streams_group_epochs": self.streams_group_epochs,
         }
         return {name: table for name, table in named.items() if table is not None}
 
@@ -112,12 +115,14 @@ def analyze_decoded(
     topic names only when the partition holds KIP-848 records."""
     commit_parts, group_parts, markers, errors = [], [], [], []
     consumer_records: list[consumer_history.ConsumerRecord] = []
+    streams_records: list[consumer_history.ConsumerRecord] = []
     for segment in segments:
         commit_parts.append(segment.commits)
         group_parts.append(segment.groups)
         markers.extend(segment.markers)
         errors.extend(segment.errors)
         consumer_records.extend(segment.consumer)
+        streams_records.extend(segment.streams)
     # Each segment brings its own dictionaries of names: one set for the whole partition, so
     # grouping by name compares dictionary indices.
     all_commits = tables.concat(commit_parts, COMMIT_ROW_SCHEMA).unify_dictionaries()
@@ -176,6 +181,9 @@ def analyze_decoded(
                                  window),
         transactional_commits=transaction_tables.transactional_commits(all_commits, markers,
                                                                        window),
+        streams_group_epochs=pa.Table.from_pylist(
+            streams_history.epoch_rows(streams_records, window),
+            schema=streams_history.STREAMS_GROUP_EPOCHS),
     )
 
 

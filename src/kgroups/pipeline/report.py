@@ -53,6 +53,9 @@ class ReportData:
     # transaction_tables.TRANSACTIONAL_COMMITS and TRANSACTIONS (None: not read)
     transactional_commits: pd.DataFrame | None = None
     transactions: pd.DataFrame | None = None
+    # share_tables.SHARE_PARTITIONS (None: no __share_group_state found)
+    share_partitions: pd.DataFrame | None = None
+    streams_group_epochs: pd.DataFrame | None = None  # streams_history.STREAMS_GROUP_EPOCHS
 
 
 def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
@@ -405,6 +408,43 @@ def transactions_section(commits: pd.DataFrame | None, transactions: pd.DataFram
     return "".join(parts)
 
 
+# The streams group epochs listed in the report, newest first; the table holds them all.
+REPORT_STREAMS_EPOCHS = 50
+
+
+def streams_section(epochs: pd.DataFrame | None) -> str:
+    """The newest target assignment epochs of the streams groups and the tasks each moved (an
+    empty string when no streams group wrote a target: no section)."""
+    if epochs is None or epochs.empty:
+        return ""
+    newest = epochs.sort_values("ts", ascending=False).head(REPORT_STREAMS_EPOCHS)
+    return "".join([
+        "<h2>Streams groups</h2>",
+        "<p>Each target assignment epoch of the streams groups (Kafka Streams with "
+        "group.protocol=streams): its members, the active and standby tasks the broker's "
+        "assignor placed, and how many moved to another member than in the previous target "
+        "(a moved active task restores its state stores on its new instance).</p>",
+        f"<p>The {len(newest)} newest of {len(epochs)}.</p>",
+        _table(newest)])
+
+
+def share_section(share_partitions: pd.DataFrame | None) -> str:
+    """Each share-partition's records in flight by delivery state (an empty string without
+    __share_group_state: no share groups, no section)."""
+    if share_partitions is None:
+        return ""
+    parts = ["<h2>Share groups</h2>",
+             "<p>Each share-partition's records past its start offset, as the share coordinator "
+             "keeps them in __share_group_state: available (waiting for delivery or acquired), "
+             "acknowledged, archived (rejected or at the delivery count limit); redeliveries "
+             "are records delivered more than once.</p>"]
+    if share_partitions.empty:
+        parts.append(_empty("No share-partition state recorded."))
+    else:
+        parts.append(_table(share_partitions))
+    return "".join(parts)
+
+
 def render(data: ReportData) -> str:
     """The whole page as one HTML string."""
     error_note = (
@@ -445,6 +485,8 @@ def render(data: ReportData) -> str:
         "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
         "<h2>Transactions</h2>", transactions_section(data.transactional_commits,
                                                       data.transactions),
+        streams_section(data.streams_group_epochs),
+        share_section(data.share_partitions),
         "<h2>Damaged segments</h2>", _table(data.errors),
         _OPEN_LINKED_DETAILS,
         "</body></html>",

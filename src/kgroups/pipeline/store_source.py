@@ -118,6 +118,11 @@ class StoreSource:
         cluster mode yet)."""
         return None
 
+    def read_share_partitions(self) -> pa.Table | None:
+        """A store's __share_group_state is not read (the share coordinator keeps it in the
+        local log only)."""
+        return None
+
     def read_topic_batches(self, spark: SparkSession) -> pa.Table | None:
         """decode.TOPIC_ROW_SCHEMA rows of every other topic's batches; `file` is the topic
         partition and `position` the batch's base offset (what `read_at` looks up)."""

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from kgroups.pipeline import ownership, rebalance_causes, tables, transaction_tables
+from kgroups.pipeline import (
+    ownership,
+    rebalance_causes,
+    streams_history,
+    tables,
+    transaction_tables,
+)
 from kgroups.pipeline.decode import DecodedSegment, decode_offsets_log, decode_topic_segment
 from kgroups.pipeline.discovery import OFFSETS_TOPIC, SegmentFile
 from kgroups.pipeline.partition import PartitionResult, analyze_decoded, analyze_partition
@@ -47,6 +53,7 @@ PARTS = {
     "report_partition_lag": tables.REPORT_PARTITION_LAG,
     "partition_owners": ownership.PARTITION_OWNERS,
     "transactional_commits": transaction_tables.TRANSACTIONAL_COMMITS,
+    "streams_group_epochs": streams_history.STREAMS_GROUP_EPOCHS,
     "stats": STATS,
 }
 

@@ -16,15 +16,13 @@ keeps only each id's last record in the cleaned segments, so older transactions 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 
-from kgroups.log.batch import iter_batches
 from kgroups.log.transactions import PendingTransactions, TransactionMarker
-from kgroups.pipeline.decode import read_file
+from kgroups.pipeline.decode import internal_topic_records
 from kgroups.pipeline.discovery import SegmentFile
 from kgroups.pipeline.tables import TIMESTAMP
 from kgroups.pipeline.window import TimeWindow
@@ -33,8 +31,6 @@ from kgroups.records.transaction_log import (
     decode_transaction_log_key,
     decode_transaction_log_value,
 )
-
-log = logging.getLogger("kgroups.analyze")
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 OUTCOMES = ("committed", "aborted", "pending")
@@ -118,35 +114,24 @@ def read_transaction_state(segments: Iterable[SegmentFile]) -> pa.Table:
     """TRANSACTIONS from the __transaction_state segments found beside the offsets topic (in
     any order: each partition's are read in offset order); a damaged segment is logged and
     left out."""
-    chosen = sorted((s for s in segments if s.topic == TRANSACTION_STATE_TOPIC),
-                    key=lambda s: (s.partition, s.base_offset))
     # (transactional id, start ts) -> the transaction's row; partitions gathered on the way.
     found: dict[tuple[str, int], dict[str, Any]] = {}
-    for segment in chosen:
-        try:
-            records = [record for batch in iter_batches(read_file(segment.uri))
-                       if not batch.is_control for record in batch.records]
-        except ValueError as exc:
-            log.warning("skipped %s: %s", segment.uri, exc)
-            continue
-        for record in records:
-            if record.key is None:
-                continue
-            value = decode_transaction_log_value(record.value)
-            if value is None or value.start_timestamp_ms < 0:
-                continue  # a tombstone (expired id), or no transaction begun (Empty)
-            transactional_id = decode_transaction_log_key(record.key).transactional_id
-            row = found.setdefault((transactional_id, value.start_timestamp_ms), {
-                "transactional_id": transactional_id, "partitions": set(),
-                "start_ts": value.start_timestamp_ms})
-            row["partitions"] |= {f"{topic}-{index}" for topic, indexes in
-                                  value.partitions or () for index in indexes}
-            row.update(producer_id=value.producer_id, producer_epoch=value.producer_epoch,
-                       state=TRANSACTION_STATUS_NAMES.get(value.transaction_status,
-                                                 str(value.transaction_status)),
-                       last_update_ts=value.last_update_timestamp_ms,
-                       duration_ms=value.last_update_timestamp_ms - value.start_timestamp_ms,
-                       timeout_ms=value.transaction_timeout_ms)
+    for key, record in internal_topic_records(segments, TRANSACTION_STATE_TOPIC):
+        value = decode_transaction_log_value(record.value)
+        if value is None or value.start_timestamp_ms < 0:
+            continue  # a tombstone (expired id), or no transaction begun (Empty)
+        transactional_id = decode_transaction_log_key(key).transactional_id
+        row = found.setdefault((transactional_id, value.start_timestamp_ms), {
+            "transactional_id": transactional_id, "partitions": set(),
+            "start_ts": value.start_timestamp_ms})
+        row["partitions"] |= {f"{topic}-{index}" for topic, indexes in
+                              value.partitions or () for index in indexes}
+        row.update(producer_id=value.producer_id, producer_epoch=value.producer_epoch,
+                   state=TRANSACTION_STATUS_NAMES.get(value.transaction_status,
+                                             str(value.transaction_status)),
+                   last_update_ts=value.last_update_timestamp_ms,
+                   duration_ms=value.last_update_timestamp_ms - value.start_timestamp_ms,
+                   timeout_ms=value.transaction_timeout_ms)
     rows = [{**row, "partitions": sorted(row["partitions"])}
             for _, row in sorted(found.items())]
     return pa.Table.from_pylist(rows, schema=TRANSACTIONS)
