@@ -5,12 +5,14 @@ session errors, and the state the broker's share coordinator (broker.share_state
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, metadata_request, produce_request
+from prometheus_client.parser import text_string_to_metric_families
 from read_committed_helpers import txn_batch, write_marker
 from servers import InProcessBroker
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
@@ -226,3 +228,36 @@ def test_read_committed_skips_aborted_records_and_markers(
     # it settled (2 acknowledged; the aborted ones and both markers archived) as batches.
     state = c.state()
     assert (state.start_offset, state.delivery_complete_count) == (2, 3)
+
+
+def test_metrics_count_deliveries_acknowledgements_and_archivals(
+        make_inprocess_broker: Callable[..., InProcessBroker]) -> None:
+    """What an operator watches of a queue, on the metrics endpoint: one record accepted, one
+    rejected, one released and delivered again, one timed out twice and archived at the
+    delivery count limit (2 here)."""
+    c = Conversation(make_inprocess_broker(*SETTINGS, "kgroups.metrics.port=0"),
+                     "share-metrics-" + uuid.uuid4().hex[:8])
+    c.fetch("m1", 0)
+    c.produce(4)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 3, 1)]
+    assert c.ack("m1", 2, {0: [(0, 0, [1]), (1, 1, [3]), (2, 2, [2])]})["partitions"][0][
+        "error"] == 0
+    time.sleep(1.3)  # offset 3's lock runs out
+    assert c.fetch("m1", 3, wait_ms=0)["partitions"][0]["acquired"] == [(2, 3, 2)]
+    time.sleep(1.3)  # both run out again, each delivered twice: archived
+    c.fetch("m1", 4, wait_ms=0)
+    port = c.broker.broker.coordinator.metrics_server.port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for family in text_string_to_metric_families(answer.read().decode())
+                   for s in family.samples}
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("kafka_share_group_records_delivered_total", delivery="first") == 4
+    assert value("kafka_share_group_records_delivered_total", delivery="redelivery") == 2
+    assert [value("kafka_share_group_records_acknowledged_total", type=kind)
+            for kind in ("accept", "reject", "release")] == [1, 1, 1]
+    assert value("kafka_share_group_lock_timeouts_total") == 3
+    assert value("kafka_share_group_records_archived_at_delivery_limit_total") == 2

@@ -253,6 +253,7 @@ class Broker:
         if self.coordinator.metrics is not None:  # metrics served: the transactions' too
             self.transactions.metrics = self.coordinator.metrics.watch_transactions(
                 self.transactions.coordinator)
+            self.coordinator.metrics.watch_share_partitions(self.share_partitions.counts)
         await self.transactions.start()
         self.share_partitions.start()
         self.share_state.start()

@@ -28,7 +28,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from kgroups.broker.events import log_event
 from kgroups.broker.lag_time import RecordTimes, lag_seconds
+from kgroups.share.counts import ShareCounts
 
 if TYPE_CHECKING:
     from kgroups.broker.background import BackgroundTasks
@@ -87,6 +88,11 @@ class CoordinatorMetrics:
         self._runtime = runtime
         self._logs = logs
         self._transactions: TransactionCoordinator | None = None
+        self._share_counts: ShareCounts | None = None
+
+    def watch_share_partitions(self, counts: ShareCounts) -> None:
+        """The share partitions' running totals, read at each scrape."""
+        self._share_counts = counts
 
     def watch_transactions(self, coordinator: TransactionCoordinator) -> TransactionMetrics:
         """The transaction coordinator's figures: its ids by state at each scrape, and the
@@ -149,7 +155,9 @@ class CoordinatorMetrics:
                         if known is not None},
             task_crashes=dict(runtime.background.counts.crashes),
             task_restarts=dict(runtime.background.counts.restarts),
-            transaction_states=self._transaction_states())
+            transaction_states=self._transaction_states(),
+            share_counts=None if self._share_counts is None else replace(
+                self._share_counts, acknowledged=Counter(self._share_counts.acknowledged)))
 
     def _transaction_states(self) -> dict[str, int] | None:
         if self._transactions is None:
@@ -186,6 +194,7 @@ class Snapshot:
     task_crashes: dict[str, int]  # background task name -> crashes since start
     task_restarts: dict[str, int]  # background task name -> restarts after a crash
     transaction_states: dict[str, int] | None  # state -> transactional ids; None: not watched
+    share_counts: ShareCounts | None  # the share partitions' totals (a copy); None: not watched
 
 
 class SnapshotCollector(Collector):
@@ -250,6 +259,8 @@ class SnapshotCollector(Collector):
             for state, count in sorted(snapshot.transaction_states.items()):
                 states.add_metric([state], count)
             yield states
+        if snapshot.share_counts is not None:
+            yield from _share_metrics(snapshot.share_counts)
 
     def _tasks(self) -> Iterator[Metric]:
         """A crashed background task is started again (kgroups.broker.background): an alert
@@ -305,6 +316,35 @@ class SnapshotCollector(Collector):
             for (topic, partition), value in sorted(offsets.items()):
                 gauge.add_metric([topic, str(partition)], value)
             yield gauge
+
+
+def _share_metrics(counts: ShareCounts) -> Iterator[Metric]:
+    """Share groups' records since start: deliveries (redeliveries among them),
+    acknowledgements by type, records archived at the delivery count limit, lock timeouts."""
+    delivered = CounterMetricFamily(
+        "kafka_share_group_records_delivered",
+        "Records acquired by share consumers since start (redelivered: delivered before)",
+        labels=["delivery"])
+    delivered.add_metric(["first"], counts.delivered - counts.redelivered)
+    delivered.add_metric(["redelivery"], counts.redelivered)
+    yield delivered
+    acknowledged = CounterMetricFamily(
+        "kafka_share_group_records_acknowledged",
+        "Records acknowledged by share consumers since start, by acknowledgement type",
+        labels=["type"])
+    for kind in ("accept", "release", "reject", "renew", "gap"):
+        acknowledged.add_metric([kind], counts.acknowledged[kind])
+    yield acknowledged
+    archived = CounterMetricFamily(
+        "kafka_share_group_records_archived_at_delivery_limit",
+        "Records archived because they were delivered share.delivery.count.limit times")
+    archived.add_metric([], counts.archived_at_limit)
+    yield archived
+    timeouts = CounterMetricFamily(
+        "kafka_share_group_lock_timeouts",
+        "Acquired records released because their acquisition lock ran out")
+    timeouts.add_metric([], counts.lock_timeouts)
+    yield timeouts
 
 
 class TransactionMetrics:

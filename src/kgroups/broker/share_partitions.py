@@ -29,6 +29,7 @@ from kgroups.broker.share_persister import ShareStatePersister
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode
 from kgroups.share.acknowledgements import AckBatch, is_valid_request
+from kgroups.share.counts import ShareCounts
 from kgroups.share.partition import AckOutcome, SharePartition
 from kgroups.share.persisted import PersistedShareState, SharePartitionKey
 from kgroups.share.sessions import ShareSession, ShareSessions
@@ -68,6 +69,8 @@ class SharePartitionManager:
         self._writing: dict[SharePartitionKey, asyncio.Lock] = {}
         self._timers_changed = asyncio.Event()
         self._background = background
+        # Deliveries, acknowledgements and archivals since start, for the metrics endpoint.
+        self.counts = ShareCounts()
 
     def start(self) -> None:
         self._background.supervise("share-lock-timers", self._run_lock_timers)
@@ -107,7 +110,7 @@ class SharePartitionManager:
                 error = await self.persister.write(key, state)
                 if error != ErrorCode.NONE:
                     return error
-        share_partition = SharePartition(state, self.settings)
+        share_partition = SharePartition(state, self.settings, self.counts)
         log = self.topics.log(topic, key.partition)
         if log is not None:
             share_partition.move_start_to(log.log_start_offset)

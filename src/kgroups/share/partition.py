@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from kgroups.errors import ErrorCode
 from kgroups.share.acknowledgements import AckBatch, AckType
+from kgroups.share.counts import ShareCounts
 from kgroups.share.persisted import DeliveryState, PersistedBatch, PersistedShareState
 from kgroups.share.settings import ShareSettings
 
@@ -85,8 +86,10 @@ class _Batches:
 
 
 class SharePartition:
-    def __init__(self, state: PersistedShareState, settings: ShareSettings) -> None:
+    def __init__(self, state: PersistedShareState, settings: ShareSettings,
+                 counts: ShareCounts | None = None) -> None:
         self.settings = settings
+        self.counts = ShareCounts() if counts is None else counts
         self.state_epoch = state.state_epoch
         self.leader_epoch = state.leader_epoch
         self.start_offset = state.start_offset
@@ -183,6 +186,8 @@ class SharePartition:
                     continue
                 record.state, record.member = DeliveryState.ACQUIRED, member
                 record.delivery_count += 1
+                self.counts.delivered += 1
+                self.counts.redelivered += record.delivery_count > 1
                 record.lock_deadline_ms = deadline
                 acquired.append(offset)
         self._note_splits({self.records[offset].batch for offset in acquired})
@@ -275,6 +280,7 @@ class SharePartition:
 
     def _apply(self, offset: int, kind: AckType, now_ms: int) -> None:
         record = self.records[offset]
+        self.counts.acknowledged[kind.name.lower()] += 1
         match kind:
             case AckType.ACCEPT:
                 record.state, record.member = DeliveryState.ACKNOWLEDGED, None
@@ -288,21 +294,24 @@ class SharePartition:
     def _release(self, record: InFlightRecord) -> None:
         """Back to available, or archived once delivered as often as the limit allows."""
         record.member = None
-        record.state = (DeliveryState.ARCHIVED
-                        if record.delivery_count >= self.settings.delivery_count_limit
-                        else DeliveryState.AVAILABLE)
+        at_limit = record.delivery_count >= self.settings.delivery_count_limit
+        record.state = DeliveryState.ARCHIVED if at_limit else DeliveryState.AVAILABLE
+        self.counts.archived_at_limit += at_limit
 
     def expire_locks(self, now_ms: int) -> bool:
         """Release every record whose acquisition lock's deadline has passed; whether any was."""
-        return self._release_where(lambda r: r.lock_deadline_ms <= now_ms)
+        return self._release_where(lambda r: r.lock_deadline_ms <= now_ms, timed_out=True)
 
     def release_member(self, member: str) -> bool:
         """Release what `member` holds (its share session closed, or it left the group)."""
         return self._release_where(lambda r: r.member == member)
 
-    def _release_where(self, chosen: Callable[[InFlightRecord], bool]) -> bool:
+    def _release_where(self, chosen: Callable[[InFlightRecord], bool],
+                       timed_out: bool = False) -> bool:
         released = [o for o, r in self.records.items()
                     if r.state == DeliveryState.ACQUIRED and chosen(r)]
+        if timed_out:
+            self.counts.lock_timeouts += len(released)
         for offset in released:
             self._release(self.records[offset])
         self._note_splits({self.records[offset].batch for offset in released})
