@@ -66,21 +66,26 @@ def _batches(raw: Any) -> list[AckBatch]:
                      tuple(int(t) for t in b.acknowledge_types)) for b in raw]
 
 
+def _topic_id(topic: Any) -> uuid.UUID:
+    """The topic's id; the all-zero id (which kio reads as null) names no topic, as in Kafka."""
+    return topic.topic_id if topic.topic_id is not None else uuid.UUID(int=0)
+
+
 async def _acknowledge_all(ctx: RequestContext, request: Any, names: Names,
                            renew_allowed: bool = False) -> dict[TopicPartitionId, AckOutcome]:
     """Each partition's acknowledgements applied and written (partitions without any left out)."""
     manager: SharePartitionManager = ctx.broker.share_partitions
     outcomes: dict[TopicPartitionId, AckOutcome] = {}
     for topic in request.topics:
-        name = names.get(topic.topic_id)
+        name = names.get(_topic_id(topic))
         for partition in topic.partitions:
             if not partition.acknowledgement_batches:
                 continue
-            tp = (topic.topic_id.bytes, int(partition.partition_index))
+            tp = (_topic_id(topic).bytes, int(partition.partition_index))
             if name is None:
                 outcomes[tp] = AckOutcome(ErrorCode.UNKNOWN_TOPIC_ID)
                 continue
-            key = SharePartitionKey(request.group_id, topic.topic_id.bytes, tp[1])
+            key = SharePartitionKey(request.group_id, tp[0], tp[1])
             outcomes[tp] = await manager.acknowledge(
                 key, name, request.member_id, _batches(partition.acknowledgement_batches),
                 renew_allowed)
@@ -255,9 +260,9 @@ async def share_fetch(ctx: RequestContext, request: Any) -> Any:
     if (not request.group_id or not request.member_id or getattr(request, "is_renew_ack", False)
             or (epoch == INITIAL_EPOCH and with_acks)):
         return _error_response(ctx, ErrorCode.INVALID_REQUEST)
-    requested = [(t.topic_id.bytes, int(p.partition_index))
+    requested = [(_topic_id(t).bytes, int(p.partition_index))
                  for t in request.topics for p in t.partitions]
-    forgotten = [(t.topic_id.bytes, int(p))
+    forgotten = [(_topic_id(t).bytes, int(p))
                  for t in request.forgotten_topics_data for p in t.partitions]
     step = manager.sessions.fetch(request.group_id, request.member_id, epoch, requested,
                                   forgotten, ctx.session)
@@ -333,8 +338,8 @@ async def _authorize_share(ctx: RequestContext, request: Any, inner: authz.Inner
     if not check.group(Operation.READ, request.group_id or ""):
         return _error_response(ctx, authz.GROUP_DENIED)
     names = _topic_names(ctx)
-    allowed, denied = authz.split(request.topics, lambda t: t.topic_id not in names
-                                  or check.topic(Operation.READ, names[t.topic_id]))
+    allowed, denied = authz.split(request.topics, lambda t: _topic_id(t) not in names
+                                  or check.topic(Operation.READ, names[_topic_id(t)]))
     response = await inner(ctx, dataclasses.replace(request, topics=allowed))
     if not denied or response.error_code != kio_error(ErrorCode.NONE):
         return response
