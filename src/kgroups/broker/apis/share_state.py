@@ -1,7 +1,9 @@
 """The share coordinator's APIs (KIP-932), which brokers send one another: InitializeShareGroupState
 (83), ReadShareGroupState (84), WriteShareGroupState (85, v1 with the delivered-offsets count),
 DeleteShareGroupState (86) and ReadShareGroupStateSummary (87, v1 likewise), answered from the
-broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts.
+broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts. In a cluster each
+share-partition is answered by the leader of its `__share_group_state` partition (the others
+answer NOT_COORDINATOR; docs/share-groups.md, "In a cluster").
 
 As Kafka's share coordinator service does, a request with no topics, a topic with no
 partitions, or an empty group id is answered with no results at all; otherwise every
