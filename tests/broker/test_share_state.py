@@ -266,9 +266,9 @@ def test_the_persister_and_the_wire_share_one_state(inprocess_broker: InProcessB
 
 def test_a_cluster_broker_says_it_is_not_the_share_coordinator(
         inprocess_broker: InProcessBroker) -> None:
-    """Cluster mode does not serve the share coordinator yet (docs/compatibility.md): every
-    call answers NOT_COORDINATOR, never "no state" (which would start a share partition
-    afresh) and never a write taken."""
+    """In cluster mode a share-partition whose `__share_group_state` partition this broker
+    does not lead (docs/share-groups.md, "In a cluster"): every call answers NOT_COORDINATOR,
+    never "no state" (which would start a share partition afresh) and never a write taken."""
     runtime: Any = inprocess_broker.broker.share_state
     runtime._cluster_mode = True  # what Broker sets for a broker on kgroups.storage
     key = SharePartitionKey("cluster", uuid.uuid4().bytes, 0)
@@ -279,7 +279,3 @@ def test_a_cluster_broker_says_it_is_not_the_share_coordinator(
                 (await runtime.read_summary(key, 0)).error]
 
     assert inprocess_broker.call(calls) == [ErrorCode.NOT_COORDINATOR] * 5
-    with connect(inprocess_broker.port) as client:
-        found = client.call(request_of(FIND_COORDINATOR, 6, key_type=2, coordinator_keys=(
-            "cluster:AAAAAAAAAAAAAAAAAAAAAA:0",))).coordinators[0]
-    assert int(found.error_code) == ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -45,6 +45,7 @@ from kgroups.broker.cluster.catalog_sync import catalog_changed
 from kgroups.broker.cluster.leadership import LeadershipView
 from kgroups.broker.cluster.marker_sender import MarkerRouter
 from kgroups.broker.cluster.runtime import ClusterRuntime, ClusterSettings, LeaseHandlers
+from kgroups.broker.cluster.share_state_sender import ShareStateRouter
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
@@ -62,8 +63,14 @@ from kgroups.broker.share_partitions import (
     SharePartitionManager,
     share_settings,
 )
+from kgroups.broker.share_persister import ShareStatePersister
 from kgroups.broker.share_state_runtime import ShareStateRuntime
-from kgroups.broker.topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicCatalog
+from kgroups.broker.topics import (
+    OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+    TopicCatalog,
+)
 from kgroups.broker.transaction_runtime import TransactionRuntime
 from kgroups.broker.txn_markers import write_markers
 from kgroups.errors import ErrorCode
@@ -208,17 +215,24 @@ class Broker:
         self.share_state = ShareStateRuntime(config, self.topics, self.logs, self.group_commit,
                                              self.appends, self.task_counts,
                                              cluster_mode=self.cluster is not None)
+        # In a cluster each share-partition's state is kept by the leader of its
+        # __share_group_state partition (broker/cluster/share_state_sender.py).
+        self.share_persister: ShareStatePersister = (
+            self.share_state if self.leadership is None
+            else ShareStateRouter(self.leadership, self.share_state))
         # Share groups' partitions (ShareFetch/ShareAcknowledge), their state kept by it.
         supplied = config.supplied()
         self.share_partitions = SharePartitionManager(
             self.topics, share_settings(supplied),
             int(supplied.get(SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT)),
-            self.background, self.share_state)
+            self.background, self.share_persister)
         if self.cluster is not None:
             cluster = self.cluster
             self.coordinator.give_up = lambda partition: cluster.drop(OFFSETS_TOPIC, partition)
             self.transactions.give_up = (
                 lambda partition: cluster.drop(TRANSACTION_STATE_TOPIC, partition))
+            self.share_state.give_up = (
+                lambda partition: cluster.drop(SHARE_STATE_TOPIC, partition))
         self.host = config.host
         self.port = config.port
         self.advertised_host = advertised_host(config)
@@ -276,12 +290,16 @@ class Broker:
             self.coordinator.partition_gained(lease.partition)
         elif lease.topic == TRANSACTION_STATE_TOPIC:
             self.transactions.partition_gained(lease.partition)
+        elif lease.topic == SHARE_STATE_TOPIC:
+            self.share_state.partition_gained(lease.partition)
 
     def _lease_lost(self, topic: str, partition: int) -> None:
         if topic == OFFSETS_TOPIC:
             self.coordinator.partition_lost(partition)
         elif topic == TRANSACTION_STATE_TOPIC:
             self.transactions.partition_lost(partition)
+        elif topic == SHARE_STATE_TOPIC:
+            self.share_state.partition_lost(partition)
         self.topics.leadership_lost(topic, partition)
 
     def _node_id_taken(self, reason: str) -> None:

@@ -17,8 +17,14 @@ deleted as DeleteRecords deletes them), and every
 `share.coordinator.cold.partition.snapshot.interval.ms` share-partitions whose snapshot is that
 old are snapshotted afresh, so the oldest record needed keeps moving.
 
-On one broker every partition is served here. In cluster mode this runtime serves nothing yet:
-its APIs answer NOT_COORDINATOR (docs/share-groups.md says so).
+On one broker every partition is served here. In cluster mode (docs/share-groups.md, "In a
+cluster") the broker coordinates the share-partitions of the `__share_group_state` partitions it
+holds the lease of, as the transaction coordinator does for `__transaction_state`:
+`partition_gained` reads the partition back from the store and replays it (its share-partitions
+answer COORDINATOR_LOAD_IN_PROGRESS meanwhile), `partition_lost` forgets them
+(NOT_COORDINATOR), and every record goes through the store's fenced append, so a broker that
+lost the lease writes nothing and gives the partition up. The housekeeping (pruning, cold
+snapshots) runs on a single broker only: in a cluster the store keeps every record.
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ from dataclasses import dataclass
 from kgroups.broker.append_gates import gate_of
 from kgroups.broker.appends import AppendNotifier
 from kgroups.broker.background import BackgroundTasks, TaskCounts
+from kgroups.broker.cluster.offsets_reader import cluster_reader
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import log_event
 from kgroups.broker.share_persister import ReadStateResult
 from kgroups.broker.topics import SHARE_STATE_TOPIC, TopicCatalog
 from kgroups.errors import ErrorCode
-from kgroups.log.batch import build_batch, iter_records_raw
+from kgroups.log.batch import BatchCorruptError, build_batch, iter_records_raw
 from kgroups.log.durability import GroupCommit
 from kgroups.log.manager import LogManager
 from kgroups.log.partition_log import PartitionLog
@@ -57,10 +64,12 @@ from kgroups.share.persisted import (
 )
 from kgroups.share_coordinator.shard import (
     Answer,
+    Key,
     ShareCoordinatorShard,
     StateRecord,
     WriteRequest,
 )
+from kgroups.storage.postgresql import FencedError, StorageUnavailableError
 
 logger = logging.getLogger("kgroups.share_state")
 
@@ -114,6 +123,12 @@ class ShareStateRuntime:
         self._appends = appends
         self._cluster_mode = cluster_mode
         self._locks: dict[int, asyncio.Lock] = {}
+        # Cluster mode: partitions are loaded as their leases are gained, read by `_reader`;
+        # `give_up` hands a fenced partition's lease back (set by the broker).
+        self._reader = cluster_reader(config) if cluster_mode else None
+        self.give_up: Callable[[int], None] = lambda partition: None
+        self._loads: dict[int, asyncio.Task[None]] = {}
+        self._served: set[int] = set()
         self.loaded = False
         self.background = BackgroundTasks(task_counts)
 
@@ -148,6 +163,11 @@ class ShareStateRuntime:
 
     async def stop(self) -> None:
         await self.background.cancel_all()
+        for load in self._loads.values():
+            load.cancel()
+        self._loads.clear()
+        if self._reader is not None:
+            self._reader.close()
 
     def _load(self) -> None:
         """Every partition's records from its log start (those below were pruned), in order."""
@@ -168,20 +188,70 @@ class ShareStateRuntime:
                   partitions=self.settings.num_partitions, records=records,
                   share_partitions=len(self.shard.states))
 
-    def refusal(self, create_topic: bool) -> ErrorCode | None:
-        """Why no request is served now (None: they are). Kafka creates `__share_group_state`
-        when the share coordinator is first looked for (FindCoordinator, which its persister
-        always sends first): before that a request on the wire answers NOT_COORDINATOR, as
-        Kafka's does; FindCoordinator and the in-process persister (`create_topic`) create it."""
-        if self._cluster_mode:
-            return ErrorCode.NOT_COORDINATOR
+    def refusal(self, create_topic: bool, key: Key | None = None) -> ErrorCode | None:
+        """Why no request (for the share-partition `key`) is served now (None: they are).
+        Kafka creates `__share_group_state` when the share coordinator is first looked for
+        (FindCoordinator, which its persister always sends first): before that a request on
+        the wire answers NOT_COORDINATOR, as Kafka's does; FindCoordinator and the in-process
+        persister (`create_topic`) create it. In cluster mode a share-partition whose
+        partition another broker leads answers NOT_COORDINATOR, one being replayed here
+        COORDINATOR_LOAD_IN_PROGRESS."""
         if not create_topic and self._topics.partition_count(SHARE_STATE_TOPIC) is None:
             return ErrorCode.NOT_COORDINATOR
         try:
             self.ensure_topic()
         except OSError:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return None
+        if not self._cluster_mode or key is None:
+            return None
+        partition = self.shard.partition_of(key)
+        if partition in self._served:
+            return None
+        if partition in self._loads:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NOT_COORDINATOR
+
+    # -- cluster mode ------------------------------------------------------------------------
+
+    def partition_gained(self, partition: int) -> None:
+        """This broker now leads `__share_group_state-<partition>`: its share-partitions answer
+        COORDINATOR_LOAD_IN_PROGRESS until the store's records are replayed."""
+        self.partition_lost(partition)
+        self._loads[partition] = asyncio.get_running_loop().create_task(
+            self._load_leased(partition), name=f"share-state-load-{partition}")
+
+    def partition_lost(self, partition: int) -> None:
+        """Another broker leads it now (or will): its share-partitions answer NOT_COORDINATOR."""
+        load = self._loads.pop(partition, None)
+        if load is not None:
+            load.cancel()
+        self._served.discard(partition)
+        self.shard.unload(partition)
+
+    async def _load_leased(self, partition: int) -> None:
+        assert self._reader is not None
+        started = time.monotonic()
+        try:
+            data = await self._reader.read(SHARE_STATE_TOPIC, partition)
+            records = await asyncio.to_thread(_state_records, data)
+        except (StorageUnavailableError, BatchCorruptError) as exc:
+            # Nothing to serve it from: the lease is given up and taken again afresh.
+            self._loads.pop(partition, None)
+            log_event(logger, logging.WARNING, "share_state_load_failed", partition=partition,
+                      error=exc)
+            self.give_up(partition)
+            return
+        self._loads.pop(partition, None)
+        for offset, record in records:
+            self.shard.replay(record, offset)
+        self._served.add(partition)
+        log_event(logger, logging.INFO, "share_state_partition_loaded", partition=partition,
+                  records=len(records), ms=round((time.monotonic() - started) * 1000))
+
+    def _fenced(self, partition: int) -> None:
+        if partition in self._served:
+            self.partition_lost(partition)
+            self.give_up(partition)
 
     def topic_partitions(self, topic_id: uuid.UUID) -> int | None:
         """How many partitions the topic of `topic_id` has (None: no such topic)."""
@@ -196,12 +266,16 @@ class ShareStateRuntime:
                      decide: Callable[[], Answer], create_topic: bool) -> Answer:
         """Decide on the current state, append the record (if any) durably, then apply it;
         one request at a time per `__share_group_state` partition."""
-        refused = self.refusal(create_topic)
+        key = (group_id, topic_id, partition)
+        refused = self.refusal(create_topic, key)
         if refused is not None:
             return Answer(refused)
-        state_partition_index = self.shard.partition_of((group_id, topic_id, partition))
+        state_partition_index = self.shard.partition_of(key)
         lock = self._locks.setdefault(state_partition_index, asyncio.Lock())
         async with lock:
+            refused = self.refusal(create_topic, key)  # lost while waiting for the lock
+            if refused is not None:
+                return Answer(refused)
             answer = decide()
             if answer.record is None:
                 return answer
@@ -212,7 +286,8 @@ class ShareStateRuntime:
         """Append `record` durably, then apply it (the caller holds the partition's lock)."""
         log = self._topics.log(SHARE_STATE_TOPIC, partition)
         if log is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.NOT_COORDINATOR if self._cluster_mode \
+                else ErrorCode.COORDINATOR_NOT_AVAILABLE
         value = None if record.value is None else encode_share_state_value(record.value)
         batch = build_batch([(encode_share_state_key(record.key), value, wall_clock_ms())])
         try:
@@ -220,7 +295,14 @@ class ShareStateRuntime:
                 offset, _ = log.append_batch(batch)
             if isinstance(log, PartitionLog):
                 await self._group_commit.wait_durable(log)
-        except OSError as exc:
+        except FencedError as exc:
+            # Another broker took the partition (this one was paused or cut off): nothing was
+            # written, and the partition is given up to be loaded afresh wherever it goes.
+            log_event(logger, logging.WARNING, "share_state_append_fenced",
+                      partition=partition, group_id=record.key.group_id, error=exc)
+            asyncio.get_running_loop().call_soon(self._fenced, partition)
+            return ErrorCode.NOT_COORDINATOR
+        except OSError as exc:  # StorageUnavailableError among them
             # Maybe written, never a success: the state stays where it was (Kafka answers a
             # failed append of its coordinator runtime as a retriable coordinator error).
             log_event(logger, logging.ERROR, "share_state_append_failed", partition=partition,
@@ -310,7 +392,7 @@ class ShareStateRuntime:
         """The state; a share-partition never initialized answers UNKNOWN_TOPIC_OR_PARTITION
         (the persister seam's word for it; on the wire Kafka's INVALID_REQUEST)."""
         topic_id = uuid.UUID(bytes=key.topic_id)
-        refused = self.refusal(create_topic=True)
+        refused = self.refusal(create_topic=True, key=(key.group_id, topic_id, key.partition))
         if refused is not None:
             return ReadStateResult(refused)
         if (key.group_id, topic_id, key.partition) not in self.shard.states:
@@ -349,3 +431,12 @@ def _result(answer: Answer, with_batches: bool) -> ReadStateResult:
     return ReadStateResult(ErrorCode.NONE, PersistedShareState(
         state.state_epoch, state.leader_epoch, state.start_offset, batches,
         state.delivery_complete_count))
+
+
+def _state_records(data: bytes) -> list[tuple[int, StateRecord]]:
+    """The records of a `__share_group_state` partition read back from the store, with their
+    offsets, in log order."""
+    return [(offset, StateRecord(key, decode_share_state_value(key, value_bytes)))
+            for offset, _, key_bytes, value_bytes in iter_records_raw(data)
+            if key_bytes is not None
+            for key in (decode_share_state_key(key_bytes),)]

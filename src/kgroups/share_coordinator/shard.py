@@ -183,6 +183,16 @@ class ShareCoordinatorShard:
         if deleted:
             del offsets[key]
 
+    def unload(self, partition: int) -> None:
+        """Forget every share-partition of the `__share_group_state` partition (another
+        broker coordinates it now; it is replayed afresh if it comes back)."""
+        for table in (self.states, self._leader_epochs, self._state_epochs,
+                      self._updates_since_snapshot):
+            for key in [k for k in table if self.partition_of(k) == partition]:
+                del table[key]
+        self._snapshot_offsets.pop(partition, None)
+        self._redundant.pop(partition, None)
+
     def redundant_offset(self, partition: int) -> int | None:
         """The offset before which every record of the `__share_group_state` partition is
         superseded (None: nothing to delete yet)."""

@@ -41,6 +41,7 @@ from kgroups.broker.security.authorizer import (
 from kgroups.broker.topics import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
     TRANSACTION_STATE_TOPIC,
     topic_name_error,
 )
@@ -279,6 +280,12 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> Any:
             return _leased_coordinator(broker.leadership, TRANSACTION_STATE_TOPIC,
                                        broker.transactions.coordinator.partition_of(key),
                                        ctx.api_version)
+        if failure is None and key_type == SHARE_KEY_TYPE and broker.leadership is not None:
+            group_id, topic_id, partition = parse_coordinator_key(key)
+            return _leased_coordinator(broker.leadership, SHARE_STATE_TOPIC,
+                                       broker.share_state.shard.partition_of(
+                                           (group_id, topic_id, partition)),
+                                       ctx.api_version)
         if failure is None:
             # Kafka's text for success: the error's name before batching (v1-v3), empty after.
             host, port = advertised(ctx)
@@ -310,8 +317,8 @@ def _share_coordinator_failure(broker: HandlerServices, key: str
                                ) -> tuple[ErrorCode, str | None]:
     """Kafka's answer for a share-partition key: INVALID_REQUEST (no text) when it names no
     share-partition; else __share_group_state is created on this first use and this broker
-    coordinates it (COORDINATOR_NOT_AVAILABLE when it cannot be created or, in a cluster,
-    because kgroups serves the share coordinator on a single broker only)."""
+    coordinates it (COORDINATOR_NOT_AVAILABLE when it cannot be created; in a cluster the
+    leader of the key's partition does)."""
     try:
         parse_coordinator_key(key)
     except ValueError:
@@ -324,8 +331,9 @@ def _share_coordinator_failure(broker: HandlerServices, key: str
 
 def _leased_coordinator(view: LeadershipView, topic: str, partition: int, version: int
                         ) -> dict[str, Any]:
-    """A group's or transactional id's coordinator in cluster mode: the leader of its
-    `__consumer_offsets` or `__transaction_state` partition, or COORDINATOR_NOT_AVAILABLE
+    """A group's, transactional id's or share-partition's coordinator in cluster mode: the
+    leader of its `__consumer_offsets`, `__transaction_state` or `__share_group_state`
+    partition, or COORDINATOR_NOT_AVAILABLE
     (retriable) while that partition has none."""
     leader = view.leader(topic, partition)
     endpoint = view.endpoint(leader.node_id) if leader is not None else None

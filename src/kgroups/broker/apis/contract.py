@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
     from kgroups.broker.security.state import Session
     from kgroups.broker.share_partitions import SharePartitionManager
+    from kgroups.broker.share_persister import ShareStatePersister
     from kgroups.broker.share_state_runtime import ShareStateRuntime
     from kgroups.broker.topics import TopicCatalog
     from kgroups.broker.transaction_runtime import TransactionRuntime
@@ -50,6 +51,7 @@ class HandlerServices(Protocol):
     transactions: TransactionRuntime
     share_partitions: SharePartitionManager
     share_state: ShareStateRuntime
+    share_persister: ShareStatePersister  # the share state of any key (in a cluster, routed)
     group_commit: GroupCommit
     appends: AppendNotifier
     memory: MemoryBudget

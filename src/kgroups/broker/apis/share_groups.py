@@ -84,7 +84,7 @@ async def initialize_partitions(broker: Any, group_id: str, group_epoch: int,
                                 topics: ShareTopics) -> None:
     """Initialize the share-partitions in the share coordinator, then tell the group
     coordinator (module docstring)."""
-    persister = getattr(broker, "share_state", None)
+    persister = getattr(broker, "share_persister", None)
     error = ErrorCode.NONE
     if persister is not None:
         for topic_id, _, partitions in topics:

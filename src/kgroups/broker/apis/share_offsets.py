@@ -76,7 +76,7 @@ class DescribeShareGroupOffsetsHandler:
 async def _summary(ctx: RequestContext, group_id: str, topic_id: uuid.UUID, name: str,
                    partition: int) -> tuple[int, int, int]:
     """(start offset, leader epoch, lag) of a share-partition from the share coordinator."""
-    persister = getattr(ctx.broker, "share_state", None)
+    persister = getattr(ctx.broker, "share_persister", None)
     if persister is None:
         return -1, 0, -1
     result = await persister.read_summary(SharePartitionKey(group_id, topic_id.bytes, partition),
@@ -101,7 +101,7 @@ class AlterShareGroupOffsetsHandler:
             lambda request_id: AlterShareOffsetsRequest(request_id, group_id, topics))
         failed: dict[tuple[uuid.UUID, int], ErrorCode] = {}
         if answer.initialize:
-            persister = getattr(ctx.broker, "share_state", None)
+            persister = getattr(ctx.broker, "share_persister", None)
             for topic_id, _, partition, offset in answer.initialize:
                 if persister is not None:
                     error = await persister.initialize(
@@ -154,7 +154,7 @@ async def delete_state(broker: Any, group_id: str,
     answer: DeleteShareOffsetsResponse = await broker.coordinator.call(
         lambda request_id: DeleteShareOffsetsRequest(request_id, group_id, names))
     if answer.delete:
-        persister = getattr(broker, "share_state", None)
+        persister = getattr(broker, "share_persister", None)
         if persister is not None:
             for topic_id, _, partitions in answer.delete:
                 for partition in partitions:

@@ -1,7 +1,9 @@
 """The share coordinator's APIs (KIP-932), which brokers send one another: InitializeShareGroupState
 (83), ReadShareGroupState (84), WriteShareGroupState (85, v1 with the delivered-offsets count),
 DeleteShareGroupState (86) and ReadShareGroupStateSummary (87, v1 likewise), answered from the
-broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts.
+broker's ShareStateRuntime with Kafka 4.3.1's versions, errors and texts. In a cluster each
+share-partition is answered by the leader of its `__share_group_state` partition (the others
+answer NOT_COORDINATOR; docs/share-groups.md, "In a cluster").
 
 As Kafka's share coordinator service does, a request with no topics, a topic with no
 partitions, or an empty group id is answered with no results at all; otherwise every
@@ -72,17 +74,16 @@ async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
         return build(response_cls, results=())
     topic_cls = sibling(response_cls, RESULT_CLASSES[ctx.api_key])
     partition_cls = sibling(response_cls, "PartitionResult")
-    refused = ctx.broker.share_state.refusal(create_topic=False)
-    refused_text = (f"Unable to {REFUSED_VERBS[ctx.api_key]}: This is not the correct "
-                    "coordinator." if refused is ErrorCode.NOT_COORDINATOR
-                    else NOT_AVAILABLE_TEXT)
     answered: dict[uuid.UUID, dict[int, Any]] = {}
     for topic in request.topics:
         topic_id = topic.topic_id if topic.topic_id is not None else ZERO_UUID
         partitions = answered.setdefault(topic_id, {})
         for data in topic.partitions:
-            outcome = (Answer(refused, refused_text) if refused is not None
-                       else await answer(topic_id, data))
+            # In a cluster each share-partition is refused or served on its own.
+            refused = ctx.broker.share_state.refusal(
+                create_topic=False, key=(request.group_id, topic_id, int(data.partition)))
+            outcome = (Answer(refused, _refused_text(ctx.api_key, refused))
+                       if refused is not None else await answer(topic_id, data))
             partitions[int(data.partition)] = build(
                 partition_cls, partition=data.partition, error_code=kio_error(outcome.error),
                 error_message=outcome.message, **result(data, outcome))
@@ -91,6 +92,14 @@ async def _answer(ctx: RequestContext, request: Any, answer: PartitionAnswer,
             answered[topic_id][partition] for partition in hash_set_order(
                 list(answered[topic_id]), _integer_hash)))
         for topic_id in hash_set_order(list(answered)[::-1], uuid_hash)))
+
+
+def _refused_text(api_key: ApiKey, refused: ErrorCode) -> str:
+    if refused is ErrorCode.NOT_COORDINATOR:
+        return f"Unable to {REFUSED_VERBS[api_key]}: This is not the correct coordinator."
+    if refused is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        return f"Unable to {REFUSED_VERBS[api_key]}: The coordinator is loading."
+    return NOT_AVAILABLE_TEXT
 
 
 def _integer_hash(value: int) -> int:
