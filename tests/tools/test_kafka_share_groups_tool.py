@@ -71,9 +71,11 @@ def _run(sides: list[Side], *args: str, sort_rows: bool = False, member_ids: boo
     results = on_both(sides, SHARE_GROUPS, list(args))
     printed = {side.name: _normalised(results[side.name], side, sort_rows, member_ids)
                for side in sides}
-    if only is not None:
-        printed = {name: (code, [line for line in lines
-                                 if line[0] == "GROUP" or line[0].startswith(only)], notes)
+    if only is not None:  # one header (each group described has its own), `only`'s rows and
+        # messages (other groups' "has no active members" among them left out)
+        printed = {name: (code, [line for line in lines if line[0] == "GROUP"][:1]
+                          + [line for line in lines if line[0].startswith(only)],
+                          [note for note in notes if "group '" not in note or only in note])
                    for name, (code, lines, notes) in printed.items()}
     assert printed["kgroups"] == printed["kafka"], _both(results)
     return printed["kafka"][1]
