@@ -124,7 +124,9 @@ def test_acknowledged_records_survive_the_share_coordinators_sigkill(
             key = coordinator_key(GROUP, topic_id, p)
             assert {_share_coordinator(cluster, key, node) for node in (1, 2, 3)} == {keeper[p]}
         remote = [p for p in range(PARTITIONS) if keeper[p] != topic_leaders[p]]
-        assert remote, (keeper, topic_leaders)  # the state is kept over the wire
+        if not remote:  # placement follows the random topic id: this run has no remote state
+            pytest.skip(f"every share-partition's state is led by its partition's leader "
+                        f"({keeper}): nothing to kill that is kept over the wire")
 
         first = [f"first-{i}" for i in range(60)]
         _produce(cluster, first)
