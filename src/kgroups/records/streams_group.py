@@ -337,14 +337,6 @@ def _read_array(data: bytes, pos: int, what: str,
     return tuple(items), pos
 
 
-def _read_int16(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    return read_int16(data, pos, what)
-
-
-def _read_int32(data: bytes, pos: int, what: str) -> tuple[int, int]:
-    return read_int32(data, pos, what)
-
-
 def _read_pair(data: bytes, pos: int, what: str) -> tuple[tuple[str, str], int]:
     key, pos = read_compact_string(data, pos, f"{what}.key")
     value, pos = read_compact_string(data, pos, f"{what}.value")
@@ -358,11 +350,11 @@ def _read_pairs(data: bytes, pos: int, what: str) -> tuple[Pairs, int]:
 
 def _read_task_ids(data: bytes, pos: int, what: str) -> tuple[TaskIds, int]:
     subtopology, pos = read_compact_string(data, pos, f"{what}.subtopologyId")
-    partitions, pos = _read_array(data, pos, f"{what}.partitions", _read_int32)
+    partitions, pos = _read_array(data, pos, f"{what}.partitions", read_int32)
     tags, pos = read_tagged_fields(data, pos, what)
     epochs = None
     if 0 in tags:
-        epochs, end = _read_array(tags[0], 0, f"{what}.assignmentEpochs", _read_int32)
+        epochs, end = _read_array(tags[0], 0, f"{what}.assignmentEpochs", read_int32)
         if end != len(tags[0]):
             raise fail(f"{what}.assignmentEpochs", pos, "trailing bytes in tagged field")
     return TaskIds(subtopology, partitions, epochs), pos
@@ -382,9 +374,9 @@ def _read_topic_info(data: bytes, pos: int, what: str) -> tuple[TopicInfo, int]:
 
 
 def _read_copartition_group(data: bytes, pos: int, what: str) -> tuple[CopartitionGroup, int]:
-    sources, pos = _read_array(data, pos, f"{what}.sourceTopics", _read_int16)
-    regexes, pos = _read_array(data, pos, f"{what}.sourceTopicRegex", _read_int16)
-    repartition, pos = _read_array(data, pos, f"{what}.repartitionSourceTopics", _read_int16)
+    sources, pos = _read_array(data, pos, f"{what}.sourceTopics", read_int16)
+    regexes, pos = _read_array(data, pos, f"{what}.sourceTopicRegex", read_int16)
+    repartition, pos = _read_array(data, pos, f"{what}.repartitionSourceTopics", read_int16)
     _tags, pos = read_tagged_fields(data, pos, what)
     return CopartitionGroup(sources, regexes, repartition), pos
 
