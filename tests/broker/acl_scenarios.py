@@ -62,8 +62,35 @@ BINDINGS = (
 
 
 # A consumer group (Read for alice by the team- prefix) whose member holds `secret`, a topic
-# alice may not Describe: set up by the super user before alice's requests.
+# alice may not Describe: set up by the super user before alice's requests; and a streams group
+# whose topology names it.
 MIXED_GROUP = "team-mixed"
+MIXED_STREAMS_GROUP = "team-st-mixed"
+
+
+def streams_heartbeat(client: KafkaWireClient, version: int, group: str,
+                      sources: tuple[str, ...], changelog: str | None = None) -> Any:
+    """A streams member joining `group` with a one-subtopology topology reading `sources`
+    (and keeping a store whose changelog topic is `changelog`, an internal topic the broker
+    creates when its principal may; named so that no regex subscription here matches it, as
+    Kafka creates it in the background)."""
+    def nested(class_name: str, /, **fields: Any) -> Any:
+        return nested_of(88, version, class_name, **fields)
+
+    changelogs = () if changelog is None else (nested(
+        "TopicInfo", name=changelog, partitions=0, replication_factor=0, topic_configs=()),)
+    subtopology = nested("Subtopology", subtopology_id="0", source_topics=sources,
+                         source_topic_regex=(), state_changelog_topics=changelogs,
+                         repartition_sink_topics=(), repartition_source_topics=(),
+                         copartition_groups=())
+    return client.call(request_of(
+        88, version, group_id=group, member_id=f"m-{group}-v{version}", member_epoch=0,
+        endpoint_information_epoch=0, instance_id=None, rack_id=None,
+        rebalance_timeout=datetime.timedelta(seconds=30),
+        topology=nested("Topology", epoch=0, subtopologies=(subtopology,)),
+        active_tasks=(), standby_tasks=(), warmup_tasks=(), process_id=f"p-{group}",
+        user_endpoint=None, client_tags=None, task_offsets=None, task_end_offsets=None,
+        shutdown_application=False))
 
 
 def set_up(admin: KafkaWireClient) -> None:
@@ -80,6 +107,7 @@ def set_up(admin: KafkaWireClient) -> None:
         if beat.assignment is not None and beat.assignment.topic_partitions:
             break
         time.sleep(0.1)
+    streams_heartbeat(admin, 0, MIXED_STREAMS_GROUP, ("orders", "secret"))
     results = admin.call(create_acls.CreateAclsRequest(creations=BINDINGS)).results
     assert [int(r.error_code) for r in results] == [0] * len(BINDINGS)
     # Kafka applies ACLs through its metadata log: wait until they are all visible.
@@ -327,7 +355,7 @@ def _consumer_heartbeat(client: KafkaWireClient, version: int) -> dict[str, Any]
             instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
             subscribed_topic_names=subscribed, subscribed_topic_regex=None,
             server_assignor=None, topic_partitions=()))
-        seen[group] = int(beat.error_code)
+        seen[group] = (int(beat.error_code), beat.error_message)
     if version >= 1:
         seen["regex subscription"] = regex_assignment(client)
     return seen
@@ -346,6 +374,58 @@ def _consumer_group_describe(client: KafkaWireClient, version: int) -> dict[str,
             (g.group_id, int(g.error_code), int(g.authorized_operations))
             for g in described.groups)
     return seen
+
+
+def _share_heartbeat(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for group, subscribed in (("team-sh", ("orders",)), ("team-sh2", ("orders", "secret")),
+                              ("g-none", ("orders",))):
+        beat = client.call(request_of(
+            76, version, group_id=group, member_id=f"m-{group}-v{version}", member_epoch=0,
+            rack_id=None, subscribed_topic_names=subscribed))
+        seen[group] = (int(beat.error_code), beat.error_message)
+    return seen
+
+
+ASSIGNMENT_DELAYED = 5  # StreamsGroupHeartbeatResponse's status code
+
+
+def _streams_heartbeat(client: KafkaWireClient, version: int) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for group, sources, changelog in (
+            ("team-st", ("orders",), None), ("team-st2", ("orders", "secret"), None),
+            ("team-st3", ("orders",), "Changelog-team-st3"), ("g-none", ("orders",), None)):
+        beat = streams_heartbeat(client, version, group, sources, changelog)
+        # ASSIGNMENT_DELAYED depends on when the user's heartbeat comes (the super user's
+        # rejoin may fall inside or past the group's initial rebalance delay): left out.
+        seen[group] = (int(beat.error_code), beat.error_message, sorted(
+            (int(s.status_code), s.status_detail) for s in beat.status or ()
+            if int(s.status_code) != ASSIGNMENT_DELAYED))
+    return seen
+
+
+def _group_describe(api_key: int, mixed_group: str | None) -> Probe:
+    """Share/StreamsGroupDescribe: DESCRIBE per group, the operations bitfield asked or not,
+    and (streams) a group whose topology names a topic alice may not Describe."""
+
+    def probe(client: KafkaWireClient, version: int) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        if mixed_group is not None:
+            mixed = client.call(request_of(api_key, version, group_ids=(mixed_group,),
+                                           include_authorized_operations=False)).groups[0]
+            seen["a group using an undescribable topic"] = (
+                int(mixed.error_code), mixed.error_message, len(mixed.members),
+                mixed.group_state, int(mixed.group_epoch), int(mixed.assignment_epoch))
+        groups = ("team-sh", "team-st", "g-none", "g-ok")
+        for asked in (True, False):
+            described = client.call(request_of(api_key, version, group_ids=groups,
+                                               include_authorized_operations=asked))
+            seen[f"operations asked={asked}"] = sorted(
+                (g.group_id, int(g.error_code), int(g.authorized_operations))
+                for g in described.groups)
+        return seen
+
+    return probe
 
 
 def _describe_groups(client: KafkaWireClient, version: int) -> dict[str, Any]:
@@ -469,10 +549,15 @@ PROBES: dict[int, Probe] = {
     8: _offset_commit, 9: _offset_fetch, 47: _offset_delete, 16: _list_groups, 3: _metadata,
     2: _list_offsets, 23: _offset_for_leader_epoch, 1: _fetch, 19: _create_topics, 0: _produce,
     68: _consumer_heartbeat,
-    69: _consumer_group_describe, 15: _describe_groups, 32: _describe_configs,
+    69: _consumer_group_describe,
+    15: _describe_groups, 32: _describe_configs,
     44: _incremental_alter_configs, 33: _alter_configs, 21: _delete_records,
     29: _describe_acls, 61: _describe_producers, 27: _write_txn_markers,
     **{api_key: _share_state(api_key) for api_key in SHARE_STATE_TOPIC_CLASSES},
+    # After the share coordinator's APIs: a share group's first heartbeat has Kafka create
+    # __share_group_state, whose partitions answer NOT_COORDINATOR while they load.
+    76: _share_heartbeat, 77: _group_describe(77, None),
+    88: _streams_heartbeat, 89: _group_describe(89, MIXED_STREAMS_GROUP),
     42: _delete_groups,
 }
 

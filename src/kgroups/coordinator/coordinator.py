@@ -349,7 +349,11 @@ class GroupCoordinator:
             case GroupTimerKind.STREAMS_REBALANCE:
                 self._streams.on_timer(group, member_id, session=False)
             case GroupTimerKind.STREAMS_INITIAL:
-                self._streams.on_initial_delay(group)
+                # The delay's end computes nothing: the next heartbeat computes the first
+                # target. Kafka 4.3.1 tries to at this moment but cannot ("Cannot compute
+                # delayed target assignment: configured topology is not present" in its log),
+                # so a group described meanwhile stays Assigning there.
+                pass
             case GroupTimerKind.SHARE_SESSION:
                 self._share.on_session_timer(group, member_id)
             case _:

@@ -418,19 +418,6 @@ class StreamsGroups:
         self._ctx.timers.cancel(streams_initial_timer(group.group_id))
         self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
 
-    def on_initial_delay(self, group: ClassicGroup) -> None:
-        """The initial rebalance delay of a new group ended: its first target is computed."""
-        streams = group.streams
-        if streams is None or streams.group_epoch <= streams.assignment_epoch:
-            return
-        journal = Journal()
-        try:
-            self.update_target(group, streams, journal)
-        except TaskAssignorError:
-            self._ctx.roll_back(journal)  # the next heartbeat tries again, and answers why
-            return
-        self._ctx.write(group.offsets_partition, journal, lambda: None, lambda _e: None)
-
     # -- StreamsGroupDescribe -----------------------------------------------------------------
 
     def describe(self, req: StreamsGroupDescribeRequest) -> None:

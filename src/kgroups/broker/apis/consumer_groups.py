@@ -19,10 +19,8 @@ from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
-    OPERATIONS_NOT_REQUESTED,
     Operation,
-    ResourceType,
-    all_operations,
+    described_group_operations,
 )
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.coordinator.consumer_messages import (
@@ -83,6 +81,15 @@ def _wire_topics(topic_cls: type[Any], topics: TopicPartitionList) -> tuple[Any,
     return tuple(build(topic_cls, topic_id=t, partitions=p) for t, p in topics)
 
 
+def named_assignment(assignment_cls: type[Any], topic_cls: type[Any], shard: Any,
+                     topics: TopicPartitionList) -> Any:
+    """A described member's assignment, its topics named by the broker's catalogue ("" for a
+    topic deleted since)."""
+    return build(assignment_cls, topic_partitions=tuple(
+        build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
+        for t, p in topics))
+
+
 class ConsumerGroupDescribeHandler:
     api_key, min_version, max_version = ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1
 
@@ -98,21 +105,17 @@ class ConsumerGroupDescribeHandler:
         topic_cls = sibling(response, "TopicPartitions")
         # Asked for, a described group carries the operations allowed on it (all of them here;
         # acl_enforcement narrows them to the principal's); a group in error does not.
-        operations = (all_operations(ResourceType.GROUP) if request.include_authorized_operations
-                      else OPERATIONS_NOT_REQUESTED)
+        asked = request.include_authorized_operations
 
         def named(topics: TopicPartitionList) -> Any:
-            return build(assignment_cls, topic_partitions=tuple(
-                build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
-                for t, p in topics))
+            return named_assignment(assignment_cls, topic_cls, shard, topics)
 
         return build(response, throttle_time=NO_THROTTLE, groups=tuple(
             build(
                 group_cls, error_code=kio_error(g.error), error_message=g.error_message,
                 group_id=g.group_id, group_state=g.state, group_epoch=g.group_epoch,
                 assignment_epoch=g.assignment_epoch, assignor_name=g.assignor_name,
-                authorized_operations=operations if g.error == ErrorCode.NONE
-                else OPERATIONS_NOT_REQUESTED,
+                authorized_operations=described_group_operations(asked, g.error),
                 members=tuple(
                     build(member_cls, member_id=m.member_id, instance_id=m.instance_id,
                           rack_id=m.rack_id, member_epoch=m.member_epoch,
@@ -143,50 +146,35 @@ HIDDEN_TOPICS_MESSAGE = ("The group has described topic(s) that the client is no
 @authz.rule(ApiKey.CONSUMER_GROUP_DESCRIBE)
 async def _authorize_consumer_group_describe(ctx: RequestContext, request: Any, inner: authz.Inner,
                                              check: authz.Check) -> Any:
-    names = tuple(request.group_ids)
-    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
-    answered = await authz.answers_by_group(
-        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
-        lambda response: response.groups)
-    denied = {"error_code": kio_error(authz.GROUP_DENIED),
-              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
-              "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
-              "assignor_name": "", "members": (),
-              "authorized_operations": OPERATIONS_NOT_REQUESTED}
-    # A group whose members hold or are to get a topic the principal may not Describe is not
-    # shown at all, as Kafka answers it (the topic's name would tell what it may not know).
-    hidden = {"error_code": kio_error(authz.TOPIC_DENIED), "error_message": HIDDEN_TOPICS_MESSAGE,
-              "group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "",
-              "members": (), "authorized_operations": OPERATIONS_NOT_REQUESTED}
-
+    """DESCRIBE on each group; a group whose members hold or are to get a topic the principal
+    may not Describe is not shown at all, as Kafka answers it."""
     def shown(group: Any) -> Any:
         topics = {topic.topic_name for member in group.members
                   for assignment in (member.assignment, member.target_assignment)
                   for topic in assignment.topic_partitions}
         if all(check.topic(Operation.DESCRIBE, topic) for topic in topics):
             return check.with_group_operations(group)
-        return authz.nested(ctx, "DescribedGroup", group_id=group.group_id, **hidden)
+        return authz.nested(ctx, "DescribedGroup", group_id=group.group_id,
+                            **authz.hidden_group(HIDDEN_TOPICS_MESSAGE, assignor_name=""))
 
-    return authz.response(ctx, groups=tuple(
-        shown(answered[name]) if name in answered
-        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+    return await authz.described_groups(ctx, request, inner, check,
+                                        authz.denied_group(assignor_name=""), shown)
 
 
 def heartbeat_refusal(ctx: RequestContext, request: Any, check: authz.Check) -> Any | None:
     """The answer to a consumer or share group heartbeat its principal may not send (READ on
-    the group, DESCRIBE on every topic it names), else None."""
-    def error(code: ErrorCode, message: str) -> Any:
-        return authz.response(ctx, error_code=kio_error(code), error_message=message,
+    the group, DESCRIBE on every topic it names), else None; without a message, as Kafka
+    4.3.1 answers both."""
+    def error(code: ErrorCode) -> Any:
+        return authz.response(ctx, error_code=kio_error(code), error_message=None,
                               member_id=None, member_epoch=-1, heartbeat_interval=NO_THROTTLE,
                               assignment=None)
 
     if not check.group(Operation.READ, request.group_id):
-        return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])
-    unauthorized = sorted(name for name in request.subscribed_topic_names or ()
-                          if not check.topic(Operation.DESCRIBE, name))
-    if unauthorized:
-        return error(authz.TOPIC_DENIED,
-                     f"Not authorized to access topics: [{', '.join(unauthorized)}]")
+        return error(authz.GROUP_DENIED)
+    if not all(check.topic(Operation.DESCRIBE, name)
+               for name in request.subscribed_topic_names or ()):
+        return error(authz.TOPIC_DENIED)
     return None
 
 

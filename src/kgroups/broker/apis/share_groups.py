@@ -16,20 +16,16 @@ group's life that the coordinator cannot do itself (it does no IO):
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import uuid
 from typing import Any
 
 from kgroups.broker.apis.api_keys import ApiKey
-from kgroups.broker.apis.consumer_groups import heartbeat_refusal
+from kgroups.broker.apis.consumer_groups import heartbeat_refusal, named_assignment
 from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
-    OPERATIONS_NOT_REQUESTED,
-    Operation,
-    ResourceType,
-    all_operations,
+    described_group_operations,
 )
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
 from kgroups.coordinator.effects import MemberRemoved
@@ -119,20 +115,16 @@ class ShareGroupDescribeHandler:
         member_cls = sibling(response, "Member")
         assignment_cls = sibling(response, "Assignment")
         topic_cls = sibling(response, "TopicPartitions")
-        operations = (all_operations(ResourceType.GROUP) if request.include_authorized_operations
-                      else OPERATIONS_NOT_REQUESTED)
+        asked = request.include_authorized_operations
 
         def named(topics: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]) -> Any:
-            return build(assignment_cls, topic_partitions=tuple(
-                build(topic_cls, topic_id=t, topic_name=shard.topic_name(t) or "", partitions=p)
-                for t, p in topics))
+            return named_assignment(assignment_cls, topic_cls, shard, topics)
 
         return build(response, throttle_time=NO_THROTTLE, groups=tuple(
             build(group_cls, error_code=kio_error(g.error), error_message=g.error_message,
                   group_id=g.group_id, group_state=g.state, group_epoch=g.group_epoch,
                   assignment_epoch=g.assignment_epoch, assignor_name=g.assignor_name,
-                  authorized_operations=operations if g.error == ErrorCode.NONE
-                  else OPERATIONS_NOT_REQUESTED,
+                  authorized_operations=described_group_operations(asked, g.error),
                   members=tuple(
                       build(member_cls, member_id=m.member_id, rack_id=m.rack_id,
                             member_epoch=m.member_epoch, client_id=m.client_id,
@@ -155,19 +147,8 @@ def install(registry: HandlerRegistry) -> None:
 async def _authorize_share_group_describe(ctx: RequestContext, request: Any, inner: authz.Inner,
                                           check: authz.Check) -> Any:
     """DESCRIBE on each group, as for ConsumerGroupDescribe."""
-    names = tuple(request.group_ids)
-    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
-    answered = await authz.answers_by_group(
-        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
-        lambda response: response.groups)
-    denied = {"error_code": kio_error(authz.GROUP_DENIED),
-              "error_message": authz.MESSAGES[authz.GROUP_DENIED],
-              "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
-              "assignor_name": "", "members": (),
-              "authorized_operations": OPERATIONS_NOT_REQUESTED}
-    return authz.response(ctx, groups=tuple(
-        check.with_group_operations(answered[name]) if name in answered
-        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+    return await authz.described_groups(ctx, request, inner, check,
+                                        authz.denied_group(assignor_name=""))
 
 
 @authz.rule(ApiKey.SHARE_GROUP_HEARTBEAT)

@@ -21,10 +21,8 @@ from kgroups.broker.apis.contract import HandlerRegistry, RequestContext
 from kgroups.broker.events import log_event
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
-    OPERATIONS_NOT_REQUESTED,
     Operation,
-    ResourceType,
-    all_operations,
+    described_group_operations,
 )
 from kgroups.broker.topic_configs import TopicConfigError
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
@@ -218,8 +216,7 @@ class StreamsGroupDescribeHandler:
         answer: StreamsGroupDescribeResponse = await ctx.broker.coordinator.call(
             lambda request_id: StreamsGroupDescribeRequest(request_id, group_ids))
         response = response_type(ApiKey.STREAMS_GROUP_DESCRIBE, ctx.api_version)
-        operations = (all_operations(ResourceType.GROUP) if request.include_authorized_operations
-                      else OPERATIONS_NOT_REQUESTED)
+        asked = request.include_authorized_operations
 
         def cls(name: str) -> type[Any]:
             return sibling(response, name)
@@ -268,8 +265,7 @@ class StreamsGroupDescribeHandler:
                           assignment=assignment(m.assignment),
                           target_assignment=assignment(m.target_assignment), is_classic=False)
                     for m in g.members),
-                authorized_operations=operations if g.error == ErrorCode.NONE
-                else OPERATIONS_NOT_REQUESTED))
+                authorized_operations=described_group_operations(asked, g.error)))
         return build(response, throttle_time=NO_THROTTLE, groups=tuple(groups))
 
 
@@ -295,8 +291,8 @@ async def _authorize_streams_group_heartbeat(ctx: RequestContext, request: Any,
                               warmup_tasks=None, endpoint_information_epoch=0,
                               partitions_by_user_endpoint=None)
 
-    if not check.group(Operation.READ, request.group_id):
-        return error(authz.GROUP_DENIED, authz.MESSAGES[authz.GROUP_DENIED])
+    if not check.group(Operation.READ, request.group_id):  # no message, as Kafka answers
+        return error(authz.GROUP_DENIED, None)
     if request.topology is not None and topology_error(request) is None:
         names = topology_topics(request.topology)
         if not all(check.topic(Operation.DESCRIBE, name) for name in names):
@@ -315,16 +311,6 @@ async def _authorize_streams_group_describe(ctx: RequestContext, request: Any,
                                             inner: authz.Inner, check: authz.Check) -> Any:
     """DESCRIBE on each group; a group whose topology names a topic the principal may not
     DESCRIBE is not shown (TOPIC_AUTHORIZATION_FAILED), as Kafka answers."""
-    names = tuple(request.group_ids)
-    allowed, _ = authz.split(names, lambda name: check.group(Operation.DESCRIBE, name))
-    answered = await authz.answers_by_group(
-        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
-        lambda response: response.groups)
-    denied = {"error_code": kio_error(authz.GROUP_DENIED),
-              "error_message": authz.MESSAGES[authz.GROUP_DENIED], "group_state": "",
-              "group_epoch": -1, "assignment_epoch": -1, "topology": None, "members": (),
-              "authorized_operations": OPERATIONS_NOT_REQUESTED}
-
     def shown(group: Any) -> Any:
         topology = group.topology
         topics = set() if topology is None or topology.subtopologies is None else {
@@ -334,12 +320,9 @@ async def _authorize_streams_group_describe(ctx: RequestContext, request: Any,
                          *(t.name for t in sub.repartition_source_topics))}
         if all(check.topic(Operation.DESCRIBE, topic) for topic in topics):
             return check.with_group_operations(group)
-        return authz.nested(ctx, "DescribedGroup", group_id=group.group_id, **{
-            **denied, "error_code": kio_error(authz.TOPIC_DENIED),
-            "error_message": "The described group uses topics that the client is not "
-                             "authorized to describe.", "group_epoch": 0,
-            "assignment_epoch": 0})
+        return authz.nested(ctx, "DescribedGroup", group_id=group.group_id, **authz.hidden_group(
+            "The described group uses topics that the client is not authorized to describe.",
+            topology=None))
 
-    return authz.response(ctx, groups=tuple(
-        shown(answered[name]) if name in answered
-        else authz.nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+    return await authz.described_groups(ctx, request, inner, check,
+                                        authz.denied_group(topology=None), shown)

@@ -166,6 +166,38 @@ async def answers_by_group(ctx: RequestContext, inner: Inner, allowed: tuple[str
     return {entry.group_id: entry for entry in results(await inner(ctx, forward(allowed)))}
 
 
+def denied_group(**fields: Any) -> dict[str, Any]:
+    """The fields of a described group (Consumer/Share/StreamsGroupDescribe) its principal may
+    not DESCRIBE; `fields` adds what the API's group has beside the common ones."""
+    return {"error_code": kio_error(GROUP_DENIED), "error_message": MESSAGES[GROUP_DENIED],
+            "group_state": "", "group_epoch": -1, "assignment_epoch": -1, "members": (),
+            "authorized_operations": OPERATIONS_NOT_REQUESTED, **fields}
+
+
+def hidden_group(message: str, **fields: Any) -> dict[str, Any]:
+    """The fields of a described group shown as TOPIC_AUTHORIZATION_FAILED because it uses a
+    topic its principal may not DESCRIBE (the topic's name would tell what it may not know)."""
+    return {**denied_group(**fields), "error_code": kio_error(TOPIC_DENIED),
+            "error_message": message, "group_epoch": 0, "assignment_epoch": 0}
+
+
+async def described_groups(ctx: RequestContext, request: Any, inner: Inner, check: Check,
+                           denied: dict[str, Any],
+                           shown: Callable[[Any], Any] | None = None) -> Any:
+    """A Consumer/Share/StreamsGroupDescribe answer under DESCRIBE on each group: the groups
+    the principal may not describe answered `denied`, the others as the handler answers them,
+    each passed through `shown` (by default narrowed to the principal's operations)."""
+    names = tuple(request.group_ids)
+    allowed, _ = split(names, lambda name: check.group(Operation.DESCRIBE, name))
+    answered = await answers_by_group(
+        ctx, inner, allowed, lambda ids: dataclasses.replace(request, group_ids=ids),
+        lambda answer: answer.groups)
+    keep = shown or check.with_group_operations
+    return response(ctx, groups=tuple(
+        keep(answered[name]) if name in answered
+        else nested(ctx, "DescribedGroup", group_id=name, **denied) for name in names))
+
+
 def on_cluster(operation: Operation, denied: Callable[[RequestContext, Any], Any]) -> Rule:
     """The rule of an API Kafka checks on the cluster alone: `operation` on the cluster lets
     the request through, else `denied(ctx, request)` answers it."""

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.security.durable_file import replace_durably
+from kgroups.errors import ErrorCode
 
 ACL_FILE = "security/acls.json"
 CLUSTER_NAME = "kafka-cluster"
@@ -119,6 +120,15 @@ def operations_bitfield(operations: Iterable[Operation]) -> int:
 def all_operations(resource_type: ResourceType) -> int:
     """The bitfield a broker without an authorizer answers: every supported operation."""
     return operations_bitfield(SUPPORTED_OPERATIONS[resource_type])
+
+
+def described_group_operations(asked: bool, error: ErrorCode) -> int:
+    """A described group's `authorized_operations` before any ACL narrows it: all of them when
+    the request asked and the group is answered, "not requested" otherwise (a group in error
+    carries none)."""
+    if asked and error == ErrorCode.NONE:
+        return all_operations(ResourceType.GROUP)
+    return OPERATIONS_NOT_REQUESTED
 
 
 @dataclass(frozen=True, slots=True)
