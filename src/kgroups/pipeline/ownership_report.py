@@ -49,22 +49,28 @@ def group_panel(group: str, rows: pd.DataFrame, now: pd.Timestamp | None) -> Own
     def label(topic: str, partition: int) -> str:
         return str(partition) if len(topics) == 1 else f"{topic}-{partition}"
 
-    start = min(ts.timestamp() for ts in rows["from_ts"])
-    known = [ts.timestamp() for ts in [*rows["from_ts"], *rows["until_ts"]] if not pd.isna(ts)]
+    starts = _seconds(rows["from_ts"])
+    untils = _seconds(rows["until_ts"])
+    start = float(starts.min())
     # A group whose only change is its first assignment still gets a second of width.
-    end = max([*known, start + 1, *([] if now is None else [now.timestamp()])])
-    stretches = [
-        Stretch(label(str(row.topic), int(row.partition)),
-                history.member_identity({"member_id": row.member_id,
-                                         "instance_id": None if pd.isna(row.instance_id)
-                                         else row.instance_id}),
-                row.from_ts.timestamp(),
-                end if pd.isna(row.until_ts) else row.until_ts.timestamp())
-        for row in rows.itertuples(index=False)]
+    latest = float(pd.concat([starts, untils]).max())  # nulls skipped; every start is known
+    end = max(latest, start + 1, *([] if now is None else [now.timestamp()]))
+    members = [history.member_identity({"member_id": member,
+                                        "instance_id": None if pd.isna(instance) else instance})
+               for member, instance in zip(rows["member_id"], rows["instance_id"], strict=True)]
+    stretches = [Stretch(label(str(topic), int(partition)), member, float(since),
+                         end if pd.isna(until) else float(until))
+                 for topic, partition, member, since, until in zip(
+                     rows["topic"], rows["partition"], members, starts, untils, strict=True)]
     held = f" ({topics[0]})" if len(topics) == 1 else ""
     return OwnershipPanel(title=f"{group}{held}: colour = owning member, dark = no owner",
                           partitions=[label(t, p) for t, p in keys], stretches=stretches,
                           start=start, end=end)
+
+
+def _seconds(times: pd.Series) -> pd.Series:
+    """Timestamps as seconds since the Unix epoch (NaN for none)."""
+    return (pd.to_datetime(times, utc=True) - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
 
 
 def _key(panel: OwnershipPanel) -> str:
