@@ -326,7 +326,7 @@ MAX_OWNER_ROWS = 200
 
 
 def owners_section(owners: pd.DataFrame | None, rebalances: pd.DataFrame,
-                   now: pd.Timestamp | None = None) -> str:
+                   now: pd.Timestamp | None) -> str:
     """Who held which partition when (the partition_owners table): a timeline picture for the
     groups that rebalance most, then one closed <details> per group."""
     if owners is None or owners.empty:
