@@ -213,13 +213,15 @@ def test_report_is_self_contained(full_run):
     page = (out / "report.html").read_text()
     # commits, lag in records and in seconds, rebalance timeline, partitions moved, rebalance
     # causes, and the lag over time of the partitions of each group behind (billing, old,
-    # orders, simple; not txn)
-    assert page.count("data:image/png;base64,") == 6 + 4
+    # orders, simple; not txn), and who held which partition over time (orders, billing)
+    assert page.count("data:image/png;base64,") == 6 + 4 + 2
     lagging = page.split("<h2>Lag per partition</h2>")[1].split("<h2>")[0]
     assert lagging.split("<b>txn</b>")[1].split("</details>")[0].count("<img") == 0
     # Who held which partition: orders' and billing's generations.
     owners = page.split("<h2>Who held which partition</h2>")[1].split("<h2>")[0]
     assert "<b>orders</b>: 4 partition(s), 2 member(s)" in owners
+    pictured = re.findall(r"<figure class=owners><figcaption><b>([^<]+)</b>", owners)
+    assert sorted(pictured) == ["billing", "orders"]
     assert "Why groups rebalance" in page
     assert "src=\"http" not in page and "<link" not in page
     for group in ("orders", "billing", "old", "simple", "txn"):

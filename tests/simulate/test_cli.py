@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,16 @@ def test_the_timeline_is_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str
                       "--partitions", "6", "--timeline", str(picture))
     assert code == 0
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_timeline_says_what_to_install(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    picture = tmp_path / "t.png"
+    code, out, err = _run(capsys, "--template", "flapping-member", "--members", "3",
+                          "--partitions", "6", "--timeline", str(picture))
+    assert code == 1 and "flapping-member" in out  # the table is printed all the same
+    assert err == ("kgroups simulate: the timeline needs matplotlib: pip install "
+                   "'kgroups[simulate]'\n")
+    assert not picture.exists()

@@ -276,6 +276,7 @@ def run_analysis(
             transactions=None if transactions is None else transactions.to_pandas(),
             share_partitions=None if share_partitions is None else share_partitions.to_pandas(),
             streams_group_epochs=streams_epochs.to_pandas(),
+            now=pd.Timestamp(now_ms, unit="ms", tz="UTC") if now_ms else None,
         )
         _write_text(out, "report.html", render(report))
     return AnalysisResult(

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display on servers or Spark drivers
 import matplotlib.pyplot as plt  # the backend must be chosen before pyplot loads
 import pandas as pd
 
+from kgroups.pipeline.ownership_report import ownership_pictures
 from kgroups.pipeline.rebalance_report import causes_section, png_img
 
 # More lines than this on one lag chart are unreadable; the groups with the most lag are kept.
@@ -56,6 +57,9 @@ class ReportData:
     # share_tables.SHARE_PARTITIONS (None: no __share_group_state found)
     share_partitions: pd.DataFrame | None = None
     streams_group_epochs: pd.DataFrame | None = None  # streams_history.STREAMS_GROUP_EPOCHS
+    # The run's "now" (--until, or the newest record): a partition still held is drawn held
+    # up to it in the ownership pictures (None: up to the group's last change).
+    now: pd.Timestamp | None = None
 
 
 def _steps(axes: plt.Axes, x: pd.Series, y: pd.Series, **style: Any) -> None:
@@ -321,9 +325,10 @@ def partition_lag(frame: pd.DataFrame | None, over_time: pd.DataFrame | None = N
 MAX_OWNER_ROWS = 200
 
 
-def owners_section(owners: pd.DataFrame | None) -> str:
-    """Who held which partition when (the partition_owners table), one closed <details> per
-    group."""
+def owners_section(owners: pd.DataFrame | None, rebalances: pd.DataFrame,
+                   now: pd.Timestamp | None) -> str:
+    """Who held which partition when (the partition_owners table): a timeline picture for the
+    groups that rebalance most, then one closed <details> per group."""
     if owners is None or owners.empty:
         return _empty("No assignments recorded in the analysed window (groups that only "
                       "commit, or protocols other than consumer).")
@@ -340,7 +345,8 @@ def owners_section(owners: pd.DataFrame | None) -> str:
             f"{rows[['topic', 'partition']].drop_duplicates().shape[0]} partition(s), "
             f"{members} member(s), {changes} change(s) of owner</summary>{cut}"
             f"{_table(shown)}</details>")
-    return ("<p>One row per stretch of time a member held a partition (until_ts blank: "
+    return (ownership_pictures(owners, rebalances, now) + "<h3>Stretches per group</h3>"
+            "<p>One row per stretch of time a member held a partition (until_ts blank: "
             "still held when the log ends).</p>" + "".join(blocks))
 
 
@@ -359,7 +365,9 @@ vertical-align:top;overflow-wrap:anywhere}
 .table td.ok,.table td.warn,.table td.err{white-space:nowrap} .table td.name{min-width:7em}
 details{margin:.3em 0} details>summary{cursor:pointer} details .table{margin:.3em 0 .8em 1.2em;
 width:auto;max-width:calc(100% - 1.2em)}
-img{max-width:100%}
+img{max-width:100%} figure.owners{margin:.8em 0} figure.owners figcaption{font-size:.9em}
+.key{font-size:.76em;overflow-wrap:anywhere} .swatch{display:inline-block;width:.8em;
+height:.8em;margin:0 .25em 0 .8em;vertical-align:middle}
 """
 
 # A link to a group's lag opens its <details> (a closed one would hide what the link points to).
@@ -482,7 +490,8 @@ def render(data: ReportData) -> str:
         _table(_summary_columns(data.summary), lagging),
         "<h2>Lag per partition</h2>",
         partition_lag(data.partition_lag, data.partition_lag_over_time),
-        "<h2>Who held which partition</h2>", owners_section(data.partition_owners),
+        "<h2>Who held which partition</h2>", owners_section(data.partition_owners, data.rebalances,
+                                                          data.now),
         "<h2>Transactions</h2>", transactions_section(data.transactional_commits,
                                                       data.transactions),
         streams_section(data.streams_group_epochs),
