@@ -234,6 +234,11 @@ def test_initial_delay_and_assignment_interval() -> None:
     assert (5, "Assignment delayed due to the configured initial rebalance delay.") in r.status
     assert r.active_tasks == ()
     s.advance(3000)
+    # The delay's end computes nothing (as Kafka 4.3.1: described, the group is still
+    # Assigning); the member's next heartbeat does.
+    (described,) = s.describe(G)
+    assert (described.state, described.group_epoch, described.assignment_epoch) == (
+        "Assigning", 2, 1)
     r = s.hb("m1", r.member_epoch, active=())
     assert r.active_tasks == (("0", (0, 1)),)
     r2 = s.hb("m2", 0)
