@@ -45,7 +45,9 @@ LAYERS: dict[str, frozenset[str]] = {
     # The client side of a group (sans-IO members) sits on the coordinator's messages.
     "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
     # The simulator drives members against the real coordinator core.
-    "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member"}),
+    # --from-history reads a group's history with the pipeline (never the other way round).
+    "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member",
+                          "pipeline"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                           "broker"}),
