@@ -20,7 +20,8 @@ the records show: at each generation every member holds what it was assigned; an
 group's members give everything up and take their new assignment at that moment, the others
 give up only what went elsewhere; a member that vanished held nothing from when it was last
 seen (its last commit, at the earliest the previous generation). Its rebalances are the
-generations inside the history: exactly what the pipeline counts.
+generations inside the history, as the pipeline lists them, but for the generation 0 record
+Kafka 4 writes when it creates a group: no rebalance formed that one.
 """
 
 from __future__ import annotations
@@ -179,13 +180,12 @@ class _Replay:
     held: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)  # name -> owned
     generation_times: list[tuple[int, int]] = field(default_factory=list)
     shown: list[dict[str, Any]] = field(default_factory=list)
-    previous_at: int = 0
     previous_ts: int | None = None
 
     def generation(self, row: dict[str, Any], ts: int) -> None:
         members = {m["member_id"]: m for m in row["members"] or ()}
         repeated = bool(self.shown) and row["generation"] == self.shown[-1]["generation"]
-        if not repeated:
+        if not repeated and row["generation"] > 0:  # Kafka 4 records a new group as gen 0
             self.generation_times.append((ts, int(row["generation"])))
         previous = self.previous_ts
         at = ts - (LEAD_MS if previous is None else min(LEAD_MS, (ts - previous) // 2))
@@ -216,7 +216,7 @@ class _Replay:
                 self.real.protocol is Protocol.EAGER and not repeated, ts)
         self.shown.append({"generation": row["generation"], "at_s": ts / 1000,
                            "members": sorted(self.live.values())})
-        self.previous_at, self.previous_ts = at, ts
+        self.previous_ts = ts
 
     def _vanished(self, generation: int, member_id: str) -> bool:
         cause = self._cause(generation, member_id)
@@ -229,11 +229,16 @@ class _Replay:
         return None
 
     def _crash(self, member_id: str, generation: int, at: int, ts: int) -> int:
-        """The member crashes one session timeout before the generation; what it held is
-        unowned from when it was last seen. Returns the crash time."""
+        """The member crashes about one session timeout before the generation; what it held
+        is unowned from when it was last seen. Returns the crash time."""
         name = self.live[member_id]
         session = self.history.timeouts.get(member_id, (self.real.session_timeout_ms, 0))[0]
-        crash_at = max(self.previous_at + 1, at - session)
+        # Its session expires a session timeout after its last heartbeat, which came up to a
+        # heartbeat interval before the crash. Not before the previous generation had a
+        # heartbeat interval to settle: a member that dies inside a rebalance is waited for
+        # by that rebalance, and the two would be one.
+        heartbeat = self.real.heartbeat_interval_ms
+        crash_at = max((self.previous_ts or 0) + heartbeat, at - session + heartbeat // 2)
         self.events.append(Event(crash_at, Action.CRASH, (name,)))
         cause = self._cause(generation, member_id)
         silent = int(float(cause["silent_seconds"] or 0) * 1000) if cause else 0
