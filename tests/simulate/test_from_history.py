@@ -21,9 +21,12 @@ from typing import Any
 
 import pytest
 from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition
+from tests.storage.conftest import postgres_server, postgres_url
 
 from kgroups.cli import main
 from kgroups.pipeline.group_log import OffsetsLog
+
+__all__ = ["postgres_server", "postgres_url"]  # the storage tests' PostgreSQL fixtures
 
 T = 1_700_000_000_000
 SECOND = 1000
@@ -271,3 +274,15 @@ def test_a_real_brokers_history_reproduces_its_generations(
     # Three processes (Kafka's generation 0 has none: the first one joins it).
     assert report["members_at_start"] + actions.count("join") == 3
     assert report["partitions"] == 4
+
+
+def test_a_store_gives_the_history_its_segment_files_give(
+        tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _written(tmp_path, _joins_leaves_and_a_crash())
+    assert main(["storage", "import", str(data), "--to", postgres_url]) == 0
+    capsys.readouterr()
+    from_files = _report(capsys, "--from-history", str(data), "--group", "g")
+    from_store = _report(capsys, "--from-history", postgres_url, "--group", "g")
+    assert from_store["variants"] == from_files["variants"]
+    assert from_store["from_history"]["schedule"] == from_files["from_history"]["schedule"]
+    assert from_store["from_history"]["source"] != from_files["from_history"]["source"]
