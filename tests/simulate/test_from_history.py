@@ -21,9 +21,12 @@ from typing import Any
 
 import pytest
 from tests.pipeline.logdata import OffsetsLogBuilder, coordinator_partition
+from tests.pipeline.test_consumer_history import TOPIC_ID, _two_members_reconcile
+from tests.pipeline.test_consumer_history import G as CONSUMER_GROUP
 from tests.storage.conftest import postgres_server, postgres_url
 
 from kgroups.cli import main
+from kgroups.log.topic_ids import write_partition_metadata
 from kgroups.pipeline.group_log import OffsetsLog
 
 __all__ = ["postgres_server", "postgres_url"]  # the storage tests' PostgreSQL fixtures
@@ -286,3 +289,28 @@ def test_a_store_gives_the_history_its_segment_files_give(
     assert from_store["variants"] == from_files["variants"]
     assert from_store["from_history"]["schedule"] == from_files["from_history"]["schedule"]
     assert from_store["from_history"]["source"] != from_files["from_history"]["source"]
+
+
+def test_a_consumer_protocol_group_replays_under_the_consumer_protocol(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = OffsetsLogBuilder()
+    _two_members_reconcile(log)  # a, then b (epoch 2), then a leaves (epoch 3)
+    data = _written(tmp_path, log)
+    (data / "t-0").mkdir()
+    write_partition_metadata(data / "t-0", TOPIC_ID)
+    report = _report(capsys, "--from-history", str(data), "--group", CONSUMER_GROUP)
+    rows = _rows(report)
+    settings = report["from_history"]["settings"]
+    assert (settings["protocol"], settings["assignor"]) == ("consumer", "uniform")
+    assert report["from_history"]["group_type"] == "consumer"
+    assert [(e["action"], e["members"]) for e in report["from_history"]["schedule"]] == [
+        ("join", ["client-b"]), ("leave", ["client-a"])]
+    assert rows["history"]["rebalances"] == rows["real-settings"]["rebalances"] == 3
+    assert report["partitions"] == 4
+
+
+def test_help_says_how_to_replay_a_history(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    out = capsys.readouterr().out
+    assert "--from-history DIR|URL" in out and "--group G" in out and "real-settings" in out
