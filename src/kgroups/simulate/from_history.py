@@ -89,7 +89,9 @@ class _Names:
 def infer_settings(history: GroupHistory, initial_delay_ms: int) -> tuple[Variant, list[str]]:
     """The settings the records say the group ran with, as a variant, and what was assumed."""
     notes: list[str] = []
-    last = history.generations[-1]
+    # The last generation that chose a protocol: an empty group's record names none.
+    last = next((row for row in reversed(history.generations) if row["protocol"]),
+                history.generations[-1])
     members = [m for row in history.generations for m in row["members"] or ()]
     timeouts = [history.timeouts[m["member_id"]] for m in members
                 if m["member_id"] in history.timeouts]
@@ -101,7 +103,7 @@ def infer_settings(history: GroupHistory, initial_delay_ms: int) -> tuple[Varian
         notes.append("session timeout: the broker's group.consumer.session.timeout.ms, in no "
                      "record: Kafka's default taken")
     else:
-        if last["protocol_type"] != "consumer":
+        if last["protocol_type"] not in ("consumer", None):
             raise HistoryError(f"group {history.group!r} is a {last['protocol_type']!r} group: "
                                "the simulator models consumer groups")
         protocol = str(last["protocol"] or "range")
@@ -138,6 +140,9 @@ def _most_common(values: list[int]) -> int:
 def rebuild(history: GroupHistory, variants: tuple[Variant, ...],
             initial_delay_ms: int = 3_000) -> Rebuilt:
     real, notes = infer_settings(history, initial_delay_ms)
+    if not history.topics:
+        raise HistoryError(f"group {history.group!r} never subscribed to or was assigned a "
+                           "topic: there is nothing to consume")
     rows = history.generations
     origin = rows[0]["ts"] - initial_delay_ms - LEAD_MS - START_SPREAD_MS
     partitions = tuple((t, p) for t in sorted(history.topics)
