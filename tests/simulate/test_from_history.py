@@ -258,6 +258,7 @@ def real_history(any_broker: Any, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     yield logs, group_id
 
 
+@pytest.mark.interop
 @pytest.mark.slow
 def test_a_real_brokers_history_reproduces_its_generations(
         real_history: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,6 +280,7 @@ def test_a_real_brokers_history_reproduces_its_generations(
     assert report["partitions"] == 4
 
 
+@pytest.mark.postgresql
 def test_a_store_gives_the_history_its_segment_files_give(
         tmp_path: Path, postgres_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     data = _written(tmp_path, _joins_leaves_and_a_crash())
