@@ -186,6 +186,12 @@ class _Replay:
     generation_times: list[tuple[int, int]] = field(default_factory=list)
     shown: list[dict[str, Any]] = field(default_factory=list)
     previous_ts: int | None = None
+    # (generation, member id) -> why the member joined or left there (rebalance_causes).
+    causes: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.causes = {(c["to_generation"], c["member_id"]): c for c in self.history.causes
+                       if c["member_id"] is not None}
 
     def generation(self, row: dict[str, Any], ts: int) -> None:
         members = {m["member_id"]: m for m in row["members"] or ()}
@@ -228,10 +234,7 @@ class _Replay:
         return cause is not None and cause["cause"] in (SESSION_TIMEOUT, REBALANCE_TIMEOUT)
 
     def _cause(self, generation: int, member_id: str) -> dict[str, Any] | None:
-        for cause in self.history.causes:
-            if cause["to_generation"] == generation and cause["member_id"] == member_id:
-                return cause
-        return None
+        return self.causes.get((generation, member_id))
 
     def _crash(self, member_id: str, generation: int, at: int, ts: int) -> int:
         """The member crashes about one session timeout before the generation; what it held
