@@ -44,8 +44,9 @@ LAYERS: dict[str, frozenset[str]] = {
                       "broker", "tools", "pipeline", "storage", "member", "simulate"}),
     # The client side of a group (sans-IO members) sits on the coordinator's messages.
     "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
-    # The simulator drives members against the real coordinator core. Its --timeline picture
-    # is the pipeline's ownership picture (pipeline/ownership_picture.py), drawn once for both.
+    # The simulator drives members against the real coordinator core. --from-history reads a
+    # group's history with the pipeline, and its --timeline picture is the pipeline's ownership
+    # picture (pipeline/ownership_picture.py), drawn once for both (never the other way round).
     "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member",
                            "pipeline"}),
     # The broker for tests (serve_in_background, the pytest plugin).

@@ -108,11 +108,12 @@ def analyze_decoded(
     topic_names: Callable[[], Mapping[uuid.UUID, str]],
     window: TimeWindow,
     topic_logs: TopicLogs | None,
-    out: str,
+    out: str | None,
 ) -> PartitionResult:
     """`analyze_partition` over the partition's records already decoded, in log order, from
     wherever they were kept (segment files, a PostgreSQL store); `topic_names` is asked for the
-    topic names only when the partition holds KIP-848 records."""
+    topic names only when the partition holds KIP-848 records. With `out` None nothing is
+    written (a caller that reads one group's history in its own process)."""
     commit_parts, group_parts, markers, errors = [], [], [], []
     consumer_records: list[consumer_history.ConsumerRecord] = []
     streams_records: list[consumer_history.ConsumerRecord] = []
@@ -136,7 +137,7 @@ def analyze_decoded(
     if pc.any(commits["tombstone"]).as_py():
         live = commits.filter(pc.invert(commits["tombstone"]))
     history_rows = window.inside(live, "record_ts")
-    if history_rows.num_rows:
+    if history_rows.num_rows and out is not None:
         tables.write_part(_offset_commits(history_rows), out, "offset_commits",
                           f"{log_partition:05d}", tables.OFFSET_COMMITS_DELTA_COLUMNS)
     committed = _committed_offsets(window.up_to_until(commits, "record_ts"), events)
@@ -151,7 +152,7 @@ def analyze_decoded(
     max_record_ts = _max_record_ts(commits, events)
     lag_parts = None if topic_logs is None else _lag(
         committed, window.up_to_until(live, "record_ts"), topic_logs, window, max_record_ts)
-    if lag_parts is not None and lag_parts[2].partitions.num_rows:
+    if lag_parts is not None and lag_parts[2].partitions.num_rows and out is not None:
         tables.write_part(lag_parts[2].partitions, out, "partition_lag_minutes",
                           f"{log_partition:05d}", PARTITION_LAG_DELTA_COLUMNS)
     return PartitionResult(

@@ -8,7 +8,7 @@ driver-side one pulls in Spark SQL, pandas and matplotlib, a second of imports p
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -115,19 +115,21 @@ def store_partition_task(
         log_partition = partitions[context.partitionId()]
         read = [batch.select(["base_offset", "data"]) for batch in batches]
         rows = pa.Table.from_batches(read, STORE_BATCH_SCHEMA).sort_by("base_offset")
-        result = analyze_decoded(log_partition, _store_chunks(rows, log_partition),
+        pairs = zip(rows["base_offset"].to_pylist(), rows["data"].to_pylist(), strict=True)
+        result = analyze_decoded(log_partition, store_chunks(pairs, log_partition),
                                  lambda: topic_names, window, topic_logs.value, out)
         yield _result_rows(log_partition, result)
 
     return run
 
 
-def _store_chunks(rows: pa.Table, log_partition: int) -> Iterator[DecodedSegment]:
-    """Batches in offset order decoded STORE_CHUNK_BYTES at a time, as segments would be."""
+def store_chunks(batches: Iterable[tuple[int, bytes]], log_partition: int
+                 ) -> Iterator[DecodedSegment]:
+    """A store's batches, (base offset, bytes) in offset order, decoded STORE_CHUNK_BYTES at a
+    time, as segments would be."""
     chunk: list[bytes] = []
     size = first = 0
-    for base_offset, data in zip(rows["base_offset"].to_pylist(), rows["data"].to_pylist(),
-                                 strict=True):
+    for base_offset, data in batches:
         if chunk and size + len(data) > STORE_CHUNK_BYTES:
             yield _decode_chunk(chunk, first, log_partition)
             chunk, size = [], 0

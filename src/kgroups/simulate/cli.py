@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kgroups.simulate.engine import Outcome, simulate
+from kgroups.simulate.from_history import Rebuilt, history_json, history_text, rebuild
+from kgroups.simulate.history_read import HistoryError, read_history
 from kgroups.simulate.report import as_json, table
 from kgroups.simulate.scenario import DEFAULT_VARIANTS, Scenario, Variant
 from kgroups.simulate.scenario_file import ScenarioError, load_scenario, variant_from
@@ -35,6 +37,11 @@ a scenario file (YAML, or the same as JSON; times in seconds unless the name say
 actions: join (count), leave, crash (down_s: back after), restart (down_s), pause (for_s),
 slow (processing_ms, for_s), network (delay_ms, for_s); pick members with members: [...] or
 zone: zN (zones: K spreads members over z0..zK-1). See docs/simulate.md.
+
+a real group's history instead of a file: --from-history DIR|URL --group G rebuilds the
+schedule from __consumer_offsets (a kgroups data dir, a Kafka log dir, or a kgroups store's
+postgresql:// URL), runs it under the settings the records show ("real-settings") and the
+other variants, and prints the history's own costs as the first row ("history").
 """
 
 
@@ -43,12 +50,21 @@ def register(subparsers: Any) -> None:
         "simulate",
         help="predict what a rebalance costs under other assignors, protocols or timeouts",
         description="Runs members of every variant against kgroups' real group coordinator "
-                    "on a virtual clock and prints their costs side by side.",
+                    "on a virtual clock and prints their costs side by side; the schedule "
+                    "comes from a scenario file, a template, or a group's real history "
+                    "(--from-history).",
         epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--scenario", metavar="FILE", help="a YAML or JSON scenario file")
     source.add_argument("--template", choices=sorted(TEMPLATES),
                         help="a ready-made schedule, sized by the options below")
+    source.add_argument("--from-history", metavar="DIR|URL",
+                        help="rebuild the schedule of --group from __consumer_offsets: a "
+                             "kgroups data dir or Kafka log dir, or postgresql://... (a store)")
+    parser.add_argument("--group", metavar="G", help="--from-history: the group to replay")
+    parser.add_argument("--initial-rebalance-delay-ms", type=int, default=3000, metavar="MS",
+                        help="--from-history: the broker's group.initial.rebalance.delay.ms, "
+                             "which no record holds (3000, Kafka's default)")
     parser.add_argument("--members", type=int, default=6, help="template: members (6)")
     parser.add_argument("--partitions", type=int, default=24, help="template: partitions (24)")
     parser.add_argument("--down-s", type=float, default=20.0,
@@ -67,17 +83,26 @@ def register(subparsers: Any) -> None:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    rebuilt = None
     try:
-        scenario = _scenario(args)
-    except ScenarioError as error:
+        if args.from_history:
+            rebuilt = _rebuilt(args)
+            scenario = rebuilt.scenario
+        else:
+            scenario = _scenario(args)
+    except (ScenarioError, HistoryError) as error:
         return _fail(str(error))
-    outcomes: list[Outcome] = [simulate(scenario, v, keep_segments=bool(args.timeline))
-                               for v in scenario.variants]
+    outcomes: list[Outcome] = [] if rebuilt is None else [rebuilt.history]
+    outcomes += [simulate(scenario, v, keep_segments=bool(args.timeline))
+                 for v in scenario.variants]
     if args.output == "json":
-        json.dump(as_json(scenario, outcomes), sys.stdout, indent=2)
+        extra = None if rebuilt is None else {"from_history": history_json(rebuilt)}
+        json.dump(as_json(scenario, outcomes, extra), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(table(scenario, outcomes))
+        if rebuilt is not None:
+            print(history_text(rebuilt))
     if args.timeline:
         try:
             write_timeline(outcomes, Path(args.timeline))
@@ -86,6 +111,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         except OSError as error:
             return _fail(f"cannot write {args.timeline}: {error.strerror}")
     return 0
+
+
+def _rebuilt(args: argparse.Namespace) -> Rebuilt:
+    if not args.group:
+        raise HistoryError("--from-history needs --group G")
+    if args.initial_rebalance_delay_ms < 0:
+        raise HistoryError("--initial-rebalance-delay-ms must be >= 0")
+    history = read_history(args.from_history, args.group)
+    variants = _variants(args.variant) if args.variant else DEFAULT_VARIANTS
+    rebuilt = rebuild(history, variants, args.initial_rebalance_delay_ms)
+    if args.seed is not None:
+        rebuilt = replace(rebuilt, scenario=replace(rebuilt.scenario, seed=args.seed))
+    return rebuilt
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:

@@ -84,6 +84,9 @@ class Outcome:
     duration_ms: int
     events_processed: int
     generations: list[tuple[int, int]] = field(default_factory=list)  # (time, generation/epoch)
+    # The real history's row (simulate.from_history), measured from the log rather than run:
+    # refused commits are not written there, so they are not known.
+    recorded: bool = False
 
 
 def coordinator_config(variant: Variant) -> GroupCoordinatorConfig:

@@ -29,15 +29,19 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "longest_gap_seconds": max(gaps.values(), default=0.0),
         "longest_gap_per_partition": gaps,
         "commits": outcome.commits_sent,
-        "commits_refused": outcome.commits_refused,
+        # The history's row: commit records in the log; refusals are never written there.
+        "commits_refused": None if outcome.recorded else outcome.commits_refused,
         "commit_refusals": dict(sorted(outcome.refusal_errors.items())),
         "most_owners_at_once": ledger.max_owners,
         "failed_members": dict(sorted(outcome.member_failures.items())),
         "simulator_events": outcome.events_processed,
+        "recorded": outcome.recorded,
     }
 
 
-def as_json(scenario: Scenario, outcomes: list[Outcome]) -> dict[str, Any]:
+def as_json(scenario: Scenario, outcomes: list[Outcome],
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run for scripts; `extra` adds keys (`from_history`: where the schedule came from)."""
     return {
         "scenario": scenario.name,
         "duration_seconds": scenario.duration_ms / 1000,
@@ -46,6 +50,7 @@ def as_json(scenario: Scenario, outcomes: list[Outcome]) -> dict[str, Any]:
         "partitions": sum(scenario.topics.values()),
         "seed": scenario.seed,
         "variants": [summary(o) for o in outcomes],
+        **(extra or {}),
     }
 
 
@@ -56,7 +61,7 @@ def table(scenario: Scenario, outcomes: list[Outcome]) -> str:
         rows.append((s["variant"], str(s["rebalances"]), str(s["partitions_revoked"]),
                      str(s["partitions_moved"]), f"{s['unowned_partition_seconds']:.1f}",
                      f"{s['stop_the_world_seconds']:.1f}", f"{s['longest_gap_seconds']:.1f}",
-                     str(s["commits_refused"])))
+                     "-" if s["commits_refused"] is None else str(s["commits_refused"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = [f"{scenario.name}: {len(scenario.members)} members, "
              f"{sum(scenario.topics.values())} partitions, {scenario.duration_ms / 1000:g} s "
