@@ -1,0 +1,22 @@
+"""The compiled form of the sticky assignors' three per-partition steps (writing every
+member's user data, reading it back as claims, and each member's topic -> partitions dict of
+the result), built from native/sticky_assign by `make install`.
+
+At Kafka's reference scale (a million partitions, 2,000 members) each of those steps in Python
+creates or reads a Python object per partition, and they are most of what `kgroups assign`
+spends. Where the compiled module is not built (`compiled` is None), the Python code beside
+each call runs instead: it is also the reference the compiled code is tested against
+(tests/assignors/test_native.py), and gives the same results.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+compiled: ModuleType | None
+try:
+    import kgroups_sticky_assign
+
+    compiled = kgroups_sticky_assign
+except ImportError:
+    compiled = None
