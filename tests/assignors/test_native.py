@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 
 from kgroups.assignors import ClusterMetadata, MemberSubscription, create_assignor, sticky_native
-from kgroups.assignors.scenario import assign_scenario
+from kgroups.assignors.scenario import all_well_formed_in_python, assign_scenario
 from kgroups.assignors.space import GroupAssignment, PartitionSpace
 from kgroups.assignors.user_data import (
     encode_sticky_user_data,
@@ -141,3 +141,42 @@ def test_assign_scenario_output_is_the_python_paths(strategy: str, monkeypatch) 
     ours = json.dumps(assign_scenario(strategy, scenario, compare=True))
     monkeypatch.setattr(sticky_native, "compiled", None)
     assert json.dumps(assign_scenario(strategy, scenario, compare=True)) == ours
+
+
+class _DictSubclass(dict):
+    pass
+
+
+names = st.sampled_from(["a", "b", "c"])
+maybe_ints = st.one_of(
+    st.integers(-(2**31) - 1, 2**31), st.booleans(), st.integers(2**63, 2**64), st.just(1.0)
+)
+member_specs = st.one_of(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "topics": st.one_of(st.lists(names, max_size=3), st.lists(maybe_ints, max_size=2),
+                                st.tuples(names), st.none()),
+            "owned": st.one_of(
+                st.dictionaries(names, st.lists(maybe_ints, max_size=3), max_size=3),
+                st.dictionaries(names, st.tuples(st.integers(0, 3)), max_size=2),
+                st.none(),
+            ),
+            "generation": st.one_of(maybe_ints, st.none(), st.text(max_size=1)),
+            "rack": st.one_of(st.none(), names, st.integers(0, 1)),
+            "instance_id": st.one_of(st.none(), names, st.integers(0, 1)),
+        },
+    ),
+    st.builds(_DictSubclass, topics=st.lists(names, min_size=1)),
+    st.lists(names, max_size=1),
+)
+
+
+@settings(max_examples=500)
+@given(st.lists(member_specs, min_size=1, max_size=4), st.sets(names))
+def test_member_checks_are_the_python_references(specs: list, known: set) -> None:
+    """The whole-group check that lets a scenario skip checking members one by one says yes
+    to exactly the groups the Python reference says yes to."""
+    assert compiled.all_members_well_formed(specs, known) == all_well_formed_in_python(
+        specs, known
+    )

@@ -1,13 +1,14 @@
-//! The three steps of a sticky rebalance at Kafka's reference scale (a million partitions,
+//! The steps of a sticky `kgroups assign` at Kafka's reference scale (a million partitions,
 //! thousands of members) whose cost in Python is creating or reading one Python object per
-//! partition: writing every member's sticky user data, reading it back as claims, and turning
-//! the owner array into each member's topic -> partitions dict. Each function here gives what
+//! partition: checking the scenario's members, writing every member's sticky user data,
+//! reading it back as claims, and turning the owner array into each member's topic ->
+//! partitions dict. Each function here gives what
 //! its Python counterpart in `kgroups.assignors` gives (that code stays as the reference, and
 //! tests/assignors/test_native.py compares the two on the same inputs).
 
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyList, PySet, PyString, PyTuple};
 use std::collections::HashMap;
 
 const ENTRY_HEADER: usize = 6; // int16 name length + int32 partition count
@@ -256,6 +257,7 @@ fn sticky_claims<'py>(
         }
     }
     let (mut member, mut topic, mut partition) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut last_name, mut last_at): (&[u8], i64) = (&[], -1);
     for prefixed in [false, true] {
         let group: Vec<&(bool, usize, Parsed)> =
             found.iter().filter(|(p, _, _)| *p == prefixed).collect();
@@ -266,7 +268,13 @@ fn sticky_claims<'py>(
                 let data = if prefixed { &data[2..] } else { data };
                 let entry = &parsed.entries[k];
                 let name = &data[entry.name_start..entry.name_start + entry.name_length];
-                let at = if entry.name_length == 0 { -1 } else { *position_of.get(name).unwrap_or(&-1) };
+                // Entry k of every blob usually names the same topic: ask the map only when
+                // the name differs from the previous entry's.
+                if name != last_name {
+                    last_name = name;
+                    last_at = if name.is_empty() { -1 } else { *position_of.get(name).unwrap_or(&-1) };
+                }
+                let at = last_at;
                 for i in 0..entry.partition_count {
                     member.push(*index as i64);
                     topic.push(at);
@@ -404,10 +412,67 @@ fn group_owners<'py>(
     Ok(result)
 }
 
+/// Whether an int is exactly an int (not a bool or other subclass) within int32.
+fn exact_int32(value: &Bound<'_, PyAny>) -> bool {
+    value.is_exact_instance_of::<PyInt>()
+        && value.extract::<i64>().is_ok_and(|v| i32::try_from(v).is_ok())
+}
+
+fn exact_str_or_none(value: Option<Bound<'_, PyAny>>) -> bool {
+    value.is_none_or(|v| v.is_none() || v.is_exact_instance_of::<PyString>())
+}
+
+/// One member's spec passes every check of `all_members_well_formed`.
+fn member_well_formed(spec: &Bound<'_, PyAny>, known: &Bound<'_, PySet>) -> PyResult<bool> {
+    let Ok(spec) = spec.downcast_exact::<PyDict>() else { return Ok(false) };
+    let Some(topics) = spec.get_item("topics")? else { return Ok(false) };
+    let Ok(topics) = topics.downcast_exact::<PyList>() else { return Ok(false) };
+    let mut subscribes_to_known = false;
+    for topic in topics.iter() {
+        if !topic.is_exact_instance_of::<PyString>() {
+            return Ok(false);
+        }
+        subscribes_to_known = subscribes_to_known || known.contains(&topic)?;
+    }
+    let generation_ok = spec.get_item("generation")?.is_none_or(|g| exact_int32(&g));
+    if !subscribes_to_known
+        || !generation_ok
+        || !exact_str_or_none(spec.get_item("rack")?)
+        || !exact_str_or_none(spec.get_item("instance_id")?)
+    {
+        return Ok(false);
+    }
+    let Some(owned) = spec.get_item("owned")? else { return Ok(true) };
+    let Ok(owned) = owned.downcast_exact::<PyDict>() else { return Ok(false) };
+    for partitions in owned.values().iter() {
+        let Ok(partitions) = partitions.downcast_exact::<PyList>() else { return Ok(false) };
+        if !partitions.iter().all(|p| exact_int32(&p)) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether every member spec of a scenario is well formed, as
+/// `kgroups.assignors.scenario.all_members_well_formed` decides it: an exact dict whose
+/// "topics" is a list of str naming at least one of `known`, "owned" (if there) a dict of
+/// lists of int32 ints, "generation" (if there) an int32 int, "rack" and "instance_id" (if
+/// there) str or None. Exact types (no subclasses, no bools), as there.
+#[pyfunction]
+fn all_members_well_formed(specs: &Bound<'_, PyList>, known: &Bound<'_, PySet>) -> PyResult<bool> {
+    for spec in specs.iter() {
+        if !member_well_formed(&spec, known)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 #[pymodule]
 fn kgroups_sticky_assign(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(encode_sticky_user_data_of_group, module)?)?;
     module.add_function(wrap_pyfunction!(sticky_claims, module)?)?;
     module.add_function(wrap_pyfunction!(group_owners, module)?)?;
+    module.add_function(wrap_pyfunction!(all_members_well_formed, module)?)?;
     Ok(())
 }

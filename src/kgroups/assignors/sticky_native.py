@@ -1,10 +1,11 @@
-"""The compiled form of the sticky assignors' three per-partition steps (writing every
-member's user data, reading it back as claims, and each member's topic -> partitions dict of
-the result), built from native/sticky_assign by `make install`.
+"""The compiled form of the per-partition steps of a sticky `kgroups assign` (checking the
+scenario's members, writing every member's sticky user data, reading it back as claims, and
+each member's topic -> partitions dict of the result), built from native/sticky_assign by
+`make install`.
 
 At Kafka's reference scale (a million partitions, 2,000 members) each of those steps in Python
-creates or reads a Python object per partition, and they are most of what `kgroups assign`
-spends. Where the compiled module is not built (`compiled` is None), the Python code beside
+creates or reads a Python object per partition, and they were most of what `kgroups assign`
+spent. Where the compiled module is not built (`compiled` is None), the Python code beside
 each call runs instead: it is also the reference the compiled code is tested against
 (tests/assignors/test_native.py), and gives the same results.
 """
