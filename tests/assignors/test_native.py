@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 
 from kgroups.assignors import ClusterMetadata, MemberSubscription, create_assignor, sticky_native
+from kgroups.assignors.claims import claims_from_mappings, claims_from_mappings_in_python
 from kgroups.assignors.scenario import all_well_formed_in_python, assign_scenario
 from kgroups.assignors.space import GroupAssignment, PartitionSpace
 from kgroups.assignors.user_data import (
@@ -180,3 +181,28 @@ def test_member_checks_are_the_python_references(specs: list, known: set) -> Non
     assert compiled.all_members_well_formed(specs, known) == all_well_formed_in_python(
         specs, known
     )
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.dictionaries(topic_names, st.lists(int32s, max_size=4), max_size=4),
+            st.dictionaries(topic_names, st.tuples(st.integers(0, 9)), max_size=2).map(
+                MappingProxyType
+            ),
+        ),
+        max_size=6,
+    ),
+    st.sets(topic_names),
+)
+def test_owned_partition_claims_are_the_python_references_rows(owned: list, topics: set) -> None:
+    """Cooperative members' owned partitions read into the same claim rows, in the same order
+    (names the space lacks as -1, nothing owned as no claims with no generations)."""
+    space = PartitionSpace.build(
+        ClusterMetadata(dict.fromkeys(topics, 5)), [MemberSubscription.of("m", topics)]
+    )
+    generations = list(range(len(owned)))
+    claims = claims_from_mappings(space, owned, generations)
+    reference = claims_from_mappings_in_python(space, owned, generations)
+    for column in ("member", "topic", "partition", "generation"):
+        assert np.array_equal(getattr(claims, column), getattr(reference, column)), column

@@ -42,30 +42,68 @@ fn read_numbers(partitions: &Bound<'_, PyAny>, numbers: &mut Vec<i64>) -> PyResu
     Ok(())
 }
 
-/// One member's history read into `entries` (topic name, start and end in `numbers`):
-/// from a dict, or any mapping's items().
+/// Calls `each` with every (topic, partitions) entry of one member's mapping: a dict's items,
+/// or any mapping's items().
+fn for_each_entry<'py>(
+    mapping: &Bound<'py, PyAny>,
+    mut each: impl FnMut(Bound<'py, PyAny>, Bound<'py, PyAny>) -> PyResult<()>,
+) -> PyResult<()> {
+    if let Ok(dict) = mapping.downcast::<PyDict>() {
+        for (topic, partitions) in dict.iter() {
+            each(topic, partitions)?;
+        }
+    } else {
+        for item in mapping.call_method0("items")?.try_iter()? {
+            let (topic, partitions): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
+            each(topic, partitions)?;
+        }
+    }
+    Ok(())
+}
+
+/// One member's history read into `entries` (topic name, start and end in `numbers`).
 fn read_history<'py>(
     assignment: &Bound<'py, PyAny>,
     entries: &mut Vec<(Bound<'py, PyString>, usize, usize)>,
     numbers: &mut Vec<i64>,
 ) -> PyResult<()> {
-    let mut add = |topic: Bound<'py, PyAny>, partitions: Bound<'py, PyAny>| -> PyResult<()> {
+    for_each_entry(assignment, |topic, partitions| {
         let start = numbers.len();
         read_numbers(&partitions, numbers)?;
         entries.push((topic.downcast_into::<PyString>()?, start, numbers.len()));
         Ok(())
-    };
-    if let Ok(dict) = assignment.downcast::<PyDict>() {
-        for (topic, partitions) in dict.iter() {
-            add(topic, partitions)?;
-        }
-    } else {
-        for item in assignment.call_method0("items")?.try_iter()? {
-            let (topic, partitions): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
-            add(topic, partitions)?;
-        }
+    })
+}
+
+/// Claims from every member's topic -> partitions mapping (owned-partitions fields), as
+/// `claims_from_mappings` reads them: (member, topic position from `index`, -1 for a name it
+/// lacks, partition) per listed partition, members in order, each one's entries in mapping
+/// order and partitions as listed; native-endian int64 bytes.
+#[pyfunction]
+fn claims_from_mappings<'py>(
+    py: Python<'py>,
+    index: &Bound<'py, PyDict>,
+    owned: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let (mut member, mut topic, mut partition) = (Vec::new(), Vec::new(), Vec::new());
+    for (position, mapping) in owned.try_iter()?.enumerate() {
+        for_each_entry(&mapping?, |name, partitions| {
+            let at = match index.get_item(&name)? {
+                Some(at) => at.extract::<i64>()?,
+                None => -1,
+            };
+            let start = partition.len();
+            read_numbers(&partitions, &mut partition)?;
+            let listed = partition.len() - start;
+            member.resize(member.len() + listed, position as i64);
+            topic.resize(topic.len() + listed, at);
+            Ok(())
+        })?;
     }
-    Ok(())
+    PyTuple::new(
+        py,
+        [int64_array(py, &member), int64_array(py, &topic), int64_array(py, &partition)],
+    )
 }
 
 /// StickyAssignorUserData v1 of each (previous assignment, generation): topics in name order
@@ -474,5 +512,6 @@ fn kgroups_sticky_assign(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(sticky_claims, module)?)?;
     module.add_function(wrap_pyfunction!(group_owners, module)?)?;
     module.add_function(wrap_pyfunction!(all_members_well_formed, module)?)?;
+    module.add_function(wrap_pyfunction!(claims_from_mappings, module)?)?;
     Ok(())
 }
