@@ -1,10 +1,10 @@
 //! The steps of a sticky `kgroups assign` at Kafka's reference scale (a million partitions,
 //! thousands of members) whose cost in Python is creating or reading one Python object per
 //! partition: checking the scenario's members, writing every member's sticky user data,
-//! reading it back as claims, and turning the owner array into each member's topic ->
-//! partitions dict. Each function here gives what
-//! its Python counterpart in `kgroups.assignors` gives (that code stays as the reference, and
-//! tests/assignors/test_native.py compares the two on the same inputs).
+//! reading it back as claims, reading cooperative members' owned partitions as claims, and
+//! turning the owner array into each member's topic -> partitions dict. Each function here
+//! gives what its Python counterpart in `kgroups.assignors` gives (that code stays as the
+//! reference, and tests/assignors/test_native.py compares the two on the same inputs).
 
 use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
@@ -15,13 +15,17 @@ const ENTRY_HEADER: usize = 6; // int16 name length + int32 partition count
 const NO_GENERATION: i64 = -1;
 
 /// Contiguous native-endian items of a buffer (a numpy array), copied out.
-fn items<T: pyo3::buffer::Element + Copy>(py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
+fn items<T: pyo3::buffer::Element + Copy>(
+    py: Python<'_>,
+    array: &Bound<'_, PyAny>,
+) -> PyResult<Vec<T>> {
     pyo3::buffer::PyBuffer::<T>::get(array)?.to_vec(py)
 }
 
 fn int32(value: i64) -> PyResult<i32> {
-    i32::try_from(value)
-        .map_err(|_| PyOverflowError::new_err("sticky user data holds int32 partitions and generations"))
+    i32::try_from(value).map_err(|_| {
+        PyOverflowError::new_err("sticky user data holds int32 partitions and generations")
+    })
 }
 
 /// The numbers of one partition list (a list, a tuple or any iterable of ints), appended.
@@ -102,7 +106,11 @@ fn claims_from_mappings<'py>(
     }
     PyTuple::new(
         py,
-        [int64_array(py, &member), int64_array(py, &topic), int64_array(py, &partition)],
+        [
+            int64_array(py, &member),
+            int64_array(py, &topic),
+            int64_array(py, &partition),
+        ],
     )
 }
 
@@ -117,10 +125,14 @@ fn encode_sticky_user_data_of_group<'py>(
 ) -> PyResult<Bound<'py, PyList>> {
     let assignments: Vec<Bound<'py, PyAny>> =
         previous_assignments.try_iter()?.collect::<PyResult<_>>()?;
-    let generations: Vec<i64> =
-        generations.try_iter()?.map(|g| g?.extract::<i64>()).collect::<PyResult<_>>()?;
+    let generations: Vec<i64> = generations
+        .try_iter()?
+        .map(|g| g?.extract::<i64>())
+        .collect::<PyResult<_>>()?;
     if generations.len() != assignments.len() {
-        return Err(PyValueError::new_err("one generation per previous assignment"));
+        return Err(PyValueError::new_err(
+            "one generation per previous assignment",
+        ));
     }
     let blobs = PyList::empty(py);
     let mut entries = Vec::new();
@@ -138,7 +150,10 @@ fn encode_sticky_user_data_of_group<'py>(
         for (topic, start, end) in &entries {
             named.push((topic.to_str()?, *start, *end));
         }
-        if !named.windows(2).all(|w| w[0].0.as_bytes() <= w[1].0.as_bytes()) {
+        if !named
+            .windows(2)
+            .all(|w| w[0].0.as_bytes() <= w[1].0.as_bytes())
+        {
             named.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
         }
         blob.clear();
@@ -212,8 +227,7 @@ fn walk(data: &[u8]) -> Option<Parsed> {
         }
         let name_length = name_length as usize;
         let partition_count = read_i32(data, position + 2 + name_length);
-        if partition_count < 0
-            || partition_count > ((room - ENTRY_HEADER - name_length) / 4) as i64
+        if partition_count < 0 || partition_count > ((room - ENTRY_HEADER - name_length) / 4) as i64
         {
             return None;
         }
@@ -227,8 +241,14 @@ fn walk(data: &[u8]) -> Option<Parsed> {
         position += ENTRY_HEADER + name_length + 4 * partition_count;
     }
     match data.len() - position {
-        0 => Some(Parsed { entries, generation: NO_GENERATION }),
-        4 => Some(Parsed { entries, generation: read_i32(data, position) }),
+        0 => Some(Parsed {
+            entries,
+            generation: NO_GENERATION,
+        }),
+        4 => Some(Parsed {
+            entries,
+            generation: read_i32(data, position),
+        }),
         _ => None,
     }
 }
@@ -270,7 +290,11 @@ fn sticky_claims<'py>(
         .try_iter()?
         .map(|b| {
             let b = b?;
-            if b.is_none() { Ok(None) } else { Ok(Some(b.downcast_into::<PyBytes>()?)) }
+            if b.is_none() {
+                Ok(None)
+            } else {
+                Ok(Some(b.downcast_into::<PyBytes>()?))
+            }
         })
         .collect::<PyResult<_>>()?;
     let mut generation = vec![NO_GENERATION; blobs.len()];
@@ -299,10 +323,17 @@ fn sticky_claims<'py>(
     for prefixed in [false, true] {
         let group: Vec<&(bool, usize, Parsed)> =
             found.iter().filter(|(p, _, _)| *p == prefixed).collect();
-        let most = group.iter().map(|(_, _, p)| p.entries.len()).max().unwrap_or(0);
+        let most = group
+            .iter()
+            .map(|(_, _, p)| p.entries.len())
+            .max()
+            .unwrap_or(0);
         for k in 0..most {
             for (_, index, parsed) in group.iter().filter(|(_, _, p)| p.entries.len() > k) {
-                let data = blobs[*index].as_ref().map(|b| b.as_bytes()).unwrap_or_default();
+                let data = blobs[*index]
+                    .as_ref()
+                    .map(|b| b.as_bytes())
+                    .unwrap_or_default();
                 let data = if prefixed { &data[2..] } else { data };
                 let entry = &parsed.entries[k];
                 let name = &data[entry.name_start..entry.name_start + entry.name_length];
@@ -310,7 +341,11 @@ fn sticky_claims<'py>(
                 // the name differs from the previous entry's.
                 if name != last_name {
                     last_name = name;
-                    last_at = if name.is_empty() { -1 } else { *position_of.get(name).unwrap_or(&-1) };
+                    last_at = if name.is_empty() {
+                        -1
+                    } else {
+                        *position_of.get(name).unwrap_or(&-1)
+                    };
                 }
                 let at = last_at;
                 for i in 0..entry.partition_count {
@@ -442,7 +477,9 @@ fn group_owners<'py>(
         let grouped = presized_dict(py, runs.len())?;
         for &(t, start, end) in &runs {
             let base = offsets[t];
-            let run = flats[start..end].iter().map(|&f| &numbers[(f as i64 - base) as usize]);
+            let run = flats[start..end]
+                .iter()
+                .map(|&f| &numbers[(f as i64 - base) as usize]);
             grouped.set_item(&topic_names[t], new_list(py, run)?)?;
         }
         result.set_item(member_ids.get_item(m)?, grouped)?;
@@ -453,7 +490,9 @@ fn group_owners<'py>(
 /// Whether an int is exactly an int (not a bool or other subclass) within int32.
 fn exact_int32(value: &Bound<'_, PyAny>) -> bool {
     value.is_exact_instance_of::<PyInt>()
-        && value.extract::<i64>().is_ok_and(|v| i32::try_from(v).is_ok())
+        && value
+            .extract::<i64>()
+            .is_ok_and(|v| i32::try_from(v).is_ok())
 }
 
 fn exact_str_or_none(value: Option<Bound<'_, PyAny>>) -> bool {
@@ -462,9 +501,15 @@ fn exact_str_or_none(value: Option<Bound<'_, PyAny>>) -> bool {
 
 /// One member's spec passes every check of `all_members_well_formed`.
 fn member_well_formed(spec: &Bound<'_, PyAny>, known: &Bound<'_, PySet>) -> PyResult<bool> {
-    let Ok(spec) = spec.downcast_exact::<PyDict>() else { return Ok(false) };
-    let Some(topics) = spec.get_item("topics")? else { return Ok(false) };
-    let Ok(topics) = topics.downcast_exact::<PyList>() else { return Ok(false) };
+    let Ok(spec) = spec.downcast_exact::<PyDict>() else {
+        return Ok(false);
+    };
+    let Some(topics) = spec.get_item("topics")? else {
+        return Ok(false);
+    };
+    let Ok(topics) = topics.downcast_exact::<PyList>() else {
+        return Ok(false);
+    };
     let mut subscribes_to_known = false;
     for topic in topics.iter() {
         if !topic.is_exact_instance_of::<PyString>() {
@@ -480,10 +525,16 @@ fn member_well_formed(spec: &Bound<'_, PyAny>, known: &Bound<'_, PySet>) -> PyRe
     {
         return Ok(false);
     }
-    let Some(owned) = spec.get_item("owned")? else { return Ok(true) };
-    let Ok(owned) = owned.downcast_exact::<PyDict>() else { return Ok(false) };
+    let Some(owned) = spec.get_item("owned")? else {
+        return Ok(true);
+    };
+    let Ok(owned) = owned.downcast_exact::<PyDict>() else {
+        return Ok(false);
+    };
     for partitions in owned.values().iter() {
-        let Ok(partitions) = partitions.downcast_exact::<PyList>() else { return Ok(false) };
+        let Ok(partitions) = partitions.downcast_exact::<PyList>() else {
+            return Ok(false);
+        };
         if !partitions.iter().all(|p| exact_int32(&p)) {
             return Ok(false);
         }

@@ -1,6 +1,7 @@
 """The compiled form of the per-partition steps of a sticky `kgroups assign` (checking the
-scenario's members, writing every member's sticky user data, reading it back as claims, and
-each member's topic -> partitions dict of the result), built from native/sticky_assign by
+scenario's members, writing every member's sticky user data, reading it back as claims,
+reading cooperative members' owned partitions as claims, and each member's topic -> partitions
+dict of the result), built from native/sticky_assign by
 `make install`.
 
 At Kafka's reference scale (a million partitions, 2,000 members) each of those steps in Python
