@@ -11,6 +11,11 @@ PIP_STAMP := $(VENV)/.pip-$(PIP_VERSION)
 # The package with every extra (make test, lint, bench); the package alone (make serve).
 STAMP := $(VENV)/.installed
 SERVE_STAMP := $(VENV)/.installed-serve
+# The compiled sticky assignor steps (native/sticky_assign, Rust through PyO3): pip builds them
+# from source with the maturin their pyproject.toml pins, and Rust's cargo.
+NATIVE_STICKY := native/sticky_assign
+NATIVE_STICKY_STAMP := $(VENV)/.installed-sticky-assign
+CARGO_BIN ?= $(HOME)/.cargo/bin
 HOST ?= 127.0.0.1
 PORT ?= 9092
 DATA_DIR ?= ./kgroups-data
@@ -32,7 +37,7 @@ POSTGRESQL_JDBC_DIR ?= $(HOME)/.cache/kgroups/postgresql-jdbc
 
 .PHONY: install system-deps kafka java-harness postgresql-jdbc serve wheel test test-fast lint typecheck bench clean
 
-install: $(STAMP) system-deps
+install: $(STAMP) $(NATIVE_STICKY_STAMP) system-deps
 
 # The virtualenv and its pinned pip; the stamps below are made in it.
 $(PIP_STAMP):
@@ -50,6 +55,15 @@ $(SERVE_STAMP): pyproject.toml | $(PIP_STAMP)
 $(STAMP): pyproject.toml | $(PIP_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	touch $@ $(SERVE_STAMP)
+
+# Rebuilt when its sources or pins change. Without it kgroups runs the same steps in Python
+# (the reference its tests compare it with), so `make serve` does not need it.
+$(NATIVE_STICKY_STAMP): $(NATIVE_STICKY)/Cargo.toml $(NATIVE_STICKY)/Cargo.lock \
+		$(NATIVE_STICKY)/pyproject.toml $(wildcard $(NATIVE_STICKY)/src/*.rs) | $(PIP_STAMP)
+	@PATH="$(CARGO_BIN):$$PATH" command -v cargo >/dev/null 2>&1 || \
+		{ echo "$(NATIVE_STICKY) needs Rust's cargo (in $(CARGO_BIN) or on PATH)"; exit 1; }
+	PATH="$(CARGO_BIN):$$PATH" $(BIN)/python -m pip install --quiet ./$(NATIVE_STICKY)
+	touch $@
 
 # kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
 # Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs, Chromium
@@ -152,4 +166,5 @@ bench: install
 	@for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .coverage .hypothesis build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .coverage .hypothesis build dist src/*.egg-info \
+		$(NATIVE_STICKY)/target

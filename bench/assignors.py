@@ -7,7 +7,8 @@ memory the assignment allocates (tracemalloc, a separate run), the balance and h
 partitions changed owner. Targets: <= 1.5 s with identical subscriptions, <= 5 s mixed.
 "one joins" is also run through `assign_scenario` (JSON-shaped scenario in, dict out, as
 `kgroups assign` runs it), best of --repeat runs and once as a new process's first call;
-target: <= 1.5 s end to end.
+target: <= 1.5 s end to end. `--scenario-runs N` runs only that, N calls per strategy, and
+prints their medians.
 
 Side by side: kafka-python 3.x's StickyPartitionAssignor against kgroups' sticky (through the
 kafka-python adapter, same member objects) at 10,000 partitions / 500 consumers; target ratio
@@ -15,12 +16,14 @@ kafka-python adapter, same member objects) at 10,000 partitions / 500 consumers;
 
     .venv/bin/python bench/assignors.py            # full scale
     .venv/bin/python bench/assignors.py --quick    # 1/10 scale, for a smoke run
+    .venv/bin/python bench/assignors.py --scenario-runs 7   # "one joins" end to end, medians
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import subprocess
 import sys
 import time
@@ -197,20 +200,44 @@ def scenario_end_to_end(
     print(f"  {label:<34} wall {first[0]:>6} s  cpu {first[1]:>6} s")
 
 
-def first_call(strategy: str, topic_count: int, partitions: int, consumers: int) -> None:
-    """Prints the wall and CPU seconds of this process's first `assign_scenario` call. A
-    `kgroups assign` run pays this one: its heap has not grown yet, so every big temporary
-    faults in fresh pages (costly in a VM), where the loop above reuses freed memory."""
+def fresh_one_joins(strategy: str, topic_count: int, partitions: int, consumers: int) -> dict:
+    """The "one joins" scenario built from a fresh assignment made by `strategy`."""
     topics = [f"topic-{i:04d}" for i in range(topic_count)]
     fresh = [MemberSubscription(f"consumer-{i:05d}", frozenset(topics)) for i in range(consumers)]
     cluster = ClusterMetadata(dict.fromkeys(topics, partitions))
     previous = create_assignor(strategy).assign(cluster, fresh).as_dict()
-    scenario = one_joins_scenario(topics, partitions, previous)
-    del fresh, previous
+    return one_joins_scenario(topics, partitions, previous)
+
+
+def first_call(strategy: str, topic_count: int, partitions: int, consumers: int) -> None:
+    """Prints the wall and CPU seconds of this process's first `assign_scenario` call. A
+    `kgroups assign` run pays this one: its heap has not grown yet, so every big temporary
+    faults in fresh pages (costly in a VM), where the loop above reuses freed memory."""
+    scenario = fresh_one_joins(strategy, topic_count, partitions, consumers)
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     assign_scenario(strategy, scenario)
     print(f"{time.perf_counter() - wall:.3f} {time.process_time() - cpu:.3f}")
+
+
+def scenario_runs(topic_count: int, partitions: int, consumers: int, runs: int) -> None:
+    """Only "one joins" through `assign_scenario`, `runs` calls per strategy: every call's
+    wall and CPU seconds and their medians (on a shared machine, a median over several calls
+    says more than the best one)."""
+    for strategy in ("sticky", "cooperative-sticky"):
+        scenario = fresh_one_joins(strategy, topic_count, partitions, consumers)
+        walls, cpus = [], []
+        for _ in range(runs):
+            gc.collect()
+            wall, cpu = time.perf_counter(), time.process_time()
+            assign_scenario(strategy, scenario)
+            cpus.append(time.process_time() - cpu)
+            walls.append(time.perf_counter() - wall)
+        print(
+            f"{strategy:<20} wall median {statistics.median(walls):6.3f} s  "
+            f"cpu median {statistics.median(cpus):6.3f} s (min {min(cpus):.3f})  "
+            f"wall {' '.join(f'{w:.3f}' for w in walls)}  cpu {' '.join(f'{c:.3f}' for c in cpus)}"
+        )
 
 
 def kafka_python_cluster(counts: dict[str, int]) -> KafkaClusterMetadata:
@@ -292,8 +319,16 @@ def main() -> None:
         metavar=("STRATEGY", "TOPICS", "PARTITIONS", "CONSUMERS"),
         help="time one assign_scenario call in this process (run by the benchmark itself)",
     )
+    parser.add_argument(
+        "--scenario-runs",
+        type=int,
+        metavar="N",
+        help="only 'one joins' through assign_scenario, N calls per strategy, with medians",
+    )
     args = parser.parse_args()
-    if args.first_call:
+    if args.scenario_runs:
+        scenario_runs(*((50, 2000, 200) if args.quick else (500, 2000, 2000)), args.scenario_runs)
+    elif args.first_call:
         strategy, *scale = args.first_call
         first_call(strategy, *map(int, scale))
     elif args.quick:

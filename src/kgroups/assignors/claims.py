@@ -14,6 +14,7 @@ from operator import methodcaller
 
 import numpy as np
 
+import kgroups.assignors.sticky_native as sticky_native
 from kgroups.assignors.space import PartitionSpace
 
 
@@ -38,8 +39,25 @@ def claims_from_mappings(
     owned: Sequence[Mapping[str, Sequence[int]]],
     generations: Sequence[int],
 ) -> Claims:
-    """Claims from per-member topic -> partitions mappings (owned-partitions fields), read as
-    whole-group columns (names, lists, numbers) rather than per member and entry."""
+    """Claims from per-member topic -> partitions mappings (owned-partitions fields): read by
+    the compiled module where it is built, else by the Python reference (same rows, same
+    order)."""
+    if sticky_native.compiled is None or type(space.index) is not dict:
+        return claims_from_mappings_in_python(space, owned, generations)
+    columns = sticky_native.compiled.claims_from_mappings(space.index, owned)
+    member, topic, partition = (np.frombuffer(column, dtype=np.int64) for column in columns)
+    if partition.size == 0:
+        return Claims.none(len(owned))
+    return Claims(member, topic, partition, np.asarray(generations, dtype=np.int64))
+
+
+def claims_from_mappings_in_python(
+    space: PartitionSpace,
+    owned: Sequence[Mapping[str, Sequence[int]]],
+    generations: Sequence[int],
+) -> Claims:
+    """`claims_from_mappings` in Python, read as whole-group columns (names, lists, numbers)
+    rather than per member and entry."""
     names = list(chain.from_iterable(owned))
     lists = list(chain.from_iterable(map(methodcaller("values"), owned)))
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))

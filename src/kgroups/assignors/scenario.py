@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from itertools import chain
 from typing import Any
 
+import kgroups.assignors.sticky_native as sticky_native
 from kgroups.assignors.interface import create_assignor
 from kgroups.assignors.model import (
     NO_GENERATION,
@@ -129,7 +130,16 @@ def parse_members(member_specs: Any, cluster: ClusterMetadata) -> dict[str, Memb
 
 def _all_well_formed(specs: list[Any], cluster: ClusterMetadata) -> bool:
     """True only if `_check_member` accepts every spec (by exact types, so it may refuse a
-    spec that `_check_member` accepts, such as a dict subclass: that only costs the slow path)."""
+    spec that `_check_member` accepts, such as a dict subclass: that only costs the slow path).
+    Decided by the compiled module where it is built, else by the Python reference."""
+    known = {topic for topic, count in cluster.partition_counts.items() if count > 0}
+    if sticky_native.compiled is not None:
+        return bool(sticky_native.compiled.all_members_well_formed(specs, known))
+    return all_well_formed_in_python(specs, known)
+
+
+def all_well_formed_in_python(specs: list[Any], known: set[str]) -> bool:
+    """`_all_well_formed` in Python: a few passes over all the group's values at once."""
     if not set(map(type, specs)) <= {dict}:
         return False
     topic_lists = [spec.get("topics") for spec in specs]
@@ -145,7 +155,6 @@ def _all_well_formed(specs: list[Any], cluster: ClusterMetadata) -> bool:
         and _int32s(generations)
     ):
         return False
-    known = {topic for topic, count in cluster.partition_counts.items() if count > 0}
     if any(known.isdisjoint(topics) for topics in topic_lists):
         return False
     partition_lists = list(chain.from_iterable(map(dict.values, owned)))

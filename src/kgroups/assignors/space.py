@@ -16,6 +16,7 @@ from itertools import chain, islice
 
 import numpy as np
 
+import kgroups.assignors.sticky_native as sticky_native
 from kgroups.assignors.model import ClusterMetadata, MemberSubscription
 
 UNOWNED = -1
@@ -109,9 +110,22 @@ class GroupAssignment:
             return self._all_grouped(self.revoked_from)
 
     def _all_grouped(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
-        """One pass over all partitions ordered by (member, flat number): each run of equal
-        (member, topic) becomes one list, and each member's dict is built in one call, so the
-        Python-level work is one step per member."""
+        """Every member's topic -> partitions of `owners` (member index per flat partition):
+        built by the compiled module where it is built, else by the Python reference."""
+        if sticky_native.compiled is not None:
+            grouped: dict[str, dict[str, list[int]]] = sticky_native.compiled.group_owners(
+                np.ascontiguousarray(owners, dtype=np.int32),
+                np.ascontiguousarray(self.space.offsets, dtype=np.int64),
+                self.space.topics,
+                self.member_ids,
+            )
+            return grouped
+        return self.all_grouped_in_python(owners)
+
+    def all_grouped_in_python(self, owners: np.ndarray) -> dict[str, dict[str, list[int]]]:
+        """`_all_grouped` in Python (numpy). One pass over all partitions ordered by (member,
+        flat number): each run of equal (member, topic) becomes one list, and each member's
+        dict is built in one call, so the Python-level work is one step per member."""
         result: dict[str, dict[str, list[int]]] = {m: {} for m in self.member_ids}
         flat = np.flatnonzero(owners >= 0)
         if flat.size == 0:

@@ -29,6 +29,7 @@ from operator import methodcaller
 
 import numpy as np
 
+import kgroups.assignors.sticky_native as sticky_native
 from kgroups.assignors.claims import Claims
 from kgroups.assignors.model import NO_GENERATION
 from kgroups.assignors.space import PartitionSpace
@@ -62,10 +63,23 @@ def encode_sticky_user_data_of_group(
     previous_assignments: Sequence[Mapping[str, Sequence[int]]], generations: Sequence[int]
 ) -> list[bytes]:
     """`encode_sticky_user_data` of each (assignment, generation) pair. `assign_scenario`
-    writes every member's history at once (a million topic entries at Kafka's reference scale),
-    so the blobs are laid out together, a slice of about `_ENTRIES_AT_ONCE` topic entries at a
-    time: one slice's arrays are small enough for the next slice to reuse their memory, where
-    one pass over everything would fault in a few hundred MiB of fresh pages."""
+    writes every member's history at once (a million topic entries at Kafka's reference
+    scale): by the compiled module where it is built, else by the Python reference."""
+    if sticky_native.compiled is not None:
+        blobs: list[bytes] = sticky_native.compiled.encode_sticky_user_data_of_group(
+            previous_assignments, generations
+        )
+        return blobs
+    return encode_sticky_user_data_of_group_in_python(previous_assignments, generations)
+
+
+def encode_sticky_user_data_of_group_in_python(
+    previous_assignments: Sequence[Mapping[str, Sequence[int]]], generations: Sequence[int]
+) -> list[bytes]:
+    """`encode_sticky_user_data_of_group` in Python (numpy): the blobs are laid out together,
+    a slice of about `_ENTRIES_AT_ONCE` topic entries at a time: one slice's arrays are small
+    enough for the next slice to reuse their memory, where one pass over everything would
+    fault in a few hundred MiB of fresh pages."""
     blobs: list[bytes] = []
     start = entries = 0
     for end, assignment in enumerate(previous_assignments, 1):
@@ -308,7 +322,20 @@ def sticky_claims(
     space: PartitionSpace, blobs: Sequence[bytes | None]
 ) -> tuple[Claims, np.ndarray]:
     """Every member's previous assignment from its sticky user data, as claims, and which
-    blobs were present but unreadable (those members simply claim nothing)."""
+    blobs were present but unreadable (those members simply claim nothing). Read by the
+    compiled module where it is built (and every blob is `bytes`), else by the Python
+    reference; both give the same rows in the same order."""
+    if sticky_native.compiled is None or not set(map(type, blobs)) <= {bytes, type(None)}:
+        return sticky_claims_in_python(space, blobs)
+    *columns, unreadable = sticky_native.compiled.sticky_claims(space.topics, blobs)
+    member, topic, partition, generation = (np.frombuffer(c, dtype=np.int64) for c in columns)
+    return Claims(member, topic, partition, generation), np.frombuffer(unreadable, dtype=bool)
+
+
+def sticky_claims_in_python(
+    space: PartitionSpace, blobs: Sequence[bytes | None]
+) -> tuple[Claims, np.ndarray]:
+    """`sticky_claims` in Python: every blob parsed at once by the lockstep numpy walk."""
     parsed = _parse_all(blobs)
     entry, partition = parsed.partitions()
     topic = _topic_positions(parsed, space.topics)[entry]
