@@ -46,6 +46,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "member": frozenset({"errors", "log", "records", "coordinator", "assignors"}),
     # The simulator drives members against the real coordinator core.
     "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member"}),
+    # The load generator drives the same members against a real broker over the wire, framed
+    # with the broker's codec.
+    "loadgen": frozenset({"errors", "log", "records", "coordinator", "assignors", "member",
+                          "broker"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                           "broker"}),
