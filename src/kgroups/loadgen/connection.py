@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker.wire import decode_response, encode_request, response_type
@@ -29,10 +30,15 @@ class ConnectionLost(ConnectionError):
 
 
 class BrokerConnection:
+    """`on_lost` is told when the broker closes or breaks the connection (not when the client
+    closes it), with nothing in flight too: a member between heartbeats learns at once."""
+
     def __init__(self, host: str, port: int, client_id: str,
-                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                 reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_lost: Callable[[ConnectionLost], None] | None = None) -> None:
         self.address = f"{host}:{port}"
         self.client_id = client_id
+        self.on_lost = on_lost
         self._reader = reader
         self._writer = writer
         self._waiting: dict[int, tuple[asyncio.Future[Any], type[Any]]] = {}
@@ -41,12 +47,13 @@ class BrokerConnection:
         self._reading = asyncio.ensure_future(self._read_answers())
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> BrokerConnection:
+    async def open(cls, host: str, port: int, client_id: str,
+                   on_lost: Callable[[ConnectionLost], None] | None = None) -> BrokerConnection:
         try:
             reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
         except OSError as exc:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
-        return cls(host, port, client_id, reader, writer)
+        return cls(host, port, client_id, reader, writer, on_lost)
 
     @property
     def lost(self) -> ConnectionLost | None:
@@ -83,7 +90,8 @@ class BrokerConnection:
                 if not future.done():
                     future.set_result(decode_response(schema, frame)[1])
         except asyncio.CancelledError:
-            self._fail(ConnectionLost(f"connection to {self.address} was closed by the client"))
+            self._fail(ConnectionLost(f"connection to {self.address} was closed by the client"),
+                       by_client=True)
             raise
         except asyncio.IncompleteReadError:
             self._fail(ConnectionLost(f"{self.address} closed the connection"))
@@ -92,7 +100,7 @@ class BrokerConnection:
         except Exception as exc:  # a reset socket or an answer that does not decode
             self._fail(ConnectionLost(f"connection to {self.address} failed: {exc!r}"))
 
-    def _fail(self, error: ConnectionLost) -> None:
+    def _fail(self, error: ConnectionLost, by_client: bool = False) -> None:
         waiting = len(self._waiting)
         if waiting:
             error = ConnectionLost(f"{error} ({waiting} requests unanswered)")
@@ -102,6 +110,8 @@ class BrokerConnection:
                 future.set_exception(error)
         self._waiting.clear()
         self._writer.close()
+        if self.on_lost is not None and not by_client:
+            self.on_lost(error)
 
     async def close(self) -> None:
         self._reading.cancel()

@@ -127,6 +127,7 @@ class LoadGenerator:
         else:
             member = ClassicMember(name, self.settings, self._cluster, self.now())
         running = Running(name, member, connection)
+        connection.on_lost = lambda error: self._lose(running, error)
         self.members[name] = running
         self._pump(running)
 
@@ -256,12 +257,23 @@ class LoadGenerator:
         """Return once `stable()`; LoadError as soon as a member has failed, or at timeout."""
         deadline = self._loop.time() + timeout_s
         while not self.stable():
-            if self.tally.failures:
-                name, why = next(iter(self.tally.failures.items()))
-                raise LoadError(f"{len(self.tally.failures)} members stopped; {name}: {why}")
+            self._raise_on_failure()
             if self._loop.time() > deadline:
                 raise LoadError(f"not Stable after {timeout_s:g} s: {self.describe()}")
             await asyncio.sleep(check_every_s)
+
+    async def hold(self, seconds: float, check_every_s: float = 0.05) -> None:
+        """Let the members run for `seconds`; LoadError as soon as one has failed."""
+        deadline = self._loop.time() + seconds
+        while self._loop.time() < deadline:
+            self._raise_on_failure()
+            await asyncio.sleep(min(check_every_s, max(0.0, deadline - self._loop.time())))
+        self._raise_on_failure()
+
+    def _raise_on_failure(self) -> None:
+        if self.tally.failures:
+            name, why = next(iter(self.tally.failures.items()))
+            raise LoadError(f"{len(self.tally.failures)} members stopped; {name}: {why}")
 
     def describe(self) -> str:
         """Members by state, and how many partitions are owned, for a message."""
