@@ -15,6 +15,7 @@ from kgroups.broker.wire import build, request_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.loadgen.connection import BrokerConnection
 from kgroups.loadgen.wire_messages import (
+    CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
     HEARTBEAT,
     JOIN_GROUP,
@@ -30,8 +31,9 @@ API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
 # v4 (coordinator keys), Metadata from v10 (topic ids); OffsetCommit up to v9 (v10 names topics
 # by id).
 _SPOKEN = {JOIN_GROUP: (4, 9), SYNC_GROUP: (3, 5), HEARTBEAT: (3, 4), LEAVE_GROUP: (3, 5),
-           OFFSET_COMMIT: (7, 9), CONSUMER_GROUP_HEARTBEAT: (0, 1), METADATA: (10, 12),
-           FIND_COORDINATOR: (4, 6)}
+           OFFSET_COMMIT: (7, 9), CONSUMER_GROUP_HEARTBEAT: (0, 1),
+           CONSUMER_GROUP_DESCRIBE: (0, 1), METADATA: (10, 12), FIND_COORDINATOR: (4, 6)}
+_OPTIONAL = frozenset({CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE})
 _NOT_READY = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR})
 
@@ -52,7 +54,7 @@ class GroupHome:
 
 async def negotiate(connection: BrokerConnection) -> dict[int, int]:
     """The newest version of each API both sides speak; BootstrapError when there is none
-    (ConsumerGroupHeartbeat is left out when the broker lacks it)."""
+    (the consumer protocol's APIs are left out when the broker lacks them)."""
     answer = await connection.call(build(request_type(API_VERSIONS, 0)))
     if int(answer.error_code) != ErrorCode.NONE:
         raise BootstrapError(f"ApiVersions: {ErrorCode(int(answer.error_code)).name}")
@@ -63,7 +65,7 @@ async def negotiate(connection: BrokerConnection) -> dict[int, int]:
         their_lowest, their_highest = advertised.get(api_key, (0, -1))
         if max(lowest, their_lowest) <= min(highest, their_highest):
             chosen[api_key] = min(highest, their_highest)
-        elif api_key != CONSUMER_GROUP_HEARTBEAT:
+        elif api_key not in _OPTIONAL:
             raise BootstrapError(f"{connection.address} speaks no version {lowest}-{highest} "
                                  f"of API {api_key}")
     return chosen
@@ -114,5 +116,18 @@ async def locate_group(host: str, port: int, group_id: str, topics: tuple[str, .
         await connection.close()
     return GroupHome(*coordinator, Versions(
         versions[JOIN_GROUP], versions[SYNC_GROUP], versions[HEARTBEAT], versions[LEAVE_GROUP],
-        versions[OFFSET_COMMIT], versions.get(CONSUMER_GROUP_HEARTBEAT)), partitions, topic_ids)
+        versions[OFFSET_COMMIT], versions.get(CONSUMER_GROUP_HEARTBEAT),
+        versions.get(CONSUMER_GROUP_DESCRIBE)), partitions, topic_ids)
+
+
+async def consumer_group_epochs(connection: BrokerConnection, version: int,
+                                group_id: str) -> tuple[str, int, int]:
+    """(state, group epoch, assignment epoch) of a consumer-protocol group, as its coordinator
+    has it: only the coordinator knows that a new target assignment is due (a member joined,
+    the next computation waits for group.consumer.assignment.interval.ms) while every member
+    still holds the last one."""
+    (group,) = (await connection.call(build(
+        request_type(CONSUMER_GROUP_DESCRIBE, version), group_ids=(group_id,),
+        include_authorized_operations=False))).groups
+    return group.group_state, int(group.group_epoch), int(group.assignment_epoch)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from kgroups.assignors import ClusterMetadata
 from kgroups.coordinator import OffsetCommitResponse
 from kgroups.coordinator.consumer_messages import ConsumerGroupHeartbeatResponse
-from kgroups.loadgen.bootstrap import GroupHome, locate_group
+from kgroups.loadgen.bootstrap import GroupHome, consumer_group_epochs, locate_group
 from kgroups.loadgen.connection import BrokerConnection, ConnectionLost
 from kgroups.loadgen.tally import Tally
 from kgroups.loadgen.wire_messages import answer_error, api_name, from_wire, to_wire
@@ -40,6 +41,9 @@ from kgroups.member import (
 Member = ClassicMember | ConsumerMember
 # How long a closing member waits for its last commit and LeaveGroup to be answered.
 CLOSE_WAIT_S = 5.0
+# How often `wait_stable` asks the coordinator whether it agrees (a description of every member
+# of a large group is not free).
+DESCRIBE_EVERY_S = 1.0
 
 
 class LoadError(RuntimeError):
@@ -254,13 +258,42 @@ class LoadGenerator:
         return owned == len(self._partitions) and len(self.owners()) == len(self._partitions)
 
     async def wait_stable(self, timeout_s: float, check_every_s: float = 0.05) -> None:
-        """Return once `stable()`; LoadError as soon as a member has failed, or at timeout."""
+        """Return once `stable()` and, for the consumer protocol, the coordinator agrees (it
+        says Stable, with the members' epoch as its group and assignment epoch); LoadError as
+        soon as a member has failed, or at timeout."""
         deadline = self._loop.time() + timeout_s
-        while not self.stable():
-            self._raise_on_failure()
-            if self._loop.time() > deadline:
-                raise LoadError(f"not Stable after {timeout_s:g} s: {self.describe()}")
-            await asyncio.sleep(check_every_s)
+        observer: BrokerConnection | None = None
+        asked_at = -math.inf
+        try:
+            while True:
+                self._raise_on_failure()
+                if self.stable() and self._loop.time() >= asked_at + DESCRIBE_EVERY_S:
+                    asked_at = self._loop.time()
+                    if self.settings.protocol is not Protocol.CONSUMER:
+                        return
+                    if observer is None:
+                        observer = await BrokerConnection.open(
+                            self.home.coordinator_host, self.home.coordinator_port,
+                            self.client_id)
+                    if await self._coordinator_agrees(observer):
+                        return
+                if self._loop.time() > deadline:
+                    raise LoadError(f"not Stable after {timeout_s:g} s: {self.describe()}")
+                await asyncio.sleep(check_every_s)
+        finally:
+            if observer is not None:
+                await observer.close()
+
+    async def _coordinator_agrees(self, observer: BrokerConnection) -> bool:
+        version = self.home.versions.consumer_group_describe
+        if version is None:  # a broker without ConsumerGroupDescribe: the members' word
+            return True
+        member = next(iter(self.members.values())).member
+        assert isinstance(member, ConsumerMember)  # stable(): they all share this epoch
+        epoch = member.epoch
+        state, group_epoch, assignment_epoch = await consumer_group_epochs(
+            observer, version, self.settings.group_id)
+        return state == "Stable" and group_epoch == assignment_epoch == epoch
 
     async def hold(self, seconds: float, check_every_s: float = 0.05) -> None:
         """Let the members run for `seconds`; LoadError as soon as one has failed."""

@@ -37,7 +37,7 @@ from kgroups.errors import ErrorCode
 from kgroups.member import MemberRequest
 
 JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT = 11, 14, 12, 13, 8
-CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 MemberResponse = (JoinGroupResponse | SyncGroupResponse | HeartbeatResponse | LeaveGroupResponse
                   | OffsetCommitResponse | ConsumerGroupHeartbeatResponse)
 
@@ -51,7 +51,9 @@ class Versions:
     heartbeat: int
     leave_group: int
     offset_commit: int
-    consumer_group_heartbeat: int | None  # None: the broker has no KIP-848 consumer groups
+    # None: the broker has no KIP-848 consumer groups.
+    consumer_group_heartbeat: int | None
+    consumer_group_describe: int | None
 
 
 def _ms(value: int) -> datetime.timedelta:
