@@ -9,8 +9,10 @@ Per broker and protocol, on a fresh topic of --partitions partitions and a fresh
   of one generation (classic) or one assignment epoch (consumer protocol) and every partition
   is owned exactly once;
 - heartbeats answered per second without an error over a steady window (--steady-s, 60 by
-  default) after Stable, beside what the members' interval asks for (N / 3 s classic; N / the
-  broker's group.consumer.heartbeat.interval.ms, 5 s, for the consumer protocol);
+  default) after Stable, beside those sent (well above: the broker is behind) and what the
+  members' interval asks for (N / 3 s classic; N / the broker's
+  group.consumer.heartbeat.interval.ms, 5 s, for the consumer protocol; sent well below it:
+  the driver is behind, short of CPU);
 - every error answer of the run by API and code (MEMBER_ID_REQUIRED and REBALANCE_IN_PROGRESS
   are how a classic group forms), and the bench process's CPU seconds over the steady window
   (the driver's own cost: if it nears the window, the driver is the bottleneck);
@@ -46,7 +48,8 @@ from pathlib import Path
 
 from broker import kafka_broker, wait_coordinator_ready
 from join_storm import kgroups_serve
-from kgroups.loadgen import LoadGenerator
+from kgroups.loadgen import LoadError, LoadGenerator
+from kgroups.loadgen.tally import HEARTBEAT_APIS
 from kgroups.member import MemberSettings, Protocol
 from kgroups.tools.topic_admin import create_topic
 from kgroups.tools.wire_client import KafkaWireClient
@@ -63,6 +66,7 @@ SPARE_DESCRIPTORS = 200
 class Figures:
     stable_s: float
     heartbeats_per_s: float
+    sent_per_s: float  # heartbeats sent: well above those answered, the broker is behind
     cpu_s: float
     errors: dict[str, int] = field(default_factory=dict)
     failures: int = 0
@@ -83,7 +87,8 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def one_run(port: int, protocol: Protocol, args: argparse.Namespace) -> Figures:
+async def one_run(port: int, protocol: Protocol, args: argparse.Namespace) -> Figures | None:
+    """The run's figures; None when the group did not become Stable (said why)."""
     topic = f"load-{protocol.value}-{uuid.uuid4().hex[:6]}"
     await asyncio.to_thread(make_topic, port, topic, args.partitions)
     await wait_coordinator_ready(port)
@@ -92,21 +97,34 @@ async def one_run(port: int, protocol: Protocol, args: argparse.Namespace) -> Fi
     try:
         started = time.monotonic()
         await generator.start_members(args.members, args.connect_concurrency)
-        await generator.wait_stable(args.stable_timeout_s, check_every_s=0.25)
+        try:
+            await generator.wait_stable(args.stable_timeout_s, check_every_s=0.25)
+        except LoadError as exc:
+            print(f"  {exc}; errors {errors_of(generator)}", flush=True)
+            return None
         stable_s = time.monotonic() - started
-        heard, cpu = generator.tally.heartbeats, process_cpu_s()
+        heard, sent, cpu = generator.tally.heartbeats, heartbeats_sent(generator), process_cpu_s()
         steady_started = time.monotonic()
         await generator.hold(args.steady_s, check_every_s=0.5)
         steady_s = time.monotonic() - steady_started
         rate = (generator.tally.heartbeats - heard) / steady_s
+        sent_rate = (heartbeats_sent(generator) - sent) / steady_s
         cpu = process_cpu_s() - cpu
         still = "Stable" if generator.stable() else f"not Stable ({generator.describe()})"
         print(f"  after the steady window: {still}", flush=True)
-        errors = {f"{api} {code}": count
-                  for (api, code), count in generator.tally.errors.most_common()}
-        return Figures(stable_s, rate, cpu, errors, len(generator.tally.failures))
+        return Figures(stable_s, rate, sent_rate, cpu, errors_of(generator),
+                       len(generator.tally.failures))
     finally:
         await generator.shutdown()
+
+
+def errors_of(generator: LoadGenerator) -> dict[str, int]:
+    return {f"{api} {code}": count
+            for (api, code), count in generator.tally.errors.most_common()}
+
+
+def heartbeats_sent(generator: LoadGenerator) -> int:
+    return sum(generator.tally.sent[api] for api in HEARTBEAT_APIS)
 
 
 def make_topic(port: int, topic: str, partitions: int) -> None:
@@ -120,10 +138,12 @@ def run_against(name: str, port: int, args: argparse.Namespace,
         for protocol in args.protocols:
             print(f"{name}: {args.members} {protocol.value} members ...", flush=True)
             figures = await one_run(port, protocol, args)
+            if figures is None:
+                continue
             results[name, protocol] = figures
             print(f"{name:8} {protocol.value:11} {args.members} members: Stable in "
                   f"{figures.stable_s:.2f} s; {figures.heartbeats_per_s:.0f} heartbeats/s "
-                  f"answered over {args.steady_s:g} s (asked for "
+                  f"answered over {args.steady_s:g} s ({figures.sent_per_s:.0f}/s sent, asked for "
                   f"{args.members / INTERVAL_S[protocol]:.0f}/s); bench CPU "
                   f"{figures.cpu_s:.1f} s; errors {figures.errors or 'none'}; "
                   f"{figures.failures} members stopped", flush=True)
@@ -156,6 +176,10 @@ def main() -> int:
     parser.add_argument("--stable-timeout-s", type=float, default=900.0)
     parser.add_argument("--connect-concurrency", type=int, default=64,
                         help="connections being opened at once (Kafka's listen backlog is 50)")
+    parser.add_argument("--kafka-setting", action="append", default=[],
+                        help="a Kafka broker setting, name=value (repeatable), e.g. "
+                        "message.max.bytes=10485760 for a classic group's record of 10,000 "
+                        "members")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
     parser.add_argument("--no-kgroups", action="store_true", help="skip kgroups")
     args = parser.parse_args()
@@ -170,7 +194,8 @@ def main() -> int:
             with kgroups_serve(Path(scratch) / "kgroups", [], None) as port:
                 run_against("kgroups", port, args, results)
         if not args.no_kafka:
-            with kafka_broker(Path(scratch) / "kafka", 3000, fsync_each=False) as port:
+            extra = dict(setting.split("=", 1) for setting in args.kafka_setting)
+            with kafka_broker(Path(scratch) / "kafka", 3000, False, extra) as port:
                 run_against("kafka", port, args, results)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
