@@ -20,7 +20,10 @@ Per broker and protocol, on a fresh topic of --partitions partitions and a fresh
 Members behave as the Java consumer with its defaults (kgroups.member: heartbeat.interval.ms
 3000, session.timeout.ms 45000, auto-commit every 5 s of what they own, a 100 ms poll loop).
 Classic groups are unbounded on both brokers (group.max.size), and so are consumer groups
-(Kafka 4.3.1's group.consumer.max.size defaults to Integer.MAX_VALUE, not 200). At the end of a
+(Kafka 4.3.1's group.consumer.max.size defaults to Integer.MAX_VALUE, not 200). But Kafka keeps
+a classic group's state in one record of every member's subscription and assignment, and with
+its default message.max.bytes (1 MB) a 10,000-member group did not form here: pass
+--kafka-setting message.max.bytes=10485760 (bench/RESULTS.md). At the end of a
 run the members' connections close without LeaveGroup (their sessions expire on the broker
 while the next protocol runs, on another group).
 
@@ -28,7 +31,8 @@ The open-file limit is raised to its hard limit first (one socket per member her
 member in the broker, which inherits the limit); fewer than N + 200 descriptors is refused.
 
 Run: .venv/bin/python bench/members_load.py [--members 10000] [--partitions 1000]
-     [--protocols eager,consumer] [--steady-s 60] [--no-kafka] [--no-kgroups]
+     [--protocols eager,consumer] [--steady-s 60] [--kafka-setting name=value ...]
+     [--no-kafka] [--no-kgroups]
 """
 
 from __future__ import annotations
