@@ -438,12 +438,14 @@ def run_against(port: int, args: argparse.Namespace,
 
 
 @contextlib.contextmanager
-def kafka_broker(workdir: Path, initial_delay_ms: int, fsync_each: bool) -> Iterator[int]:
-    """A real Kafka with its own defaults but for the initial delay (and fsync if asked)."""
+def kafka_broker(workdir: Path, initial_delay_ms: int, fsync_each: bool,
+                 extra: dict[str, str] | None = None) -> Iterator[int]:
+    """A real Kafka with its own defaults but for the initial delay (and fsync if asked, and
+    any `extra` settings)."""
     settings = {"group.initial.rebalance.delay.ms": str(initial_delay_ms),
                 "offsets.topic.replication.factor": "1",
                 "transaction.state.log.replication.factor": "1",
-                "transaction.state.log.min.isr": "1"}
+                "transaction.state.log.min.isr": "1", **(extra or {})}
     if fsync_each:
         settings["log.flush.interval.messages"] = "1"
     broker = KafkaBroker(workdir, settings=settings,

@@ -49,6 +49,10 @@ LAYERS: dict[str, frozenset[str]] = {
     # picture (pipeline/ownership_picture.py), drawn once for both (never the other way round).
     "simulate": frozenset({"errors", "log", "records", "coordinator", "assignors", "member",
                            "pipeline"}),
+    # The load generator drives the same members against a real broker over the wire, framed
+    # with the broker's codec.
+    "loadgen": frozenset({"errors", "log", "records", "coordinator", "assignors", "member",
+                          "broker"}),
     # The broker for tests (serve_in_background, the pytest plugin).
     "testing": frozenset({"errors", "log", "records", "coordinator", "transactions", "assignors",
                           "broker"}),
