@@ -1,0 +1,196 @@
+"""The simulator's predictions checked against real runs: six librdkafka consumers
+(confluent-kafka, one process each) on a real `kgroups serve`, and once on Kafka 4.3.1, go
+through a rolling restart (each member closed cleanly and started again 2 s later, one after
+the other) and a crash (one member's process killed with SIGKILL: no callback, no commit, no
+LeaveGroup, its heartbeats just stop), under eager (range), cooperative (cooperative-sticky),
+static (cooperative-sticky with group.instance.id) and the consumer protocol. The simulator is
+then run with `client: librdkafka` and the same settings on the schedule the real run went
+through (each member joining when its process subscribed, each close, kill and restart when it
+happened), and must predict the real rebalances and partitions moved exactly, and the real
+unowned partition-seconds within 25%.
+
+What the real run measured comes from the members' own callbacks (assign, revoke, lost, and
+the kill), replayed into the simulator's `OwnershipLedger`, so both sides count with the same
+definitions; the real rebalances come from the group's records in `__consumer_offsets`.
+
+What cannot agree to the millisecond, and why the 25%: librdkafka sends a heartbeat from its
+main thread, which only looks at the heartbeat interval when it wakes (a 500 ms timer, other
+timers, broker answers), so its heartbeats drift by up to half a second from the simulator's;
+that decides when a member hears of a rebalance and when a killed member's session runs out.
+Process start-up and the 20 ms poll loop add a few milliseconds more.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kgroups.member import ClientFlavour, Protocol
+from kgroups.simulate import Variant
+from tests.broker.servers import ServerProcess
+from tests.kafka_harness import KafkaBroker
+from tests.simulate.reality import RealGroup, measured, prediction, rebalances_in_log
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+MEMBERS = tuple(f"m{i}" for i in range(6))
+PARTITIONS = 12
+SESSION_MS = 6_500
+HEARTBEAT_MS = 1_000
+DOWN_S = 2.0
+QUIET_S = 2.0
+# The broker settings both sides run with: no initial rebalance delay, the consumer
+# protocol's session and heartbeat interval as short as the classic members'.
+BROKER_SETTINGS = {
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "1",
+    "group.min.session.timeout.ms": "500",
+    "group.consumer.session.timeout.ms": str(SESSION_MS),
+    "group.consumer.min.session.timeout.ms": str(SESSION_MS),
+    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
+    "group.consumer.min.heartbeat.interval.ms": str(HEARTBEAT_MS),
+}
+CLASSIC = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS}
+
+
+@dataclass(frozen=True)
+class Setup:
+    variant: Variant
+    client_config: dict[str, Any]
+    static: bool = False
+
+
+_SIMULATED = Variant("", session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                     initial_rebalance_delay_ms=0, client=ClientFlavour.LIBRDKAFKA)
+SETUPS = {
+    "eager": Setup(replace(_SIMULATED, name="eager", assignor="range"),
+                   {**CLASSIC, "partition.assignment.strategy": "range"}),
+    "cooperative": Setup(
+        replace(_SIMULATED, name="cooperative", protocol=Protocol.COOPERATIVE,
+                assignor="cooperative-sticky"),
+        {**CLASSIC, "partition.assignment.strategy": "cooperative-sticky"}),
+    "static": Setup(
+        replace(_SIMULATED, name="static", protocol=Protocol.COOPERATIVE,
+                assignor="cooperative-sticky", static=True),
+        {**CLASSIC, "partition.assignment.strategy": "cooperative-sticky"}, static=True),
+    "consumer": Setup(
+        replace(_SIMULATED, name="consumer", protocol=Protocol.CONSUMER, assignor="uniform"),
+        {"group.protocol": "consumer", "group.remote.assignor": "uniform"}),
+}
+
+
+@pytest.fixture(scope="module")
+def kgroups_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("reality")
+    server = ServerProcess(workdir / "data", workdir / "server.log",
+                           tuple(f"{k}={v}" for k, v in BROKER_SETTINGS.items()))
+    server.start()
+    yield server.bootstrap
+    server.close()
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(timeout=30)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    real_rebalances: int
+    real_moved: int
+    real_revoked: int
+    real_unowned_s: float
+    predicted_rebalances: int
+    predicted_moved: int
+    predicted_revoked: int
+    predicted_unowned_s: float
+
+    def __str__(self) -> str:
+        return (f"rebalances {self.real_rebalances}/{self.predicted_rebalances}, "
+                f"moved {self.real_moved}/{self.predicted_moved}, "
+                f"revoked {self.real_revoked}/{self.predicted_revoked}, "
+                f"unowned p·s {self.real_unowned_s:.1f}/{self.predicted_unowned_s:.1f} "
+                "(real/predicted)")
+
+
+def run_and_predict(bootstrap: str, setup: Setup, scenario: str) -> Comparison:
+    name = f"reality-{setup.variant.name}-{scenario}-{uuid.uuid4().hex[:6]}"
+    topic = f"{name}-t"
+    _create_topic(bootstrap, topic)
+    group = RealGroup(bootstrap, name, topic, PARTITIONS,
+                      {**setup.client_config, "auto.offset.reset": "earliest"}, setup.static)
+    try:
+        # The first member alone, then the others together: a formation with one rebalance
+        # after the first, which leaves every member's heartbeat in step.
+        first, *others = [group.spawn(member) for member in MEMBERS]
+        group.subscribe(first)
+        group.wait_settled(0.0)
+        for process in others:
+            group.subscribe(process)
+        joins = {c.member: c.at for c in group.callbacks if c.event == "started"}
+        t0 = min(joins.values()) - 1.0
+        group.formed = group.wait_settled(QUIET_S)
+        measure_from = group.formed + QUIET_S / 2
+        wall_offset = time.time() - time.monotonic()
+        if scenario == "rolling-restart":
+            for member in MEMBERS:
+                successor = group.spawn(member)
+                group.at_mid_beat(HEARTBEAT_MS / 1000)
+                group.restart(successor, DOWN_S)
+                group.wait_settled(QUIET_S)
+        else:
+            group.at_mid_beat(HEARTBEAT_MS / 1000)
+            group.crash("m2")
+            group.wait_settled(QUIET_S)
+        end = time.monotonic()
+    finally:
+        group.close_all()
+    ledger = measured(group.callbacks, topic, PARTITIONS, t0, measure_from, end)
+    consumer_protocol = setup.variant.protocol is Protocol.CONSUMER
+    real_rebalances = rebalances_in_log(bootstrap, name, measure_from + wall_offset,
+                                        consumer_protocol)
+    variant = setup.variant
+    if not consumer_protocol:
+        # The heartbeat interval the members actually kept (see RealGroup.heartbeat_period).
+        period_ms = round(group.heartbeat_period(HEARTBEAT_MS / 1000) * 1000)
+        variant = replace(variant, heartbeat_interval_ms=period_ms)
+    outcome = prediction(group, variant, t0, measure_from, end, joins)
+    return Comparison(real_rebalances, ledger.moved, ledger.revoked, ledger.unowned_ms / 1000,
+                      outcome.rebalances, outcome.ledger.moved, outcome.ledger.revoked,
+                      outcome.ledger.unowned_ms / 1000)
+
+
+def assert_predicted(comparison: Comparison) -> None:
+    assert comparison.predicted_rebalances == comparison.real_rebalances, comparison
+    assert comparison.predicted_moved == comparison.real_moved, comparison
+    assert abs(comparison.predicted_unowned_s - comparison.real_unowned_s) \
+        <= 0.25 * comparison.real_unowned_s, comparison
+
+
+@pytest.mark.parametrize("scenario", ["rolling-restart", "crash"])
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_the_simulator_predicts_a_real_librdkafka_group_on_kgroups(
+        kgroups_bootstrap: str, setup: str, scenario: str) -> None:
+    comparison = run_and_predict(kgroups_bootstrap, SETUPS[setup], scenario)
+    print(f"kgroups {setup} {scenario}: {comparison}")
+    assert_predicted(comparison)
+
+
+@pytest.mark.kafka
+def test_the_simulator_predicts_a_real_librdkafka_group_on_kafka(tmp_path: Path) -> None:
+    broker = KafkaBroker(tmp_path / "kafka", settings=BROKER_SETTINGS | {
+        "offsets.topic.replication.factor": "1"})
+    broker.start()
+    try:
+        comparison = run_and_predict(broker.bootstrap, SETUPS["cooperative"], "crash")
+    finally:
+        broker.close()
+    print(f"kafka cooperative crash: {comparison}")
+    assert_predicted(comparison)
