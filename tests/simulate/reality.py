@@ -3,8 +3,9 @@
 their callbacks read into the simulator's own `OwnershipLedger`, and the same schedule handed
 to the simulator.
 
-- `RealGroup(bootstrap, group, topic, partitions, client_config, static)` starts
-  (`spawn`, then `subscribe`), restarts and kills member processes and keeps every callback with its monotonic time;
+- `RealGroup(bootstrap, group, topic, partitions, client_config, static)` starts (`spawn`,
+  then `subscribe`), restarts and kills member processes and keeps every callback with its
+  monotonic time;
   `wait_settled()` waits until every partition is owned by exactly one live member, evenly, and
   no callback has come for a while.
 - `measured(...)` replays the callbacks into an `OwnershipLedger` with the same definitions
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +56,9 @@ class Callback:
 class RealMember:
     name: str
     process: subprocess.Popen[str]
-    reader: threading.Thread
+    ready: threading.Event = field(default_factory=threading.Event)
+    started: threading.Event = field(default_factory=threading.Event)
+    reader: threading.Thread | None = None
 
 
 @dataclass
@@ -67,50 +71,50 @@ class RealGroup:
     static: bool = False
     callbacks: list[Callback] = field(default_factory=list)
     live: dict[str, RealMember] = field(default_factory=dict)
+    spares: list[RealMember] = field(default_factory=list)  # spawned, not subscribed
     # What happened to whom, for the simulator: (time, action, member, back-at time or None).
     schedule: list[tuple[float, Action, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     formed: float = 0.0  # when the group's first assignment of every member was handed out
 
-    def spawn(self, name: str) -> RealMember:
-        """A member process, warmed up (see reality_member.py) but not yet subscribed."""
-        config = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
-                  "client.id": name, **self.client_config}
-        if self.static:
-            config["group.instance.id"] = name
-        spec = json.dumps({"name": name, "topic": self.topic, "config": config})
-        since = len(self.callbacks)
-        process = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), spec],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        reader = threading.Thread(target=self._read, args=(name, process), daemon=True)
-        reader.start()
-        member = RealMember(name, process, reader)
-        self._wait_for(name, "ready", 30.0, since)
-        return member
+    def spawn(self, names: Sequence[str]) -> list[RealMember]:
+        """Member processes, started together and warmed up (see reality_member.py), not yet
+        subscribed."""
+        members = []
+        for name in names:
+            config = {"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                      "client.id": name, **self.client_config}
+            if self.static:
+                config["group.instance.id"] = name
+            spec = json.dumps({"name": name, "topic": self.topic, "config": config})
+            process = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), spec],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            member = RealMember(name, process)
+            member.reader = threading.Thread(target=self._read, args=(member,), daemon=True)
+            member.reader.start()
+            members.append(member)
+        self.spares += members
+        for member in members:
+            assert member.ready.wait(30.0), f"{member.name} never warmed up"
+        return members
 
     def subscribe(self, member: RealMember) -> None:
+        self.spares.remove(member)
         self.live[member.name] = member
-        since = len(self.callbacks)
         _tell(member, "subscribe")
-        self._wait_for(member.name, "started", 10.0, since)
+        assert member.started.wait(10.0), f"{member.name} never subscribed"
 
-    def _read(self, name: str, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
+    def _read(self, member: RealMember) -> None:
+        assert member.process.stdout is not None
+        for line in member.process.stdout:
             data = json.loads(line)
             with self._lock:
-                self.callbacks.append(Callback(name, data["t"], data["event"],
+                self.callbacks.append(Callback(member.name, data["t"], data["event"],
                                                tuple(data.get("partitions", ()))))
-
-    def _wait_for(self, name: str, event: str, timeout_s: float, since: int) -> Callback:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                for callback in self.callbacks[max(0, since):]:
-                    if callback.member == name and callback.event == event:
-                        return callback
-            time.sleep(0.005)
-        raise AssertionError(f"{name} never said {event}: {self.callbacks[-20:]}")
+            if data["event"] == "ready":
+                member.ready.set()
+            elif data["event"] == "started":
+                member.started.set()
 
     def restart(self, successor: RealMember, down_s: float) -> None:
         """A clean close (the consumer's close(): callbacks, commit, leave), and `successor`, a
@@ -120,6 +124,7 @@ class RealGroup:
         member = self.live.pop(name)
         _tell(member, "close")
         member.process.wait(timeout=30)
+        assert member.reader is not None
         member.reader.join(timeout=5)
         closing = self._last(name, "closing")
         time.sleep(max(0.0, closing.at + down_s - time.monotonic()))
@@ -132,6 +137,7 @@ class RealGroup:
         member.process.kill()
         at = time.monotonic()
         member.process.wait(timeout=30)
+        assert member.reader is not None
         member.reader.join(timeout=5)
         with self._lock:
             self.callbacks.append(Callback(name, at, "killed"))
@@ -190,10 +196,11 @@ class RealGroup:
         raise AssertionError(f"the group never settled: {replay_owners(self.callbacks)}")
 
     def close_all(self) -> None:
-        for member in self.live.values():
+        for member in [*self.live.values(), *self.spares]:
             member.process.kill()
             member.process.wait(timeout=30)
         self.live.clear()
+        self.spares.clear()
 
 
 def _tell(member: RealMember, command: str) -> None:
