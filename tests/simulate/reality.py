@@ -30,7 +30,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from kgroups.member import ClientFlavour, Protocol
 from kgroups.records.codec import decode_record
 from kgroups.records.consumer_group import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -72,7 +71,7 @@ class RealGroup:
     callbacks: list[Callback] = field(default_factory=list)
     live: dict[str, RealMember] = field(default_factory=dict)
     spares: list[RealMember] = field(default_factory=list)  # spawned, not subscribed
-    # What happened to whom, for the simulator: (time, action, member, back-at time or None).
+    # What was done to whom, for the simulator: (time, RESTART or CRASH, member).
     schedule: list[tuple[float, Action, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     formed: float = 0.0  # when the group's first assignment of every member was handed out
@@ -180,20 +179,22 @@ class RealGroup:
         time.sleep(wait % period)
 
     def wait_settled(self, quiet_s: float, timeout_s: float = 60.0) -> float:
-        """Until every partition has one live owner, the counts differ by at most one, and no
-        callback has come for `quiet_s`; returns the time of the last callback."""
+        """Until every partition has one owner, a live member, the counts differ by at most
+        one, and no callback has come for `quiet_s`; returns the time of the last callback."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                last = max(c.at for c in self.callbacks)
-                owners = replay_owners(self.callbacks)
-            held = [p for name in self.live for p in owners.get(name, set())]
-            sizes = [len(owners.get(name, set())) for name in self.live]
-            if sorted(held) == list(range(self.partitions)) and max(sizes) - min(sizes) <= 1 \
-                    and time.monotonic() - last >= quiet_s:
+                callbacks = list(self.callbacks)
+            now = time.monotonic()
+            owners = measured(callbacks, self.topic, self.partitions, 0.0, now, now).owners
+            held = [who for who in owners.values() if len(who) == 1 and who[0] in self.live]
+            sizes = [held.count([name]) for name in self.live]
+            last = max(c.at for c in callbacks)
+            if len(held) == self.partitions and max(sizes) - min(sizes) <= 1 \
+                    and now - last >= quiet_s:
                 return last
             time.sleep(0.05)
-        raise AssertionError(f"the group never settled: {replay_owners(self.callbacks)}")
+        raise AssertionError(f"the group never settled: {self.callbacks[-30:]}")
 
     def close_all(self) -> None:
         for member in [*self.live.values(), *self.spares]:
@@ -207,19 +208,6 @@ def _tell(member: RealMember, command: str) -> None:
     assert member.process.stdin is not None
     member.process.stdin.write(command + "\n")
     member.process.stdin.flush()
-
-
-def replay_owners(callbacks: list[Callback]) -> dict[str, set[int]]:
-    owners: dict[str, set[int]] = {}
-    for callback in sorted(callbacks, key=lambda c: c.at):
-        owned = owners.setdefault(callback.member, set())
-        if callback.event == "assign":
-            owned |= set(callback.partitions)
-        elif callback.event in ("revoke", "lost"):
-            owned -= set(callback.partitions)
-        elif callback.event == "killed":
-            owned.clear()
-    return owners
 
 
 def measured(callbacks: list[Callback], topic: str, partitions: int, t0: float,
@@ -310,7 +298,3 @@ def prediction(group: RealGroup, variant: Variant, t0: float, measure_from: floa
         group_id=group.group)
     return simulate(scenario, variant)
 
-
-LIBRDKAFKA = ClientFlavour.LIBRDKAFKA
-__all__ = ["LIBRDKAFKA", "Protocol", "RealGroup", "measured", "prediction",
-           "rebalances_in_log"]
