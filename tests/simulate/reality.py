@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +163,18 @@ class RealGroup:
         wake-up of its main thread after the interval (rdkafka_cgrp.c, rkcg_heartbeat_intvl),
         a wake-up that comes a little late on a busy machine, and counts the next interval from
         there: the beats drift later by some milliseconds each."""
-        beats = self.beats()
-        count = round((beats[-1] - beats[0]) / interval_s)
-        return (beats[-1] - beats[0]) / count if count else interval_s
+        moments: list[list[float]] = []  # the beats of one moment: members a little apart
+        for beat in self.beats():
+            if moments and beat - moments[-1][-1] < interval_s / 2:
+                moments[-1].append(beat)
+            else:
+                moments.append([beat])
+        means = [sum(moment) / len(moment) for moment in moments]
+        counted = 0  # intervals from the first moment to the last, counted a few at a time
+        for before, after in pairwise(means):
+            counted += round((after - before) / interval_s)
+            interval_s = (after - means[0]) / counted
+        return interval_s
 
     def at_mid_beat(self, interval_s: float) -> None:
         """Waits for the middle of the group's heartbeat interval. The members' heartbeats are
@@ -250,7 +260,9 @@ def rebalances_in_log(bootstrap: str, group: str, measure_from_wall: float,
             assert message is not None, "__consumer_offsets could not be read to its end"
             if message.error() is not None:
                 break
-            record = decode_record(message.key(), message.value())
+            raw_key = message.key()
+            assert raw_key is not None  # every __consumer_offsets record has a key
+            record = decode_record(raw_key, message.value())
             key, value = record.key, record.value
             number: int | None = None
             if isinstance(key, GroupMetadataKey) and key.group == group \
