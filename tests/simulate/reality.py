@@ -163,18 +163,23 @@ class RealGroup:
         wake-up of its main thread after the interval (rdkafka_cgrp.c, rkcg_heartbeat_intvl),
         a wake-up that comes a little late on a busy machine, and counts the next interval from
         there: the beats drift later by some milliseconds each."""
-        moments: list[list[float]] = []  # the beats of one moment: members a little apart
-        for beat in self.beats():
-            if moments and beat - moments[-1][-1] < interval_s / 2:
-                moments[-1].append(beat)
-            else:
-                moments.append([beat])
-        means = [sum(moment) / len(moment) for moment in moments]
+        means = [sum(moment) / len(moment) for moment in self.beat_moments(interval_s)]
         counted = 0  # intervals from the first moment to the last, counted a few at a time
         for before, after in pairwise(means):
             counted += round((after - before) / interval_s)
             interval_s = (after - means[0]) / counted
         return interval_s
+
+    def beat_moments(self, interval_s: float) -> list[list[float]]:
+        """The beats grouped by moment: the members of an in-step group hear a few ms apart.
+        The widest moment says how far out of step they are (see test_reality.py)."""
+        moments: list[list[float]] = []
+        for beat in self.beats():
+            if moments and beat - moments[-1][-1] < interval_s / 2:
+                moments[-1].append(beat)
+            else:
+                moments.append([beat])
+        return moments
 
     def at_mid_beat(self, interval_s: float) -> None:
         """Waits for the middle of the group's heartbeat interval. The members' heartbeats are
@@ -184,7 +189,8 @@ class RealGroup:
         differ from librdkafka's cannot move the moment the others hear of it by a whole
         interval."""
         period = self.heartbeat_period(interval_s)
-        anchor = self.beats()[-1]
+        last = self.beat_moments(interval_s)[-1]
+        anchor = sum(last) / len(last)
         wait = (anchor - time.monotonic()) % period + period / 2
         time.sleep(wait % period)
 

@@ -23,8 +23,17 @@ more on a busy machine). So every change is made half an interval away from the 
 given the heartbeat period the real members kept (`RealGroup.heartbeat_period`, e.g. 1,009 ms
 for 1,000 configured). The session timeout (6.5 s) is not a whole number of intervals, so a
 killed member's session runs out half an interval from the others' beats too. What is left
-(JoinGroup and callback latencies, the members' 20 ms poll loop) stayed under 10% of the unowned
-partition-seconds in every run on a loaded two-core machine; the 25% is the issue's bound.
+(JoinGroup and callback latencies, the members' 20 ms poll loop) stayed under 16% of the unowned
+partition-seconds in the runs on a loaded two-core machine; the 25% is the issue's bound.
+
+What the simulator cannot know: when a member's main thread is starved of the CPU for a moment,
+its beat goes out late and every later interval counts from there, so that member stays out of
+step with the others for the rest of the run (under eager, everybody then waits for it at every
+rebalance), while the simulated members stay in step. One run of six, with the machine's load
+average at 15 on two cores, measured 11.2 unowned partition-seconds against 6.5 predicted for
+the eager rolling restart. The test is therefore `alone` (make test runs it after the parallel
+part, with the machine to itself), and a failure message says how far out of step the real
+members were.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ from tests.simulate.reality import RealGroup, measured, prediction, rebalances_i
 from kgroups.member import ClientFlavour, Protocol
 from kgroups.simulate import Variant
 
-pytestmark = [pytest.mark.interop, pytest.mark.slow]
+pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.alone]
 
 MEMBERS = tuple(f"m{i}" for i in range(6))
 PARTITIONS = 12
@@ -117,13 +126,16 @@ class Comparison:
     predicted_moved: int
     predicted_revoked: int
     predicted_unowned_s: float
+    heartbeat_period_ms: int  # what the real members kept, given to the simulator
+    out_of_step_ms: int  # the widest spread of the real members' beats at one moment
 
     def __str__(self) -> str:
         return (f"rebalances {self.real_rebalances}/{self.predicted_rebalances}, "
                 f"moved {self.real_moved}/{self.predicted_moved}, "
                 f"revoked {self.real_revoked}/{self.predicted_revoked}, "
                 f"unowned p·s {self.real_unowned_s:.1f}/{self.predicted_unowned_s:.1f} "
-                "(real/predicted)")
+                f"(real/predicted; heartbeats every {self.heartbeat_period_ms} ms, "
+                f"out of step by up to {self.out_of_step_ms} ms)")
 
 
 def run_and_predict(bootstrap: str, setup: Setup, scenario: str) -> Comparison:
@@ -165,14 +177,16 @@ def run_and_predict(bootstrap: str, setup: Setup, scenario: str) -> Comparison:
     real_rebalances = rebalances_in_log(bootstrap, name, measure_from + wall_offset,
                                         consumer_protocol)
     variant = setup.variant
+    period_ms = round(group.heartbeat_period(HEARTBEAT_MS / 1000) * 1000)
     if not consumer_protocol:
         # The heartbeat interval the members actually kept (see RealGroup.heartbeat_period).
-        period_ms = round(group.heartbeat_period(HEARTBEAT_MS / 1000) * 1000)
         variant = replace(variant, heartbeat_interval_ms=period_ms)
     outcome = prediction(group, variant, t0, measure_from, end, joins)
     return Comparison(real_rebalances, ledger.moved, ledger.revoked, ledger.unowned_ms / 1000,
                       outcome.rebalances, outcome.ledger.moved, outcome.ledger.revoked,
-                      outcome.ledger.unowned_ms / 1000)
+                      outcome.ledger.unowned_ms / 1000, period_ms,
+                      round(max(m[-1] - m[0] for m in group.beat_moments(HEARTBEAT_MS / 1000))
+                            * 1000))
 
 
 def assert_predicted(comparison: Comparison) -> None:
