@@ -29,11 +29,13 @@ unowned partition-seconds in the runs on a loaded two-core machine; 25% is the i
 What the simulator cannot know: when a member's main thread is starved of the CPU for a moment,
 its beat goes out late and every later interval counts from there, so that member stays out of
 step with the others for the rest of the run (under eager, everybody then waits for it at every
-rebalance), while the simulated members stay in step. One run of six, with the machine's load
-average at 15 on two cores, measured 11.2 unowned partition-seconds against 6.5 predicted for
-the eager rolling restart. The test is therefore `alone` (make test runs it after the parallel
-part, with the machine to itself), and a failure message says how far out of step the real
-members were.
+rebalance), while the simulated members stay in step. With the machine's load average at 15 on
+two cores, two eager rolling restarts of seven measured 11.2 and 20.5 unowned partition-seconds
+against 6.5 and 8.2 predicted, the second with members 383 ms out of step. Such a run did not
+go through the schedule the simulator was given, so it is made again (`run_in_step`, up to
+three runs) when the real members heard of one rebalance more than 150 ms apart; the test is
+`alone` (make test runs it after the parallel part, with the machine to itself) to make that
+rare, and its failure message says how far out of step the real members were.
 """
 
 from __future__ import annotations
@@ -73,6 +75,10 @@ BROKER_SETTINGS = {
     "group.consumer.min.heartbeat.interval.ms": str(HEARTBEAT_MS),
 }
 CLASSIC = {"session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS}
+# Members that heard of one rebalance this far apart were out of step (module doc): the run
+# is made again, up to ATTEMPTS times. In step, they hear within a few tens of milliseconds.
+OUT_OF_STEP_MS = 150
+ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,19 @@ def run_and_predict(bootstrap: str, setup: Setup, scenario: str) -> Comparison:
                             * 1000))
 
 
+def run_in_step(bootstrap: str, setup: Setup, scenario: str) -> Comparison:
+    """`run_and_predict`, again (up to ATTEMPTS runs) when a real member fell out of step with
+    the others by more than OUT_OF_STEP_MS: its main thread was starved, something the schedule
+    given to the simulator does not hold (see the module doc). The last run is returned either
+    way, so a group that never stays in step fails the test with that run's figures."""
+    for attempt in range(1, ATTEMPTS + 1):
+        comparison = run_and_predict(bootstrap, setup, scenario)
+        if comparison.out_of_step_ms <= OUT_OF_STEP_MS:
+            break
+        print(f"run {attempt}: the real members fell out of step: {comparison}")
+    return comparison
+
+
 def assert_predicted(comparison: Comparison) -> None:
     assert comparison.predicted_rebalances == comparison.real_rebalances, comparison
     assert comparison.predicted_moved == comparison.real_moved, comparison
@@ -200,7 +219,7 @@ def assert_predicted(comparison: Comparison) -> None:
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_the_simulator_predicts_a_real_librdkafka_group_on_kgroups(
         kgroups_bootstrap: str, setup: str, scenario: str) -> None:
-    comparison = run_and_predict(kgroups_bootstrap, SETUPS[setup], scenario)
+    comparison = run_in_step(kgroups_bootstrap, SETUPS[setup], scenario)
     print(f"kgroups {setup} {scenario}: {comparison}")
     assert_predicted(comparison)
 
@@ -212,7 +231,7 @@ def test_the_simulator_predicts_a_real_librdkafka_group_on_kafka(
     initial rebalance delay, one __consumer_offsets partition)."""
     assert all(KAFKA_TEST_SETTINGS[key] == BROKER_SETTINGS[key]
                for key in ("group.initial.rebalance.delay.ms", "offsets.topic.num.partitions"))
-    comparison = run_and_predict(kafka_broker.bootstrap, SETUPS["cooperative"],
+    comparison = run_in_step(kafka_broker.bootstrap, SETUPS["cooperative"],
                                  "rolling-restart")
     print(f"kafka cooperative rolling-restart: {comparison}")
     assert_predicted(comparison)
