@@ -60,3 +60,13 @@ def test_librdkafka_rejoins_without_waiting_for_a_slow_poll_loop() -> None:
     java = simulate(slow, EAGER).ledger.unowned_ms
     librdkafka = simulate(slow, replace(EAGER, client=ClientFlavour.LIBRDKAFKA)).ledger.unowned_ms
     assert librdkafka < java
+
+
+def test_a_member_back_from_a_restart_gets_its_range_partitions_back() -> None:
+    """Member ids are built from the client id (the member's name), and range hands out
+    partitions in member id order: m1 leaves (its 2 and 3 go to m0 and m2) and comes back to
+    the same place in the order, whatever random ids the coordinator draws."""
+    restart = Event(120_000, Action.RESTART, ("m1",), down_ms=10_000)
+    for seed in range(5):
+        outcome = simulate(replace(_scenario(restart), seed=seed), EAGER)
+        assert outcome.ledger.moved == 4, seed

@@ -39,7 +39,7 @@ from kgroups.coordinator import (
 from kgroups.errors import ErrorCode
 from kgroups.member.outbox import CommitLedger, MemberRequest, Outbox
 from kgroups.member.poll_loop import PollLoop
-from kgroups.member.settings import MemberSettings, Protocol, TopicPartition
+from kgroups.member.settings import ClientFlavour, MemberSettings, Protocol, TopicPartition
 from kgroups.records.consumer_protocol import decode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerSubscription, TopicPartitions
 
@@ -82,6 +82,12 @@ class ClassicMember:
         self._rejoin = True
         self._heartbeat_in_flight = False
         self._next_heartbeat = now
+        # Java's heartbeat thread also beats while SyncGroup is out and starts its interval
+        # afresh at every JoinGroup answer; librdkafka's main thread beats only in a steady
+        # group, on the rhythm of its first heartbeat: a rebalance does not move it, and a beat
+        # overdue when the rebalance ends goes out at once (rdkafka_cgrp.c, rkcg_heartbeat_intvl).
+        self._heartbeat_states = (ClassicState.SYNCING, ClassicState.STABLE) \
+            if settings.client is ClientFlavour.JAVA else (ClassicState.STABLE,)
         self._timed_out_poll: int | None = None  # the poll whose interval already ran out
 
     # -- what the driver calls ---------------------------------------------------------------
@@ -91,8 +97,7 @@ class ClassicMember:
         if self.state is ClassicState.CLOSED:
             return None
         times = []
-        if self.state in (ClassicState.SYNCING, ClassicState.STABLE) \
-                and not self._heartbeat_in_flight:
+        if self.state in self._heartbeat_states and not self._heartbeat_in_flight:
             times.append(self._next_heartbeat)
         if self.state is not ClassicState.UNJOINED or self.member_id:
             deadline = self.loop.poll_deadline(now)
@@ -110,7 +115,7 @@ class ClassicMember:
         if self.state is ClassicState.CLOSED:
             return
         self._check_poll_timeout(now)
-        if self.state in (ClassicState.SYNCING, ClassicState.STABLE) \
+        if self.state in self._heartbeat_states \
                 and not self._heartbeat_in_flight and now >= self._next_heartbeat:
             self._heartbeat_in_flight = True
             self._next_heartbeat = now + self.settings.heartbeat_interval_ms
@@ -215,7 +220,7 @@ class ClassicMember:
             self.outbox.next_id(), self.settings.group_id, self.member_id, "consumer",
             ((self.settings.assignor, self._subscription()),),
             self.settings.session_timeout_ms, self.settings.max_poll_interval_ms,
-            self.settings.instance_id))
+            self.settings.instance_id, self.settings.client_id))
 
     def _on_join(self, response: JoinGroupResponse, now: int) -> None:
         if self.state is not ClassicState.JOINING:
@@ -237,7 +242,8 @@ class ClassicMember:
             assignments = tuple(lead_assignment(
                 response.protocol_name or self.settings.assignor, self.cluster, members).items())
         self.state = ClassicState.SYNCING
-        self._next_heartbeat = now + self.settings.heartbeat_interval_ms
+        if self.settings.client is ClientFlavour.JAVA:
+            self._next_heartbeat = now + self.settings.heartbeat_interval_ms
         self.outbox.pending.append(SyncGroupRequest(
             self.outbox.next_id(), self.settings.group_id, self.generation, self.member_id,
             assignments, self.settings.instance_id, "consumer", response.protocol_name))

@@ -51,3 +51,6 @@ class MemberSettings:
     # One turn of the application's poll loop: the time it takes to process what poll returned.
     processing_ms: int = 100
     client: ClientFlavour = ClientFlavour.JAVA
+    # `client.id`: the coordinator builds a classic member id from it (or from the instance id),
+    # and the range and round-robin assignors hand out partitions in member id order.
+    client_id: str = ""

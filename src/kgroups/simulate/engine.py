@@ -212,7 +212,7 @@ class Simulation:
             self.scenario.group_id, tuple(sorted(self.scenario.topics)), variant.protocol,
             variant.assignor, name if variant.static else None, variant.session_timeout_ms,
             variant.max_poll_interval_ms, variant.heartbeat_interval_ms,
-            variant.commit_interval_ms, self.scenario.processing_ms, variant.client)
+            variant.commit_interval_ms, self.scenario.processing_ms, variant.client, name)
 
     def _start(self, name: str) -> None:
         if name in self._live:
