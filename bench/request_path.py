@@ -57,6 +57,7 @@ from broker import (
     metadata,
     negotiate,
     ssl_listener_overrides,
+    wait_coordinator_ready,
 )
 from broker_data import free_port, wait_for_port
 from kgroups.errors import ErrorCode
@@ -262,6 +263,7 @@ async def cost(port: int, kind: str, requests: int, process: psutil.Process,
                tls: ssl.SSLContext | None, profiled: bool) -> tuple[float, float]:
     """Broker-process and network-process CPU microseconds per request of `kind`, after a
     warm-up of a tenth as many (a profiled broker profiles the timed requests only)."""
+    await wait_coordinator_ready(port, tls)  # every __consumer_offsets partition loaded
     versions = await negotiate(port, tls)
     versions[CG_HEARTBEAT] = CG_HEARTBEAT_VERSION
     connections = [await PipelinedConnection.open(port, versions, tls)
