@@ -11,11 +11,12 @@ event loop.
 With --profile the broker runs under cProfile (timed by CPU), switched on by a signal for the
 timed requests only (start-up and warm-up stay out), and prints per kind the split by stage:
 each stage is the cumulative time of the functions that do it (`STAGES`), nested stages taken
-out of the one around them, and what no stage claims (the event loop, tasks, futures) is
-"loop". cProfile inflates every Python call, so the split is given as shares and as those
-shares of the CPU per request of the same kind's run without the profiler; `--top K` also
-prints the functions with the most own time. The broker is restarted per kind, so each profile
-holds one kind. Nothing in kgroups is changed to be measured: the profile is the bench's own.
+out of the one around them, and what no stage claims (the event loop, tasks, futures, the
+coordinator runtime's own bookkeeping) is "loop". cProfile inflates every Python call, so the
+split is given as shares and as those shares of the CPU per request of the same kind's run
+without the profiler; `--top K` also prints the functions with the most own time. The broker
+is restarted per kind, so each profile holds one kind. Nothing in kgroups is changed to be
+measured: the profile is the bench's own.
 
 Run: .venv/bin/python bench/request_path.py [--requests N] [--kinds K,K] [--profile] [--top K]
 """
@@ -90,10 +91,13 @@ finally:
 """
 
 # The request path's stages, each the functions (file suffix, name) whose cumulative CPU time
-# it is. "handler" is what `request_intake.answer` spends around the handler, less the answer's
-# encoding and the stages the handler reaches (the ACL rule, the coordinator, the offsets
-# write); "core" is the coordinator shard, reached from the handler (`_dispatch`) or from the
-# runtime's completions and timers.
+# it is. "handler" is what `request_intake.answer` spends, less the answer's encoding, the ACL
+# rule and all of the coordinator runtime's `call` (the shard, and the offsets write where it
+# runs inside it): the API handler's own work. "core" is the coordinator shard, reached from
+# `call` (`_dispatch`) or from the runtime's completions and timers; "record encode" and
+# "append" are counted wherever they run (inside `call`, or at the end of the loop turn).
+# The ACL row is the authorizer's wrapper: with an authorizer it holds the handler too, so the
+# split is meant for a broker without one (the bench's), where the row is zero.
 STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "frame in": (("net/connection.py", "_read_frame"),),
     "decode": (("broker/wire.py", "peek_header"), ("broker/wire.py", "decode_request")),
@@ -109,8 +113,7 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "write": (("net/connection.py", "_pump"), ("net/connection.py", "_drain")),
 }
 HANDLER_AROUND = ("net/request_intake.py", "answer")
-# Stages the handler's cumulative time holds (taken out of it); "core" only by `_dispatch`.
-IN_HANDLER = ("ACL", "record encode", "append", "answer encode")
+COORDINATOR_CALL = ("broker/coordinator_runtime.py", "call")
 STAGE_ORDER = ("frame in", "decode", "ACL", "handler", "core", "record encode", "append",
                "answer encode", "write", "loop")
 
@@ -135,9 +138,9 @@ def stage_split(profile: Path) -> dict[str, float]:
     """Profiled CPU seconds per stage (STAGE_ORDER); "loop" is the rest of the total."""
     stats = pstats.Stats(str(profile))
     split = {stage: cumulative(stats, functions) for stage, functions in STAGES.items()}
-    dispatched = cumulative(stats, (STAGES["core"][0],))
-    split["handler"] = max(0.0, cumulative(stats, (HANDLER_AROUND,)) - dispatched
-                           - sum(split[stage] for stage in IN_HANDLER))
+    split["handler"] = max(0.0, cumulative(stats, (HANDLER_AROUND,))
+                           - cumulative(stats, (COORDINATOR_CALL,))
+                           - split["ACL"] - split["answer encode"])
     total: float = stats.total_tt  # type: ignore[attr-defined]
     split["loop"] = max(0.0, total - sum(split.values()))
     return {stage: split[stage] for stage in STAGE_ORDER}
@@ -304,6 +307,8 @@ def main() -> int:
                         help=f"which request kinds, comma-separated (of {', '.join(KINDS)})")
     parser.add_argument("--profile", action="store_true",
                         help="also run each kind under cProfile and print its split by stage")
+    parser.add_argument("--keep-profiles", type=Path, default=None,
+                        help="with --profile, keep each kind's profile in this directory")
     parser.add_argument("--top", type=int, default=0,
                         help="with --profile, also print the K functions with most own time")
     parser.add_argument("--network-threads", type=int, default=0,
@@ -327,7 +332,7 @@ def main() -> int:
                                                  profiled=False))
             if not args.profile:
                 continue
-            profile_to = Path(scratch) / f"{kind}.prof"
+            profile_to = (args.keep_profiles or Path(scratch)) / f"{kind}.prof"
             with broker(Path(scratch) / f"{kind}-profiled", profile_to, args.network_threads,
                         certificates) as (port, process):
                 asyncio.run(cost(port, kind, args.requests, process, tls, profiled=True))
