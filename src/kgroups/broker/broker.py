@@ -174,10 +174,6 @@ class Broker:
         self.group_commit = GroupCommit()
         self.topics = (TopicCatalog(self.logs) if self.store is None or self.leadership is None
                        else TopicCatalog.on_store(self.logs, self.store, self.leadership))
-        # Metadata's encoded topic entries, kept to the topics that exist.
-        self.metadata_entries = TopicEntryCache()
-        self.topics.on_change(
-            lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
         self.appends = AppendNotifier()
         self.producer_ids = ProducerIdAllocator(
             None if self.store is None else self.store.allocate_producer_ids)
@@ -190,6 +186,12 @@ class Broker:
         self.security = Security(config, None if self.store is None else self.store.catalog)
         if self.security.authorizer is not None:  # every API behind its ACL check
             self.registry = authorized_registry(self.registry, self.security.authorizer)
+        # Metadata's encoded topic entries, kept to the topics that exist; whole answers too
+        # where nothing but the topics changes them (a broker on its own, no authorizer).
+        self.metadata_entries = TopicEntryCache(
+            whole_answers=self.leadership is None and self.security.authorizer is None)
+        self.topics.on_change(
+            lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
         self._server = BrokerServer(self, self.security)
         # Each listener's bound address, by listener name, once started.
         self.listener_addresses: dict[str, tuple[str, int]] = {}

@@ -26,6 +26,7 @@ never a success.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -131,6 +132,38 @@ def batch_of(write: Write, now: int) -> bytes:
                        base_sequence=0 if transactional else -1, transactional=transactional)
 
 
+EncodedRecords = list[tuple[bytes, bytes | None]]
+
+
+def mergeable(write: Write) -> bool:
+    """Whether a write may share its batch with others of its partition: the coordinator's own
+    records (a producer's batch or marker stands alone, as its producer wrote it)."""
+    return write.marker is None and write.producer_id < 0 and bool(write.records)
+
+
+def plain_batch(records: EncodedRecords, now: int) -> bytes:
+    """A batch of the coordinator's own records: no producer, no sequence."""
+    return build_batch([(key, value, now) for key, value in records])
+
+
+def merged_runs(writes: list[Write], limit: int) -> list[tuple[list[int], EncodedRecords]]:
+    """One partition's mergeable writes, in order, encoded and cut into runs of at most
+    `limit` bytes of record keys and values (a larger write is a run of its own): each run's
+    write ids and records, one batch's worth."""
+    runs: list[tuple[list[int], EncodedRecords]] = []
+    size = limit
+    for write in writes:
+        records = [encode_record(record) for record in write.records]
+        write_size = sum(len(key) + len(value or b"") for key, value in records)
+        if size + write_size > limit:
+            runs.append(([], []))
+            size = 0
+        runs[-1][0].append(write.write_id)
+        runs[-1][1].extend(records)
+        size += write_size
+    return runs
+
+
 def wall_clock_ms() -> int:
     """Group timestamps are persisted and compared across restarts, so they are wall-clock."""
     return time.time_ns() // 1_000_000
@@ -211,6 +244,10 @@ class CoordinatorRuntime:
         self._timer_deadline: int | None = None
         # Offsets partitions with a failed write the shard has not been told of yet.
         self._failing: set[int] = set()
+        # The coordinator's plain writes of this loop turn by partition, appended together at
+        # its end (`_append_pending`), as Kafka's coordinator batches its appends.
+        self._pending: dict[int, list[Write]] = {}
+        self._pending_due: asyncio.Handle | None = None
         self.background = BackgroundTasks(task_counts)
         self.failed_partitions: dict[int, str] = {}  # offsets partition -> why it is not served
         self._loaded = asyncio.Event()
@@ -270,8 +307,10 @@ class CoordinatorRuntime:
         await self._loaded.wait()
 
     async def stop(self) -> None:
-        """Cancel the timer and background work (loading, compaction, fsync waits); whatever was
-        appended is made durable by the Broker's final flush of every log."""
+        """Append the turn's pending writes, then cancel the timer and background work
+        (loading, compaction, fsync waits); whatever was appended is made durable by the
+        Broker's final flush of every log."""
+        self._append_pending()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -335,6 +374,7 @@ class CoordinatorRuntime:
         load = self._loads.pop(partition, None)
         if load is not None:
             load.cancel()
+        self._append_pending_of(partition)  # emitted while it was ours: appended (or fenced)
         self._apply(self.shard.unload_partition(partition, wall_clock_ms()))
 
     async def _load_leased(self, partition: int) -> None:
@@ -590,58 +630,99 @@ class CoordinatorRuntime:
             self.metrics.observe_rebalance(time.monotonic() - started)
 
     def _append(self, write: Write) -> None:
-        """Append now (so writes keep the order the shard emitted them); the write completes
-        when the log's flush policy lets it be acknowledged (after an fsync in the background
-        where flush.messages asks for one). Once a write of a partition fails, the later ones
-        already emitted are not appended: the shard fails them with it (it reverts to the failed
-        write, as Kafka does), so the log must never hold them without it."""
+        """Append in the order the shard emitted the writes: the coordinator's own records at
+        the end of this loop turn, in one batch with the turn's other writes of the partition
+        (an OffsetCommit is acknowledged after that batch, as before after its own: the answer
+        waits for no later point than the append, or the fsync, that holds it); a producer's
+        batch or marker at once, after the partition's pending writes."""
         partition = write.offsets_partition
         if partition in self._failing:
-            self._fail(write, ErrorCode.KAFKA_STORAGE_ERROR)
+            self._fail(partition, [write.write_id], ErrorCode.KAFKA_STORAGE_ERROR)
+            return
+        if mergeable(write):
+            self._pending.setdefault(partition, []).append(write)
+            if self._pending_due is None:
+                self._pending_due = asyncio.get_running_loop().call_soon(self._append_pending)
+            return
+        self._append_pending_of(partition)
+        self._append_batch(partition, [write.write_id], lambda now: batch_of(write, now),
+                           completed_soon=True)
+
+    def _append_pending(self) -> None:
+        """The turn's writes, one batch per partition (split at max.message.bytes); each write
+        completes at once after its batch's append (or fsync): this runs from the event loop,
+        outside any `_apply`."""
+        self._pending_due = None
+        pending, self._pending = self._pending, {}
+        for partition, writes in pending.items():
+            self._append_merged(partition, writes, completed_soon=False)
+
+    def _append_pending_of(self, partition: int) -> None:
+        """A partition's pending writes, appended now (before a write that must follow them);
+        completed on the next loop turn, as they are appended from inside `_apply`."""
+        self._append_merged(partition, self._pending.pop(partition, []), completed_soon=True)
+
+    def _append_merged(self, partition: int, writes: list[Write], completed_soon: bool) -> None:
+        for write_ids, records in merged_runs(writes, self._logs.config.max_message_bytes):
+            self._append_batch(partition, write_ids, functools.partial(plain_batch, records),
+                               completed_soon)
+
+    def _append_batch(self, partition: int, write_ids: list[int],
+                      batch: Callable[[int], bytes], completed_soon: bool) -> None:
+        """Append the batch holding the writes `write_ids` (one partition's; `batch` makes it
+        for a timestamp); each completes when the log's flush policy lets it be acknowledged
+        (after an fsync in the background where flush.messages asks for one), on the next loop
+        turn when `completed_soon`. Once a write of a partition fails, the later ones already
+        emitted are not appended: the shard fails them with it (it reverts to the failed write,
+        as Kafka does), so the log must never hold them without it."""
+        if partition in self._failing:
+            self._fail(partition, write_ids, ErrorCode.KAFKA_STORAGE_ERROR)
             return
         log: PartitionLogSeam | None = (self._topics.log(OFFSETS_TOPIC, partition)
                                         if self._reader is not None
                                         else self._logs.get(OFFSETS_TOPIC, partition))
-        now = wall_clock_ms()
+        error: ErrorCode | None = None
         try:
             if log is None:
                 raise FileNotFoundError(f"{OFFSETS_TOPIC}-{partition} is missing")
-            log.append_batch(batch_of(write, now))
+            log.append_batch(batch(wall_clock_ms()))
         except FencedError as exc:
             # Another broker took the partition (this one was paused, or cut off): nothing
             # was written. NOT_COORDINATOR to the writer, and the partition is given up.
             log_event(logger, logging.WARNING, "offsets_append_fenced", partition=partition,
                       error=exc)
-            self._fail(write, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             asyncio.get_running_loop().call_soon(self._fenced, partition)
-            return
         except StorageUnavailableError as exc:
             # Maybe not written: a retriable error (never a success); the client retries.
             log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
                       error=exc)
-            self._fail(write, ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            return
+            error = ErrorCode.COORDINATOR_NOT_AVAILABLE
         except Exception as exc:
             log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
                       error=exc)
-            self._fail(write, ErrorCode.KAFKA_STORAGE_ERROR)
+            error = ErrorCode.KAFKA_STORAGE_ERROR
+        if error is not None:
+            self._fail(partition, write_ids, error)
             return
         self._appends.notify()
         # Acknowledged once in the log file (Kafka's default), or at once from the store's
         # log: its append returned after PostgreSQL committed it.
-        if not isinstance(log, PartitionLog) or not log.flush_due:
-            asyncio.get_running_loop().call_soon(self._complete, write.write_id, None)
-            return
-        self.background.spawn("offsets-fsync", self._await_flush(write.write_id, log))
+        if isinstance(log, PartitionLog) and log.flush_due:
+            self.background.spawn("offsets-fsync", self._await_flush(write_ids, log))
+        elif completed_soon:
+            asyncio.get_running_loop().call_soon(self._complete_all, write_ids, None)
+        else:
+            self._complete_all(write_ids, None)
 
-    def _fail(self, write: Write, error: ErrorCode) -> None:
-        """Answer `write` with `error` on the next loop turn; until then its partition's later
-        writes are failed too instead of appended."""
-        self._failing.add(write.offsets_partition)
+    def _fail(self, partition: int, write_ids: list[int], error: ErrorCode) -> None:
+        """Answer the writes with `error` on the next loop turn; until then their partition's
+        later writes are failed too instead of appended."""
+        self._failing.add(partition)
 
         def complete() -> None:
-            self._failing.discard(write.offsets_partition)  # writes the revert emits append
-            self._complete(write.write_id, error)
+            self._failing.discard(partition)  # writes the revert emits append
+            self._complete_all(write_ids, error)
 
         asyncio.get_running_loop().call_soon(complete)
 
@@ -650,7 +731,7 @@ class CoordinatorRuntime:
             self.partition_lost(partition)
             self.give_up(partition)
 
-    async def _await_flush(self, write_id: int, log: PartitionLog) -> None:
+    async def _await_flush(self, write_ids: list[int], log: PartitionLog) -> None:
         error: ErrorCode | None = None
         try:
             await self._group_commit.settle(log)
@@ -661,10 +742,14 @@ class CoordinatorRuntime:
             if not isinstance(exc, OSError):
                 logger.error("offsets fsync wait crashed", exc_info=exc)
             error = ErrorCode.KAFKA_STORAGE_ERROR
-        self._complete(write_id, error)
+        self._complete_all(write_ids, error)
 
     def _complete(self, write_id: int, error: ErrorCode | None) -> None:
         self._apply(self.shard.write_completed(write_id, error, wall_clock_ms()))
+
+    def _complete_all(self, write_ids: list[int], error: ErrorCode | None) -> None:
+        for write_id in write_ids:
+            self._complete(write_id, error)
 
     def _rearm_timer(self) -> None:
         deadline = self.shard.next_deadline()

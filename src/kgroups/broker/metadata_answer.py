@@ -51,6 +51,8 @@ class EncodedTopicWithOperations:
 
 
 CachedTopic = EncodedTopic | EncodedTopicWithOperations
+# The entry types of topics found without error (an error entry is a kio object).
+ENCODED_TOPICS = (EncodedTopic, EncodedTopicWithOperations)
 
 
 def encoded_topic(topic: Any, version: int) -> CachedTopic:
@@ -67,19 +69,51 @@ def encoded_topic(topic: Any, version: int) -> CachedTopic:
                                       encoded[:end - _INT32.size], encoded[end:])
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedAnswer(SelfEncodingResponse):
+    """A whole Metadata answer's body, encoded once (`TopicEntryCache.keep`) and written as is
+    to every request it answers: only the correlation id in the header differs."""
+
+    answer_class: type[Any]
+    body: bytes
+
+    @property
+    def response_class(self) -> type[Any]:
+        return self.answer_class
+
+    def write_body(self, out: list[Any]) -> None:
+        out.append(self.body)
+
+
+# What a cached answer is found by: the version, the topics asked (None: all), whether topic
+# and cluster operations were asked for, and the address advertised on the request's listener.
+AnswerKey = tuple[int, tuple[Any, ...] | None, bool, bool, tuple[str, int]]
+# The bytes of cached answers kept at most; past it the cache starts again empty.
+ANSWER_CACHE_BYTES = 4 * 1024 * 1024
+
+
 class TopicEntryCache:
-    """Encoded topic entries by Metadata version and topic name, and per version the list of
-    every topic's entry (what an all-topics request answers, before the ACL rule narrows it).
+    """Encoded topic entries by Metadata version and topic name, per version the list of
+    every topic's entry (what an all-topics request answers, before the ACL rule narrows it),
+    and whole encoded answers by what was asked (`AnswerKey`).
 
     The catalog reports every topic created, grown or deleted (`topics_changed`); an entry is
     dropped when its topic's partition count changes or the topic goes, so one deleted and
     created again is encoded afresh with its new id, and the cache holds no more than the
-    topics that exist. The lists are dropped at every change."""
+    topics that exist. The lists and the whole answers are dropped at every change: an
+    answer holds the ids and partitions of the topics it names, and an all-topics answer
+    which topics exist. Whole answers are kept only where nothing else changes them
+    (`whole_answers`: a broker on its own, whose leaders and brokers do not move, without an
+    authorizer, whose ACLs narrow each answer per principal), and only answers whose every
+    topic asked for was found (the handler decides)."""
 
-    def __init__(self) -> None:
+    def __init__(self, whole_answers: bool = False) -> None:
+        self.whole_answers = whole_answers
         self._counts: dict[str, int] = {}
         self._entries: dict[int, dict[str, CachedTopic]] = {}
         self._listed: dict[int, tuple[CachedTopic, ...]] = {}
+        self._answers: dict[AnswerKey, EncodedAnswer] = {}
+        self._answer_bytes = 0
 
     def topics_changed(self, partition_counts: Mapping[str, int]) -> None:
         before, self._counts = self._counts, dict(partition_counts)
@@ -88,6 +122,23 @@ class TopicEntryCache:
             for name in changed & entries.keys():
                 del entries[name]
         self._listed.clear()
+        self._answers.clear()
+        self._answer_bytes = 0
+
+    def answer(self, key: AnswerKey) -> EncodedAnswer | None:
+        return self._answers.get(key)
+
+    def keep(self, key: AnswerKey, answer: MetadataAnswer) -> EncodedAnswer:
+        """`answer` encoded, kept for the requests asking `key` until the topics change."""
+        out: list[Any] = []
+        answer.write_body(out)
+        encoded = EncodedAnswer(answer.response_class, b"".join(out))
+        if self._answer_bytes + len(encoded.body) > ANSWER_CACHE_BYTES:
+            self._answers.clear()
+            self._answer_bytes = 0
+        self._answers[key] = encoded
+        self._answer_bytes += len(encoded.body)
+        return encoded
 
     def entry(self, version: int, name: str,
               encode: Callable[[str], CachedTopic]) -> CachedTopic:
@@ -109,6 +160,11 @@ class TopicEntryCache:
 
     def __len__(self) -> int:
         return sum(map(len, self._entries.values()))
+
+    @property
+    def answers(self) -> int:
+        """How many whole answers are kept."""
+        return len(self._answers)
 
 
 @dataclass(frozen=True, slots=True)

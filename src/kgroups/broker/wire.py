@@ -102,14 +102,29 @@ def _response_head(response: type[Any]) -> tuple[struct.Struct, int]:
     return struct.Struct(">iix" if flexible else ">ii"), 5 if flexible else 4
 
 
+# Small frames decoded lately, by their bytes but the correlation id: a client sends the same
+# Heartbeat and Metadata over and over, and a kio request is immutable, so one decoding serves
+# them all. Bounded in entries and frame size; emptied when full.
+_DECODED: dict[bytes, tuple[str | None, Any, int]] = {}
+_DECODED_ENTRIES = 1024
+_DECODED_FRAME_BYTES = 1024
+
+
 def decode_request(frame: bytes | memoryview) -> DecodedRequest:
-    """Parse header and body of one frame (no size prefix).
+    """Parse header and body of one frame (no size prefix), or take them from a frame seen
+    lately that differs only in its correlation id (`_DECODED`).
 
     Every length and count is first checked against the frame (frame_check), so no client can
     make the native decoder reserve more memory than its frame justifies. Bytes left after the
     last field are not an error: Kafka reads a request's fields and ignores the rest, and
     librdkafka 2.13+ sends Metadata v12 with three such bytes (its issue #5049)."""
     api_key, api_version, correlation_id = peek_header(frame)
+    seen = None
+    if type(frame) is bytes and len(frame) <= _DECODED_FRAME_BYTES:
+        seen = frame[:4] + frame[8:]
+        decoded = _DECODED.get(seen)
+        if decoded is not None:
+            return DecodedRequest(api_key, api_version, correlation_id, *decoded)
     schema = request_type(api_key, api_version)
     try:
         used = check_request(schema, frame)
@@ -125,6 +140,10 @@ def decode_request(frame: bytes | memoryview) -> DecodedRequest:
             f"{schema.__name__} v{api_version}: decoder used {header_size + body_size} bytes, "
             f"the length check {used}"
         )
+    if seen is not None:
+        if len(_DECODED) >= _DECODED_ENTRIES:
+            _DECODED.clear()
+        _DECODED[seen] = (header.client_id, body, len(frame) - used)
     return DecodedRequest(api_key, api_version, correlation_id, header.client_id, body,
                           len(frame) - used)
 

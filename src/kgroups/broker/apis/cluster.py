@@ -25,6 +25,8 @@ from kgroups.broker.apis.transactions import init_transactional
 from kgroups.broker.cluster.leadership import BrokerEndpoint, LeadershipView
 from kgroups.broker.events import log_event
 from kgroups.broker.metadata_answer import (
+    ENCODED_TOPICS,
+    AnswerKey,
     CachedTopic,
     EncodedTopicWithOperations,
     MetadataAnswer,
@@ -210,8 +212,38 @@ def _brokers(ctx: RequestContext) -> tuple[list[BrokerEndpoint], int]:
     return live, live[0].node_id if live else -1
 
 
+def _answer_key(ctx: RequestContext, request: Any,
+                requested: list[str | uuid.UUID] | None) -> AnswerKey | None:
+    """What a whole encoded answer is kept under, or None when it must be built afresh: in
+    a cluster (leaders and brokers move) and behind an authorizer (narrowed per principal by
+    ACLs that change), see `TopicEntryCache.whole_answers`. Otherwise an answer depends only
+    on the version, the topics asked (their entries change with the catalog, which empties
+    the cache), the operations flags and the listener's advertised address."""
+    if not ctx.broker.metadata_entries.whole_answers:
+        return None
+    return (ctx.api_version, None if requested is None else tuple(requested),
+            bool(getattr(request, "include_topic_authorized_operations", False)),
+            bool(getattr(request, "include_cluster_authorized_operations", False)),
+            advertised(ctx))
+
+
 @handles(api_key=ApiKey.METADATA, min_version=0, max_version=12)
 async def metadata(ctx: RequestContext, request: Any) -> Any:
+    """A single broker's answers are kept encoded whole (`_answer_key`) when every topic asked
+    for exists: an error entry may change without the catalog changing (a topic that could
+    not be auto-created), so it is built afresh each time."""
+    requested = _requested_topics(ctx, request)
+    key = _answer_key(ctx, request, requested)
+    if key is not None and (cached := ctx.broker.metadata_entries.answer(key)) is not None:
+        return cached
+    answer = _metadata_answer(ctx, request, requested)
+    if key is not None and all(type(topic) in ENCODED_TOPICS for topic in answer.topics):
+        return ctx.broker.metadata_entries.keep(key, answer)
+    return answer
+
+
+def _metadata_answer(ctx: RequestContext, request: Any,
+                     requested: list[str | uuid.UUID] | None) -> MetadataAnswer:
     broker = ctx.broker
     response_cls = response_type(ApiKey.METADATA, ctx.api_version)
     broker_cls = sibling(response_cls, "MetadataResponseBroker")
@@ -226,7 +258,6 @@ async def metadata(ctx: RequestContext, request: Any) -> Any:
                           else OPERATIONS_NOT_REQUESTED)
     cache = broker.metadata_entries
     encode = _topic_encoder(ctx, response_cls)
-    requested = _requested_topics(ctx, request)
     topics: tuple[Any, ...]
     if requested is None:
         # In cluster mode leaders move, so entries are encoded afresh (the cache is for the

@@ -1,0 +1,130 @@
+"""Offset commits of one event-loop turn share a batch of their `__consumer_offsets`
+partition (as Kafka's coordinator batches its appends), and none is answered before the batch
+holding it is appended, or, where flush.messages asks for it, on disk.
+
+A client pipelining commits gets them read, and handled, in one loop turn; each used to be
+its own batch (a header, a CRC and a write per commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+import pytest
+from tests.broker.broker_wire_helpers import connect, create_topic
+
+from kgroups.broker.topics import OFFSETS_TOPIC
+from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
+from kgroups.broker.wire import response_type as response_schema
+from kgroups.errors import ErrorCode
+from kgroups.log.batch import iter_batches
+
+COMMIT_VERSION = 8
+GROUP = "batched"
+TOPIC = "committed"
+COMMITS = 40
+
+
+def _commits(count: int, first_offset: int = 0) -> bytes:
+    """`count` OffsetCommits of GROUP (no member: a standalone group), offsets counting up."""
+    commit = request_type(8, COMMIT_VERSION)
+    return b"".join(encode_request(index + 1, "batching", build(
+        commit, group_id=GROUP, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(build(
+            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(build(
+                sibling(commit, "OffsetCommitRequestPartition"), partition_index=0,
+                committed_offset=first_offset + index, committed_leader_epoch=-1,
+                committed_metadata=""),)),))) for index in range(count))
+
+
+def _answers(sock: socket.socket, count: int) -> list[int]:
+    """The error code of each of `count` commit answers, in order."""
+    reader = sock.makefile("rb")
+    codes = []
+    for _ in range(count):
+        (size,) = struct.unpack(">i", reader.read(4))
+        answer = decode_response(response_schema(8, COMMIT_VERSION), reader.read(size))[1]
+        codes.append(int(answer.topics[0].partitions[0].error_code))
+    return codes
+
+
+def _ready(broker: Any) -> None:
+    """The topic exists and the coordinator answers commits (its partitions loaded)."""
+    with connect(broker.port) as admin:
+        create_topic(admin, TOPIC, 1)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+        for _ in range(600):
+            sock.sendall(_commits(1))
+            if _answers(sock, 1) == [ErrorCode.NONE]:
+                return
+        pytest.fail("the coordinator never finished loading")
+
+
+def _batches(broker: Any) -> list[int]:
+    """The record count of each batch of the group's __consumer_offsets partition."""
+    partition = broker.broker.coordinator.shard.partition_of(GROUP)
+    log = broker.broker.logs.get(OFFSETS_TOPIC, partition)
+    data = b"".join(segment.pread(segment.size, 0) for segment in log.segments())
+    return [len(batch.records) for batch in iter_batches(data)]
+
+
+def _committed(broker: Any) -> int:
+    fetch = request_type(9, 8)
+    with connect(broker.port) as client:
+        (group,) = client.call(build(fetch, groups=(build(
+            sibling(fetch, "OffsetFetchRequestGroup"), group_id=GROUP, member_id=None,
+            member_epoch=-1, topics=None),), require_stable=False)).groups
+    return int(group.topics[0].partitions[0].committed_offset)
+
+
+def test_pipelined_commits_share_batches_and_all_land(inprocess_broker: Any) -> None:
+    _ready(inprocess_broker)
+    before = _batches(inprocess_broker)
+    with socket.create_connection(("127.0.0.1", inprocess_broker.port), timeout=30) as sock:
+        sock.sendall(_commits(COMMITS))
+        assert _answers(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
+    added = _batches(inprocess_broker)[len(before):]
+    assert sum(added) == COMMITS  # every commit's record, once
+    assert len(added) < COMMITS / 4, added  # read in one or a few loop turns: a few batches
+    assert _committed(inprocess_broker) == COMMITS - 1  # the last one wins, in order
+
+
+def test_no_commit_is_answered_before_the_fsync_that_holds_it(
+    make_inprocess_broker: Any,
+) -> None:
+    """flush.messages=1: every append must be on disk before its commit is answered; with
+    the fsync held back, none of a pipelined burst is answered, and all are once it runs."""
+    broker = make_inprocess_broker("flush.messages=1")
+    _ready(broker)
+    group_commit = broker.broker.group_commit
+    wait_durable = group_commit.wait_durable
+    release: asyncio.Event | None = None
+
+    async def held(log: Any) -> None:
+        assert release is not None
+        await release.wait()
+        await wait_durable(log)
+
+    async def hold() -> None:
+        nonlocal release
+        release = asyncio.Event()
+        group_commit.wait_durable = held
+
+    broker.call(hold)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+        sock.sendall(_commits(COMMITS, first_offset=100))
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)
+        sock.settimeout(30)
+
+        async def let_go() -> None:
+            assert release is not None
+            release.set()
+
+        broker.call(let_go)
+        assert _answers(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
+    assert _committed(broker) == 100 + COMMITS - 1
