@@ -355,3 +355,24 @@ WritePaths.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestWritePaths = WritePaths.TestCase
+
+
+def test_a_failed_group_deletion_keeps_the_offset_deletion_written_before_it() -> None:
+    """Hypothesis found it: an OffsetDelete's tombstones apply once durable, a DeleteGroups
+    applied meanwhile (its tombstones and the group's, at once) then failed. The revert must go
+    back to the state after the OffsetDelete, which comes first in the log, and not bring its
+    deleted offset back to life."""
+    h = Harness(GroupCoordinatorConfig(offsets_topic_num_partitions=1), auto_complete=False)
+    h.commit("alpha", {("t2", 0): 0, ("t3", 0): 0})
+    h.complete_writes()
+    h.absorb(h.coordinator.offset_delete(
+        OffsetDeleteRequest(h.rid(), "alpha", (("t2", (0, 1)),)), h.now))
+    h.absorb(h.coordinator.delete_groups(DeleteGroupsRequest(h.rid(), ("alpha",)), h.now))
+    offset_delete, group_delete = h.pending
+    h.pending.clear()
+    h.log.setdefault(offset_delete.offsets_partition, []).extend(offset_delete.records)
+    h.absorb(h.coordinator.write_completed(offset_delete.write_id, None, h.now))
+    h.absorb(h.coordinator.write_completed(group_delete.write_id, E.NOT_ENOUGH_REPLICAS, h.now))
+    live = h.coordinator.group_views()["alpha"]
+    assert [(t, p) for t, p, _ in live.offsets] == [("t3", 0)]
+    assert h.replayed().group_views()["alpha"].offsets == live.offsets

@@ -323,11 +323,11 @@ class ShardContext:
         if write_id not in self.pending_writes:
             return  # unknown, or failed already with an earlier write of its partition
         if error is None or error == ErrorCode.NONE:
-            self._write_succeeded(self.pending_writes.pop(write_id))
+            self._write_succeeded(write_id, self.pending_writes.pop(write_id))
         else:
             self._fail_from(write_id, client_error_for_write(error))
 
-    def _write_succeeded(self, pending: _PendingWrite) -> None:
+    def _write_succeeded(self, write_id: int, pending: _PendingWrite) -> None:
         if pending.marker is not None:
             self._end_transaction(pending.offsets_partition, pending.producer_id,
                                   pending.marker.commits)
@@ -340,6 +340,7 @@ class ShardContext:
             group = pending.target()
             if group is not None:
                 self.apply(group, pending.records)
+                self._rebase_later_undos(write_id, pending, group)
         if pending.journal is not None:
             for undo in pending.journal.undo:  # groups the write ended are gone now
                 group = undo.group
@@ -348,6 +349,25 @@ class ShardContext:
                         and self.groups.get(group.group_id) is group:
                     del self.groups[group.group_id]
         pending.on_success()
+
+    def _rebase_later_undos(self, write_id: int, durable: _PendingWrite,
+                            group: ClassicGroup) -> None:
+        """A write applied once durable (an OffsetDelete's tombstones, an OffsetCommit) comes
+        before the writes emitted after it in the log: a later write in flight that replaced
+        one of its keys must, if it fails, go back to the value this one gave the key, not to
+        what the key held before this one landed (the first undo of that key does; the ones
+        after it go back to the value the one before them gave)."""
+        values = {record.key: record.value for record in durable.records}
+        rebased: set[RecordKey] = set()
+        for later_id in sorted(self.pending_writes):
+            later = self.pending_writes[later_id]
+            if later_id < write_id or later.journal is None \
+                    or later.offsets_partition != durable.offsets_partition:
+                continue
+            for undo in later.journal.undo:
+                if undo.group is group and undo.key in values and undo.key not in rebased:
+                    undo.before = values[undo.key]
+                    rebased.add(undo.key)
 
     def _fail_from(self, write_id: int, error: ErrorCode) -> None:
         """A write failed: so does every later write of its partition still in flight, as in
