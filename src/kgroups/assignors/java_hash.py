@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import TypeVar
 
 K = TypeVar("K")
@@ -23,8 +24,10 @@ _MASK = 0xFFFFFFFF
 DEFAULT_CAPACITY = 16
 
 
+@lru_cache(maxsize=1 << 17)
 def string_hash(text: str) -> int:
-    """java.lang.String.hashCode over UTF-16 code units, as an unsigned 32-bit value."""
+    """java.lang.String.hashCode over UTF-16 code units, as an unsigned 32-bit value. Kept
+    per string: the coordinator orders the same member ids at every target computation."""
     h = 0
     data = text.encode("utf-16-be")
     for i in range(0, len(data), 2):

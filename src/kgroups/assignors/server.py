@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 
 from kgroups.assignors.java_hash import (
     copied_set_order,
-    copy_capacity,
     grown_capacity,
     hash_set_order,
     iteration_order,
@@ -88,22 +87,6 @@ def _topic_order(topics: Sequence[uuid.UUID]) -> list[uuid.UUID]:
     return copied_set_order(hash_set_order(list(dict.fromkeys(topics)), uuid_hash), uuid_hash)
 
 
-def _held(member: ServerMember) -> list[tuple[uuid.UUID, list[int]]]:
-    """The member's current target in its maps' order (a replayed record's shape)."""
-    held = member.assigned
-    topics = list(held) if len(held) < 2 else hash_set_order(list(held), uuid_hash)
-    return [(t, _partition_order(held[t])) for t in topics]
-
-
-def _partition_order(partitions: Sequence[int]) -> list[int]:
-    """A HashSet copied from the list: below its capacity, an integer's bucket is itself."""
-    listed = list(partitions)
-    mask = copy_capacity(len(listed)) - 1
-    if max(listed, default=0) <= mask:
-        return sorted(listed)
-    return sorted(listed, key=lambda p: (p ^ (p >> 16)) & mask)  # stable: put order kept
-
-
 def _uniform_homogeneous(members: list[ServerMember], counts: Mapping[uuid.UUID, int]) -> Target:
     topics = _topic_order(members[0].topics)
     if not topics:
@@ -129,7 +112,7 @@ def _uniform_homogeneous(members: list[ServerMember], counts: Mapping[uuid.UUID,
         if has_extra:
             quota += 1
         mine: dict[int, list[int]] = {}
-        for topic, ps in _held(member):
+        for topic, ps in member.held:
             position = index_of.get(topic)
             if position is None:
                 continue
