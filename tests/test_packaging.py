@@ -128,3 +128,23 @@ def test_analyze_without_the_spark_extra_says_how_to_install_it(
         "kgroups analyze needs the spark extra (missing: pyspark, pandas, pyarrow, matplotlib); "
         "install it with: pip install 'kgroups[spark]'"]
     assert "Traceback" not in result.stderr and time.monotonic() - started < 30
+
+
+@pytest.mark.slow
+def test_simulate_runs_without_extras_and_from_history_says_what_it_needs(
+    plain_install: Path, tmp_path: Path,
+) -> None:
+    """A broker-only install simulates a template (the table needs nothing more); replaying a
+    history needs the pipeline, which says so in one line."""
+    table = subprocess.run([plain_install / "kgroups", "simulate", "--template",
+                            "rolling-restart", "--members", "3", "--partitions", "6"],
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "cooperative-sticky" in table.stdout
+    history = subprocess.run([plain_install / "kgroups", "simulate", "--from-history",
+                              str(tmp_path), "--group", "g"], capture_output=True, text=True,
+                             timeout=60)
+    assert history.returncode == 1
+    assert history.stderr.strip().splitlines() == [
+        "kgroups simulate: --from-history reads the history with the pipeline, which needs the "
+        "spark extra: pip install 'kgroups[spark]'"]

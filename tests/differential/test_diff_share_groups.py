@@ -48,7 +48,8 @@ class ShareMember:
         self.name = name
         self.group = group or d.group
         self.conn: Connection = d.connect(name)
-        response = self.conn.call(metadata_request(TOPIC, auto_create=False), record=False)
+        response = self.conn.call(metadata_request(TOPIC, "diff-u", auto_create=False),
+                                  record=False)
         self.by_id: dict[uuid.UUID, str] = {t.topic_id: t.name for t in response.topics}
         self.epoch = 0
 
@@ -72,15 +73,16 @@ class ShareMember:
             self.epoch = int(response.member_epoch)
         return response, assignment
 
-    def until_assigned(self, timeout_s: float = 20.0) -> None:
-        """Heartbeat (unrecorded) until the member holds partitions, then record where it
-        stands: how soon depends on the share coordinator, the end state does not."""
+    def until_assigned(self, timeout_s: float = 20.0, topics: tuple[str, ...] = ()) -> None:
+        """Heartbeat (unrecorded) until the member holds partitions (of each of `topics`, when
+        given), then record where it stands: how soon depends on the share coordinator, the
+        end state does not."""
         deadline = time.monotonic() + timeout_s
         held = None
         while time.monotonic() < deadline:
             _, assignment = self.send(record=False)
             held = assignment if assignment is not None else held
-            if held:
+            if held and {name for name, _ in held} >= set(topics):
                 self.d.record(f"assigned[{self.name}]", {"epoch": self.epoch, "held": held})
                 return
             time.sleep(0.2)
@@ -129,6 +131,9 @@ def test_join_fence_describe_leave(converse) -> None:
     def script(d: Dialog) -> None:
         a, b = ShareMember(d, "a"), ShareMember(d, "b")
         a.send(0)
+        # Once the partitions are initialized (the group epoch moves when they become
+        # assignable: how soon depends on the share coordinator, on both brokers).
+        a.until_assigned()
         a.send(a.epoch + 1)  # ahead: fenced
         a.send(a.epoch - 1)  # behind, and not the previous epoch: fenced
         b.send(1, member="stranger")
@@ -250,8 +255,10 @@ def test_rejoin_subscription_change_and_other_group_types(converse) -> None:
     def script(d: Dialog) -> None:
         a = ShareMember(d, "a")
         a.send(0)
+        a.until_assigned()  # once the partitions are initialized (as above)
         a.send(0)  # the same member joining again
         a.send(topics=[TOPIC, "diff-u"])  # a subscription change moves the group epoch
+        a.until_assigned(topics=(TOPIC, "diff-u"))
         a.send(topics=["diff-u", TOPIC])  # the same topics in another order do not
         a.describe()
         consumer = d.connect("consumer")

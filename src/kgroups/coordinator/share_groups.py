@@ -162,7 +162,11 @@ class ShareGroups:
             new_hash = metadata_hash(share.subscribed_topics(), ctx.topics)
             share.metadata_checked = ctx.topics_version
         first_names = share.group_epoch == 0 and bool(member.subscribed_topic_names)
-        moved = bump or new_hash != share.metadata_hash or share.initialized_since_epoch
+        # Newly initialized share-partitions move the epoch only when no target computation is
+        # pending: a pending one (the assignment interval) takes them in, as Kafka 4.3.1 does.
+        pending = share.group_epoch > share.assignment_epoch
+        moved = bump or new_hash != share.metadata_hash \
+            or (share.initialized_since_epoch and not pending)
         steps = int(moved) + int(bump and first_names)
         if steps:
             share.initialized_since_epoch = False
@@ -207,6 +211,7 @@ class ShareGroups:
             for m in share.members.values()]
         partitions = {info.topic_id: info.partitions for info in topics.values()}
         initialized = share.initialized
+        share.initialized_since_epoch = False  # this computation takes them in
         result = share_simple.assign(
             members, partitions,
             lambda t, p: t in initialized and p in initialized[t][1])

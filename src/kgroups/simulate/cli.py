@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgroups.simulate.engine import Outcome, simulate
-from kgroups.simulate.from_history import Rebuilt, history_json, history_text, rebuild
-from kgroups.simulate.history_read import HistoryError, read_history
 from kgroups.simulate.report import as_json, table
 from kgroups.simulate.scenario import DEFAULT_VARIANTS, Scenario, Variant
 from kgroups.simulate.scenario_file import ScenarioError, load_scenario, variant_from
 from kgroups.simulate.templates import TEMPLATES, TemplateSize, template
 from kgroups.simulate.timeline import MissingPlotting, write_timeline
+
+if TYPE_CHECKING:
+    from kgroups.simulate.from_history import Rebuilt
 
 EXAMPLE = """\
 a scenario file (YAML, or the same as JSON; times in seconds unless the name says ms):
@@ -90,11 +92,13 @@ def run_simulate(args: argparse.Namespace) -> int:
             scenario = rebuilt.scenario
         else:
             scenario = _scenario(args)
-    except (ScenarioError, HistoryError) as error:
+    except ScenarioError as error:
         return _fail(str(error))
     outcomes: list[Outcome] = [] if rebuilt is None else [rebuilt.history]
     outcomes += [simulate(scenario, v, keep_segments=bool(args.timeline))
                  for v in scenario.variants]
+    if rebuilt is not None:  # --from-history: the pipeline is there (_rebuilt checked)
+        from kgroups.simulate.from_history import history_json, history_text
     if args.output == "json":
         extra = None if rebuilt is None else {"from_history": history_json(rebuilt)}
         json.dump(as_json(scenario, outcomes, extra), sys.stdout, indent=2)
@@ -114,13 +118,25 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def _rebuilt(args: argparse.Namespace) -> Rebuilt:
+    """The schedule and the history row of --from-history. The pipeline reads the history
+    (pyarrow, the `spark` extra): imported here, so that a broker-only install runs
+    `kgroups` (and `simulate` from files) without it."""
     if not args.group:
-        raise HistoryError("--from-history needs --group G")
+        raise ScenarioError("--from-history needs --group G")
     if args.initial_rebalance_delay_ms < 0:
-        raise HistoryError("--initial-rebalance-delay-ms must be >= 0")
-    history = read_history(args.from_history, args.group)
+        raise ScenarioError("--initial-rebalance-delay-ms must be >= 0")
+    if importlib.util.find_spec("pyarrow") is None:
+        raise ScenarioError("--from-history reads the history with the pipeline, which needs "
+                            "the spark extra: pip install 'kgroups[spark]'")
+    from kgroups.simulate.from_history import rebuild
+    from kgroups.simulate.history_read import HistoryError, read_history
+
     variants = _variants(args.variant) if args.variant else DEFAULT_VARIANTS
-    rebuilt = rebuild(history, variants, args.initial_rebalance_delay_ms)
+    try:
+        rebuilt = rebuild(read_history(args.from_history, args.group), variants,
+                          args.initial_rebalance_delay_ms)
+    except HistoryError as error:
+        raise ScenarioError(str(error)) from None
     if args.seed is not None:
         rebuilt = replace(rebuilt, scenario=replace(rebuilt.scenario, seed=args.seed))
     return rebuilt
