@@ -357,14 +357,16 @@ class ShardContext:
         one of its keys must, if it fails, go back to the value this one gave the key, not to
         what the key held before this one landed (the first undo of that key does; the ones
         after it go back to the value the one before them gave)."""
+        # pending_writes holds the writes in the order they were emitted (ids only grow).
+        later = [pending.journal for later_id, pending in self.pending_writes.items()
+                 if later_id > write_id and pending.journal is not None
+                 and pending.offsets_partition == durable.offsets_partition]
+        if not later:  # the usual case: nothing applied at once is in flight behind it
+            return
         values = {record.key: record.value for record in durable.records}
         rebased: set[RecordKey] = set()
-        for later_id in sorted(self.pending_writes):
-            later = self.pending_writes[later_id]
-            if later_id < write_id or later.journal is None \
-                    or later.offsets_partition != durable.offsets_partition:
-                continue
-            for undo in later.journal.undo:
+        for journal in later:
+            for undo in journal.undo:
                 if undo.group is group and undo.key in values and undo.key not in rebased:
                     undo.before = values[undo.key]
                     rebased.add(undo.key)
