@@ -166,16 +166,31 @@ def test_append_and_subtract_give_the_same_settings(sides: list[Side]) -> None:
 
     def act(client: KafkaWireClient) -> Any:
         create_topic(client, name, 1)
-        steps = [alter(client, (TOPIC_RESOURCE, name, [("cleanup.policy", APPEND, "compact")])),
-                 describe(client, TOPIC_RESOURCE, name)["cleanup.policy"],
-                 alter(client, (TOPIC_RESOURCE, name, [("cleanup.policy", SUBTRACT, "delete")])),
-                 describe(client, TOPIC_RESOURCE, name)["cleanup.policy"],
-                 alter(client, (TOPIC_RESOURCE, name, [("retention.ms", APPEND, "5")]))]
-        return steps
+        before = describe(client, TOPIC_RESOURCE, name)["cleanup.policy"]
+        appended = alter(client, (TOPIC_RESOURCE, name, [("cleanup.policy", APPEND, "compact")]))
+        after_append = _policy_once_changed(client, name, before)
+        subtracted = alter(client, (TOPIC_RESOURCE, name,
+                                    [("cleanup.policy", SUBTRACT, "delete")]))
+        return [appended, after_append, subtracted,
+                _policy_once_changed(client, name, after_append),
+                alter(client, (TOPIC_RESOURCE, name, [("retention.ms", APPEND, "5")]))]
 
     answers = _on_each(sides, act)
     assert answers["kgroups"] == answers["kafka"]
     assert answers["kafka"][1][0] == "delete,compact"
+
+
+def _policy_once_changed(client: KafkaWireClient, name: str,
+                         before: tuple[str, int, list[str]]) -> tuple[str, int, list[str]]:
+    """The topic's cleanup.policy as described once it differs from `before`: Kafka's broker
+    answers DescribeConfigs from its metadata image, which takes the controller's change a moment
+    after AlterConfigs returned (kgroups answers the new value at once)."""
+    deadline = time.monotonic() + 15
+    while True:
+        policy = describe(client, TOPIC_RESOURCE, name)["cleanup.policy"]
+        if policy != before or time.monotonic() > deadline:
+            return policy
+        time.sleep(0.05)
 
 
 def _produce(client: KafkaWireClient, topic: str, batch: bytes) -> Any:
