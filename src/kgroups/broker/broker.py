@@ -51,6 +51,7 @@ from kgroups.broker.coordinator_runtime import CoordinatorRuntime
 from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
 from kgroups.broker.events import log_event
 from kgroups.broker.group_configs import SHARE_MAX_SESSIONS, SHARE_MAX_SESSIONS_DEFAULT
+from kgroups.broker.kept_answers import KeptAnswers
 from kgroups.broker.log_cleaner import run_cleaner
 from kgroups.broker.metadata_answer import TopicEntryCache
 from kgroups.broker.net.memory_budget import MemoryBudget
@@ -192,6 +193,8 @@ class Broker:
             whole_answers=self.leadership is None and self.security.authorizer is None)
         self.topics.on_change(
             lambda: self.metadata_entries.topics_changed(self.topics.partition_counts()))
+        # OffsetCommit answers as bytes, but under an authorizer (its rule reads the answer).
+        self.commit_answers = None if self.security.authorizer is not None else KeptAnswers()
         self._server = BrokerServer(self, self.security)
         # Each listener's bound address, by listener name, once started.
         self.listener_addresses: dict[str, tuple[str, int]] = {}

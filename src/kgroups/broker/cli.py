@@ -15,6 +15,7 @@ from pathlib import Path
 from kgroups.broker.config import BrokerConfig, ConfigError, served_network_processes
 from kgroups.broker.descriptors import raise_soft_limit
 from kgroups.broker.events import configure_logging
+from kgroups.broker.gc_tuning import collect_for_serving
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
 from kgroups.broker.security.listeners import parse_listeners
 from kgroups.log.start_offsets import CheckpointError
@@ -115,6 +116,7 @@ async def _serve(config: BrokerConfig) -> None:
     except DuplicateNodeIdError as exc:
         await broker.stop()
         raise StartupError(f"cannot join the cluster: {exc}") from None
+    collect_for_serving()  # the process is the broker's (gc_tuning)
     # The bound port on stdout lets a supervisor (or a test) use --port 0.
     print(f"listening {broker.host}:{broker.port}", flush=True)
     metrics = broker.coordinator.metrics_server

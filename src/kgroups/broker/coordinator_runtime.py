@@ -267,6 +267,17 @@ class CoordinatorRuntime:
         self._waiting_turn: dict[str, deque[asyncio.Future[None]]] = {}
         self._released: Counter[str] = Counter()
         self._turn_ends: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # `_running_loop`
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop running this runtime, kept while it runs: CPython 3.11's
+        asyncio.get_running_loop() makes a getpid system call each time (its fork check),
+        which cost OffsetCommit some 10% of its broker CPU here, called several times for
+        every request."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -366,7 +377,7 @@ class CoordinatorRuntime:
         COORDINATOR_LOAD_IN_PROGRESS until the store's batches are read and loaded."""
         self.failed_partitions.pop(partition, None)
         self.shard.begin_loading(partition)
-        self._loads[partition] = asyncio.get_running_loop().create_task(
+        self._loads[partition] = self._running_loop().create_task(
             self._load_leased(partition), name=f"offsets-load-{partition}")
 
     def partition_lost(self, partition: int) -> None:
@@ -472,7 +483,7 @@ class CoordinatorRuntime:
         for group_id in _groups_named(request):
             if not self._take_turn(group_id):
                 await self._wait_turn(group_id)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = self._running_loop().create_future()
         self._waiting[request_id] = future
         try:
             self._apply(self._dispatch(request, wall_clock_ms()))
@@ -495,7 +506,7 @@ class CoordinatorRuntime:
         return True
 
     async def _wait_turn(self, group_id: str) -> None:
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        turn: asyncio.Future[None] = self._running_loop().create_future()
         self._waiting_turn.setdefault(group_id, deque()).append(turn)
         self._end_turn_later()
         try:
@@ -508,7 +519,7 @@ class CoordinatorRuntime:
 
     def _end_turn_later(self) -> None:
         if self._turn_ends is None:
-            self._turn_ends = asyncio.get_running_loop().call_soon(self._next_turn)
+            self._turn_ends = self._running_loop().call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         """A new loop turn: every group's count starts again, and each group's waiting
@@ -642,7 +653,7 @@ class CoordinatorRuntime:
         if mergeable(write):
             self._pending.setdefault(partition, []).append(write)
             if self._pending_due is None:
-                self._pending_due = asyncio.get_running_loop().call_soon(self._append_pending)
+                self._pending_due = self._running_loop().call_soon(self._append_pending)
             return
         self._append_pending_of(partition)
         self._append_batch(partition, [write.write_id], lambda now: batch_of(write, now),
@@ -692,7 +703,7 @@ class CoordinatorRuntime:
             log_event(logger, logging.WARNING, "offsets_append_fenced", partition=partition,
                       error=exc)
             error = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            asyncio.get_running_loop().call_soon(self._fenced, partition)
+            self._running_loop().call_soon(self._fenced, partition)
         except StorageUnavailableError as exc:
             # Maybe not written: a retriable error (never a success); the client retries.
             log_event(logger, logging.ERROR, "offsets_append_failed", partition=partition,
@@ -711,7 +722,7 @@ class CoordinatorRuntime:
         if isinstance(log, PartitionLog) and log.flush_due:
             self.background.spawn("offsets-fsync", self._await_flush(write_ids, log))
         elif completed_soon:
-            asyncio.get_running_loop().call_soon(self._complete_all, write_ids, None)
+            self._running_loop().call_soon(self._complete_all, write_ids, None)
         else:
             self._complete_all(write_ids, None)
 
@@ -724,7 +735,7 @@ class CoordinatorRuntime:
             self._failing.discard(partition)  # writes the revert emits append
             self._complete_all(write_ids, error)
 
-        asyncio.get_running_loop().call_soon(complete)
+        self._running_loop().call_soon(complete)
 
     def _fenced(self, partition: int) -> None:
         if partition in self.shard.owned_partitions:
@@ -744,12 +755,8 @@ class CoordinatorRuntime:
             error = ErrorCode.KAFKA_STORAGE_ERROR
         self._complete_all(write_ids, error)
 
-    def _complete(self, write_id: int, error: ErrorCode | None) -> None:
-        self._apply(self.shard.write_completed(write_id, error, wall_clock_ms()))
-
     def _complete_all(self, write_ids: list[int], error: ErrorCode | None) -> None:
-        for write_id in write_ids:
-            self._complete(write_id, error)
+        self._apply(self.shard.writes_completed(write_ids, error, wall_clock_ms()))
 
     def _rearm_timer(self) -> None:
         deadline = self.shard.next_deadline()
@@ -761,7 +768,7 @@ class CoordinatorRuntime:
         self._timer_deadline = deadline
         if deadline is not None:
             delay = max(deadline - wall_clock_ms(), 0) / 1000
-            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+            self._timer = self._running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kgroups.broker.wire import SelfEncodingResponse, encode_entity
+from kgroups.broker.wire import EncodedAnswer, SelfEncodingResponse, encode_entity
 from kgroups.log.batch import uvarint
 
 _INT32 = struct.Struct(">i")
@@ -67,22 +67,6 @@ def encoded_topic(topic: Any, version: int) -> CachedTopic:
     end = len(encoded) - len(tail)
     return EncodedTopicWithOperations(topic.name, int(topic.topic_authorized_operations),
                                       encoded[:end - _INT32.size], encoded[end:])
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedAnswer(SelfEncodingResponse):
-    """A whole Metadata answer's body, encoded once (`TopicEntryCache.keep`) and written as is
-    to every request it answers: only the correlation id in the header differs."""
-
-    answer_class: type[Any]
-    body: bytes
-
-    @property
-    def response_class(self) -> type[Any]:
-        return self.answer_class
-
-    def write_body(self, out: list[Any]) -> None:
-        out.append(self.body)
 
 
 # What a cached answer is found by: the version, the topics asked (None: all), whether topic

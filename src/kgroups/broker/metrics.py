@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, GCCollector, Histogram
 from prometheus_client import Counter as PrometheusCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -76,6 +76,9 @@ class CoordinatorMetrics:
 
     def __init__(self, runtime: CoordinatorState, logs: LogManager) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        # Python's garbage collector by generation (prometheus_client's python_gc_*): a full
+        # collection stalls every client (gc_tuning).
+        GCCollector(registry=self.registry)
         # Kafka's RequestMetrics TotalTimeMs per request name; its _count gives the rate.
         self.request_time = Histogram(
             "kafka_network_request_total_time_seconds",

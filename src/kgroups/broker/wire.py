@@ -165,6 +165,30 @@ class SelfEncodingResponse(abc.ABC):
         """Append the body's bytes to `out`, in pieces."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedAnswer(SelfEncodingResponse):
+    """A whole answer's body, encoded once and written as is to every request it answers
+    (a Metadata answer per what was asked, an OffsetCommit answer per what it says): only the
+    correlation id in the header differs."""
+
+    answer_class: type[Any]
+    body: bytes
+
+    @property
+    def response_class(self) -> type[Any]:
+        return self.answer_class
+
+    def write_body(self, out: list[Any]) -> None:
+        out.append(self.body)
+
+    @classmethod
+    def of(cls, response: Any) -> EncodedAnswer:
+        """`response` (a kio response object) encoded."""
+        out: list[Any] = []
+        _encoder(type(response))(response, out)
+        return cls(type(response), b"".join(out))
+
+
 def encode_entity(entity: Any, out: list[Any]) -> None:
     """Append the bytes of one kio object (a response or a struct in one) to `out`."""
     _encoder(type(entity))(entity, out)

@@ -13,7 +13,7 @@ through the fields they were given (the consumer module calls `Migration` to con
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import assert_never
 
 from kgroups.assignors.streams_sticky import StickyTaskAssignor
@@ -287,6 +287,15 @@ class GroupCoordinator:
     def write_completed(self, write_id: int, error: ErrorCode | None, now: int) -> Effects:
         """The shell appended (error None) or failed to append the records of `write_id`."""
         return self._run(now, lambda: self._ctx.complete_write(write_id, error))
+
+    def writes_completed(self, write_ids: Sequence[int], error: ErrorCode | None,
+                         now: int) -> Effects:
+        """`write_completed` for the writes of one batch, in order, in one call: one set of
+        effects (and one look at the timers) for a batch of commits, not one per commit."""
+        def complete_all() -> None:
+            for write_id in write_ids:
+                self._ctx.complete_write(write_id, error)
+        return self._run(now, complete_all)
 
     def advance_time(self, now: int) -> Effects:
         """Fire every timer due at `now` (call it at `next_deadline()`)."""

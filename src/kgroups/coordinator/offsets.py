@@ -182,7 +182,9 @@ class Offsets:
             answer(ErrorCode.NONE)
             return
         group_id = req.group_id
-        self._ctx.commits_in_flight.setdefault(group_id, Counter()).update(values.keys())
+        in_flight = self._ctx.commits_in_flight.setdefault(group_id, Counter())
+        for key in values:
+            in_flight[key] = in_flight.get(key, 0) + 1
 
         def settle() -> ClassicGroup | None:
             """The group the commit lands in, or None if it was deleted meanwhile. A group whose
@@ -209,8 +211,13 @@ class Offsets:
     def _commit_settled(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
         """An OffsetCommit's write completed, either way: its keys are no longer in flight."""
         in_flight = self._ctx.commits_in_flight[group_id]
-        in_flight.subtract(keys)
-        if not +in_flight:
+        for key in keys:
+            left = in_flight[key] - 1
+            if left:
+                in_flight[key] = left
+            else:
+                del in_flight[key]
+        if not in_flight:
             del self._ctx.commits_in_flight[group_id]
 
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:

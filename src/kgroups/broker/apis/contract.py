@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kgroups.broker.config import BrokerConfig
     from kgroups.broker.coordinator_runtime import CoordinatorRuntime
     from kgroups.broker.dynamic_configs import DynamicBrokerConfigs
+    from kgroups.broker.kept_answers import KeptAnswers
     from kgroups.broker.metadata_answer import TopicEntryCache
     from kgroups.broker.net.memory_budget import MemoryBudget
     from kgroups.broker.producer_state import ProducerIdAllocator, ProducerStateTable
@@ -46,6 +47,8 @@ class HandlerServices(Protocol):
     registry: HandlerRegistry
     topics: TopicCatalog
     metadata_entries: TopicEntryCache
+    # OffsetCommit answers kept encoded; None under an authorizer (its rule reads the answer).
+    commit_answers: KeptAnswers | None
     logs: LogManager
     coordinator: CoordinatorRuntime
     transactions: TransactionRuntime

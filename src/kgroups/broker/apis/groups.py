@@ -18,6 +18,7 @@ from kgroups.broker.apis import consumer_groups, share_groups, share_offsets
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
+from kgroups.broker.kept_answers import KEPT_PARTITIONS
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
@@ -232,18 +233,25 @@ class OffsetCommitHandler:
             for answered in answer.topics:
                 for result in answered.partitions:
                     errors[(answered.name, result.partition)] = result.error
-        in_request_order = tuple(
-            messages.TopicPartitionErrors(topic.name, tuple(
-                messages.PartitionError(int(p.partition_index),
-                                    errors[(topic.name, int(p.partition_index))])
-                for p in topic.partitions
-            ))
-            for topic in request.topics
-        )
-        response = _response(ctx)
-        return build(response, throttle_time=NO_THROTTLE, topics=_partition_errors_response(
-            response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition",
-            in_request_order))
+        said = tuple((topic.name, tuple(
+            (index, errors[(topic.name, index)])
+            for index in (int(p.partition_index) for p in topic.partitions)))
+            for topic in request.topics)
+        kept = ctx.broker.commit_answers
+        if kept is None or sum(len(partitions) for _, partitions in said) > KEPT_PARTITIONS:
+            return _commit_response(ctx, said)
+        return kept.answer((ctx.api_version, said), lambda: _commit_response(ctx, said))
+
+
+def _commit_response(ctx: RequestContext,
+                     said: tuple[tuple[str, tuple[tuple[int, ErrorCode], ...]], ...]) -> Any:
+    """OffsetCommit's answer: each topic's partitions with their errors, in request order."""
+    response = _response(ctx)
+    return build(response, throttle_time=NO_THROTTLE, topics=_partition_errors_response(
+        response, "OffsetCommitResponseTopic", "OffsetCommitResponsePartition",
+        tuple(messages.TopicPartitionErrors(name, tuple(
+            messages.PartitionError(index, error) for index, error in partitions))
+            for name, partitions in said)))
 
 
 def _fetch_group(group_id: str, topics: Any, member_id: str | None = None,

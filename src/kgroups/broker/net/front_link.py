@@ -111,7 +111,7 @@ class RelayedConnection:
         if data:  # at once, before the next handler checks the budget
             self._untaken += len(data)
             self._account()
-            self._counted.add(asyncio.current_task())  # type: ignore[arg-type]
+            self._counted.add(asyncio.current_task(self._loop))  # type: ignore[arg-type]
         return data
 
     def frame(self, payload: bytes) -> None:

@@ -108,9 +108,13 @@ class BrokerLink:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.ended = asyncio.Event()
         self._channel: Channel | None = None
+        # The loop, kept: asyncio.get_running_loop() makes a getpid system call (CPython
+        # 3.11), and `forward` runs for every request.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def connect(self, descriptor: int) -> None:
-        _, self._channel = await asyncio.get_running_loop().create_unix_connection(
+        self._loop = asyncio.get_running_loop()
+        _, self._channel = await self._loop.create_unix_connection(
             lambda: Channel(self._received, self.ended.set), sock=socket.socket(fileno=descriptor))
 
     def send(self, kind: Kind, connection_id: int, payload: bytes = b"") -> None:
@@ -142,7 +146,8 @@ class BrokerLink:
 
     def forward(self, connection_id: int,
                 frame: bytes | memoryview) -> asyncio.Future[bytes | None]:
-        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        assert self._loop is not None
+        future: asyncio.Future[bytes | None] = self._loop.create_future()
         self._answers[connection_id].append(future)
         # A large frame's view is released once this returns; the channel keeps a copy.
         self.send(Kind.FRAME, connection_id, frame if isinstance(frame, bytes) else bytes(frame))

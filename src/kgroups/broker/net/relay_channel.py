@@ -64,6 +64,8 @@ class Channel(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        # Kept: asyncio.get_running_loop() makes a getpid system call (CPython 3.11).
+        self._loop = asyncio.get_running_loop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -106,7 +108,7 @@ class Channel(asyncio.Protocol):
             if self._transport is not None and not self.closed:
                 self._transport.resume_reading()
         if more:
-            asyncio.get_running_loop().call_soon(self._take_messages)
+            self._loop.call_soon(self._take_messages)
 
     def _whole_message_waits(self) -> bool:
         inbox = self._inbox
@@ -123,7 +125,7 @@ class Channel(asyncio.Protocol):
             self._outbox.append(payload)
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         """Write what was queued: small pieces joined into one write, a large one (a Fetch's

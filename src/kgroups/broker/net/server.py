@@ -57,7 +57,7 @@ class LocalConnection(Connection):
         if not budget.allows(0, self._light):
             await budget.wait_for(lambda: budget.allows(0, self._light))
         data = await answer(handler, ctx, body)
-        self._settle(asyncio.current_task(), data)  # type: ignore[arg-type]
+        self._settle(asyncio.current_task(self._loop), data)  # type: ignore[arg-type]
         return data
 
     def _failed(self, error: BaseException) -> None:

@@ -1,0 +1,125 @@
+"""OffsetCommit answers kept encoded (`kept_answers`): a consumer committing the same partitions
+again gets the bytes of the first answer again, in every version the broker serves, and an
+answer saying something else (another error, another partition, another order) is never one
+kept for a different request."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from typing import Any
+
+import pytest
+from tests.broker.broker_wire_helpers import connect, create_topic
+
+from kgroups.broker.kept_answers import KEPT_PARTITIONS
+from kgroups.broker.wire import (
+    NO_THROTTLE,
+    build,
+    encode_request,
+    encode_response,
+    kio_error,
+    request_type,
+    response_type,
+    sibling,
+)
+from kgroups.errors import ErrorCode
+
+OFFSET_COMMIT = 8
+VERSIONS = range(2, 10)
+TOPIC = "kept"
+NONE, UNKNOWN = ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+_correlation_ids = itertools.count(1)
+
+
+def _commit(version: int, group: str, topics: list[tuple[str, list[int]]],
+            generation: int = -1) -> tuple[int, bytes]:
+    commit = request_type(OFFSET_COMMIT, version)
+    correlation_id = next(_correlation_ids)
+    return correlation_id, encode_request(correlation_id, "kept-answers", build(
+        commit, group_id=group, generation_id_or_member_epoch=generation, member_id="",
+        group_instance_id=None, topics=tuple(build(
+            sibling(commit, "OffsetCommitRequestTopic"), name=name, partitions=tuple(build(
+                sibling(commit, "OffsetCommitRequestPartition"), partition_index=index,
+                committed_offset=7, committed_leader_epoch=-1, committed_metadata="")
+                for index in indexes)) for name, indexes in topics)))
+
+
+def _expected(version: int, correlation_id: int,
+              said: list[tuple[str, list[tuple[int, ErrorCode]]]]) -> bytes:
+    """The frame kio writes for an answer saying `said`."""
+    response = response_type(OFFSET_COMMIT, version)
+    return encode_response(correlation_id, build(
+        response, throttle_time=NO_THROTTLE, topics=tuple(build(
+            sibling(response, "OffsetCommitResponseTopic"), name=name, partitions=tuple(build(
+                sibling(response, "OffsetCommitResponsePartition"), partition_index=index,
+                error_code=kio_error(error)) for index, error in partitions))
+            for name, partitions in said)))
+
+
+def _exchange(sock: socket.socket, request: tuple[int, bytes]) -> bytes:
+    sock.sendall(request[1])
+    reader = sock.makefile("rb")
+    head = reader.read(4)
+    (size,) = struct.unpack(">i", head)
+    return head + reader.read(size)
+
+
+@pytest.fixture
+def broker_port(inprocess_broker: Any) -> int:
+    with connect(inprocess_broker.port) as admin:
+        create_topic(admin, TOPIC, 2)
+    port: int = inprocess_broker.port
+    return port
+
+
+def _ready(sock: socket.socket, groups: list[str]) -> None:
+    """The groups' coordinator partitions are loaded (a commit to each is answered NONE)."""
+    for group in groups:
+        for _ in range(600):
+            sent = _commit(9, group, [(TOPIC, [0])])
+            if _exchange(sock, sent) == _expected(9, sent[0], [(TOPIC, [(0, NONE)])]):
+                break
+        else:
+            pytest.fail("the coordinator never finished loading")
+
+
+def test_every_version_repeats_the_bytes_kio_writes(broker_port: int) -> None:
+    """Known and unknown partitions (an index past the topic's two, a topic that does not
+    exist) in one request, three times per version: each answer is kio's frame for what it
+    says, in request order, with its own correlation id."""
+    asked = [(TOPIC, [1, 5, 0]), ("no-such-topic", [0])]
+    said = [(TOPIC, [(1, NONE), (5, UNKNOWN), (0, NONE)]), ("no-such-topic", [(0, UNKNOWN)])]
+    with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
+        _ready(sock, [f"group-v{version}" for version in VERSIONS])
+        for version in VERSIONS:
+            for _ in range(3):
+                sent = _commit(version, f"group-v{version}", asked)
+                assert _exchange(sock, sent) == _expected(version, sent[0], said), version
+
+
+def test_an_answer_saying_something_else_is_not_a_kept_one(broker_port: int) -> None:
+    """After NONE answers for a group's partitions: the same partitions refused (a generation
+    the group never had), the same partitions in another order, and a request naming more
+    partitions than answers are kept for, each answered for itself."""
+    with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
+        _ready(sock, ["kept-then-refused"])
+        for version in (8, 9):
+            asked = [(TOPIC, [0, 1])]
+            sent = _commit(version, "kept-then-refused", asked)
+            assert _exchange(sock, sent) == _expected(
+                version, sent[0], [(TOPIC, [(0, NONE), (1, NONE)])])
+            refused = (ErrorCode.GROUP_ID_NOT_FOUND if version >= 9
+                       else ErrorCode.ILLEGAL_GENERATION)
+            sent = _commit(version, "no-such-group", asked, generation=5)
+            assert _exchange(sock, sent) == _expected(
+                version, sent[0], [(TOPIC, [(0, refused), (1, refused)])])
+            sent = _commit(version, "kept-then-refused", [(TOPIC, [1, 0])])
+            assert _exchange(sock, sent) == _expected(
+                version, sent[0], [(TOPIC, [(1, NONE), (0, NONE)])])
+            many = list(range(KEPT_PARTITIONS + 1))
+            for _ in range(2):
+                sent = _commit(version, "kept-then-refused", [(TOPIC, many)])
+                assert _exchange(sock, sent) == _expected(version, sent[0], [(TOPIC, [
+                    (index, NONE if index < 2 else UNKNOWN) for index in many])])
