@@ -23,7 +23,8 @@ YOUNG_THRESHOLD = 20_000
 
 def collect_for_serving() -> None:
     """Freeze every object the start made and space the young collections out (the process's
-    owner calls it: `kgroups serve` once its broker has started)."""
+    owner calls it: `kgroups serve` once its broker has started, a network process once it
+    listens)."""
     gc.collect()  # what the start left as garbage goes before the rest is frozen
     gc.freeze()
     _, middle, old = gc.get_threshold()

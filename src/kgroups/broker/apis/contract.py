@@ -72,9 +72,12 @@ class HandlerServices(Protocol):
     def advertised_port(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestContext:
-    """What a handler may know about the request beyond its body."""
+    """What a handler may know about the request beyond its body. Made for every request and
+    never changed (a rule that narrows it passes a `dataclasses.replace` copy on); not frozen,
+    as a frozen dataclass's __init__ sets each field through object.__setattr__, which cost 2%
+    of an OffsetCommit's and 7% of a Metadata's broker CPU."""
 
     api_key: ApiKey
     api_version: int

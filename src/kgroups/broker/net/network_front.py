@@ -30,6 +30,7 @@ from typing import Any
 
 from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import configure_logging
+from kgroups.broker.gc_tuning import collect_for_serving
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
 from kgroups.broker.net.connection import Connection
 from kgroups.broker.net.memory_budget import MemoryBudget
@@ -233,6 +234,7 @@ async def serve(config: BrokerConfig, channel: int, listen: list[tuple[Listener,
             server = await asyncio.start_server(functools.partial(link.serve_plain, listener),
                                                 sock=sock)
         servers.append(server)
+    collect_for_serving()  # the process is ours, as the broker process's is (gc_tuning)
     link.send(Kind.READY, 0)
     await link.ended.wait()
     for server in servers:
