@@ -60,9 +60,9 @@ from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
 
-API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 3, 11, 14, 12, 8
+API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT, FETCH_OFFSETS = 18, 3, 11, 14, 12, 8, 9
 # The newest version of each API this script fills in (older ones drop fields via `build`).
-PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
+PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9, FETCH_OFFSETS: 7}
 # The fixed moderate load: this many commits per second in all, spread over this many groups.
 MODERATE_COMMITS_PER_S = 1000
 MODERATE_GROUPS = 50
@@ -402,15 +402,17 @@ NOT_READY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
 
 async def wait_coordinator_ready(port: int, tls: ssl.SSLContext | None = None) -> None:
     """A freshly started coordinator may still be loading (or, in Kafka, electing itself for)
-    its __consumer_offsets partitions; wait until groups on every partition get answers."""
+    its __consumer_offsets partitions; wait until groups on every partition get answers. Asked
+    with OffsetFetch, which says COORDINATOR_LOAD_IN_PROGRESS while loading (a Heartbeat is
+    answered NONE blindly then, as Kafka answers it)."""
     versions = await negotiate(port, tls)
     connection = await PipelinedConnection.open(port, versions, tls)
     pending = [f"probe-{index}" for index in range(PROBE_GROUPS)]
     try:
         for _ in range(600):
             answers = await asyncio.gather(*(connection.send(connection.request(
-                HEARTBEAT, group_id=group, generation_id=-1, member_id="x",
-                group_instance_id=None)) for group in pending))
+                FETCH_OFFSETS, group_id=group, topics=None, require_stable=False))
+                for group in pending))
             pending = [group for group, answer in zip(pending, answers, strict=True)
                        if answer.error_code in NOT_READY]
             if not pending:
