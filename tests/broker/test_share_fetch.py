@@ -4,6 +4,7 @@ session errors, and the state the broker's share coordinator (broker.share_state
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 import uuid
@@ -153,7 +154,6 @@ def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> No
     c.fetch("m1", 0)
     other = connect(c.client.port)
     began = time.monotonic()
-    import threading
     timer = threading.Timer(0.3, lambda: other.call(produce_request(
         c.topic, 0, build_batch([(b"k", b"late", 1_700_000_000_000)]))))
     timer.start()
@@ -161,6 +161,67 @@ def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> No
     timer.join()
     assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
     assert time.monotonic() - began < 3
+
+
+def _long_poll(c: Conversation, member: str, let_go: Callable[[], object],
+               wait_ms: int) -> tuple[float, list[Any]]:
+    """`member` (its session opened on a connection of its own) waits in a ShareFetch while
+    m1, holding offsets 0-1, lets them go; how long the wait lasted and what it acquired."""
+    other = connect(c.client.port)
+    brief(other.call(share_fetch(c.group, member, 0, c.topic_id)))
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    answer: dict[str, Any] = {}
+
+    def wait() -> None:
+        answer.update(brief(other.call(share_fetch(c.group, member, 1, c.topic_id,
+                                                   wait_ms=wait_ms))))
+
+    began = time.monotonic()
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    time.sleep(0.15)
+    let_go()
+    waiting.join()
+    return time.monotonic() - began, [p["acquired"] for p in answer["partitions"]]
+
+
+def _close_without_acknowledging(c: Conversation) -> None:
+    """What KafkaShareConsumer.close() sends for records its last poll returned (implicit
+    acknowledgement acknowledges them only at the next poll): epoch -1, nothing acknowledged."""
+    assert c.ack("m1", -1, {})["error"] == ErrorCode.NONE
+
+
+def _disconnect(c: Conversation) -> None:
+    c.client.close()
+
+
+def _release(c: Conversation) -> None:
+    assert c.ack("m1", 2, {0: [(0, 1, [2])]})["partitions"][0]["error"] == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("let_go", [_close_without_acknowledging, _disconnect, _release])
+def test_records_a_member_lets_go_wait_for_a_waiting_fetchs_max_wait(
+        conversation: Conversation, let_go: Callable[[Conversation], None]) -> None:
+    """As on Kafka 4.3.1: released records do not cut short another member's long poll (they
+    are available, and its fetch takes them when MaxWait ends). Waking it at once handed the
+    records a closing KafkaShareConsumer had just returned to its application to a second
+    consumer while the first was still closing (bench/share_groups.py's redeliveries)."""
+    c = conversation
+    c.fetch("m1", 0)
+    took, acquired = _long_poll(c, "m2", lambda: let_go(c), wait_ms=700)
+    assert acquired == [[(0, 1, 2)]]
+    assert took >= 0.65, f"answered after {took:.2f}s, before its 0.7 s MaxWait"
+
+
+def test_an_acknowledgement_moving_the_start_wakes_a_waiting_fetch(
+        conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    took, acquired = _long_poll(
+        c, "m2", lambda: c.ack("m1", 2, {0: [(0, 1, [1, 2])]}), wait_ms=5000)
+    assert acquired == [[(1, 1, 2)]]
+    assert took < 2.5, f"answered only after {took:.2f}s"
 
 
 def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation) -> None:
