@@ -18,6 +18,7 @@ from read_committed_helpers import txn_batch, write_marker
 from servers import InProcessBroker
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
+from kgroups.broker.wire import build, request_type
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 from kgroups.share.persisted import DeliveryState, PersistedBatch, SharePartitionKey
@@ -49,6 +50,27 @@ class Conversation:
     def ack(self, member: str, epoch: int, acks: Any, **fields: Any) -> dict[str, Any]:
         return brief(self.client.call(share_acknowledge(self.group, member, epoch,
                                                         self.topic_id, acks, **fields)))
+
+    def heartbeat(self, member: str, epoch: int) -> Any:
+        """ShareGroupHeartbeat: epoch 0 joins (subscribed to the topic), -1 leaves."""
+        return self.client.call(build(
+            request_type(76, 1), group_id=self.group, member_id=member, member_epoch=epoch,
+            rack_id=None, subscribed_topic_names=(self.topic,) if epoch == 0 else None))
+
+    def join(self, member: str) -> None:
+        """Heartbeats until the member is assigned the partition (its share partition
+        initialized by then)."""
+        epoch, deadline = 0, time.monotonic() + 30
+        while True:
+            response = self.heartbeat(member, epoch)
+            if int(response.error_code) == ErrorCode.NONE:
+                epoch = int(response.member_epoch)
+                if response.assignment is not None and response.assignment.topic_partitions:
+                    return
+            else:
+                assert int(response.error_code) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            assert time.monotonic() < deadline, "never assigned"
+            time.sleep(0.05)
 
     def state(self) -> Any:
         """What the share coordinator keeps of the share partition."""
@@ -222,6 +244,24 @@ def test_an_acknowledgement_moving_the_start_wakes_a_waiting_fetch(
         c, "m2", lambda: c.ack("m1", 2, {0: [(0, 1, [1, 2])]}), wait_ms=5000)
     assert acquired == [[(1, 1, 2)]]
     assert took < 2.5, f"answered only after {took:.2f}s"
+
+
+def test_a_member_leaving_its_group_keeps_its_session_and_records(
+        conversation: Conversation) -> None:
+    """As on Kafka 4.3.1 (tests/differential/test_diff_share_fetch.py): leaving the share group
+    neither ends the member's share session nor releases what it acquired; its session closing
+    (KafkaShareConsumer closes it before it leaves) or the locks timing out do."""
+    c = conversation
+    c.join("m1")
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    assert int(c.heartbeat("m1", -1).error_code) == ErrorCode.NONE
+    time.sleep(0.2)  # what a release in the background would have taken
+    assert c.fetch("m2", 0)["partitions"][0]["acquired"] == []
+    assert c.ack("m1", 2, {0: [(0, 1, [1])]})["partitions"] == [
+        {"partition": 0, "error": 0, "message": None}]
+    assert c.state().batches == (PersistedBatch(0, 1, DeliveryState.ACKNOWLEDGED, 1),)
 
 
 def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation) -> None:

@@ -103,6 +103,12 @@ class Share:
             assert time.monotonic() < deadline, "never assigned"
             time.sleep(0.2)
 
+    def leave(self, label: str, member: str) -> None:
+        response = self.client.call(build(
+            request_type(76, 1), group_id=self.group, member_id=member, member_epoch=-1,
+            rack_id=None, subscribed_topic_names=None))
+        self.transcript.append((label, int(response.error_code)))
+
     def reconnect(self) -> None:
         self.client.close()
         self.client = KafkaWireClient("127.0.0.1", self.port, client_id="diff-share",
@@ -230,6 +236,19 @@ def release_and_reject_at_the_limit(s: Share) -> None:
     s.fetch("only the new record", b, 2, wait_ms=100)
 
 
+def leaving_keeps_session_and_records(s: Share) -> None:
+    a, b = member_id(), member_id()
+    s.join(a)
+    s.open(a)
+    s.produce(3)
+    s.fetch("acquire", a, 1)
+    s.leave("leave the group", a)
+    time.sleep(CLOSE_RELEASED_S)
+    s.fetch("nothing released to another member", b, 0, wait_ms=100)
+    s.fetch("the session lives on", a, 2, wait_ms=100)
+    s.ack("the records are still the member's", a, 3, {0: [(0, 2, [1])]})
+
+
 NOWHERE = uuid.UUID("00000000-0000-4000-8000-00000000beef")
 
 
@@ -263,6 +282,7 @@ CONVERSATIONS: dict[str, Callable[[Share], None]] = {
     "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
     "unknown_topics_and_partitions": unknown_topics_and_partitions,
     "connection_close": connection_close,
+    "leaving_keeps_session_and_records": leaving_keeps_session_and_records,
     "acquisition_and_acknowledgements": acquisition_and_acknowledgements,
     "lock_expiry_and_delivery_limit": lock_expiry_and_delivery_limit,
     "session_errors": session_errors,

@@ -1,5 +1,5 @@
 """The broker's share partitions: loading each from the share coordinator, the share sessions
-of ShareFetch and ShareAcknowledge, acquisition locks timing out, members leaving.
+of ShareFetch and ShareAcknowledge, acquisition locks timing out, sessions closing.
 
 A share partition (kgroups.share.partition) is loaded on first use: its state read through the
 `ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
@@ -13,7 +13,7 @@ One background task sleeps until the earliest acquisition lock's deadline and re
 timed out. A ShareFetch long poll tries again on an append to one of its partitions, or when
 its share partition is marked fetchable (`wakes`): a lock of it timed out, or an
 acknowledgement or release moved its start offset (room under the in-flight limit). Records a
-member released (RELEASE, its session or connection closing, its leaving) without the start
+member released (RELEASE, its session or connection closing) without the start
 moving wake no one, as on Kafka 4.3.1: a waiting fetch takes them when it next tries, at the
 latest when its MaxWait ends. So the records a closing KafkaShareConsumer had handed to its
 application (it does not acknowledge its last poll's records on close) are not delivered at
@@ -203,13 +203,6 @@ class SharePartitionManager:
         keys = [SharePartitionKey(session.group_id, topic_id, partition)
                 for topic_id, partition in session.partitions]
         await self._release(keys, session.member_id)
-
-    def release_member(self, group_id: str, member_id: str) -> None:
-        """The member left its share group (or was fenced): its share session ends and what it
-        had acquired is released now; the state is written in the background."""
-        self.sessions.remove(group_id, member_id)
-        keys = [key for key in self._partitions if key.group_id == group_id]
-        self._background.spawn(f"share-release-{group_id}", self._release(keys, member_id))
 
     def connection_closed(self, connection: object) -> None:
         """A client connection closed: the share sessions it opened end, as Kafka 4.3.1 ends
