@@ -211,12 +211,18 @@ def session_errors(s: Share) -> None:
     s.fetch("reopen", a, 0, wait_ms=100)
 
 
-def connection_close(s: Share) -> None:
+def a_holds_three(s: Share) -> tuple[str, str]:
+    """Members a and b, a joined, its session open and three new records acquired."""
     a, b = member_id(), member_id()
     s.join(a)
     s.open(a)
     s.produce(3)
     s.fetch("acquire", a, 1)
+    return a, b
+
+
+def connection_close(s: Share) -> None:
+    a, b = a_holds_three(s)
     s.reconnect()  # the connection that opened a's session closes
     time.sleep(CLOSE_RELEASED_S)
     s.fetch("another member gets them", b, 0, wait_ms=100)
@@ -224,11 +230,7 @@ def connection_close(s: Share) -> None:
 
 
 def release_and_reject_at_the_limit(s: Share) -> None:
-    a, b = member_id(), member_id()
-    s.join(a)
-    s.open(a)
-    s.produce(3)
-    s.fetch("acquire", a, 1)
+    a, b = a_holds_three(s)
     s.ack("release all", a, 2, {0: [(0, 2, [2])]})
     s.fetch("redelivered", b, 0, wait_ms=100)
     s.ack("release at the limit, reject, accept", b, 1, {0: [(0, 2, [2, 3, 1])]})
@@ -237,11 +239,7 @@ def release_and_reject_at_the_limit(s: Share) -> None:
 
 
 def leaving_keeps_session_and_records(s: Share) -> None:
-    a, b = member_id(), member_id()
-    s.join(a)
-    s.open(a)
-    s.produce(3)
-    s.fetch("acquire", a, 1)
+    a, b = a_holds_three(s)
     s.leave("leave the group", a)
     time.sleep(CLOSE_RELEASED_S)
     s.fetch("nothing released to another member", b, 0, wait_ms=100)
@@ -337,14 +335,9 @@ LET_GO: dict[str, Callable[[Share, str], None]] = {
 
 
 def waiting_fetch(s: Share, let_go: Callable[[Share, str], None]) -> None:
-    a, b = member_id(), member_id()
-    s.join(a)
-    s.join(b)
-    s.open(a)
+    a, b = a_holds_three(s)
     other = KafkaWireClient("127.0.0.1", s.port, client_id="diff-share", timeout=30)
-    other.call(share_fetch(s.group, b, 0, s.topic_id, wait_ms=500))
-    s.produce(3)
-    s.fetch("acquire", a, 1)
+    other.call(share_fetch(s.group, b, 0, s.topic_id))
     answer: list[dict[str, Any]] = []
     waiting = threading.Thread(target=lambda: answer.append(brief(other.call(share_fetch(
         s.group, b, 1, s.topic_id, wait_ms=WAITING_MS)))))
