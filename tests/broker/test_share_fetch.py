@@ -4,6 +4,7 @@ session errors, and the state the broker's share coordinator (broker.share_state
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 import uuid
@@ -17,6 +18,7 @@ from read_committed_helpers import txn_batch, write_marker
 from servers import InProcessBroker
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
+from kgroups.broker.wire import build, request_type
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 from kgroups.share.persisted import DeliveryState, PersistedBatch, SharePartitionKey
@@ -48,6 +50,27 @@ class Conversation:
     def ack(self, member: str, epoch: int, acks: Any, **fields: Any) -> dict[str, Any]:
         return brief(self.client.call(share_acknowledge(self.group, member, epoch,
                                                         self.topic_id, acks, **fields)))
+
+    def heartbeat(self, member: str, epoch: int) -> Any:
+        """ShareGroupHeartbeat: epoch 0 joins (subscribed to the topic), -1 leaves."""
+        return self.client.call(build(
+            request_type(76, 1), group_id=self.group, member_id=member, member_epoch=epoch,
+            rack_id=None, subscribed_topic_names=(self.topic,) if epoch == 0 else None))
+
+    def join(self, member: str) -> None:
+        """Heartbeats until the member is assigned the partition (its share partition
+        initialized by then)."""
+        epoch, deadline = 0, time.monotonic() + 30
+        while True:
+            response = self.heartbeat(member, epoch)
+            if int(response.error_code) == ErrorCode.NONE:
+                epoch = int(response.member_epoch)
+                if response.assignment is not None and response.assignment.topic_partitions:
+                    return
+            else:
+                assert int(response.error_code) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+            assert time.monotonic() < deadline, "never assigned"
+            time.sleep(0.05)
 
     def state(self) -> Any:
         """What the share coordinator keeps of the share partition."""
@@ -153,7 +176,6 @@ def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> No
     c.fetch("m1", 0)
     other = connect(c.client.port)
     began = time.monotonic()
-    import threading
     timer = threading.Timer(0.3, lambda: other.call(produce_request(
         c.topic, 0, build_batch([(b"k", b"late", 1_700_000_000_000)]))))
     timer.start()
@@ -161,6 +183,85 @@ def test_long_poll_answers_when_records_arrive(conversation: Conversation) -> No
     timer.join()
     assert answer["partitions"][0]["acquired"] == [(0, 0, 1)]
     assert time.monotonic() - began < 3
+
+
+def _long_poll(c: Conversation, member: str, let_go: Callable[[], object],
+               wait_ms: int) -> tuple[float, list[Any]]:
+    """`member` (its session opened on a connection of its own) waits in a ShareFetch while
+    m1, holding offsets 0-1, lets them go; how long the wait lasted and what it acquired."""
+    other = connect(c.client.port)
+    brief(other.call(share_fetch(c.group, member, 0, c.topic_id)))
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    answer: dict[str, Any] = {}
+
+    def wait() -> None:
+        answer.update(brief(other.call(share_fetch(c.group, member, 1, c.topic_id,
+                                                   wait_ms=wait_ms))))
+
+    began = time.monotonic()
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    time.sleep(0.15)
+    let_go()
+    waiting.join()
+    return time.monotonic() - began, [p["acquired"] for p in answer["partitions"]]
+
+
+def _close_without_acknowledging(c: Conversation) -> None:
+    """What KafkaShareConsumer.close() sends for records its last poll returned (implicit
+    acknowledgement acknowledges them only at the next poll): epoch -1, nothing acknowledged."""
+    assert c.ack("m1", -1, {})["error"] == ErrorCode.NONE
+
+
+def _disconnect(c: Conversation) -> None:
+    c.client.close()
+
+
+def _release(c: Conversation) -> None:
+    assert c.ack("m1", 2, {0: [(0, 1, [2])]})["partitions"][0]["error"] == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("let_go", [_close_without_acknowledging, _disconnect, _release])
+def test_records_a_member_lets_go_wait_for_a_waiting_fetchs_max_wait(
+        conversation: Conversation, let_go: Callable[[Conversation], None]) -> None:
+    """As on Kafka 4.3.1: released records do not cut short another member's long poll (they
+    are available, and its fetch takes them when MaxWait ends). Waking it at once handed the
+    records a closing KafkaShareConsumer had just returned to its application to a second
+    consumer while the first was still closing (bench/share_groups.py's redeliveries)."""
+    c = conversation
+    c.fetch("m1", 0)
+    took, acquired = _long_poll(c, "m2", lambda: let_go(c), wait_ms=700)
+    assert acquired == [[(0, 1, 2)]]
+    assert took >= 0.65, f"answered after {took:.2f}s, before its 0.7 s MaxWait"
+
+
+def test_an_acknowledgement_moving_the_start_wakes_a_waiting_fetch(
+        conversation: Conversation) -> None:
+    c = conversation
+    c.fetch("m1", 0)
+    took, acquired = _long_poll(
+        c, "m2", lambda: c.ack("m1", 2, {0: [(0, 1, [1, 2])]}), wait_ms=5000)
+    assert acquired == [[(1, 1, 2)]]
+    assert took < 2.5, f"answered only after {took:.2f}s"
+
+
+def test_a_member_leaving_its_group_keeps_its_session_and_records(
+        conversation: Conversation) -> None:
+    """As on Kafka 4.3.1 (tests/differential/test_diff_share_fetch.py): leaving the share group
+    neither ends the member's share session nor releases what it acquired; its session closing
+    (KafkaShareConsumer closes it before it leaves) or the locks timing out do."""
+    c = conversation
+    c.join("m1")
+    c.fetch("m1", 0)
+    c.produce(2)
+    assert c.fetch("m1", 1)["partitions"][0]["acquired"] == [(0, 1, 1)]
+    assert int(c.heartbeat("m1", -1).error_code) == ErrorCode.NONE
+    time.sleep(0.2)  # what a release in the background would have taken
+    assert c.fetch("m2", 0)["partitions"][0]["acquired"] == []
+    assert c.ack("m1", 2, {0: [(0, 1, [1])]})["partitions"] == [
+        {"partition": 0, "error": 0, "message": None}]
+    assert c.state().batches == (PersistedBatch(0, 1, DeliveryState.ACKNOWLEDGED, 1),)
 
 
 def test_a_closed_connection_ends_its_share_sessions(conversation: Conversation) -> None:

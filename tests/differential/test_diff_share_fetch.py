@@ -9,6 +9,7 @@ brokers and are left out of the transcripts."""
 from __future__ import annotations
 
 import base64
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -101,6 +102,12 @@ class Share:
                 return
             assert time.monotonic() < deadline, "never assigned"
             time.sleep(0.2)
+
+    def leave(self, label: str, member: str) -> None:
+        response = self.client.call(build(
+            request_type(76, 1), group_id=self.group, member_id=member, member_epoch=-1,
+            rack_id=None, subscribed_topic_names=None))
+        self.transcript.append((label, int(response.error_code)))
 
     def reconnect(self) -> None:
         self.client.close()
@@ -204,12 +211,18 @@ def session_errors(s: Share) -> None:
     s.fetch("reopen", a, 0, wait_ms=100)
 
 
-def connection_close(s: Share) -> None:
+def a_holds_three(s: Share) -> tuple[str, str]:
+    """Members a and b, a joined, its session open and three new records acquired."""
     a, b = member_id(), member_id()
     s.join(a)
     s.open(a)
     s.produce(3)
     s.fetch("acquire", a, 1)
+    return a, b
+
+
+def connection_close(s: Share) -> None:
+    a, b = a_holds_three(s)
     s.reconnect()  # the connection that opened a's session closes
     time.sleep(CLOSE_RELEASED_S)
     s.fetch("another member gets them", b, 0, wait_ms=100)
@@ -217,16 +230,21 @@ def connection_close(s: Share) -> None:
 
 
 def release_and_reject_at_the_limit(s: Share) -> None:
-    a, b = member_id(), member_id()
-    s.join(a)
-    s.open(a)
-    s.produce(3)
-    s.fetch("acquire", a, 1)
+    a, b = a_holds_three(s)
     s.ack("release all", a, 2, {0: [(0, 2, [2])]})
     s.fetch("redelivered", b, 0, wait_ms=100)
     s.ack("release at the limit, reject, accept", b, 1, {0: [(0, 2, [2, 3, 1])]})
     s.produce(1)
     s.fetch("only the new record", b, 2, wait_ms=100)
+
+
+def leaving_keeps_session_and_records(s: Share) -> None:
+    a, b = a_holds_three(s)
+    s.leave("leave the group", a)
+    time.sleep(CLOSE_RELEASED_S)
+    s.fetch("nothing released to another member", b, 0, wait_ms=100)
+    s.fetch("the session lives on", a, 2, wait_ms=100)
+    s.ack("the records are still the member's", a, 3, {0: [(0, 2, [1])]})
 
 
 NOWHERE = uuid.UUID("00000000-0000-4000-8000-00000000beef")
@@ -262,6 +280,7 @@ CONVERSATIONS: dict[str, Callable[[Share], None]] = {
     "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
     "unknown_topics_and_partitions": unknown_topics_and_partitions,
     "connection_close": connection_close,
+    "leaving_keeps_session_and_records": leaving_keeps_session_and_records,
     "acquisition_and_acknowledgements": acquisition_and_acknowledgements,
     "lock_expiry_and_delivery_limit": lock_expiry_and_delivery_limit,
     "session_errors": session_errors,
@@ -279,6 +298,62 @@ def in_flight_limit(s: Share) -> None:
     s.fetch("the start did not move: still at the limit", a, 4, max_records=1000, wait_ms=100)
     s.ack("acknowledge the first ten", a, 5, {0: [(0, 9, [1])]})
     s.fetch("room again", a, 6, max_records=1000, wait_ms=100)
+
+
+# Another member's ShareFetch waiting while a member lets its records go: what ends the wait
+# early (on both brokers, a start offset moving) and what does not (records released: they
+# wait for the fetch's MaxWait). A Java share consumer closing without acknowledging its last
+# poll sends the first of these.
+WAITING_MS = 1500
+EARLY_S = 1.0
+
+
+def _close_without_acknowledging(s: Share, member: str) -> None:
+    s.ack("close, nothing acknowledged", member, -1, {})
+
+
+def _close_with_a_fetch(s: Share, member: str) -> None:
+    s.fetch("close with a ShareFetch", member, -1, partitions=())
+
+
+def _release(s: Share, member: str) -> None:
+    s.ack("release", member, 2, {0: [(0, 2, [2])]})
+
+
+def _disconnect(s: Share, member: str) -> None:
+    s.reconnect()
+
+
+def _accept_the_first_release_the_rest(s: Share, member: str) -> None:
+    s.ack("accept the first, release the rest", member, 2, {0: [(0, 2, [1, 2, 2])]})
+
+
+LET_GO: dict[str, Callable[[Share, str], None]] = {
+    f.__name__.strip("_"): f for f in (_close_without_acknowledging, _close_with_a_fetch,
+                                       _release, _disconnect,
+                                       _accept_the_first_release_the_rest)}
+
+
+def waiting_fetch(s: Share, let_go: Callable[[Share, str], None]) -> None:
+    a, b = a_holds_three(s)
+    other = KafkaWireClient("127.0.0.1", s.port, client_id="diff-share", timeout=30)
+    other.call(share_fetch(s.group, b, 0, s.topic_id))
+    answer: list[dict[str, Any]] = []
+    waiting = threading.Thread(target=lambda: answer.append(brief(other.call(share_fetch(
+        s.group, b, 1, s.topic_id, wait_ms=WAITING_MS)))))
+    began = time.monotonic()
+    waiting.start()
+    time.sleep(0.15)
+    let_go(s, a)
+    waiting.join()
+    s.transcript.append(("the waiting fetch", {"ended early": time.monotonic() - began < EARLY_S,
+                                              **answer[0]}))
+    other.close()
+
+
+@pytest.mark.parametrize("let_go", list(LET_GO))
+def test_what_ends_a_waiting_share_fetch(brokers: dict[str, int], let_go: str) -> None:
+    _compare(brokers, "waiting_fetch", lambda s: waiting_fetch(s, LET_GO[let_go]))
 
 
 @pytest.mark.parametrize("name", list(CONVERSATIONS))

@@ -7,7 +7,6 @@ can run several brokers in one process.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import socket
 import uuid
@@ -29,7 +28,6 @@ from kgroups.broker.apis import (
     quotas,
     scram_credentials,
     share_fetch,
-    share_groups,
     share_state,
     streams_groups,
     topics,
@@ -204,8 +202,6 @@ class Broker:
         self.coordinator = CoordinatorRuntime(config, self.topics, self.logs, self.appends,
                                               self.group_commit, self.task_counts)
         self.topics.on_change(self.coordinator.topics_changed)
-        self.coordinator.member_removed_listeners.append(
-            functools.partial(share_groups.release_removed_member, self))
         def write_local_markers(markers: Sequence[MarkerWrite]) -> Awaitable[list[ErrorCode]]:
             return write_markers(self, markers)
 

@@ -226,8 +226,6 @@ class CoordinatorRuntime:
         # `give_up` hands a fenced partition's lease back (set by the broker).
         self._reader = cluster_reader(config)
         self.give_up: Callable[[int], None] = lambda partition: None
-        # Told of every member a group lost (the broker releases a share member's records).
-        self.member_removed_listeners: list[Callable[[MemberRemoved], None]] = []
         # Each gained partition's load, so a partition lost and gained again mid-load is
         # loaded once, from the newer lease.
         self._loads: dict[int, asyncio.Task[None]] = {}
@@ -610,8 +608,6 @@ class CoordinatorRuntime:
         # Removals first: within one call, a member's removal precedes the state change it causes.
         for removal in effects.removals:
             self._log_member_removed(removal)
-            for listener in self.member_removed_listeners:
-                listener(removal)
         for rebalance in effects.rebalances:
             self._rebalance_started(rebalance)
         for event in effects.events:

@@ -1,5 +1,5 @@
 """The broker's share partitions: loading each from the share coordinator, the share sessions
-of ShareFetch and ShareAcknowledge, acquisition locks timing out, members leaving.
+of ShareFetch and ShareAcknowledge, acquisition locks timing out, sessions closing.
 
 A share partition (kgroups.share.partition) is loaded on first use: its state read through the
 `ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
@@ -10,7 +10,14 @@ latest state each time. An acquisition alone is not written: after a restart its
 offered again with the delivery count last written (Kafka's at-least-once promise).
 
 One background task sleeps until the earliest acquisition lock's deadline and releases what
-timed out; released records wake ShareFetch long polls through `released`.
+timed out. A ShareFetch long poll tries again on an append to one of its partitions, or when
+its share partition is marked fetchable (`wakes`): a lock of it timed out, or an
+acknowledgement or release moved its start offset (room under the in-flight limit). Records a
+member released (RELEASE, its session or connection closing) without the start
+moving wake no one, as on Kafka 4.3.1: a waiting fetch takes them when it next tries, at the
+latest when its MaxWait ends. So the records a closing KafkaShareConsumer had handed to its
+application (it does not acknowledge its last poll's records on close) are not delivered at
+once to a member whose fetch was waiting.
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ class SharePartitionManager:
         self.settings = settings
         self.sessions = ShareSessions(max_sessions)
         self.persister = persister  # the share coordinator (`broker.share_state`)
-        self.released = AppendNotifier()  # records became available again
+        self.fetchable = AppendNotifier()  # a share partition's `wakes` count moved
+        self._wakes: dict[SharePartitionKey, int] = {}
         self._partitions: dict[SharePartitionKey, SharePartition] = {}
         self._loading: dict[SharePartitionKey, asyncio.Future[SharePartition | ErrorCode]] = {}
         self._writing: dict[SharePartitionKey, asyncio.Lock] = {}
@@ -133,6 +141,19 @@ class SharePartitionManager:
             return log.log_end_offset if found is None else found
         return log.log_end_offset
 
+    # --- waking waiting fetches -------------------------------------------------------------
+
+    def wakes(self, key: SharePartitionKey) -> int:
+        """How often fetches of `key` were told to try again: a waiting fetch compares it."""
+        return self._wakes.get(key, 0)
+
+    def _wake(self, keys: Iterable[SharePartitionKey]) -> None:
+        chosen = list(keys)
+        for key in chosen:
+            self._wakes[key] = self._wakes.get(key, 0) + 1
+        if chosen:
+            self.fetchable.notify()
+
     # --- changes ----------------------------------------------------------------------------
 
     async def acknowledge(self, key: SharePartitionKey, topic: str, member_id: str,
@@ -143,10 +164,12 @@ class SharePartitionManager:
         share_partition = await self.partition(key, topic)
         if isinstance(share_partition, ErrorCode):
             return AckOutcome(share_partition)
+        start = share_partition.start_offset
         outcome = share_partition.acknowledge(member_id, batches, now_ms())
         if outcome.error != ErrorCode.NONE:
             return outcome
-        self.released.notify()
+        if share_partition.start_offset != start:
+            self._wake([key])
         self._timers_changed.set()
         return AckOutcome(await self.write(key, outcome.state))
 
@@ -181,13 +204,6 @@ class SharePartitionManager:
                 for topic_id, partition in session.partitions]
         await self._release(keys, session.member_id)
 
-    def release_member(self, group_id: str, member_id: str) -> None:
-        """The member left its share group (or was fenced): its share session ends and what it
-        had acquired is released now; the state is written in the background."""
-        self.sessions.remove(group_id, member_id)
-        keys = [key for key in self._partitions if key.group_id == group_id]
-        self._background.spawn(f"share-release-{group_id}", self._release(keys, member_id))
-
     def connection_closed(self, connection: object) -> None:
         """A client connection closed: the share sessions it opened end, as Kafka 4.3.1 ends
         them, and their members' records are released."""
@@ -196,10 +212,19 @@ class SharePartitionManager:
                                    self.close_session(session))
 
     async def _release(self, keys: Iterable[SharePartitionKey], member_id: str) -> None:
-        changed = [key for key in keys
-                   if key in self._partitions and self._partitions[key].release_member(member_id)]
-        if changed:
-            self.released.notify()
+        """Release what `member_id` holds; waiting fetches wake only if a start offset moved
+        (records archived at the delivery count limit), not for records made available."""
+        changed, moved = [], []
+        for key in keys:
+            share_partition = self._partitions.get(key)
+            if share_partition is None:
+                continue
+            start = share_partition.start_offset
+            if share_partition.release_member(member_id):
+                changed.append(key)
+                if share_partition.start_offset != start:
+                    moved.append(key)
+        self._wake(moved)
         await asyncio.gather(*(self.write(key) for key in changed))
 
     async def _run_lock_timers(self) -> None:
@@ -217,5 +242,5 @@ class SharePartitionManager:
                 continue
             current = now_ms()
             expired = [key for key, p in self._partitions.items() if p.expire_locks(current)]
-            self.released.notify()
+            self._wake(expired)
             await asyncio.gather(*(self.write(key) for key in expired))

@@ -303,7 +303,7 @@ class SharePartition:
         return self._release_where(lambda r: r.lock_deadline_ms <= now_ms, timed_out=True)
 
     def release_member(self, member: str) -> bool:
-        """Release what `member` holds (its share session closed, or it left the group)."""
+        """Release what `member` holds (its share session closed, or its connection)."""
         return self._release_where(lambda r: r.member == member)
 
     def _release_where(self, chosen: Callable[[InFlightRecord], bool],

@@ -85,9 +85,6 @@ class ShareSessions:
         session.next_epoch += 1
         return SessionStep(session=session)
 
-    def remove(self, group_id: str, member_id: str) -> ShareSession | None:
-        return self._sessions.pop((group_id, member_id), None)
-
     def remove_opened_on(self, connection: object) -> list[ShareSession]:
         """The sessions a closed client connection had opened, removed."""
         gone = [key for key, s in self._sessions.items() if s.connection is connection]

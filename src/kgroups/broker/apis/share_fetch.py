@@ -6,7 +6,10 @@ session: each share partition says where to read (its first available record, el
 everything in flight), the log is read as Fetch reads it (apis/fetch.read_partition), and the
 response carries the whole log batches holding the acquired records with the acquired ranges
 and their delivery counts. Until MinBytes can be read from where the partitions would acquire,
-and while nothing is acquired, it waits (up to MaxWait) for an append or a release anywhere.
+and while nothing is acquired, it waits (up to MaxWait), trying again on what Kafka 4.3.1 tries
+again on: an append to one of its partitions, or their share partition marked fetchable (a lock
+timed out, the start offset moved: `SharePartitionManager.wakes`). Records a member released
+without the start moving do not end the wait; the next try takes them.
 A session just opened answers every partition; later ones only those with records, errors or
 acknowledgement results, as Kafka 4.3.1 answers. A session ends with the
 client connection that opened it (the broker's connections tell `connection_closed`).
@@ -192,8 +195,7 @@ async def _readable_bytes(ctx: RequestContext, request: Any,
 async def _fetch_all(ctx: RequestContext, request: Any, partitions: list[TopicPartitionId],
                      names: Names) -> dict[TopicPartitionId, _Answer]:
     """Acquire from every partition once MinBytes can be read (or MaxWait has passed); with
-    nothing acquired and no error, wait again for an append or a release, up to MaxWait."""
-    manager: SharePartitionManager = ctx.broker.share_partitions
+    nothing acquired and no error, wait for news of the partitions, up to MaxWait."""
     deadline = time.monotonic() + request.max_wait.total_seconds()
     min_bytes = max(1, int(request.min_bytes))
     while True:
@@ -202,15 +204,42 @@ async def _fetch_all(ctx: RequestContext, request: Any, partitions: list[TopicPa
             budget = {"records": max(1, int(request.max_records)),
                       "bytes": min(int(request.max_bytes), ctx.broker.config.fetch_max_bytes)}
             answers = {tp: await _acquire(ctx, request, tp, names, budget) for tp in partitions}
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or any(a.acquired or a.error != ErrorCode.NONE
-                                     for a in answers.values()):
+            if deadline <= time.monotonic() or any(a.acquired or a.error != ErrorCode.NONE
+                                                   for a in answers.values()):
                 return answers
+        await _wait_for_news(ctx, request.group_id, partitions, names, deadline)
+
+
+def _news(ctx: RequestContext, group_id: str, partitions: list[TopicPartitionId],
+          names: Names) -> tuple[int, ...]:
+    """What a waiting fetch tries again on when it changes: each partition's log end (an append)
+    and how often its share partition was marked fetchable."""
+    manager: SharePartitionManager = ctx.broker.share_partitions
+    marks: list[int] = []
+    for topic_id, index in partitions:
+        try:
+            log = ctx.broker.topics.log(names[uuid.UUID(bytes=topic_id)], index)
+        except OSError:  # answered by the next read
+            log = None
+        marks += [-1 if log is None else log.log_end_offset,
+                  manager.wakes(SharePartitionKey(group_id, topic_id, index))]
+    return tuple(marks)
+
+
+async def _wait_for_news(ctx: RequestContext, group_id: str, partitions: list[TopicPartitionId],
+                         names: Names, deadline: float) -> None:
+    """Until `_news` changes or the deadline passes: appends elsewhere (another topic, the
+    internal logs) and other share partitions' wakes do not end the wait."""
+    manager: SharePartitionManager = ctx.broker.share_partitions
+    seen = _news(ctx, group_id, partitions, names)
+    while (remaining := deadline - time.monotonic()) > 0:
         waits = [asyncio.ensure_future(ctx.broker.appends.wait(remaining)),
-                 asyncio.ensure_future(manager.released.wait(remaining))]
+                 asyncio.ensure_future(manager.fetchable.wait(remaining))]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for waiting in waits:
             waiting.cancel()
+        if _news(ctx, group_id, partitions, names) != seen:
+            return
 
 
 def _fetch_response(ctx: RequestContext, order: list[TopicPartitionId],

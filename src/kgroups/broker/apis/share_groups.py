@@ -9,8 +9,9 @@ group's life that the coordinator cannot do itself (it does no IO):
   `share.auto.offset.reset` when it first loads, as seen in Kafka's __share_group_state), then
   reports to the coordinator, which records them initialized. Without a share coordinator on
   the broker they are reported initialized at once.
-- a member that left, or was removed, has its acquired records released
-  (`broker.share_partitions.release_member`) when the broker serves share partitions.
+
+A member that leaves, or is removed, keeps its share session and the records it acquired, as
+on Kafka 4.3.1: they go back when its session or connection closes, or their locks time out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from kgroups.broker.security.authorizer import (
     described_group_operations,
 )
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
-from kgroups.coordinator.effects import MemberRemoved
 from kgroups.coordinator.share_messages import (
     ShareGroupDescribeRequest,
     ShareGroupDescribeResponse,
@@ -92,14 +92,6 @@ async def initialize_partitions(broker: Any, group_id: str, group_epoch: int,
                     error = result
     await broker.coordinator.call(lambda request_id: ShareGroupInitializedRequest(
         request_id, group_id, topics, error))
-
-
-def release_removed_member(broker: Any, removal: MemberRemoved) -> None:
-    """A share member left or was removed: its acquired records go back to available, when
-    the broker serves share partitions (other groups' members are unknown to it)."""
-    partitions = getattr(broker, "share_partitions", None)
-    if partitions is not None:
-        partitions.release_member(removal.group_id, removal.member_id)
 
 
 class ShareGroupDescribeHandler:
