@@ -60,9 +60,9 @@ from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
 
-API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT, FETCH_OFFSETS = 18, 3, 11, 14, 12, 8, 9
+API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 3, 11, 14, 12, 8
 # The newest version of each API this script fills in (older ones drop fields via `build`).
-PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9, FETCH_OFFSETS: 7}
+PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
 # The fixed moderate load: this many commits per second in all, spread over this many groups.
 MODERATE_COMMITS_PER_S = 1000
 MODERATE_GROUPS = 50
@@ -290,13 +290,18 @@ def heartbeats_of(joins: list[Any]) -> Any:
 def commit(index: int, connection: PipelinedConnection) -> Any:
     """A standalone group per connection (generation -1, no member), as admin tools and
     assign()-mode consumers commit; each commit is one write to the log."""
+    return commit_of(f"bench-commit-{index}", index, connection)
+
+
+def commit_of(group: str, offset: int, connection: PipelinedConnection) -> Any:
+    """`group`'s standalone commit of `offset` for the bench topic's partition 0."""
     return connection.request(
-        COMMIT, group_id=f"bench-commit-{index}", generation_id_or_member_epoch=-1,
+        COMMIT, group_id=group, generation_id_or_member_epoch=-1,
         member_id="", group_instance_id=None, retention_time=datetime.timedelta(0),
         topics=(connection.nested(COMMIT, "OffsetCommitRequestTopic", name="bench",
                                   partitions=(connection.nested(
                                       COMMIT, "OffsetCommitRequestPartition",
-                                      partition_index=0, committed_offset=index,
+                                      partition_index=0, committed_offset=offset,
                                       committed_leader_epoch=-1,
                                       committed_metadata=""),)),))
 
@@ -403,18 +408,18 @@ NOT_READY = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
 async def wait_coordinator_ready(port: int, tls: ssl.SSLContext | None = None) -> None:
     """A freshly started coordinator may still be loading (or, in Kafka, electing itself for)
     its __consumer_offsets partitions; wait until groups on every partition get answers. Asked
-    with OffsetFetch, which says COORDINATOR_LOAD_IN_PROGRESS while loading (a Heartbeat is
-    answered NONE blindly then, as Kafka answers it)."""
+    with a standalone OffsetCommit of each probe group, which says COORDINATOR_LOAD_IN_PROGRESS
+    while loading (a Heartbeat is answered NONE blindly then, as Kafka answers it; Tansu's
+    OffsetFetch v7 answer does not decode)."""
     versions = await negotiate(port, tls)
     connection = await PipelinedConnection.open(port, versions, tls)
     pending = [f"probe-{index}" for index in range(PROBE_GROUPS)]
     try:
         for _ in range(600):
-            answers = await asyncio.gather(*(connection.send(connection.request(
-                FETCH_OFFSETS, group_id=group, topics=None, require_stable=False))
-                for group in pending))
+            answers = await asyncio.gather(*(connection.send(commit_of(group, 0, connection))
+                                             for group in pending))
             pending = [group for group, answer in zip(pending, answers, strict=True)
-                       if answer.error_code in NOT_READY]
+                       if answer.topics[0].partitions[0].error_code in NOT_READY]
             if not pending:
                 return
             await asyncio.sleep(0.1)
