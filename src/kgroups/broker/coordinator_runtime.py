@@ -476,7 +476,8 @@ class CoordinatorRuntime:
         """Hand one request to the shard and wait for its reply (which may come much later:
         a JoinGroup is answered when the rebalance completes)."""
         request_id = next(self._request_ids)
-        started = time.monotonic()
+        metrics = self.metrics
+        started = 0.0 if metrics is None else time.monotonic()
         request = make_request(request_id)
         for group_id in _groups_named(request):
             if not self._take_turn(group_id):
@@ -488,8 +489,8 @@ class CoordinatorRuntime:
             return await future
         finally:
             self._waiting.pop(request_id, None)
-            if self.metrics is not None:
-                self.metrics.observe_request(type(request).__name__.removesuffix("Request"),
+            if metrics is not None:
+                metrics.observe_request(type(request).__name__.removesuffix("Request"),
                                              time.monotonic() - started)
 
     def _take_turn(self, group_id: str) -> bool:

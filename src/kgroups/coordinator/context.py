@@ -126,6 +126,9 @@ class ShardContext:
         self.loading: set[int] = set()
         self.timers = TimerQueue()
         self.pending_writes: dict[int, _PendingWrite] = {}
+        # The ids of those applied at once (with a journal), in emitted order: what a durable
+        # write must rebase (`_rebase_later_undos`); none, for a stream of offset commits.
+        self._journaled: dict[int, None] = {}
         # Offset keys of OffsetCommits in flight, per group id (the group may not exist yet):
         # expiry skips them and a deletion writes tombstones for them too.
         self.commits_in_flight: dict[str, Counter[tuple[str, int]]] = {}
@@ -308,6 +311,8 @@ class ShardContext:
         self.next_write_id += 1
         write_id = self.next_write_id
         self.pending_writes[write_id] = pending
+        if pending.journal is not None:
+            self._journaled[write_id] = None
         self.fx.writes.append(Write(write_id, pending.offsets_partition, pending.records,
                                     pending.producer_id, pending.producer_epoch, pending.marker))
 
@@ -323,6 +328,7 @@ class ShardContext:
         if write_id not in self.pending_writes:
             return  # unknown, or failed already with an earlier write of its partition
         if error is None or error == ErrorCode.NONE:
+            self._journaled.pop(write_id, None)
             self._write_succeeded(write_id, self.pending_writes.pop(write_id))
         else:
             self._fail_from(write_id, client_error_for_write(error))
@@ -357,10 +363,11 @@ class ShardContext:
         one of its keys must, if it fails, go back to the value this one gave the key, not to
         what the key held before this one landed (the first undo of that key does; the ones
         after it go back to the value the one before them gave)."""
-        # pending_writes holds the writes in the order they were emitted (ids only grow).
-        later = [pending.journal for later_id, pending in self.pending_writes.items()
-                 if later_id > write_id and pending.journal is not None
-                 and pending.offsets_partition == durable.offsets_partition]
+        # _journaled holds the writes in the order they were emitted (ids only grow).
+        later = [journal for later_id in self._journaled
+                 if later_id > write_id
+                 and (pending := self.pending_writes[later_id]).offsets_partition
+                 == durable.offsets_partition and (journal := pending.journal) is not None]
         if not later:  # the usual case: nothing applied at once is in flight behind it
             return
         values = {record.key: record.value for record in durable.records}
@@ -381,7 +388,9 @@ class ShardContext:
         later = sorted(i for i, p in self.pending_writes.items()
                        if i > write_id and p.offsets_partition == partition)
         for later_id in reversed(later):  # each still counts the ones before it as in flight
+            self._journaled.pop(later_id, None)
             self._revert(self.pending_writes.pop(later_id), error)
+        self._journaled.pop(write_id, None)
         self._revert(self.pending_writes.pop(write_id), error)
 
     def _revert(self, failed: _PendingWrite, error: ErrorCode) -> None:

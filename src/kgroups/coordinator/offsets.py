@@ -115,7 +115,7 @@ def sized_partitions(
     for topic in topics:
         for part in topic.partitions:
             metadata = part.metadata or ""
-            if _utf16_length(metadata) > limit:
+            if metadata and _utf16_length(metadata) > limit:
                 too_large.add((topic.name, part.partition))
             else:
                 fitting.append((topic.name, part, metadata))

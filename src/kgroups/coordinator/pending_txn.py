@@ -70,10 +70,10 @@ class PendingTxnOffsets:
     def supersede(self, records: Iterable[OffsetsRecord]) -> None:
         """Non-transactional records are durable: their offset keys are newer than any pending
         value of the same key, which therefore never lands."""
+        if not self._by_producer:  # no transaction holds an offset: the usual case
+            return
         keys = {(k.group, k.topic, k.partition) for r in records
                 if type(k := r.key) is OffsetCommitKey}
-        if not keys or not self._by_producer:
-            return
         for producer, held in self._by_producer.items():
             for key in keys & held.keys():
                 del held[key]
