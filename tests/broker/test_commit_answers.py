@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tests.broker.broker_wire_helpers import connect, create_topic
 
-from kgroups.broker.kept_answers import KEPT_PARTITIONS
+from kgroups.broker.kept_answers import KEPT_BYTES, KEPT_PARTITIONS
 from kgroups.broker.wire import (
     NO_THROTTLE,
     build,
@@ -123,3 +123,21 @@ def test_an_answer_saying_something_else_is_not_a_kept_one(broker_port: int) -> 
                 sent = _commit(version, "kept-then-refused", [(TOPIC, many)])
                 assert _exchange(sock, sent) == _expected(version, sent[0], [(TOPIC, [
                     (index, NONE if index < 2 else UNKNOWN) for index in many])])
+
+
+def test_answers_naming_long_topics_keep_the_store_bounded(
+    inprocess_broker: Any, broker_port: int,
+) -> None:
+    """A client naming ever new topics of 20,000 characters (unknown: each answered
+    UNKNOWN_TOPIC_OR_PARTITION, each answer ~160 kB): every answer is still right, and the
+    answers kept never hold more than KEPT_BYTES, whatever the count."""
+    kept = inprocess_broker.broker.commit_answers
+    with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
+        _ready(sock, ["long-names"])
+        for round_ in range(40):
+            names = [f"{round_:02d}-{index}-" + "x" * 20_000 for index in range(8)]
+            sent = _commit(9, "long-names", [(name, [0]) for name in names])
+            assert _exchange(sock, sent) == _expected(
+                9, sent[0], [(name, [(0, UNKNOWN)]) for name in names])
+            assert kept.size_bytes <= KEPT_BYTES
+    assert KEPT_BYTES < 40 * 8 * 20_000  # enough was asked to pass the bound

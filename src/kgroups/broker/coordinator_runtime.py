@@ -269,9 +269,8 @@ class CoordinatorRuntime:
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The event loop running this runtime, kept while it runs: CPython 3.11's
-        asyncio.get_running_loop() makes a getpid system call each time (its fork check),
-        which cost OffsetCommit some 10% of its broker CPU here, called several times for
-        every request."""
+        asyncio.get_running_loop() makes a getpid system call each time (its fork check), and
+        the request path asked for the loop several times per request."""
         loop = self._loop
         if loop is None or not loop.is_running():
             loop = self._loop = asyncio.get_running_loop()
@@ -491,7 +490,7 @@ class CoordinatorRuntime:
             self._waiting.pop(request_id, None)
             if metrics is not None:
                 metrics.observe_request(type(request).__name__.removesuffix("Request"),
-                                             time.monotonic() - started)
+                                        time.monotonic() - started)
 
     def _take_turn(self, group_id: str) -> bool:
         """Count a request for `group_id` against this turn, if the group has room in it and

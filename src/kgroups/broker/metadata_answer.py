@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kgroups.broker.kept_answers import KeptAnswers
 from kgroups.broker.wire import EncodedAnswer, SelfEncodingResponse, encode_entity
 from kgroups.log.batch import uvarint
 
@@ -72,8 +73,6 @@ def encoded_topic(topic: Any, version: int) -> CachedTopic:
 # What a cached answer is found by: the version, the topics asked (None: all), whether topic
 # and cluster operations were asked for, and the address advertised on the request's listener.
 AnswerKey = tuple[int, tuple[Any, ...] | None, bool, bool, tuple[str, int]]
-# The bytes of cached answers kept at most; past it the cache starts again empty.
-ANSWER_CACHE_BYTES = 4 * 1024 * 1024
 
 
 class TopicEntryCache:
@@ -96,8 +95,7 @@ class TopicEntryCache:
         self._counts: dict[str, int] = {}
         self._entries: dict[int, dict[str, CachedTopic]] = {}
         self._listed: dict[int, tuple[CachedTopic, ...]] = {}
-        self._answers: dict[AnswerKey, EncodedAnswer] = {}
-        self._answer_bytes = 0
+        self._answers = KeptAnswers()
 
     def topics_changed(self, partition_counts: Mapping[str, int]) -> None:
         before, self._counts = self._counts, dict(partition_counts)
@@ -107,7 +105,6 @@ class TopicEntryCache:
                 del entries[name]
         self._listed.clear()
         self._answers.clear()
-        self._answer_bytes = 0
 
     def answer(self, key: AnswerKey) -> EncodedAnswer | None:
         return self._answers.get(key)
@@ -116,13 +113,7 @@ class TopicEntryCache:
         """`answer` encoded, kept for the requests asking `key` until the topics change."""
         out: list[Any] = []
         answer.write_body(out)
-        encoded = EncodedAnswer(answer.response_class, b"".join(out))
-        if self._answer_bytes + len(encoded.body) > ANSWER_CACHE_BYTES:
-            self._answers.clear()
-            self._answer_bytes = 0
-        self._answers[key] = encoded
-        self._answer_bytes += len(encoded.body)
-        return encoded
+        return self._answers.keep(key, EncodedAnswer(answer.response_class, b"".join(out)))
 
     def entry(self, version: int, name: str,
               encode: Callable[[str], CachedTopic]) -> CachedTopic:

@@ -185,7 +185,7 @@ class EncodedAnswer(SelfEncodingResponse):
     def of(cls, response: Any) -> EncodedAnswer:
         """`response` (a kio response object) encoded."""
         out: list[Any] = []
-        _encoder(type(response))(response, out)
+        encode_entity(response, out)
         return cls(type(response), b"".join(out))
 
 
