@@ -236,12 +236,16 @@ def test_clients_that_never_read_their_fetches_cannot_outgrow_the_budget(
                                   f"num.network.threads={network_threads}")
     fill_topic(server.port, "t", 8)
     fetchers: list[Hostile] = [NeverReadingFetcher(server.port, topic="t") for _ in range(4)]
-    figures, healthy = _measure(server, fetchers, 30, done=4)
+    least_closed = 3 if network_threads else 1  # see below
+    figures, healthy = _measure(server, fetchers, 30, done=least_closed)
     _check(server, figures, healthy)
     closed = sum(f.closed_by_broker for f in fetchers)
     # The biggest holders are closed while the budget stays exhausted; the last one left may
-    # then hold less than the budget and is not closed (1 run in 3 on an idle machine).
-    assert closed >= 3
+    # then hold less than the budget and is not closed (1 run in 3 on an idle machine). A
+    # socket read in the broker process takes turns with the others (FRAMES_IN_A_ROW
+    # requests), so its first answers wait in its transport, and stop its reading, before it
+    # has read more: after the first close the others may all fit in the budget.
+    assert closed >= least_closed
     assert server.log_text().count("reason=memory_budget") == closed
 
 

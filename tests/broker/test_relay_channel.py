@@ -40,9 +40,10 @@ def burst(count: int) -> bytes:
                     for payload in (str(i).encode() for i in range(count)))
 
 
-def channel_with_log() -> tuple[Channel, RecordingTransport, list[tuple[int, int, bytes]]]:
+def channel_with_log(per_pass: int | None = MESSAGES_PER_PASS,
+                     ) -> tuple[Channel, RecordingTransport, list[tuple[int, int, bytes]]]:
     received: list[tuple[int, int, bytes]] = []
-    channel = Channel(lambda *message: received.append(message), lambda: None)
+    channel = Channel(lambda *message: received.append(message), lambda: None, per_pass)
     transport = RecordingTransport()
     channel.connection_made(transport)  # type: ignore[arg-type]
     return channel, transport, received
@@ -76,6 +77,22 @@ async def _a_burst_is_handed_on_in_slices_in_order() -> None:
     assert [payload for _, _, payload in received] == [str(i).encode() for i in range(count)]
     assert all(kind == Kind.FRAME and connection == 7 for kind, connection, _ in received)
     assert not transport.paused and transport.pauses == 1
+
+
+def test_the_broker_process_end_takes_a_whole_burst_at_once() -> None:
+    """Its FairFrames slices the work per connection instead, which needs every frame in hand
+    (a frame behind a flood would otherwise wait for the whole flood to be handed on)."""
+    asyncio.run(_the_broker_process_end_takes_a_whole_burst_at_once())
+
+
+async def _the_broker_process_end_takes_a_whole_burst_at_once() -> None:
+    channel, transport, received = channel_with_log(per_pass=None)
+    count = 3 * MESSAGES_PER_PASS + 5
+
+    channel.data_received(burst(count))
+    assert [payload for _, _, payload in received] == [str(i).encode() for i in range(count)]
+    assert await passes_until_idle(channel, received) == []
+    assert transport.pauses == 0
 
 
 def test_a_message_split_across_reads_waits_for_its_end_without_pausing() -> None:

@@ -51,6 +51,12 @@ _CHUNK = 256 * 1024
 # goes alone, so joining never copies much.
 _COALESCE = 64 * 1024
 _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger = 0}
+# Requests one connection may start in a row before the others get their turn: reading frames
+# already buffered never yields to the event loop, so a client pipelining a thousand requests
+# would otherwise have them all started (and run, next iteration) ahead of another client's
+# one request that came meanwhile. The broker process's relayed frames take the same turns
+# (fair_frames).
+FRAMES_IN_A_ROW = 32
 
 
 def set_buffer(sock: Any, option: int, size: int) -> None:
@@ -319,6 +325,7 @@ class Connection(abc.ABC):
         return view
 
     async def _read_requests(self) -> None:
+        in_a_row = 0
         while (frame := await self._read_frame()) is not None:
             try:
                 work = self._start(frame)
@@ -328,6 +335,10 @@ class Connection(abc.ABC):
                 self._failed(error)
                 raise ConnectionClosed("handler_failed") from None
             await self._submit(work)
+            in_a_row += 1
+            if in_a_row == FRAMES_IN_A_ROW:  # the other connections' turn (see the constant)
+                in_a_row = 0
+                await asyncio.sleep(0)
 
     async def _submit(self, work: Coroutine[Any, Any, bytes | None] |
                       asyncio.Future[bytes | None]) -> None:

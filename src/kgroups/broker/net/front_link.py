@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kgroups.broker.background import Backoff, describe
 from kgroups.broker.events import log_event
 from kgroups.broker.net.connection import Refusal
+from kgroups.broker.net.fair_frames import FairFrames
 from kgroups.broker.net.relay_channel import Channel, Kind
 from kgroups.broker.net.request_intake import (
     answer,
@@ -198,6 +199,7 @@ class NetworkProcess:
         self._channel: Channel | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._ready: asyncio.Future[None] | None = None
+        self._frames = FairFrames(asyncio.get_running_loop())
         self.lost = asyncio.Event()
 
     async def start(self) -> None:
@@ -225,7 +227,7 @@ class NetworkProcess:
         self._process.stdin.close()
         self._ready = loop.create_future()
         _, channel = await loop.create_unix_connection(
-            lambda: Channel(self._received, self._channel_lost), sock=ours)
+            lambda: Channel(self._received, self._channel_lost, per_pass=None), sock=ours)
         self._channel = channel
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)
@@ -251,7 +253,7 @@ class NetworkProcess:
         connection = self._connections.get(connection_id)
         if kind == Kind.FRAME:
             if connection is not None:
-                connection.frame(payload)
+                self._frames.add(connection, payload)
         elif kind == Kind.TAKEN:
             if connection is not None:
                 connection.taken(int.from_bytes(payload, "big"))
@@ -284,7 +286,7 @@ class NetworkProcess:
             return
 
         def end() -> None:
-            del self._connections[connection_id]
+            self._frames.drop(self._connections.pop(connection_id))
             self._admission.release(host)
 
         self._connections[connection_id] = RelayedConnection(

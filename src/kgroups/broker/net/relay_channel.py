@@ -3,8 +3,9 @@
 One Unix socket pair carries every client connection's traffic, as messages of a 9-byte header
 (kind, connection id, payload length) and a payload. Messages a side produces in one event-loop
 iteration leave in one write, so a busy broker pays one system call per iteration for all its
-clients instead of one per client. The receiving side hands them on MESSAGES_PER_PASS at a
-time, one slice per event-loop iteration.
+clients instead of one per client. The network process's side hands them on MESSAGES_PER_PASS
+at a time, one slice per event-loop iteration; the broker process's takes every whole message
+at once and slices the work itself, each connection's frames in turn (`fair_frames`).
 
 Per connection, messages keep their order both ways: a connection's frames reach the broker
 process in the order its client sent them, its answers come back in request order, and a CLOSE
@@ -52,8 +53,10 @@ Receiver = Callable[[int, int, bytes], None]
 class Channel(asyncio.Protocol):
     """Either end of the channel: `send` queues a message, `receive` gets each one whole."""
 
-    def __init__(self, receive: Receiver, lost: Callable[[], None]) -> None:
+    def __init__(self, receive: Receiver, lost: Callable[[], None],
+                 per_pass: int | None = MESSAGES_PER_PASS) -> None:
         self._receive = receive
+        self._per_pass = per_pass  # None: every whole message at once
         self._lost = lost
         self._transport: asyncio.Transport | None = None
         self._inbox = bytearray()
@@ -77,7 +80,7 @@ class Channel(asyncio.Protocol):
             self._take_messages()
 
     def _take_messages(self) -> None:
-        """Hand on up to MESSAGES_PER_PASS whole messages; more wait for the next event-loop
+        """Hand on up to `per_pass` whole messages; more wait for the next event-loop
         iteration, with reading paused meanwhile (see MESSAGES_PER_PASS)."""
         inbox = self._inbox
         if self.closed:  # the other side is gone: what it sent last is owed to no one
@@ -87,9 +90,10 @@ class Channel(asyncio.Protocol):
         position = 0
         taken = 0
         receive = self._receive
+        per_pass = self._per_pass if self._per_pass is not None else size
         unpack = HEADER.unpack_from
         with memoryview(inbox) as view:  # each payload copied once, out of the inbox
-            while size - position >= HEADER.size and taken < MESSAGES_PER_PASS:
+            while size - position >= HEADER.size and taken < per_pass:
                 kind, connection, length = unpack(view, position)
                 end = position + HEADER.size + length
                 if end > size:
@@ -98,7 +102,7 @@ class Channel(asyncio.Protocol):
                 position = end
                 taken += 1
         del inbox[:position]
-        more = taken == MESSAGES_PER_PASS and self._whole_message_waits()
+        more = taken == per_pass and self._whole_message_waits()
         if more and not self._pass_due:
             self._pass_due = True
             if self._transport is not None:

@@ -1,0 +1,144 @@
+"""A client pipelining hundreds of requests does not push another client's request behind all
+of them: each connection gets its turn, FRAMES_IN_A_ROW requests at a time, whether the broker
+reads its own sockets or a network process relays them (`fair_frames`). Kafka reads one request
+of a connection at a time, so a pipelining client cannot get ahead of the others there either.
+
+Counted, not timed: when the second client's answer has arrived, how many of the flood's
+answers had been sent before it (they are in the flooding socket's receive buffer by then, on
+loopback). Before the turns the broker started every request of the flood first: all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+from typing import Any
+
+import pytest
+from tests.broker.broker_wire_helpers import connect, create_topic
+
+from kgroups.broker.net.connection import FRAMES_IN_A_ROW
+from kgroups.broker.net.fair_frames import FairFrames
+from kgroups.broker.wire import build, encode_request, request_type, sibling
+from kgroups.errors import ErrorCode
+
+TOPIC = "fair"
+FLOOD = 400  # under queued.max.requests (500): the whole flood is read and started at once
+
+
+class Taker:
+    def __init__(self, name: str, started: list[tuple[str, bytes]]) -> None:
+        self.name = name
+        self._started = started
+
+    def frame(self, payload: bytes) -> None:
+        self._started.append((self.name, payload))
+
+
+async def _passes(frames: FairFrames, started: list[Any]) -> list[list[Any]]:
+    """What each later event-loop iteration started, until nothing more was."""
+    passes = []
+    while True:
+        before = len(started)
+        await asyncio.sleep(0)
+        if len(started) == before:
+            return passes
+        passes.append(started[before:])
+
+
+def test_connections_take_turns_in_order_and_a_dropped_one_starts_nothing_more() -> None:
+    async def scenario() -> None:
+        started: list[tuple[str, bytes]] = []
+        frames = FairFrames(asyncio.get_running_loop())
+        flood, late, gone = (Taker(name, started) for name in ("flood", "late", "gone"))
+        for index in range(3 * FRAMES_IN_A_ROW):
+            frames.add(flood, b"%d" % index)
+        frames.add(gone, b"g0")
+        frames.add(gone, b"g1")
+        frames.add(late, b"l0")
+        frames.drop(gone)
+        passes = await _passes(frames, started)
+        # The late connection's one frame starts in the first pass, beside the flood's.
+        assert passes[0][:3] == [("flood", b"0"), ("late", b"l0"), ("flood", b"1")]
+        assert all(len(each) <= FRAMES_IN_A_ROW for each in passes)
+        assert [payload for name, payload in started if name == "flood"] == [
+            b"%d" % index for index in range(3 * FRAMES_IN_A_ROW)]
+        assert not [entry for entry in started if entry[0] == "gone"]
+
+    asyncio.run(scenario())
+
+
+def _commits(count: int, group: str) -> bytes:
+    """`count` commits, each of its own group (one group's requests take turns of their own in
+    the coordinator, GROUP_REQUESTS_PER_TURN)."""
+    commit = request_type(8, 8)
+    return b"".join(encode_request(index + 1, "fair", build(
+        commit, group_id=f"{group}-{index}", generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(build(
+            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(build(
+                sibling(commit, "OffsetCommitRequestPartition"), partition_index=0,
+                committed_offset=index, committed_leader_epoch=-1,
+                committed_metadata=""),)),))) for index in range(count))
+
+
+def _answers_waiting(sock: socket.socket) -> int:
+    """Whole answers already in the socket's receive buffer."""
+    sock.setblocking(False)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    count = position = 0
+    while position + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, position)
+        if position + 4 + size > len(data):
+            break
+        position += 4 + size
+        count += 1
+    return count
+
+
+def _flood_answers_before_the_other(port: int) -> int:
+    with connect(port) as admin:
+        create_topic(admin, TOPIC, 1)
+        deadline = 600
+        while deadline:  # until __consumer_offsets is loaded
+            deadline -= 1
+            (topic,) = admin.call(build(
+                request_type(8, 8), group_id="probe", generation_id_or_member_epoch=-1,
+                member_id="", group_instance_id=None, topics=(build(
+                    sibling(request_type(8, 8), "OffsetCommitRequestTopic"), name=TOPIC,
+                    partitions=(build(sibling(request_type(8, 8),
+                                              "OffsetCommitRequestPartition"),
+                                      partition_index=0, committed_offset=0,
+                                      committed_leader_epoch=-1, committed_metadata=""),)),))
+            ).topics
+            if topic.partitions[0].error_code == ErrorCode.NONE:
+                break
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as flood, \
+            socket.create_connection(("127.0.0.1", port), timeout=30) as other:
+        flood.sendall(_commits(FLOOD, "flood"))
+        other.sendall(_commits(1, "other"))
+        (size,) = struct.unpack(">i", other.recv(4, socket.MSG_WAITALL))
+        other.recv(size, socket.MSG_WAITALL)
+        return _answers_waiting(flood)
+
+
+def test_a_request_is_not_started_behind_another_clients_flood(inprocess_broker: Any) -> None:
+    """The broker reading its own sockets (num.network.threads=0)."""
+    assert _flood_answers_before_the_other(inprocess_broker.port) < FLOOD // 2
+
+
+@pytest.mark.slow
+def test_a_relayed_request_is_not_started_behind_another_clients_flood(
+        start_kgroups_server: Any) -> None:
+    """Frames relayed by a network process, all of the flood in the channel ahead of the
+    other client's one."""
+    server = start_kgroups_server("num.network.threads=1")
+    assert _flood_answers_before_the_other(server.port) < FLOOD // 2
