@@ -10,13 +10,17 @@ does, and reports process CPU time per phase (best of --repeat runs):
 It also prints a digest of every record written and every answer given, so a change meant to
 be faster only can be checked to leave the output byte for byte the same.
 
-Run: .venv/bin/python bench/consumer_core.py [--members 1000] [--repeat 3] [--profile]
+- storm (--storm): N members join within one assignment interval (1 s), then one heartbeat
+  after it computes every member's target: that step's CPU (bench/join_storm.py's longest).
+
+Run: .venv/bin/python bench/consumer_core.py [--members 1000] [--repeat 3] [--profile] [--storm]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import hashlib
 import itertools
 import pstats
@@ -27,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+from kgroups.broker.gc_tuning import collect_for_serving
 from kgroups.coordinator import Effects, GroupCoordinator, GroupCoordinatorConfig
 from kgroups.coordinator.consumer_group import TopicInfo
 from kgroups.coordinator.consumer_messages import (
@@ -43,12 +48,12 @@ NOW = 1_000_000
 class Driver:
     """A coordinator whose writes succeed at once, with a digest of what it wrote and said."""
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, interval_ms: int = 0) -> None:
         ids = itertools.count(1)
-        # A target computed at every join (the clock never moves here, so with the default
-        # group.consumer.assignment.interval.ms no later one would be): the worst case, and
-        # the figures and digests recorded before batching stay comparable.
-        config = GroupCoordinatorConfig(group_consumer_assignment_interval_ms=0)
+        # By default a target computed at every join (the clock never moves here, so with the
+        # default group.consumer.assignment.interval.ms no later one would be): the worst
+        # case, and the figures and digests recorded before batching stay comparable.
+        config = GroupCoordinatorConfig(group_consumer_assignment_interval_ms=interval_ms)
         self.coordinator = GroupCoordinator(config, new_uuid=lambda: uuid.UUID(int=next(ids)))
         self.digest = hashlib.sha256()
         self.requests = itertools.count(1)
@@ -57,7 +62,7 @@ class Driver:
             self.absorb(self.coordinator.load_partition(partition, [], NOW))
         self.coordinator.set_topics({"t": TopicInfo(TOPIC_ID, partitions)}, NOW)
 
-    def absorb(self, fx: Effects) -> None:
+    def absorb(self, fx: Effects, now: int = NOW) -> None:
         for reply in fx.replies:
             self.replies[reply.request_id] = reply.response
             self.digest.update(repr(reply.response).encode())
@@ -65,16 +70,17 @@ class Driver:
             for record in write.records:
                 key, value = encode_record(record)
                 self.digest.update(key + b"|" + (value or b"-"))
-            self.absorb(self.coordinator.write_completed(write.write_id, None, NOW))
+            self.absorb(self.coordinator.write_completed(write.write_id, None, now), now)
 
-    def heartbeat(self, member: str, epoch: int, owned: tuple) -> ConsumerGroupHeartbeatResponse:
+    def heartbeat(self, member: str, epoch: int, owned: tuple,
+                  now: int = NOW) -> ConsumerGroupHeartbeatResponse:
         request_id = next(self.requests)
         joining = epoch == 0
         self.absorb(self.coordinator.consumer_group_heartbeat(ConsumerGroupHeartbeatRequest(
             request_id, GROUP, member, epoch, rebalance_timeout_ms=30_000 if joining else -1,
             subscribed_topic_names=("t",) if joining else None,
             topic_partitions=() if joining else owned, client_id="bench",
-            client_host="/127.0.0.1", version=1), NOW))
+            client_host="/127.0.0.1", version=1), now), now)
         response = self.replies.pop(request_id)
         assert isinstance(response, ConsumerGroupHeartbeatResponse), response
         return response
@@ -129,12 +135,39 @@ def run(members: int) -> tuple[dict[str, float], str]:
     return times, driver.digest.hexdigest()
 
 
+def storm(members: int) -> tuple[float, str]:
+    """`members` join within one group.consumer.assignment.interval.ms (its default, 1 s), as
+    in bench/join_storm.py; the CPU seconds of the one heartbeat after the interval, which
+    computes every member's target and writes a record per member: the broker's longest single
+    step of a join storm, during which no other client is answered. The garbage collector is
+    set as `kgroups serve` sets it (and the digest covers that step's records and answer)."""
+    driver = Driver(64, interval_ms=1000)
+    first = driver.heartbeat("storm-00000", 0, ())
+    for index in range(1, members):
+        driver.heartbeat(f"storm-{index:05d}-{uuid.UUID(int=index).hex[-8:]}", 0, ())
+    driver.digest = hashlib.sha256()
+    collect_for_serving()
+    start = time.process_time()
+    driver.heartbeat("storm-00000", first.member_epoch, first.assignment or (), NOW + 1001)
+    elapsed = time.process_time() - start
+    gc.unfreeze()
+    return elapsed, driver.digest.hexdigest()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile one run instead")
+    parser.add_argument("--storm", action="store_true",
+                        help="time the target computation after --members joins instead")
     args = parser.parse_args()
+    if args.storm:
+        runs = [storm(args.members) for _ in range(args.repeat)]
+        assert len({digest for _, digest in runs}) == 1, runs
+        print(f"members={args.members} storm target step CPU s: "
+              + ", ".join(f"{seconds:.3f}" for seconds, _ in runs) + f"; output {runs[0][1]}")
+        return
     if args.profile:
         profiler = cProfile.Profile(time.process_time)
         profiler.runcall(run, args.members)

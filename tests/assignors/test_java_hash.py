@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import uuid
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kgroups.assignors.java_hash import (
     copied_set_order,
     hash_set_order,
@@ -26,6 +29,19 @@ def test_hash_codes_are_javas() -> None:
     assert uuid_hash(uuid.UUID(int=(1 << 64) | 5)) == 4  # new Uuid(1, 5)
     kafka_id = uuid.UUID(bytes=base64.urlsafe_b64decode("C2ZAKADgPSzzyVeJrOGpVA=="))
     assert uuid_hash(kafka_id) == 1420723161
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=40) | st.text(min_size=1020, max_size=1100))
+def test_string_hash_is_the_definition_at_every_length(text: str) -> None:
+    """The sum over a table of powers (strings up to 1,024 UTF-16 units) and the loop past it
+    both give sum(unit[i] * 31 ** (n - 1 - i)) mod 2 ** 32, surrogate pairs counted as two
+    units, as Java counts them."""
+    raw = text.encode("utf-16-be")
+    units = [int.from_bytes(raw[i:i + 2], "big") for i in range(0, len(raw), 2)]
+    expected = sum(unit * 31 ** (len(units) - 1 - i) for i, unit in enumerate(units)) % (1 << 32)
+    string_hash.cache_clear()
+    assert string_hash(text) == expected
 
 
 def test_hash_set_and_map_orders_are_javas() -> None:

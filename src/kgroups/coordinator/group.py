@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kgroups.assignors.java_hash import string_hash
 from kgroups.coordinator.consumer_group import ConsumerGroup
 from kgroups.coordinator.messages import RequestId
-from kgroups.coordinator.placement import java_string_hash
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.coordinator.share_group import ShareGroup
 from kgroups.coordinator.streams_group import StreamsGroup
@@ -279,7 +279,7 @@ def java_hash_map_order(keys: list[str]) -> list[str]:
         capacity *= 2
 
     def bucket(key: str) -> int:
-        code = java_string_hash(key) & 0xFFFFFFFF
+        code = string_hash(key)
         return (code ^ (code >> 16)) & (capacity - 1)
 
     return sorted(keys, key=bucket)  # sorted() is stable: insertion order within a bucket

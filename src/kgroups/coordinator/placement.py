@@ -6,15 +6,14 @@ broker reading the same log must agree on where each group's records live.
 
 from __future__ import annotations
 
+from kgroups.assignors.java_hash import string_hash
+
 _INT32_MIN = -(2**31)
 
 
 def java_string_hash(text: str) -> int:
     """Java's String.hashCode: sum of UTF-16 code units times 31^(n-1-i), wrapped to int32."""
-    units = text.encode("utf-16-be")
-    value = 0
-    for index in range(0, len(units), 2):
-        value = (value * 31 + (units[index] << 8 | units[index + 1])) & 0xFFFFFFFF
+    value = string_hash(text)
     return value - (1 << 32) if value & 0x80000000 else value
 
 
