@@ -2,7 +2,8 @@
 
 Over loopback, with raw pipelined Kafka requests (no client library in the way):
 - OffsetCommit/s, Heartbeat/s and Metadata/s (one topic) from many connections, each keeping
-  several requests in flight, with p50/p99 request latency;
+  several requests in flight, with p50/p99 request latency and the CPU each request cost the
+  broker's processes and this client (the client shares the machine's cores with the broker);
 - p50/p99 of OffsetCommit at a fixed moderate load: 1,000 commits/s in all from 50 groups (one
   connection each, sent on a schedule whatever the answers' latency);
 - time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from confluent_kafka.admin import AdminClient, NewTopic
 
 # The Kafka harness lives with the tests (they start the same broker).
@@ -214,6 +216,7 @@ class Throughput:
     per_second: float
     p50_ms: float
     p99_ms: float
+    elapsed: float  # seconds
 
 
 async def hammer(connections: list[PipelinedConnection], make_request: Any, depth: int,
@@ -235,7 +238,32 @@ async def hammer(connections: list[PipelinedConnection], make_request: Any, dept
     elapsed = time.perf_counter() - started
     ordered = sorted(latencies)
     return Throughput(len(ordered) / elapsed, statistics.median(ordered) * 1000,
-                      ordered[int(len(ordered) * 0.99)] * 1000)
+                      ordered[int(len(ordered) * 0.99)] * 1000, elapsed)
+
+
+def server_processes(port: int) -> list[psutil.Process]:
+    """The processes holding `port`'s listening socket and their children: kgroups' broker
+    process and its network processes (which hold the socket the broker process bound)."""
+    found: dict[int, psutil.Process] = {}
+    for connection in psutil.net_connections("tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port \
+                and connection.pid is not None:
+            process = psutil.Process(connection.pid)
+            for each in (process, *process.children(recursive=True)):
+                found[each.pid] = each
+    if not found:
+        raise RuntimeError(f"no process listens on port {port}")
+    return list(found.values())
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User and system CPU of the broker's processes: with the client on the same cores,
+    how much of the machine each request costs the broker (bench/RESULTS.md, issue 28)."""
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
 
 
 async def paced_load(connections: list[PipelinedConnection], make_request: Any,
@@ -263,8 +291,9 @@ async def paced_load(connections: list[PipelinedConnection], make_request: Any,
     await asyncio.gather(*(lane(i, c) for i, c in enumerate(connections)))
     await asyncio.gather(*pending)
     ordered = sorted(latencies)
-    return Throughput(len(ordered) / (time.perf_counter() - started),
-                      statistics.median(ordered) * 1000, ordered[int(len(ordered) * 0.99)] * 1000)
+    elapsed = time.perf_counter() - started
+    return Throughput(len(ordered) / elapsed, statistics.median(ordered) * 1000,
+                      ordered[int(len(ordered) * 0.99)] * 1000, elapsed)
 
 
 def check_answer(answer: Any) -> None:
@@ -325,17 +354,17 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
     members = [await PipelinedConnection.open(port, versions, tls) for _ in range(connection_count)]
     _, joins = await form_group(members, "bench-heartbeat")
 
-    beats = await hammer(members, heartbeats_of(joins), depth, seconds)
-    figures.update({"heartbeat/s": beats.per_second, "heartbeat p50 ms": beats.p50_ms,
-                    "heartbeat p99 ms": beats.p99_ms})
-
-    commits = await hammer(members, commit, depth, seconds)
-    figures.update({"commit/s": commits.per_second, "commit p50 ms": commits.p50_ms,
-                    "commit p99 ms": commits.p99_ms})
-
-    lookups = await hammer(members, metadata, depth, seconds)
-    figures.update({"metadata/s": lookups.per_second, "metadata p50 ms": lookups.p50_ms,
-                    "metadata p99 ms": lookups.p99_ms})
+    server = server_processes(port)
+    for kind, make in (("heartbeat", heartbeats_of(joins)), ("commit", commit),
+                       ("metadata", metadata)):
+        before = cpu_seconds(server), time.process_time()
+        result = await hammer(members, make, depth, seconds)
+        after = cpu_seconds(server), time.process_time()
+        answered = result.per_second * result.elapsed
+        figures.update({f"{kind}/s": result.per_second, f"{kind} p50 ms": result.p50_ms,
+                        f"{kind} p99 ms": result.p99_ms,
+                        f"{kind} broker cpu us": 1e6 * (after[0] - before[0]) / answered,
+                        f"{kind} client cpu us": 1e6 * (after[1] - before[1]) / answered})
     for connection in members:
         await connection.close()
 

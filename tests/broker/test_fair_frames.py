@@ -54,17 +54,44 @@ def test_connections_take_turns_in_order_and_a_dropped_one_starts_nothing_more()
         flood, late, gone = (Taker(name, started) for name in ("flood", "late", "gone"))
         for index in range(3 * FRAMES_IN_A_ROW):
             frames.add(flood, b"%d" % index)
+        # Nothing waited: the first FRAMES_IN_A_ROW started at once, the rest wait.
+        assert started == [("flood", b"%d" % index) for index in range(FRAMES_IN_A_ROW)]
         frames.add(gone, b"g0")
         frames.add(gone, b"g1")
         frames.add(late, b"l0")
         frames.drop(gone)
         passes = await _passes(frames, started)
         # The late connection's one frame starts in the first pass, beside the flood's.
-        assert passes[0][:3] == [("flood", b"0"), ("late", b"l0"), ("flood", b"1")]
+        assert passes[0][:3] == [("flood", b"%d" % FRAMES_IN_A_ROW), ("late", b"l0"),
+                                 ("flood", b"%d" % (FRAMES_IN_A_ROW + 1))]
         assert all(len(each) <= FRAMES_IN_A_ROW for each in passes)
         assert [payload for name, payload in started if name == "flood"] == [
             b"%d" % index for index in range(3 * FRAMES_IN_A_ROW)]
         assert not [entry for entry in started if entry[0] == "gone"]
+        # Idle again: the next frame starts at once.
+        frames.add(late, b"l1")
+        assert started[-1] == ("late", b"l1")
+
+    asyncio.run(scenario())
+
+
+def test_each_read_starts_its_frames_at_once_while_none_waits() -> None:
+    async def scenario() -> None:
+        started: list[tuple[str, bytes]] = []
+        frames = FairFrames(asyncio.get_running_loop())
+        busy, quiet = Taker("busy", started), Taker("quiet", started)
+        for index in range(FRAMES_IN_A_ROW):
+            frames.add(busy, b"%d" % index)
+        frames.read_done()
+        frames.add(quiet, b"q0")  # a new read, nothing waiting: at once
+        assert started[-1] == ("quiet", b"q0")
+        for index in range(FRAMES_IN_A_ROW):
+            frames.add(busy, b"more %d" % index)
+        frames.read_done()
+        frames.add(quiet, b"q1")  # the busy one's last frame waits: so does this one
+        assert started[-1] != ("quiet", b"q1")
+        passes = await _passes(frames, started)
+        assert passes[0] == [("busy", b"more %d" % (FRAMES_IN_A_ROW - 1)), ("quiet", b"q1")]
 
     asyncio.run(scenario())
 

@@ -86,13 +86,19 @@ def test_the_broker_process_end_takes_a_whole_burst_at_once() -> None:
 
 
 async def _the_broker_process_end_takes_a_whole_burst_at_once() -> None:
-    channel, transport, received = channel_with_log(per_pass=None)
+    received: list[tuple[int, int, bytes]] = []
+    reads: list[int] = []  # messages handed on before each `handed` call
+    channel = Channel(lambda *message: received.append(message), lambda: None, None,
+                      lambda: reads.append(len(received)))
+    transport = RecordingTransport()
+    channel.connection_made(transport)  # type: ignore[arg-type]
     count = 3 * MESSAGES_PER_PASS + 5
 
     channel.data_received(burst(count))
     assert [payload for _, _, payload in received] == [str(i).encode() for i in range(count)]
     assert await passes_until_idle(channel, received) == []
     assert transport.pauses == 0
+    assert reads == [count]  # told once, after the read's last message
 
 
 def test_a_message_split_across_reads_waits_for_its_end_without_pausing() -> None:

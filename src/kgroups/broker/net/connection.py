@@ -54,8 +54,8 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger 
 # Requests one connection may start in a row before the others get their turn: reading frames
 # already buffered never yields to the event loop, so a client pipelining a thousand requests
 # would otherwise have them all started (and run, next iteration) ahead of another client's
-# one request that came meanwhile. The broker process's relayed frames take the same turns
-# (fair_frames).
+# one request that came meanwhile. A connection yields whenever its open requests reach a
+# multiple of this. The broker process's relayed frames take the same turns (fair_frames).
 FRAMES_IN_A_ROW = 32
 
 
@@ -325,7 +325,6 @@ class Connection(abc.ABC):
         return view
 
     async def _read_requests(self) -> None:
-        in_a_row = 0
         while (frame := await self._read_frame()) is not None:
             try:
                 work = self._start(frame)
@@ -335,9 +334,9 @@ class Connection(abc.ABC):
                 self._failed(error)
                 raise ConnectionClosed("handler_failed") from None
             await self._submit(work)
-            in_a_row += 1
-            if in_a_row == FRAMES_IN_A_ROW:  # the other connections' turn (see the constant)
-                in_a_row = 0
+            if len(self._in_flight) % FRAMES_IN_A_ROW == 0:
+                # The other connections' turn (see the constant): only a client with that many
+                # requests open waits for it, one keeping a few in flight never does.
                 await asyncio.sleep(0)
 
     async def _submit(self, work: Coroutine[Any, Any, bytes | None] |

@@ -29,36 +29,53 @@ class FrameTaker(Protocol):
 
 class FairFrames:
     """Frames waiting to start, per connection; `add` in arrival order, `drop` when the
-    connection is gone."""
+    connection is gone, `read_done` after each read of the channel. While none waits, a frame
+    starts at once, up to FRAMES_IN_A_ROW per read: the turns cost the common case (a few
+    requests per connection in flight) no event-loop iteration of latency, which a pipelined
+    client's throughput pays for (bench/broker.py's commits: 7% when every frame waited for
+    the next pass)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiting: dict[FrameTaker, deque[bytes]] = {}
         self._turns: deque[FrameTaker] = deque()  # connections with frames, next first
+        self._started = 0  # frames started since the last read or pass
         self._due = False
 
     def add(self, connection: FrameTaker, payload: bytes) -> None:
+        if not self._waiting and self._started < FRAMES_IN_A_ROW:
+            self._started += 1
+            connection.frame(payload)
+            return
         frames = self._waiting.get(connection)
         if frames is None:
             frames = self._waiting[connection] = deque()
             self._turns.append(connection)
         frames.append(payload)
-        if not self._due:
-            self._due = True
-            self._loop.call_soon(self._start_some)
+        self._pass_soon()
+
+    def read_done(self) -> None:
+        """The channel handed on what one read brought: the next read's frames may start at
+        once again (while none waits)."""
+        self._started = 0
 
     def drop(self, connection: FrameTaker) -> None:
         """The connection is gone: its waiting frames are owed to no one."""
         self._waiting.pop(connection, None)
 
+    def _pass_soon(self) -> None:
+        if not self._due:
+            self._due = True
+            self._loop.call_soon(self._start_some)
+
     def _start_some(self) -> None:
-        """Start up to FRAMES_IN_A_ROW frames, one per connection in turn; the rest wait for
-        the next event-loop iteration."""
+        """Start up to FRAMES_IN_A_ROW waiting frames, one per connection in turn; the rest
+        wait for the next event-loop iteration."""
         self._due = False
+        self._started = 0
         waiting, turns = self._waiting, self._turns
-        started = 0
         try:
-            while turns and started < FRAMES_IN_A_ROW:
+            while turns and self._started < FRAMES_IN_A_ROW:
                 connection = turns.popleft()
                 frames = waiting.get(connection)
                 if frames is None:  # dropped
@@ -68,9 +85,8 @@ class FairFrames:
                     turns.append(connection)
                 else:
                     del waiting[connection]
-                started += 1
+                self._started += 1
                 connection.frame(payload)
         finally:
-            if turns and not self._due:
-                self._due = True
-                self._loop.call_soon(self._start_some)
+            if turns:
+                self._pass_soon()

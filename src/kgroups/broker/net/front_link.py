@@ -227,7 +227,8 @@ class NetworkProcess:
         self._process.stdin.close()
         self._ready = loop.create_future()
         _, channel = await loop.create_unix_connection(
-            lambda: Channel(self._received, self._channel_lost, per_pass=None), sock=ours)
+            lambda: Channel(self._received, self._channel_lost, per_pass=None,
+                            handed=self._frames.read_done), sock=ours)
         self._channel = channel
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), READY_TIMEOUT_S)

@@ -54,9 +54,11 @@ class Channel(asyncio.Protocol):
     """Either end of the channel: `send` queues a message, `receive` gets each one whole."""
 
     def __init__(self, receive: Receiver, lost: Callable[[], None],
-                 per_pass: int | None = MESSAGES_PER_PASS) -> None:
+                 per_pass: int | None = MESSAGES_PER_PASS,
+                 handed: Callable[[], None] | None = None) -> None:
         self._receive = receive
         self._per_pass = per_pass  # None: every whole message at once
+        self._handed = handed  # called after each pass that handed something on
         self._lost = lost
         self._transport: asyncio.Transport | None = None
         self._inbox = bytearray()
@@ -102,6 +104,8 @@ class Channel(asyncio.Protocol):
                 position = end
                 taken += 1
         del inbox[:position]
+        if taken and self._handed is not None:
+            self._handed()
         more = taken == per_pass and self._whole_message_waits()
         if more and not self._pass_due:
             self._pass_due = True
