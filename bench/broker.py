@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import datetime
 import math
+import os
 import ssl
 import statistics
 import struct
@@ -242,18 +243,17 @@ async def hammer(connections: list[PipelinedConnection], make_request: Any, dept
 
 
 def server_processes(port: int) -> list[psutil.Process]:
-    """The processes holding `port`'s listening socket and their children: kgroups' broker
-    process and its network processes (which hold the socket the broker process bound)."""
-    found: dict[int, psutil.Process] = {}
+    """The broker's processes: the one listening on `port`, its ancestors below this script
+    (kgroups' network process listens; the broker process that started it does not) and all
+    their descendants."""
     for connection in psutil.net_connections("tcp"):
         if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port \
                 and connection.pid is not None:
-            process = psutil.Process(connection.pid)
-            for each in (process, *process.children(recursive=True)):
-                found[each.pid] = each
-    if not found:
-        raise RuntimeError(f"no process listens on port {port}")
-    return list(found.values())
+            root = psutil.Process(connection.pid)
+            while (parent := root.parent()) is not None and parent.pid not in (os.getpid(), 1):
+                root = parent
+            return [root, *root.children(recursive=True)]
+    raise RuntimeError(f"no process listens on port {port}")
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:
