@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import socket
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kio.schema.create_topics.v7 import request as create_topics
@@ -50,6 +51,43 @@ def create_topic(client: KafkaWireClient, name: str, partitions: int = 1,
         timeout=datetime.timedelta(seconds=5), validate_only=validate_only)
     (result,) = client.call(request).topics
     return result
+
+
+def standalone_commits(groups: Sequence[str], topic: str, first_offset: int = 0,
+                       version: int = 8) -> bytes:
+    """One OffsetCommit frame per entry of `groups` (no member: standalone groups; a group may
+    repeat), partition 0 of `topic`, offsets counting up from `first_offset`, correlation ids
+    from 1."""
+    commit = request_type(8, version)
+    return b"".join(encode_request(index + 1, "broker-tests", build(
+        commit, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+        group_instance_id=None, topics=(build(
+            sibling(commit, "OffsetCommitRequestTopic"), name=topic, partitions=(build(
+                sibling(commit, "OffsetCommitRequestPartition"), partition_index=0,
+                committed_offset=first_offset + index, committed_leader_epoch=-1,
+                committed_metadata=""),)),))) for index, group in enumerate(groups))
+
+
+def commit_errors(sock: socket.socket, count: int, version: int = 8) -> list[int]:
+    """The error code of each of `count` single-partition OffsetCommit answers, in order."""
+    reader = sock.makefile("rb")
+    codes = []
+    for _ in range(count):
+        (size,) = struct.unpack(">i", reader.read(4))
+        answer = decode_response(response_type(8, version), reader.read(size))[1]
+        codes.append(int(answer.topics[0].partitions[0].error_code))
+    return codes
+
+
+def await_commits(port: int, groups: Sequence[str], topic: str) -> None:
+    """Until a standalone commit of each group to `topic` is answered NONE: the groups'
+    __consumer_offsets partitions are loaded (COORDINATOR_LOAD_IN_PROGRESS before)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for _ in range(600):
+            sock.sendall(standalone_commits(groups, topic))
+            if set(commit_errors(sock, len(groups))) == {0}:
+                return
+    raise AssertionError("the coordinator never finished loading")
 
 
 def metadata_request(*topics: str, auto_create: bool = True,

@@ -16,12 +16,15 @@ import struct
 from typing import Any
 
 import pytest
-from tests.broker.broker_wire_helpers import connect, create_topic
+from tests.broker.broker_wire_helpers import (
+    await_commits,
+    connect,
+    create_topic,
+    standalone_commits,
+)
 
 from kgroups.broker.net.connection import FRAMES_IN_A_ROW
 from kgroups.broker.net.fair_frames import FairFrames
-from kgroups.broker.wire import build, encode_request, request_type, sibling
-from kgroups.errors import ErrorCode
 
 TOPIC = "fair"
 FLOOD = 400  # under queued.max.requests (500): the whole flood is read and started at once
@@ -96,19 +99,6 @@ def test_each_read_starts_its_frames_at_once_while_none_waits() -> None:
     asyncio.run(scenario())
 
 
-def _commits(count: int, group: str) -> bytes:
-    """`count` commits, each of its own group (one group's requests take turns of their own in
-    the coordinator, GROUP_REQUESTS_PER_TURN)."""
-    commit = request_type(8, 8)
-    return b"".join(encode_request(index + 1, "fair", build(
-        commit, group_id=f"{group}-{index}", generation_id_or_member_epoch=-1, member_id="",
-        group_instance_id=None, topics=(build(
-            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(build(
-                sibling(commit, "OffsetCommitRequestPartition"), partition_index=0,
-                committed_offset=index, committed_leader_epoch=-1,
-                committed_metadata=""),)),))) for index in range(count))
-
-
 def _answers_waiting(sock: socket.socket) -> int:
     """Whole answers already in the socket's receive buffer."""
     sock.setblocking(False)
@@ -132,26 +122,16 @@ def _answers_waiting(sock: socket.socket) -> int:
 
 
 def _flood_answers_before_the_other(port: int) -> int:
+    # Each commit of its own group: one group's requests take turns of their own in the
+    # coordinator (GROUP_REQUESTS_PER_TURN).
+    flood_groups = [f"flood-{index}" for index in range(FLOOD)]
     with connect(port) as admin:
         create_topic(admin, TOPIC, 1)
-        deadline = 600
-        while deadline:  # until __consumer_offsets is loaded
-            deadline -= 1
-            (topic,) = admin.call(build(
-                request_type(8, 8), group_id="probe", generation_id_or_member_epoch=-1,
-                member_id="", group_instance_id=None, topics=(build(
-                    sibling(request_type(8, 8), "OffsetCommitRequestTopic"), name=TOPIC,
-                    partitions=(build(sibling(request_type(8, 8),
-                                              "OffsetCommitRequestPartition"),
-                                      partition_index=0, committed_offset=0,
-                                      committed_leader_epoch=-1, committed_metadata=""),)),))
-            ).topics
-            if topic.partitions[0].error_code == ErrorCode.NONE:
-                break
+    await_commits(port, [*flood_groups, "other"], TOPIC)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as flood, \
             socket.create_connection(("127.0.0.1", port), timeout=30) as other:
-        flood.sendall(_commits(FLOOD, "flood"))
-        other.sendall(_commits(1, "other"))
+        flood.sendall(standalone_commits(flood_groups, TOPIC))
+        other.sendall(standalone_commits(["other"], TOPIC))
         (size,) = struct.unpack(">i", other.recv(4, socket.MSG_WAITALL))
         other.recv(size, socket.MSG_WAITALL)
         return _answers_waiting(flood)

@@ -9,12 +9,20 @@ import urllib.request
 from collections.abc import Callable
 
 from prometheus_client.parser import text_string_to_metric_families
-from tests.broker.broker_wire_helpers import connect, create_topic
+from tests.broker.broker_wire_helpers import (
+    await_commits,
+    commit_errors,
+    connect,
+    create_topic,
+    standalone_commits,
+)
 from tests.broker.servers import ServerProcess
-from tests.broker.test_offsets_append_batching import COMMITS, TOPIC, _answers, _commits
 
 from kgroups.errors import ErrorCode
 
+GROUP = "gc-tuning"
+TOPIC = "committed"
+COMMITS = 40
 # Of COMMITS pipelined commits: 16,000, which made a full collection every ~4,000 with Python's
 # defaults (and young ones every few commits).
 ROUNDS = 400
@@ -40,14 +48,12 @@ def test_thousands_of_commits_make_no_full_collection(
     metrics_port = int(line.rsplit(":", 1)[1])
     with connect(server.port) as admin:
         assert create_topic(admin, TOPIC, 1).error_code == ErrorCode.NONE
+    await_commits(server.port, [GROUP], TOPIC)
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        for _ in range(600):  # the group's coordinator partition loaded
-            sock.sendall(_commits(1))
-            if _answers(sock, 1) == [ErrorCode.NONE]:
-                break
         before = _collections(metrics_port)
         for round_ in range(ROUNDS):
-            sock.sendall(_commits(COMMITS, first_offset=round_ * COMMITS))
-            assert _answers(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
+            sock.sendall(standalone_commits([GROUP] * COMMITS, TOPIC,
+                                            first_offset=round_ * COMMITS))
+            assert commit_errors(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
         after = _collections(metrics_port)
     assert after["2"] == before["2"], (before, after)

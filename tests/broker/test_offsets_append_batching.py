@@ -10,57 +10,32 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import struct
 from typing import Any
 
 import pytest
-from tests.broker.broker_wire_helpers import connect, create_topic
+from tests.broker.broker_wire_helpers import (
+    await_commits,
+    commit_errors,
+    connect,
+    create_topic,
+    standalone_commits,
+)
 
 from kgroups.broker.topics import OFFSETS_TOPIC
-from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
-from kgroups.broker.wire import response_type as response_schema
+from kgroups.broker.wire import build, request_type, sibling
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import iter_batches
 
-COMMIT_VERSION = 8
 GROUP = "batched"
 TOPIC = "committed"
 COMMITS = 40
-
-
-def _commits(count: int, first_offset: int = 0) -> bytes:
-    """`count` OffsetCommits of GROUP (no member: a standalone group), offsets counting up."""
-    commit = request_type(8, COMMIT_VERSION)
-    return b"".join(encode_request(index + 1, "batching", build(
-        commit, group_id=GROUP, generation_id_or_member_epoch=-1, member_id="",
-        group_instance_id=None, topics=(build(
-            sibling(commit, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(build(
-                sibling(commit, "OffsetCommitRequestPartition"), partition_index=0,
-                committed_offset=first_offset + index, committed_leader_epoch=-1,
-                committed_metadata=""),)),))) for index in range(count))
-
-
-def _answers(sock: socket.socket, count: int) -> list[int]:
-    """The error code of each of `count` commit answers, in order."""
-    reader = sock.makefile("rb")
-    codes = []
-    for _ in range(count):
-        (size,) = struct.unpack(">i", reader.read(4))
-        answer = decode_response(response_schema(8, COMMIT_VERSION), reader.read(size))[1]
-        codes.append(int(answer.topics[0].partitions[0].error_code))
-    return codes
 
 
 def _ready(broker: Any) -> None:
     """The topic exists and the coordinator answers commits (its partitions loaded)."""
     with connect(broker.port) as admin:
         create_topic(admin, TOPIC, 1)
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
-        for _ in range(600):
-            sock.sendall(_commits(1))
-            if _answers(sock, 1) == [ErrorCode.NONE]:
-                return
-        pytest.fail("the coordinator never finished loading")
+    await_commits(broker.port, [GROUP], TOPIC)
 
 
 def _batches(broker: Any) -> list[int]:
@@ -84,8 +59,8 @@ def test_pipelined_commits_share_batches_and_all_land(inprocess_broker: Any) -> 
     _ready(inprocess_broker)
     before = _batches(inprocess_broker)
     with socket.create_connection(("127.0.0.1", inprocess_broker.port), timeout=30) as sock:
-        sock.sendall(_commits(COMMITS))
-        assert _answers(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
+        sock.sendall(standalone_commits([GROUP] * COMMITS, TOPIC))
+        assert commit_errors(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
     added = _batches(inprocess_broker)[len(before):]
     assert sum(added) == COMMITS  # every commit's record, once
     assert len(added) < COMMITS / 4, added  # read in one or a few loop turns: a few batches
@@ -115,7 +90,7 @@ def test_no_commit_is_answered_before_the_fsync_that_holds_it(
 
     broker.call(hold)
     with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
-        sock.sendall(_commits(COMMITS, first_offset=100))
+        sock.sendall(standalone_commits([GROUP] * COMMITS, TOPIC, first_offset=100))
         sock.settimeout(0.5)
         with pytest.raises(TimeoutError):
             sock.recv(1)
@@ -126,5 +101,5 @@ def test_no_commit_is_answered_before_the_fsync_that_holds_it(
             release.set()
 
         broker.call(let_go)
-        assert _answers(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
+        assert commit_errors(sock, COMMITS) == [ErrorCode.NONE] * COMMITS
     assert _committed(broker) == 100 + COMMITS - 1

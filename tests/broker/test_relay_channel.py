@@ -7,6 +7,7 @@ is lost."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from kgroups.broker.net.relay_channel import HEADER, MESSAGES_PER_PASS, Channel, Kind
@@ -41,9 +42,11 @@ def burst(count: int) -> bytes:
 
 
 def channel_with_log(per_pass: int | None = MESSAGES_PER_PASS,
+                     handed: Callable[[], None] | None = None,
                      ) -> tuple[Channel, RecordingTransport, list[tuple[int, int, bytes]]]:
     received: list[tuple[int, int, bytes]] = []
-    channel = Channel(lambda *message: received.append(message), lambda: None, per_pass)
+    channel = Channel(lambda *message: received.append(message), lambda: None, per_pass,
+                      handed)
     transport = RecordingTransport()
     channel.connection_made(transport)  # type: ignore[arg-type]
     return channel, transport, received
@@ -86,12 +89,8 @@ def test_the_broker_process_end_takes_a_whole_burst_at_once() -> None:
 
 
 async def _the_broker_process_end_takes_a_whole_burst_at_once() -> None:
-    received: list[tuple[int, int, bytes]] = []
     reads: list[int] = []  # messages handed on before each `handed` call
-    channel = Channel(lambda *message: received.append(message), lambda: None, None,
-                      lambda: reads.append(len(received)))
-    transport = RecordingTransport()
-    channel.connection_made(transport)  # type: ignore[arg-type]
+    channel, transport, received = channel_with_log(None, lambda: reads.append(len(received)))
     count = 3 * MESSAGES_PER_PASS + 5
 
     channel.data_received(burst(count))

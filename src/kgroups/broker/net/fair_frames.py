@@ -6,9 +6,10 @@ them: a client pipelining a thousand JoinGroups puts them all in the channel ahe
 client's OffsetCommit, and handed on in that order the commit waited for every one of them (50
 ms and more in bench/join_storm.py). Kafka reads one request of a connection at a time, so a
 pipelining client cannot get ahead of the others there either. Here the broker process takes
-every frame out of the channel as it comes, keeps each connection's in order, and starts at most
-FRAMES_IN_A_ROW per event-loop iteration, round-robin over the connections that have frames
-waiting; the answers of the ones started leave between those slices.
+every frame out of the channel as it comes and starts up to FRAMES_IN_A_ROW of a read at once
+while none waits; the rest wait, each connection's in order, and are started FRAMES_IN_A_ROW
+per event-loop iteration, round-robin over the connections that have frames waiting; the
+answers of the ones started leave between those slices.
 
 What it holds is bounded by the network process: it forwards a frame only within its budget of
 bytes and requests in flight per connection, and counts it until the answer comes back.
