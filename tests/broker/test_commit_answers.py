@@ -1,17 +1,18 @@
 """OffsetCommit answers kept encoded (`kept_answers`): a consumer committing the same partitions
 again gets the bytes of the first answer again, in every version the broker serves, and an
 answer saying something else (another error, another partition, another order) is never one
-kept for a different request."""
+kept for a different request. Heartbeat answers, fixed by version and error, are kept too."""
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import socket
 import struct
 from typing import Any
 
 import pytest
-from tests.broker.broker_wire_helpers import connect, create_topic
+from tests.broker.broker_wire_helpers import connect, create_topic, nested_of, request_of
 
 from kgroups.broker.kept_answers import KEPT_BYTES, KEPT_PARTITIONS
 from kgroups.broker.wire import (
@@ -141,3 +142,55 @@ def test_answers_naming_long_topics_keep_the_store_bounded(
                 9, sent[0], [(name, [(0, UNKNOWN)]) for name in names])
             assert kept.size_bytes <= KEPT_BYTES
     assert KEPT_BYTES < 40 * 8 * 20_000  # enough was asked to pass the bound
+
+
+HEARTBEAT = 12
+
+
+def _heartbeat(version: int, group: str, generation: int, member_id: str) -> tuple[int, bytes]:
+    correlation_id = next(_correlation_ids)
+    return correlation_id, encode_request(correlation_id, "kept-answers", build(
+        request_type(HEARTBEAT, version), group_id=group, generation_id=generation,
+        member_id=member_id, group_instance_id=None))
+
+
+def _heartbeat_expected(version: int, correlation_id: int, error: ErrorCode) -> bytes:
+    return encode_response(correlation_id, build(
+        response_type(HEARTBEAT, version), throttle_time=NO_THROTTLE,
+        error_code=kio_error(error)))
+
+
+def _one_member_group(port: int, group: str) -> tuple[str, int]:
+    """A Stable classic group of one member: (member id, generation)."""
+    with connect(port) as client:
+        for _ in range(600):
+            joined = client.call(request_of(
+                11, 3, group_id=group, session_timeout=datetime.timedelta(seconds=30),
+                rebalance_timeout=datetime.timedelta(seconds=30), member_id="",
+                protocol_type="consumer", protocols=(nested_of(
+                    11, 3, "JoinGroupRequestProtocol", name="range", metadata=b""),)))
+            if joined.error_code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                break
+        assert joined.error_code == ErrorCode.NONE
+        synced = client.call(request_of(
+            14, 3, group_id=group, generation_id=joined.generation_id,
+            member_id=joined.member_id, group_instance_id=None, assignments=()))
+        assert synced.error_code == ErrorCode.NONE
+    return joined.member_id, int(joined.generation_id)
+
+
+def test_heartbeat_answers_are_kios_bytes_for_each_version_and_error(broker_port: int) -> None:
+    """Heartbeats of every version answered in turn with different errors (none, a generation
+    the group is past, a member it does not have), twice each: each answer is kio's frame for
+    its own version, error and correlation id, never one kept for another request."""
+    member_id, generation = _one_member_group(broker_port, "beating")
+    cases = [(generation, member_id, ErrorCode.NONE),
+             (generation + 1, member_id, ErrorCode.ILLEGAL_GENERATION),
+             (generation, "nobody", ErrorCode.UNKNOWN_MEMBER_ID)]
+    with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
+        for _ in range(2):
+            for version in range(5):
+                for sent_generation, sent_member, error in cases:
+                    sent = _heartbeat(version, "beating", sent_generation, sent_member)
+                    assert _exchange(sock, sent) == _heartbeat_expected(
+                        version, sent[0], error), (version, error)

@@ -26,7 +26,15 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.wire import NO_THROTTLE, build, has_field, kio_error, response_type, sibling
+from kgroups.broker.wire import (
+    NO_THROTTLE,
+    EncodedAnswer,
+    build,
+    has_field,
+    kio_error,
+    response_type,
+    sibling,
+)
 from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
 
@@ -134,8 +142,17 @@ class HeartbeatHandler:
             member_id=request.member_id,
             group_instance_id=fields.heartbeat_group_instance_id(request),
         ))
-        return build(_response(ctx), throttle_time=NO_THROTTLE,
-                     error_code=kio_error(answer.error))
+        key = (ctx.api_version, answer.error)
+        kept = _HEARTBEAT_ANSWERS.get(key)
+        if kept is None:
+            kept = _HEARTBEAT_ANSWERS[key] = EncodedAnswer.of(build(
+                _response(ctx), throttle_time=NO_THROTTLE, error_code=kio_error(answer.error)))
+        return kept
+
+
+# A Heartbeat's answer is fixed by its version and error: a member sends one every few seconds
+# and building and encoding it was ~2 µs of the request's ~40. Bounded by versions x errors.
+_HEARTBEAT_ANSWERS: dict[tuple[int, ErrorCode], EncodedAnswer] = {}
 
 
 class LeaveGroupHandler:
