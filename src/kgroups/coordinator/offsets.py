@@ -182,7 +182,9 @@ class Offsets:
             answer(ErrorCode.NONE)
             return
         group_id = req.group_id
-        in_flight = self._ctx.commits_in_flight.setdefault(group_id, Counter())
+        in_flight = self._ctx.commits_in_flight.get(group_id)
+        if in_flight is None:  # (not setdefault: a Counter built for every commit costs ~1 µs)
+            in_flight = self._ctx.commits_in_flight[group_id] = Counter()
         for key in values:
             in_flight[key] = in_flight.get(key, 0) + 1
 
