@@ -79,10 +79,14 @@ class Cluster:
         return PostgresStore.open(self.url)
 
     def close(self) -> None:
+        """Kill the brokers still running (a stopped one is continued first, or it would not
+        die) and close every broker's pipe (left open it is collected, and warned about,
+        during whatever test runs next)."""
         for broker in self.brokers.values():
             if broker.process is not None and broker.process.poll() is None:
                 os.kill(broker.process.pid, signal.SIGCONT)
                 broker.kill()
+            broker.close()
 
 
 @pytest.fixture
