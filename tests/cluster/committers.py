@@ -77,6 +77,7 @@ class Librdkafka:
             "log_level": 0, **_protocol_settings(protocol)})
         self.consumer.subscribe([topic])
         self.read_at: dict[int, float] = {}  # when it last received a record of a partition
+        self.error: str | None = None  # the last fatal error librdkafka reported
 
     def assigned(self) -> tuple[int, ...]:
         # Everything fetched so far, as an application keeping up reads it. librdkafka hands
@@ -84,8 +85,11 @@ class Librdkafka:
         # a time; one record per commit round trip fell thousands behind once a partition was
         # read from an old committed offset, and hid the member's other partition for minutes.
         for message in self.consumer.consume(num_messages=READ_BATCH, timeout=0.05):
-            if message.error() is None:
+            error = message.error()
+            if error is None:
                 self.read_at[message.partition()] = time.monotonic()
+            elif error.fatal():
+                self.error = str(error)
         return tuple(sorted(tp.partition for tp in self.consumer.assignment()))
 
     def positions(self) -> dict[int, int] | None:
@@ -199,6 +203,11 @@ class Member(threading.Thread):
 
     def __post_init__(self) -> None:
         threading.Thread.__init__(self, daemon=True)
+
+    @property
+    def client_error(self) -> str | None:
+        """The fatal error its client reported (librdkafka's; the others raise on commit)."""
+        return self.client.error if isinstance(self.client, Librdkafka) else None
 
     def run(self) -> None:
         next_offset: dict[int, int] = {}
