@@ -18,7 +18,7 @@ from kgroups.broker.apis import consumer_groups, share_groups, share_offsets
 from kgroups.broker.apis import request_fields as fields
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import ApiHandler, HandlerRegistry, RequestContext
-from kgroups.broker.kept_answers import KEPT_PARTITIONS
+from kgroups.broker.kept_answers import KEPT_PARTITIONS, KeptAnswers
 from kgroups.broker.security import acl_enforcement as authz
 from kgroups.broker.security.authorizer import (
     OPERATIONS_NOT_REQUESTED,
@@ -26,15 +26,7 @@ from kgroups.broker.security.authorizer import (
     ResourceType,
     all_operations,
 )
-from kgroups.broker.wire import (
-    NO_THROTTLE,
-    EncodedAnswer,
-    build,
-    has_field,
-    kio_error,
-    response_type,
-    sibling,
-)
+from kgroups.broker.wire import NO_THROTTLE, build, has_field, kio_error, response_type, sibling
 from kgroups.coordinator import messages
 from kgroups.errors import ErrorCode
 
@@ -142,18 +134,14 @@ class HeartbeatHandler:
             member_id=request.member_id,
             group_instance_id=fields.heartbeat_group_instance_id(request),
         ))
-        key = (ctx.api_version, answer.error)
-        kept = _HEARTBEAT_ANSWERS.get(key)
-        if kept is None:
-            kept = _HEARTBEAT_ANSWERS[key] = EncodedAnswer.of(build(
-                _response(ctx), throttle_time=NO_THROTTLE, error_code=kio_error(answer.error)))
-        return kept
+        return _HEARTBEAT_ANSWERS.answer((ctx.api_version, answer.error), lambda: build(
+            _response(ctx), throttle_time=NO_THROTTLE, error_code=kio_error(answer.error)))
 
 
 # A Heartbeat's answer is fixed by its version and error: members send one every few seconds,
 # and building and encoding it was ~3 µs of the broker process's ~25 per heartbeat
-# (bench/request_path.py). Bounded by versions x error codes.
-_HEARTBEAT_ANSWERS: dict[tuple[int, ErrorCode], EncodedAnswer] = {}
+# (bench/request_path.py). Kept under an authorizer too: its rule never reads the answer.
+_HEARTBEAT_ANSWERS = KeptAnswers()
 
 
 class LeaveGroupHandler:
