@@ -12,7 +12,13 @@ import struct
 from typing import Any
 
 import pytest
-from tests.broker.broker_wire_helpers import connect, create_topic, nested_of, request_of
+from tests.broker.broker_wire_helpers import (
+    await_commits,
+    connect,
+    create_topic,
+    nested_of,
+    request_of,
+)
 
 from kgroups.broker.kept_answers import KEPT_BYTES, KEPT_PARTITIONS
 from kgroups.broker.wire import (
@@ -75,17 +81,6 @@ def broker_port(inprocess_broker: Any) -> int:
     return port
 
 
-def _ready(sock: socket.socket, groups: list[str]) -> None:
-    """The groups' coordinator partitions are loaded (a commit to each is answered NONE)."""
-    for group in groups:
-        for _ in range(600):
-            sent = _commit(9, group, [(TOPIC, [0])])
-            if _exchange(sock, sent) == _expected(9, sent[0], [(TOPIC, [(0, NONE)])]):
-                break
-        else:
-            pytest.fail("the coordinator never finished loading")
-
-
 def test_every_version_repeats_the_bytes_kio_writes(broker_port: int) -> None:
     """Known and unknown partitions (an index past the topic's two, a topic that does not
     exist) in one request, three times per version: each answer is kio's frame for what it
@@ -93,7 +88,7 @@ def test_every_version_repeats_the_bytes_kio_writes(broker_port: int) -> None:
     asked = [(TOPIC, [1, 5, 0]), ("no-such-topic", [0])]
     said = [(TOPIC, [(1, NONE), (5, UNKNOWN), (0, NONE)]), ("no-such-topic", [(0, UNKNOWN)])]
     with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
-        _ready(sock, [f"group-v{version}" for version in VERSIONS])
+        await_commits(broker_port, [f"group-v{version}" for version in VERSIONS], TOPIC)
         for version in VERSIONS:
             for _ in range(3):
                 sent = _commit(version, f"group-v{version}", asked)
@@ -105,7 +100,7 @@ def test_an_answer_saying_something_else_is_not_a_kept_one(broker_port: int) -> 
     the group never had), the same partitions in another order, and a request naming more
     partitions than answers are kept for, each answered for itself."""
     with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
-        _ready(sock, ["kept-then-refused"])
+        await_commits(broker_port, ["kept-then-refused"], TOPIC)
         for version in (8, 9):
             asked = [(TOPIC, [0, 1])]
             sent = _commit(version, "kept-then-refused", asked)
@@ -134,7 +129,7 @@ def test_answers_naming_long_topics_keep_the_store_bounded(
     answers kept never hold more than KEPT_BYTES, whatever the count."""
     kept = inprocess_broker.broker.commit_answers
     with socket.create_connection(("127.0.0.1", broker_port), timeout=30) as sock:
-        _ready(sock, ["long-names"])
+        await_commits(broker_port, ["long-names"], TOPIC)
         for round_ in range(40):
             names = [f"{round_:02d}-{index}-" + "x" * 20_000 for index in range(8)]
             sent = _commit(9, "long-names", [(name, [0]) for name in names])

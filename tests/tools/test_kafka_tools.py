@@ -250,15 +250,16 @@ def test_describe_a_group_with_a_live_member(sides: list[Side], names: Names) ->
         # The console consumers commit what they read every auto.commit.interval.ms (5 s):
         # compared once both have committed every record.
         while True:
-            committed = stdout_of(on_both(sides, GROUPS, ["--describe", "--group",
-                                                          names.live_group, "--offsets"]), sides)
+            described = on_both(sides, GROUPS, ["--describe", "--group", names.live_group,
+                                                "--offsets"])
+            committed = stdout_of(described, sides)
             if all(len(_rows(rows, names.live_group)) == PARTITIONS
                    and all(row[3] == row[4] for row in _rows(rows, names.live_group))
                    for rows in committed.values()):
                 break
             assert time.monotonic() < deadline, committed
             time.sleep(0.5)
-        offsets = _describe(sides, names.live_group, "--offsets")
+        offsets = assert_same_output(described, sides)
         assert len(_rows(offsets, names.live_group)) == PARTITIONS
         # A group with members refuses a reset, with the same words on both.
         refused = on_both(sides, GROUPS, ["--reset-offsets", "--group", names.live_group,
