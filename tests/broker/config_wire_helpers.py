@@ -3,6 +3,7 @@ for the topic settings tests here and their comparison with Kafka in tests/tools
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.alter_configs.v0 import request as legacy_alter_v0
@@ -25,13 +26,23 @@ def alter(client: Any, *resources: tuple[int, str, list[tuple[str, int, str | No
     return [(int(r.error_code), r.error_message) for r in response.responses]
 
 
-def describe(client: Any, kind: int, name: str) -> dict[str, tuple[str, int, list[str]]]:
-    """name -> (value, source, synonyms as SOURCE_ID:name=value)."""
-    response = client.call(describe_configs.DescribeConfigsRequest(
-        resources=(describe_configs.DescribeConfigsResource(
-            resource_type=kind, resource_name=name, configuration_keys=None),),
-        include_synonyms=True, include_documentation=False))
-    (result,) = response.results
+def describe(client: Any, kind: int, name: str,
+             known_within: float = 0.0) -> dict[str, tuple[str, int, list[str]]]:
+    """name -> (value, source, synonyms as SOURCE_ID:name=value). With `known_within`, asks
+    again for that many seconds while the broker does not know the topic yet: Kafka's broker
+    answers from its metadata image, which takes a topic the controller just created a moment
+    later (kgroups knows it once CreateTopics has answered)."""
+    deadline = time.monotonic() + known_within
+    while True:
+        response = client.call(describe_configs.DescribeConfigsRequest(
+            resources=(describe_configs.DescribeConfigsResource(
+                resource_type=kind, resource_name=name, configuration_keys=None),),
+            include_synonyms=True, include_documentation=False))
+        (result,) = response.results
+        if result.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert result.error_code == ErrorCode.NONE, result.error_message
     return {c.name: (c.value, int(c.config_source),
                      [f"{int(s.source)}:{s.name}={s.value}" for s in c.synonyms])
@@ -53,5 +64,5 @@ def alter_legacy(client: Any, *resources: tuple[int, str, list[tuple[str, str | 
 
 def own_settings(client: Any, topic: str) -> dict[str, str]:
     """The settings the topic sets itself (config source TOPIC_CONFIG)."""
-    return {name: value for name, (value, source, _) in describe(client, 2, topic).items()
-            if source == 1}
+    shown = describe(client, 2, topic, known_within=15)
+    return {name: value for name, (value, source, _) in shown.items() if source == 1}

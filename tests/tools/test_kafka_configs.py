@@ -166,7 +166,7 @@ def test_append_and_subtract_give_the_same_settings(sides: list[Side]) -> None:
 
     def act(client: KafkaWireClient) -> Any:
         create_topic(client, name, 1)
-        before = describe(client, TOPIC_RESOURCE, name)["cleanup.policy"]
+        before = describe(client, TOPIC_RESOURCE, name, known_within=15)["cleanup.policy"]
         appended = alter(client, (TOPIC_RESOURCE, name, [("cleanup.policy", APPEND, "compact")]))
         after_append = _policy_once_changed(client, name, before)
         subtracted = alter(client, (TOPIC_RESOURCE, name,
