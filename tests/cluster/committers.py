@@ -69,12 +69,15 @@ class Librdkafka:
     """confluent_kafka's consumer (librdkafka), classic protocol unless told otherwise."""
 
     def __init__(self, bootstrap: str, group: str, topic: str, instance: str,
-                 protocol: str = "classic") -> None:
+                 protocol: str = "classic", debug: str | None = None) -> None:
+        """`debug`: librdkafka's debug contexts, written to standard error with lines tagged
+        `|<instance>#consumer-N|` (what a failing test shows of a member that stalled)."""
         self.topic = topic
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
             "enable.auto.commit": False, "topic.metadata.refresh.interval.ms": 2000,
-            "log_level": 0, **_protocol_settings(protocol)})
+            "log_level": 0, **_protocol_settings(protocol),
+            **({"debug": debug, "log_level": 7, "client.id": instance} if debug else {})})
         self.consumer.subscribe([topic])
         self.read_at: dict[int, float] = {}  # when it last received a record of a partition
         self.error: str | None = None  # the last fatal error librdkafka reported
