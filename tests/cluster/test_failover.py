@@ -41,7 +41,7 @@ def _other(cluster: Cluster, node: int) -> int:
 
 
 def _wait_all_commit_after(cluster: Cluster, group: list[committers.Member], moment: float,
-                           deadline: float, client_log: Callable[[], str]) -> None:
+                           deadline: float, client_log: Callable[[], str] = str) -> None:
     """Until every member has had a commit sent after `moment` acknowledged (none was fenced
     or dropped for good). A member that has not says what it last did and what its client
     reported, and what its client logged last (librdkafka's debug lines, from `client_log`),

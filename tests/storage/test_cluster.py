@@ -257,15 +257,17 @@ def test_a_version_1_store_is_migrated_keeping_its_data(postgres_url: str) -> No
     assert row is not None and row[0] == SCHEMA_VERSION == 3
 
 
-def test_a_release_wakes_the_other_brokers_listeners(postgres_url: str) -> None:
+def test_a_take_and_a_release_wake_the_other_brokers_listeners(postgres_url: str) -> None:
     store = _cluster_store(postgres_url)
     listener = ChangeListener.open(postgres_url, poll_interval_ms=60_000)
     one = ClusterMember.join(store, 1, "127.0.0.1", 9092)
-    one.step()
-    assert not listener.poll(0.1).leases_released
+    one.step()  # takes every partition
+    assert listener.poll(5.0).leases_moved
+    one.step()  # renews them: nothing moved
+    assert not listener.poll(0.1).leases_moved
     one.leave()
     started = time.monotonic()
-    assert listener.poll(5.0).leases_released
+    assert listener.poll(5.0).leases_moved
     assert time.monotonic() - started < 2
     listener.close()
 

@@ -188,7 +188,7 @@ def test_a_listener_listens_again_and_reports_what_it_may_have_missed(
         with pytest.raises(StorageUnavailableError):
             listener.poll(1.0)
         missed = listener.poll(1.0)
-        assert (missed.catalog_version, missed.leases_released) == (version, True)
+        assert (missed.catalog_version, missed.leases_moved) == (version, True)
         server.halt()
         try:
             _unavailable_within(RECONNECT_TIMEOUT_S, lambda: listener.poll(1.0))

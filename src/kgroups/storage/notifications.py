@@ -1,7 +1,7 @@
 """How a broker learns, within a bounded time, what other brokers changed: the catalog (topics,
 settings, ACLs, SCRAM users), the ends of partition logs (to wake Fetch long polls) and
-released leases (to take a handed-back or abandoned partition without waiting for the next
-heartbeat).
+released and taken leases (to take a handed-back or abandoned partition, and to name its new
+leader, without waiting for the next heartbeat).
 
 A listener holds a connection of its own that LISTENs on the catalog and append channels;
 PostgreSQL delivers a NOTIFY to every listener when the writing transaction commits, usually
@@ -14,7 +14,7 @@ re-reads the log anyway, and the lease step runs every heartbeat regardless.
 
 The listener's connection comes back by itself (database.py): `poll` raises
 StorageUnavailableError while PostgreSQL is away, and the first `poll` on a new connection
-LISTENs again and reports the catalog version and released leases at once, as if both had
+LISTENs again and reports the catalog version and moved leases at once, as if both had
 changed, since anything may have happened while nobody listened: the broker re-reads its
 catalog and runs its lease step.
 
@@ -40,11 +40,12 @@ CATALOG_POLL_INTERVAL_MS = 1000  # kgroups.catalog.poll.interval.ms
 @dataclass
 class Changes:
     """What moved since the last poll: the catalog version when it changed, each partition's
-    newest announced next offset, and whether some broker released leases (run the lease
-    step now: a partition may be waiting for this broker)."""
+    newest announced next offset, and whether some broker released or took leases (run the
+    lease step now: a partition may be waiting for this broker, and the view of who leads
+    what is stale)."""
     catalog_version: int | None = None
     log_ends: dict[tuple[str, int], int] = field(default_factory=dict)
-    leases_released: bool = False
+    leases_moved: bool = False
 
 
 def _listen(connection: Connection) -> None:
@@ -80,7 +81,7 @@ class ChangeListener:
             if self._db.connections_opened != self._connection_seen:
                 self._connection_seen = self._db.connections_opened
                 changes.catalog_version = self._known = self._catalog.version()
-                changes.leases_released = True
+                changes.leases_moved = True
                 self._last_check = time.monotonic()
                 return changes
             for notice in connection.notifies(timeout=wait, stop_after=1):
@@ -106,7 +107,7 @@ class ChangeListener:
             key = (topic, int(partition))
             changes.log_ends[key] = max(int(end), changes.log_ends.get(key, 0))
         elif notice.channel == LEASE_CHANNEL:
-            changes.leases_released = True
+            changes.leases_moved = True
 
     def close(self) -> None:
         self._db.close()

@@ -222,16 +222,22 @@ class PostgresStore:
                        ) -> list[Lease]:
         """Lead those of `partitions` whose lease is free or expired, each at the next epoch,
         even where `node` led it before: a broker that did not hold the lease in memory (a
-        restart, a pause) must not share an epoch with what it wrote earlier. One statement."""
-        rows = self._db.execute(
-            f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
-            f"lease_until_ms = {NOW_MS} + %(lease)s "
-            f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
-            f"WHERE p.topic = w.topic AND p.partition = w.partition "
-            f"AND p.lease_until_ms <= {NOW_MS} "
-            f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
-            {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
-             "indexes": [i for _, i in partitions]}).fetchall()
+        restart, a pause) must not share an epoch with what it wrote earlier. One update;
+        what it took is announced on LEASE_CHANNEL at commit, so that the other brokers'
+        views name the new leader at once (FindCoordinator and Metadata answered there would
+        otherwise say "no leader" until their next heartbeat)."""
+        with self._db.use() as db, db.transaction():
+            rows = db.execute(
+                f"UPDATE partitions p SET leader = %(node)s, leader_epoch = p.leader_epoch + 1, "
+                f"lease_until_ms = {NOW_MS} + %(lease)s "
+                f"FROM unnest(%(topics)s::text[], %(indexes)s::integer[]) AS w (topic, partition) "
+                f"WHERE p.topic = w.topic AND p.partition = w.partition "
+                f"AND p.lease_until_ms <= {NOW_MS} "
+                f"RETURNING p.topic, p.partition, p.leader_epoch, p.lease_until_ms",
+                {"node": node, "lease": lease_ms, "topics": [t for t, _ in partitions],
+                 "indexes": [i for _, i in partitions]}).fetchall()
+            if rows:
+                db.execute("SELECT pg_notify(%s, '')", (LEASE_CHANNEL,))
         return [Lease(as_str(topic), as_int(index), node, as_int(epoch), as_int(until))
                 for topic, index, epoch, until in rows]
 

@@ -4,10 +4,12 @@ broker which partitions it gained and lost.
 Two threads, neither on the event loop (each blocks on the database):
 - the *step thread* runs `ClusterMember.step()` every `broker.heartbeat.interval.ms`, and at
   once when the listener hears that some broker released leases (a controlled shutdown, a
-  hand-back); after each step it reads every partition's leader and the live brokers and
-  hands both, with the leases gained and lost, to the event loop;
+  hand-back) or took them (after a crash: this broker's FindCoordinator and Metadata name the
+  new leader at once instead of "no leader" until the next heartbeat); after each step it
+  reads every partition's leader and the live brokers and hands both, with the leases gained
+  and lost, to the event loop;
 - the *listener thread* waits on a `ChangeListener` (LISTEN/NOTIFY), wakes the step thread
-  when leases were released and hands catalog changes (another broker created a topic,
+  when leases moved and hands catalog changes (another broker created a topic,
   changed settings, ACLs or users) to the event loop, at most kgroups.catalog.poll.interval.ms
   late.
 
@@ -192,7 +194,7 @@ class ClusterRuntime:
                 # leases, so nothing missed meanwhile is lost.
                 self._stopping.wait(self.settings.heartbeat_interval_ms / 1000)
                 continue
-            if changes.leases_released:
+            if changes.leases_moved:
                 self._wake.set()
             if changes.catalog_version is not None:
                 self._call_soon(self._catalog_changed)
