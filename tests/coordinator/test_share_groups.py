@@ -225,6 +225,29 @@ def test_describe_and_list_and_delete() -> None:
     assert "g" not in h.replayed().group_views()
 
 
+def test_share_groups_outlive_the_offsets_cleanup() -> None:
+    """Kafka's periodic cleanup deletes empty groups left without offsets, but never a share
+    group (its offsets live in the share coordinator): one with a member keeps it, an empty
+    one stays listed until DeleteGroups, and nothing is written for either."""
+    h = session(offsets_retention_minutes=1, offsets_retention_check_interval_ms=10_000)
+    joined = hb(h, "a", 0, ("t1",))
+    hb(h, "b", 0, ("t1",), group="idle")
+    hb(h, "b", 1, group="idle")
+    hb(h, "b", -1, group="idle")
+    written = {partition: len(records) for partition, records in h.log.items()}
+    epoch = joined.member_epoch
+    for _ in range(30):  # 120 s: twelve checks, the retention passed twice over
+        h.advance(4000)
+        beat = hb(h, "a", epoch)
+        assert beat.error == ErrorCode.NONE, beat.error_message
+        epoch = beat.member_epoch
+    assert [(g.group_id, g.state, [m.member_id for m in g.members])
+            for g in describe(h, "g", "idle").groups] == [("g", "Stable", ["a"]),
+                                                          ("idle", "Empty", [])]
+    assert {partition: len(records) for partition, records in h.log.items()} == written
+    assert h.replayed()._groups["g"].share == h.coordinator._groups["g"].share
+
+
 def test_replay_rebuilds_the_group() -> None:
     h = session()
     _stable_pair(h)

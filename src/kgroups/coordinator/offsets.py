@@ -358,12 +358,15 @@ class Offsets:
     def expire(self, offsets_partition: int) -> None:
         """Kafka's periodic cleanup: drop expired offsets, then delete empty groups left with
         none. The tombstones apply at once and a failed write is not reverted (as Kafka does):
-        a lost tombstone only means the offset expires again after a restart."""
+        a lost tombstone only means the offset expires again after a restart. Share groups
+        never expire (Kafka's ShareGroup.shouldExpire): their offsets live in the share
+        coordinator, and an empty one stays until DeleteGroups removes it."""
         retention = self._ctx.config.offsets_retention_ms
         now = self._ctx.now
         records: list[OffsetsRecord] = []
         groups = self._ctx.groups.values()
-        for group in [g for g in groups if g.offsets_partition == offsets_partition]:
+        for group in [g for g in groups
+                      if g.offsets_partition == offsets_partition and g.share is None]:
             expired = self._expired_offsets(group, now, retention)
             self._ctx.offsets_expired_total += len(expired)
             for topic, partition in expired:
