@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 from tests.coordinator.harness import Harness
+from tests.coordinator.test_txn_offsets import txn_commit
 
 from kgroups.coordinator import GroupCoordinatorConfig
 from kgroups.coordinator.consumer_group import TopicInfo
@@ -16,6 +17,8 @@ from kgroups.coordinator.messages import (
     DeleteGroupsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
 )
 from kgroups.coordinator.share_messages import (
     ShareGroupDescribeRequest,
@@ -246,6 +249,29 @@ def test_share_groups_outlive_the_offsets_cleanup() -> None:
                                                           ("idle", "Empty", [])]
     assert {partition: len(records) for partition, records in h.log.items()} == written
     assert h.replayed()._groups["g"].share == h.coordinator._groups["g"].share
+
+
+def test_consumer_offsets_are_refused_to_a_share_group() -> None:
+    """A share group is not a consumer group (Kafka's ShareGroup validation): OffsetCommit,
+    TxnOffsetCommit and OffsetDelete answer GROUP_ID_NOT_FOUND and nothing is written, with a
+    member or without (tests/differential compares the wire answers with Kafka's)."""
+    h = session()
+    joined = hb(h, "a", 0, ("t1",))
+    for _ in ("with-member", "empty"):
+        written = {partition: len(records) for partition, records in h.log.items()}
+        simple, member = (h.commit("g", {("t1", 0): 5}),
+                          h.commit("g", {("t1", 1): 5}, generation=joined.member_epoch,
+                                   member_id="a"))
+        assert [p.error for rid in (simple, member) for t in h.reply(rid).topics
+                for p in t.partitions] == [ErrorCode.GROUP_ID_NOT_FOUND] * 2
+        assert txn_commit(h, "g", {("t1", 2): 5}) == [ErrorCode.GROUP_ID_NOT_FOUND]
+        rid = h.rid()
+        h.absorb(h.coordinator.offset_delete(OffsetDeleteRequest(rid, "g", (("t1", (0,)),)),
+                                             h.now))
+        assert h.reply(rid) == OffsetDeleteResponse(ErrorCode.GROUP_ID_NOT_FOUND)
+        assert h.fetch("g") == {}
+        assert {partition: len(records) for partition, records in h.log.items()} == written
+        hb(h, "a", -1)
 
 
 def test_replay_rebuilds_the_group() -> None:

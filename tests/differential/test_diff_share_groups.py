@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any
 
+import diff_requests
 import pytest
 from diff_dialog import Connection, Dialog
 from kio.schema.alter_share_group_offsets.v0 import request as A
@@ -269,5 +270,31 @@ def test_rejoin_subscription_change_and_other_group_types(converse) -> None:
                             server_assignor=None, topic_partitions=()), record=False)
         ShareMember(d, "s", group=f"{d.group}-c").send(0)  # a consumer group's id
         a.describe(f"{d.group}-c")
+
+    converse(script)
+
+
+def test_consumer_offset_apis_on_a_share_group(converse) -> None:
+    """OffsetCommit (a simple commit and a member's, old and new versions), OffsetFetch and
+    OffsetDelete on a share group's id, with a member and once empty: Kafka refuses them
+    (a share group is not a consumer group) and keeps no offsets for it."""
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        admin = d.connect("admin")
+        a.send(0)
+        a.until_assigned()
+        for label in ("with-member", "empty"):
+            for v in (2, 9):
+                admin.call(diff_requests.commit(d.group, {(TOPIC, 0): 5}, v=v))
+            admin.call(diff_requests.commit(d.group, {(TOPIC, 1): 5}, generation=a.epoch,
+                                            member_id="a"))
+            for v in (1, 7, 9):
+                admin.call(diff_requests.fetch(d.group, {TOPIC: [0, 1]}, v=v))
+            admin.call(diff_requests.fetch(d.group, None, v=9))
+            admin.call(diff_requests.offset_delete(d.group, {TOPIC: [0]}))
+            d.record(label, "done")
+            if label == "with-member":
+                a.send(-1)
+        a.describe()
 
     converse(script)

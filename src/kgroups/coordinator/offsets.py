@@ -225,6 +225,8 @@ class Offsets:
     def _validate_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.share is not None:
+            return ErrorCode.GROUP_ID_NOT_FOUND  # Kafka: a share group is not a consumer group
         if group.consumer is not None:
             return validate_consumer_commit(group, req, self._ctx.topics)
         if group.streams is not None:
@@ -300,7 +302,8 @@ class Offsets:
     def delete(self, req: OffsetDeleteRequest) -> None:
         error = self._ctx.ownership_error(req.group_id)
         group = self._ctx.groups.get(req.group_id)
-        if error is None and (group is None or group.state is GroupState.DEAD):
+        if error is None and (group is None or group.state is GroupState.DEAD
+                              or group.share is not None):  # not a consumer group (Kafka)
             error = ErrorCode.GROUP_ID_NOT_FOUND
         if (
             error is None

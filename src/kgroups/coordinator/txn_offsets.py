@@ -74,6 +74,8 @@ class TxnOffsets:
                     group = ctx.create_group(req.group_id, journal)
                 else:
                     error = ErrorCode.ILLEGAL_GENERATION
+            elif group.share is not None:
+                error = ErrorCode.GROUP_ID_NOT_FOUND  # Kafka: not a consumer group
             elif group.consumer is not None and group.state is not GroupState.DEAD:
                 error = validate_consumer_commit(group, req, ctx.topics)
             elif group.streams is not None and group.state is not GroupState.DEAD:
