@@ -274,6 +274,22 @@ def test_consumer_offsets_are_refused_to_a_share_group() -> None:
         hb(h, "a", -1)
 
 
+def test_a_classic_join_to_a_share_group_is_refused() -> None:
+    """JoinGroup with a share group's id, from a new, a known or a static member, answers
+    INCONSISTENT_GROUP_PROTOCOL with no member id (Kafka 4.3.1's answer), and the share group
+    is left as it was."""
+    h = session()
+    hb(h, "a", 0, ("t1",))
+    before = describe(h, "g").groups
+    for member, instance, version in (("", None, 0), ("", None, 9), ("a", None, 9),
+                                      ("m-1", "i-1", 9)):
+        rid = h.join("g", member, instance=instance, version=version)
+        answer = h.reply(rid)
+        assert (answer.error, answer.member_id, answer.generation_id) == (
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "", -1)
+    assert describe(h, "g").groups == before
+
+
 def test_replay_rebuilds_the_group() -> None:
     h = session()
     _stable_pair(h)

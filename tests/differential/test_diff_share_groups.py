@@ -298,3 +298,27 @@ def test_consumer_offset_apis_on_a_share_group(converse) -> None:
         a.describe()
 
     converse(script)
+
+
+def test_classic_group_apis_on_a_share_group(converse) -> None:
+    """JoinGroup (a new member, old and new versions, and with a static instance id),
+    SyncGroup, Heartbeat and LeaveGroup with a share group's id, with a member and once
+    empty."""
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        classic = d.connect("classic")
+        a.send(0)
+        a.until_assigned()
+        for label in ("with-member", "empty"):
+            for v in (0, 4, 9):
+                classic.call(diff_requests.join(d.group, v=v), f"join-v{v}")
+            classic.call(diff_requests.join(d.group, "m-1", instance="i-1"), "join-static")
+            classic.call(diff_requests.sync(d.group, 1, "m-1"))
+            classic.call(diff_requests.heartbeat(d.group, 1, "m-1"))
+            classic.call(diff_requests.leave(d.group, [("m-1", None)]))
+            d.record(label, "done")
+            if label == "with-member":
+                a.send(-1)
+        a.describe()
+
+    converse(script)

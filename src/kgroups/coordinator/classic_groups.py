@@ -97,6 +97,10 @@ class ClassicGroups:
             self._ctx.reply(req.request_id, JoinGroupResponse(error, member_id=req.member_id))
             return
         group = self._ctx.groups.get(req.group_id)
+        if group is not None and group.share is not None:
+            # A share group's id: not a classic group, whatever the member (Kafka's answer).
+            self._reply_join_error(req, ErrorCode.INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID)
+            return
         is_new_member = req.member_id == UNKNOWN_MEMBER_ID
         if group is None:
             if not is_new_member:
