@@ -290,6 +290,27 @@ def test_a_classic_join_to_a_share_group_is_refused() -> None:
     assert describe(h, "g").groups == before
 
 
+def test_consumer_and_streams_heartbeats_with_a_share_groups_id_are_refused() -> None:
+    """A KIP-848 or KIP-1071 member joining with a share group's id is told the group is not
+    of its type (Kafka 4.3.1's answer for the consumer protocol, compared on the wire in
+    tests/differential), with a member or without; the share group keeps only its share part."""
+    from tests.coordinator.test_consumer_protocol import Session as ConsumerSession
+    from tests.coordinator.test_streams_protocol import Session as StreamsSession
+
+    for kind, harness in (("consumer", ConsumerSession()), ("streams", StreamsSession())):
+        harness.coordinator.set_topics({"t1": TopicInfo(T1, 3)}, harness.now)
+        hb(harness, "a", 0, ("t1",), group="cg")
+        for moment in ("with-member", "empty"):
+            answer = (harness.hb("c1", 0) if kind == "consumer"
+                      else harness.hb("c1", 0, group="cg"))
+            assert (answer.error, answer.error_message) == (
+                ErrorCode.GROUP_ID_NOT_FOUND, f"Group cg is not a {kind} group."), moment
+            if moment == "with-member":
+                assert hb(harness, "a", -1, group="cg").error == ErrorCode.NONE
+        group = harness.coordinator._groups["cg"]
+        assert (group.consumer, group.streams) == (None, None) and group.share is not None
+
+
 def test_replay_rebuilds_the_group() -> None:
     h = session()
     _stable_pair(h)

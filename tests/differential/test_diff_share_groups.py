@@ -322,3 +322,25 @@ def test_classic_group_apis_on_a_share_group(converse) -> None:
         a.describe()
 
     converse(script)
+
+
+def test_a_consumer_group_heartbeat_with_a_share_groups_id(converse) -> None:
+    """ConsumerGroupHeartbeat (KIP-848) joining with a share group's id, with a member and
+    once empty: Kafka refuses it (the id is a share group's), and the share group goes on."""
+    def script(d: Dialog) -> None:
+        a = ShareMember(d, "a")
+        consumer = d.connect("consumer")
+        a.send(0)
+        a.until_assigned()
+        for member in ("c1", "c2"):
+            consumer.call(build(request_type(68, 1), group_id=d.group, member_id=member,
+                                member_epoch=0, instance_id=None, rack_id=None,
+                                rebalance_timeout=datetime.timedelta(seconds=30),
+                                subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
+                                server_assignor=None, topic_partitions=()), f"join-{member}")
+            if member == "c1":
+                a.describe()
+                a.send(-1)
+        a.describe()
+
+    converse(script)

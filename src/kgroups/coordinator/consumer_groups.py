@@ -160,7 +160,8 @@ class ConsumerGroups:
         group (or its consumer part) away again with the records."""
         group = self._ctx.groups.get(group_id)
         if group is not None and group.state is not GroupState.DEAD:
-            if group.consumer is None and (group.members or group.state is not GroupState.EMPTY):
+            if group.consumer is None and (group.members or group.state is not GroupState.EMPTY
+                                           or group.share is not None):
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Group {group_id} is not a consumer group.")
             if group.consumer is not None:

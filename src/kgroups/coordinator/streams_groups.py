@@ -123,7 +123,7 @@ class StreamsGroups:
         if group is not None and group.state is not GroupState.DEAD:
             if group.streams is not None:
                 return group, group.streams, False
-            if group.consumer is not None or group.members \
+            if group.consumer is not None or group.share is not None or group.members \
                     or group.state is not GroupState.EMPTY:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                      f"Group {group_id} is not a streams group.")
