@@ -274,28 +274,37 @@ def test_rejoin_subscription_change_and_other_group_types(converse) -> None:
     converse(script)
 
 
+def _share_group_then(d: Dialog, calls: Any) -> None:
+    """A share group with a member `a` (its partitions assigned), `calls(label)` made while
+    it has the member and again once it is empty, then the group described."""
+    a = ShareMember(d, "a")
+    a.send(0)
+    a.until_assigned()
+    calls("with-member", a.epoch)
+    a.send(-1)
+    calls("empty", a.epoch)
+    a.describe()
+
+
 def test_consumer_offset_apis_on_a_share_group(converse) -> None:
     """OffsetCommit (a simple commit and a member's, old and new versions), OffsetFetch and
     OffsetDelete on a share group's id, with a member and once empty: Kafka refuses them
     (a share group is not a consumer group) and keeps no offsets for it."""
     def script(d: Dialog) -> None:
-        a = ShareMember(d, "a")
         admin = d.connect("admin")
-        a.send(0)
-        a.until_assigned()
-        for label in ("with-member", "empty"):
+
+        def calls(label: str, epoch: int) -> None:
             for v in (2, 9):
                 admin.call(diff_requests.commit(d.group, {(TOPIC, 0): 5}, v=v))
-            admin.call(diff_requests.commit(d.group, {(TOPIC, 1): 5}, generation=a.epoch,
+            admin.call(diff_requests.commit(d.group, {(TOPIC, 1): 5}, generation=epoch,
                                             member_id="a"))
             for v in (1, 7, 9):
                 admin.call(diff_requests.fetch(d.group, {TOPIC: [0, 1]}, v=v))
             admin.call(diff_requests.fetch(d.group, None, v=9))
             admin.call(diff_requests.offset_delete(d.group, {TOPIC: [0]}))
             d.record(label, "done")
-            if label == "with-member":
-                a.send(-1)
-        a.describe()
+
+        _share_group_then(d, calls)
 
     converse(script)
 
@@ -305,11 +314,9 @@ def test_classic_group_apis_on_a_share_group(converse) -> None:
     SyncGroup, Heartbeat and LeaveGroup with a share group's id, with a member and once
     empty."""
     def script(d: Dialog) -> None:
-        a = ShareMember(d, "a")
         classic = d.connect("classic")
-        a.send(0)
-        a.until_assigned()
-        for label in ("with-member", "empty"):
+
+        def calls(label: str, _epoch: int) -> None:
             for v in (0, 4, 9):
                 classic.call(diff_requests.join(d.group, v=v), f"join-v{v}")
             classic.call(diff_requests.join(d.group, "m-1", instance="i-1"), "join-static")
@@ -317,9 +324,8 @@ def test_classic_group_apis_on_a_share_group(converse) -> None:
             classic.call(diff_requests.heartbeat(d.group, 1, "m-1"))
             classic.call(diff_requests.leave(d.group, [("m-1", None)]))
             d.record(label, "done")
-            if label == "with-member":
-                a.send(-1)
-        a.describe()
+
+        _share_group_then(d, calls)
 
     converse(script)
 
@@ -328,19 +334,15 @@ def test_a_consumer_group_heartbeat_with_a_share_groups_id(converse) -> None:
     """ConsumerGroupHeartbeat (KIP-848) joining with a share group's id, with a member and
     once empty: Kafka refuses it (the id is a share group's), and the share group goes on."""
     def script(d: Dialog) -> None:
-        a = ShareMember(d, "a")
         consumer = d.connect("consumer")
-        a.send(0)
-        a.until_assigned()
-        for member in ("c1", "c2"):
-            consumer.call(build(request_type(68, 1), group_id=d.group, member_id=member,
+
+        def calls(label: str, _epoch: int) -> None:
+            consumer.call(build(request_type(68, 1), group_id=d.group, member_id=label,
                                 member_epoch=0, instance_id=None, rack_id=None,
                                 rebalance_timeout=datetime.timedelta(seconds=30),
                                 subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
-                                server_assignor=None, topic_partitions=()), f"join-{member}")
-            if member == "c1":
-                a.describe()
-                a.send(-1)
-        a.describe()
+                                server_assignor=None, topic_partitions=()), f"join-{label}")
+
+        _share_group_then(d, calls)
 
     converse(script)
