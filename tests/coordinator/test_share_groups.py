@@ -311,6 +311,23 @@ def test_consumer_and_streams_heartbeats_with_a_share_groups_id_are_refused() ->
         assert (group.consumer, group.streams) == (None, None) and group.share is not None
 
 
+def test_a_share_heartbeat_with_a_streams_groups_id_is_refused() -> None:
+    """A share member joining with a live streams group's id is told it is not a share group
+    (Kafka 4.3.1's answer, compared on the wire in tests/differential/test_diff_streams.py);
+    the streams group gets no share part."""
+    from tests.coordinator.test_streams_protocol import Session as StreamsSession
+
+    harness = StreamsSession()
+    harness.coordinator.set_topics({"words": TopicInfo(uuid.UUID(int=0xB1), 3),
+                                    "t1": TopicInfo(T1, 3)}, harness.now)
+    assert harness.hb("m1", 0, group="sg").error == ErrorCode.NONE
+    answer = hb(harness, "s1", 0, ("t1",), group="sg")
+    assert (answer.error, answer.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                    "Group sg is not a share group.")
+    group = harness.coordinator._groups["sg"]
+    assert group.share is None and group.streams is not None
+
+
 def test_replay_rebuilds_the_group() -> None:
     h = session()
     _stable_pair(h)

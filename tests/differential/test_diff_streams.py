@@ -475,3 +475,17 @@ def test_offline_migration_between_classic_and_streams(converse, ports) -> None:
             member_epoch=-1, topics=None),), require_stable=False), label="offsets")
 
     converse(script, ports=ports)
+
+
+def test_a_share_heartbeat_with_a_streams_groups_id(converse, ports) -> None:
+    """ShareGroupHeartbeat joining with a live streams group's id: refused as not a share group,
+    and the streams member goes on as before."""
+    def script(d: Dialog) -> None:
+        member = Member(d, "m")
+        member.send(0)
+        share = d.connect("share")
+        share.call(build(request_type(76, 1), group_id=d.group, member_id="s1", member_epoch=0,
+                         rack_id=None, subscribed_topic_names=(TOPIC,)), "share-join")
+        member.send()
+
+    converse(script, ports=ports)

@@ -113,7 +113,8 @@ class ShareGroups:
         if group is not None and group.state is not GroupState.DEAD:
             if group.share is not None:
                 return group, group.share
-            if group.consumer is not None or group.members or group.offsets or not create:
+            if group.consumer is not None or group.streams is not None or group.members \
+                    or group.offsets or not create:
                 raise ShareHeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
                                           f"Group {group_id} is not a share group.")
             return group, self._ctx.open_share_part(group, journal)
