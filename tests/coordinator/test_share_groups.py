@@ -74,6 +74,12 @@ def kinds(h: Harness, since: int = 0) -> list[tuple[str, bool]]:
             for r in h.log[h.partition_of("g")][since:]]
 
 
+def _records_written(h: Harness) -> dict[int, int]:
+    """How many records each __consumer_offsets partition holds: unchanged means nothing
+    was written."""
+    return {partition: len(records) for partition, records in h.log.items()}
+
+
 def test_request_checks_answer_as_kafka() -> None:
     h = session()
     assert (hb(h, "m", 0, ("t1",), group="").error_message) == "GroupId can't be empty."
@@ -237,7 +243,7 @@ def test_share_groups_outlive_the_offsets_cleanup() -> None:
     hb(h, "b", 0, ("t1",), group="idle")
     hb(h, "b", 1, group="idle")
     hb(h, "b", -1, group="idle")
-    written = {partition: len(records) for partition, records in h.log.items()}
+    written = _records_written(h)
     epoch = joined.member_epoch
     for _ in range(30):  # 120 s: twelve checks, the retention passed twice over
         h.advance(4000)
@@ -247,7 +253,7 @@ def test_share_groups_outlive_the_offsets_cleanup() -> None:
     assert [(g.group_id, g.state, [m.member_id for m in g.members])
             for g in describe(h, "g", "idle").groups] == [("g", "Stable", ["a"]),
                                                           ("idle", "Empty", [])]
-    assert {partition: len(records) for partition, records in h.log.items()} == written
+    assert _records_written(h) == written
     assert h.replayed()._groups["g"].share == h.coordinator._groups["g"].share
 
 
@@ -258,7 +264,7 @@ def test_consumer_offsets_are_refused_to_a_share_group() -> None:
     h = session()
     joined = hb(h, "a", 0, ("t1",))
     for _ in ("with-member", "empty"):
-        written = {partition: len(records) for partition, records in h.log.items()}
+        written = _records_written(h)
         simple, member = (h.commit("g", {("t1", 0): 5}),
                           h.commit("g", {("t1", 1): 5}, generation=joined.member_epoch,
                                    member_id="a"))
@@ -270,7 +276,7 @@ def test_consumer_offsets_are_refused_to_a_share_group() -> None:
                                              h.now))
         assert h.reply(rid) == OffsetDeleteResponse(ErrorCode.GROUP_ID_NOT_FOUND)
         assert h.fetch("g") == {}
-        assert {partition: len(records) for partition, records in h.log.items()} == written
+        assert _records_written(h) == written
         hb(h, "a", -1)
 
 
