@@ -16,7 +16,7 @@ from broker_wire_helpers import connect, create_topic, metadata_request, produce
 from prometheus_client.parser import text_string_to_metric_families
 from read_committed_helpers import txn_batch, write_marker
 from servers import InProcessBroker
-from tests.share.share_wire import brief, share_acknowledge, share_fetch
+from tests.share.share_wire import brief, join_share_group, share_acknowledge, share_fetch
 
 from kgroups.broker.wire import build, request_type
 from kgroups.errors import ErrorCode
@@ -37,6 +37,10 @@ class Conversation:
         self.topic = topic
         self.topic_id: uuid.UUID = self.client.call(metadata_request(topic)).topics[0].topic_id
         self.group = "g-" + topic
+        # A member joins first, as with Kafka: the group coordinator initializes the share
+        # partition when assigning it (a share partition never initialized is not served).
+        # The members that fetch need not be this one: ShareFetch does not check membership.
+        self.join("joined-first")
 
     def produce(self, count: int, start: int = 0) -> None:
         records = build_batch([(b"k", b"v%d" % i, 1_700_000_000_000)
@@ -58,19 +62,7 @@ class Conversation:
             rack_id=None, subscribed_topic_names=(self.topic,) if epoch == 0 else None))
 
     def join(self, member: str) -> None:
-        """Heartbeats until the member is assigned the partition (its share partition
-        initialized by then)."""
-        epoch, deadline = 0, time.monotonic() + 30
-        while True:
-            response = self.heartbeat(member, epoch)
-            if int(response.error_code) == ErrorCode.NONE:
-                epoch = int(response.member_epoch)
-                if response.assignment is not None and response.assignment.topic_partitions:
-                    return
-            else:
-                assert int(response.error_code) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-            assert time.monotonic() < deadline, "never assigned"
-            time.sleep(0.05)
+        join_share_group(self.client, self.group, member, self.topic)
 
     def state(self) -> Any:
         """What the share coordinator keeps of the share partition."""
@@ -304,10 +296,20 @@ def test_a_share_partition_whose_state_was_deleted_is_loaded_again(
     refused = c.ack("m1", 2, {0: [(0, 1, [1])]})["partitions"][0]
     assert refused["error"] != ErrorCode.NONE  # the share coordinator no longer has it
     c.produce(1)
+    assert c.fetch("m1", 3, wait_ms=200)["partitions"][0]["error"] == \
+        ErrorCode.UNKNOWN_SERVER_ERROR  # not initialized again yet
+    assert c.ack("m1", 4, {0: [(0, 1, [1])]})["partitions"] == [{
+        "partition": 0, "error": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        "message": "This server does not host this topic-partition."}]
+
+    async def initialize() -> ErrorCode:  # as the group coordinator's next assignment does
+        return await c.broker.broker.share_state.initialize(key, 1, -1)
+
+    assert c.broker.call(initialize) == ErrorCode.NONE
     # Loaded again from nothing: it starts at the log's end, as a new share partition does.
-    assert c.fetch("m1", 3, wait_ms=200)["partitions"] == []
+    assert c.fetch("m1", 5, wait_ms=200)["partitions"] == []
     c.produce(1)
-    assert c.fetch("m1", 4, wait_ms=2000)["partitions"][0]["acquired"] == [(3, 3, 1)]
+    assert c.fetch("m1", 6, wait_ms=2000)["partitions"][0]["acquired"] == [(3, 3, 1)]
 
 
 def test_read_committed_skips_aborted_records_and_markers(

@@ -235,7 +235,7 @@ def test_the_persister_and_the_wire_share_one_state(inprocess_broker: InProcessB
     async def never_initialized() -> Any:
         return await runtime.read(key, 0)
 
-    assert inprocess_broker.call(never_initialized).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert inprocess_broker.call(never_initialized).error == ErrorCode.INVALID_REQUEST
 
     async def initialize_and_write() -> Any:
         assert await runtime.initialize(key, 0, 40) == ErrorCode.NONE
@@ -261,7 +261,7 @@ def test_the_persister_and_the_wire_share_one_state(inprocess_broker: InProcessB
     after_write, after_delete = inprocess_broker.call(delete)
     assert after_write.state.start_offset == 45
     assert after_write.state.batches == (PersistedBatch(45, 49, DeliveryState.AVAILABLE, 2),)
-    assert after_delete.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert after_delete.error == ErrorCode.INVALID_REQUEST
 
 
 def test_a_cluster_broker_says_it_is_not_the_share_coordinator(

@@ -9,6 +9,7 @@ brokers and are left out of the transcripts."""
 from __future__ import annotations
 
 import base64
+import datetime
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
-from kgroups.broker.wire import build, request_type
+from kgroups.broker.wire import build, request_type, sibling
 from kgroups.log.batch import build_batch
 from kgroups.tools.wire_client import KafkaWireClient
 
@@ -275,6 +276,40 @@ def forgetting_keeps_acquired_records(s: Share) -> None:
     s.ack("the forgotten partition's records are still acknowledged", a, 3, {0: [(0, 0, [1])]})
 
 
+def groups_of_other_types(s: Share) -> None:
+    """ShareFetch and ShareAcknowledge naming a classic group (offsets committed, no members)
+    and a consumer group with a live member, with that member's id. Their share partitions
+    were never initialized (no share group was assigned them): each fetch fails to load one,
+    an acknowledgement finds none. A share group's member joins first, so that Kafka's share
+    coordinator is loaded before the fetches."""
+    s.join(member_id())
+    s.produce(2)
+    s.group = "classic-" + s.topic
+    commit = request_type(8, 9)
+    s.client.call(build(commit, group_id=s.group, generation_id_or_member_epoch=-1,
+                        member_id="", group_instance_id=None, topics=(build(
+                            sibling(commit, "OffsetCommitRequestTopic"), name=s.topic,
+                            partitions=(build(sibling(commit, "OffsetCommitRequestPartition"),
+                                              partition_index=0, committed_offset=1,
+                                              committed_leader_epoch=-1,
+                                              committed_metadata=""),)),)))
+    a = member_id()
+    s.fetch("a classic group's id", a, 0, wait_ms=100)
+    s.ack("acknowledge in a classic group", a, 1, {0: [(0, 0, [1])]})
+    s.fetch("next epoch in a classic group", a, 1, wait_ms=100)
+    s.group = "consumer-" + s.topic
+    c = member_id()
+    joined = s.client.call(build(
+        request_type(68, 1), group_id=s.group, member_id=c, member_epoch=0, instance_id=None,
+        rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+        subscribed_topic_names=(s.topic,), subscribed_topic_regex=None, server_assignor=None,
+        topic_partitions=()))
+    assert int(joined.error_code) == 0, joined
+    s.fetch("a consumer group's member", c, 0, wait_ms=100)
+    s.fetch("its next epoch", c, 1, wait_ms=100)
+    s.ack("acknowledge in a consumer group", c, 2, {0: [(0, 0, [1])]})
+
+
 CONVERSATIONS: dict[str, Callable[[Share], None]] = {
     "forgetting_keeps_acquired_records": forgetting_keeps_acquired_records,
     "release_and_reject_at_the_limit": release_and_reject_at_the_limit,
@@ -284,6 +319,7 @@ CONVERSATIONS: dict[str, Callable[[Share], None]] = {
     "acquisition_and_acknowledgements": acquisition_and_acknowledgements,
     "lock_expiry_and_delivery_limit": lock_expiry_and_delivery_limit,
     "session_errors": session_errors,
+    "groups_of_other_types": groups_of_other_types,
 }
 
 

@@ -21,7 +21,7 @@ from tests.broker.broker_wire_helpers import (
     produce_request,
 )
 from tests.broker.servers import InProcessBroker, make_inprocess_broker
-from tests.share.share_wire import brief, share_acknowledge, share_fetch
+from tests.share.share_wire import brief, join_share_group, share_acknowledge, share_fetch
 from tests.tools.test_groups_cli_streams import APP, TOPIC, Member
 
 from kgroups.log.batch import build_batch
@@ -60,7 +60,8 @@ def _share_consumer(broker: InProcessBroker, topic: str, group: str) -> uuid.UUI
                                                          {0: acks})))
             assert [p["error"] for p in answer["partitions"]] == [0]
 
-        assert fetch(0) == []  # initializes the share-partition at the log end
+        join_share_group(client, group, "m1", topic)  # initializes the share-partition
+        assert fetch(0) == []  # loads it at the log end
         client.call(produce_request(topic, 0, build_batch(
             [(b"k", b"v%d" % i, T) for i in range(4)])))
         assert fetch(1) == [(0, 3, 1)]

@@ -5,11 +5,13 @@ acquired ranges with delivery counts."""
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kgroups.broker.wire import build, request_type, sibling
+from kgroups.errors import ErrorCode
 from kgroups.log.batch import iter_batches
 
 VERSION = 2
@@ -74,3 +76,21 @@ def brief(response: Any) -> dict[str, Any]:
     return {"error": int(response.error_code), "message": response.error_message,
             "lock_ms": response.acquisition_lock_timeout.total_seconds() * 1000,
             "partitions": partitions}
+
+
+def join_share_group(client: Any, group: str, member: str, topic: str) -> None:
+    """ShareGroupHeartbeat (v1) until `member` is assigned a partition of `topic`: by then the
+    group coordinator has initialized the share partitions, which ShareFetch needs."""
+    epoch, deadline = 0, time.monotonic() + 30
+    while True:
+        response = client.call(build(
+            request_type(76, 1), group_id=group, member_id=member, member_epoch=epoch,
+            rack_id=None, subscribed_topic_names=(topic,) if epoch == 0 else None))
+        if int(response.error_code) == ErrorCode.NONE:
+            epoch = int(response.member_epoch)
+            if response.assignment is not None and response.assignment.topic_partitions:
+                return
+        else:
+            assert int(response.error_code) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, response
+        assert time.monotonic() < deadline, "never assigned"
+        time.sleep(0.05)

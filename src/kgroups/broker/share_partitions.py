@@ -2,8 +2,9 @@
 of ShareFetch and ShareAcknowledge, acquisition locks timing out, sessions closing.
 
 A share partition (kgroups.share.partition) is loaded on first use: its state read through the
-`ShareStatePersister`; with none kept (never initialized, or a start offset of -1) it starts
-where `share.auto.offset.reset` says, and one never initialized is initialized there. Every
+`ShareStatePersister`; one initialized without a start offset (the group coordinator
+initializes a share partition before assigning it) starts where `share.auto.offset.reset`
+says; one never initialized is not loaded (its fetches fail, as on Kafka 4.3.1). Every
 change the share coordinator must keep (acknowledgements, releases, lock timeouts) is written
 before the request that made it is answered, one write at a time per share partition, the
 latest state each time. An acquisition alone is not written: after a restart its records are
@@ -41,11 +42,25 @@ from kgroups.share.partition import AckOutcome, SharePartition
 from kgroups.share.persisted import PersistedShareState, SharePartitionKey
 from kgroups.share.sessions import ShareSession, ShareSessions
 from kgroups.share.settings import ShareSettings, start_from
+from kgroups.storage.log_seam import PartitionLogSeam
 
 logger = logging.getLogger("kgroups.share")
 # Write answers meaning the share coordinator's state is no longer the one loaded here.
 STALE = frozenset({ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH,
                    ErrorCode.INVALID_REQUEST})
+# A share partition whose state does not load answers as Kafka 4.3.1's SharePartition maps the
+# share coordinator's error (any other: UNKNOWN_SERVER_ERROR; a state never initialized is
+# INVALID_REQUEST there).
+LOAD_ERRORS = {
+    ErrorCode.NOT_COORDINATOR: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.GROUP_ID_NOT_FOUND: ErrorCode.GROUP_ID_NOT_FOUND,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_STATE_EPOCH: ErrorCode.FENCED_STATE_EPOCH,
+    ErrorCode.FENCED_LEADER_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+}
+NOT_HOSTED = "This server does not host this topic-partition."
 
 
 def share_settings(supplied: Mapping[str, str]) -> ShareSettings:
@@ -99,29 +114,26 @@ class SharePartitionManager:
         return await asyncio.shield(pending)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> SharePartition | ErrorCode:
-        result = await self.persister.read(key, self._leader_epoch(topic, key.partition))
-        if result.error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-            return result.error
-        state = result.state
-        if state is None or state.start_offset < 0:
-            start = self._reset_offset(topic, key.partition)
-            if start is None:
-                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            if state is None:  # never initialized (no member was assigned it yet): now
-                error = await self.persister.initialize(key, 0, start)
-                if error != ErrorCode.NONE:
-                    return error
-                state = PersistedShareState(0, 0, start)
-            else:  # initialized without a start (the group coordinator's way): chosen now,
-                # and kept, so a reload does not choose again past records produced since
-                state = replace(state, start_offset=start, batches=())
-                error = await self.persister.write(key, state)
-                if error != ErrorCode.NONE:
-                    return error
-        share_partition = SharePartition(state, self.settings, self.counts)
         log = self.topics.log(topic, key.partition)
-        if log is not None:
-            share_partition.move_start_to(log.log_start_offset)
+        if log is None:  # not led here (a cluster's other broker), or no such partition
+            return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    if self.topics.elsewhere(topic, key.partition) is None
+                    else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        result = await self.persister.read(key, self._leader_epoch(topic, key.partition))
+        state = result.state
+        if result.error != ErrorCode.NONE or state is None:
+            # Not loaded: the next fetch tries again. One never initialized (no share group
+            # was assigned it: the id of another kind of group, say) is refused, not started.
+            return LOAD_ERRORS.get(result.error, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if state.start_offset < 0:
+            # Initialized without a start (the group coordinator's way): chosen now, and kept,
+            # so a reload does not choose again past records produced since.
+            state = replace(state, start_offset=self._reset_offset(log), batches=())
+            error = await self.persister.write(key, state)
+            if error != ErrorCode.NONE:
+                return error
+        share_partition = SharePartition(state, self.settings, self.counts)
+        share_partition.move_start_to(log.log_start_offset)
         self._partitions[key] = share_partition
         return share_partition
 
@@ -129,10 +141,7 @@ class SharePartitionManager:
         epoch = self.topics.leader_epoch(topic, partition)
         return 0 if epoch is None else epoch
 
-    def _reset_offset(self, topic: str, partition: int) -> int | None:
-        log = self.topics.log(topic, partition)
-        if log is None:
-            return None
+    def _reset_offset(self, log: PartitionLogSeam) -> int:
         where = start_from(self.settings.auto_offset_reset)
         if where.earliest:
             return log.log_start_offset
@@ -163,7 +172,9 @@ class SharePartitionManager:
             return AckOutcome(ErrorCode.INVALID_REQUEST)
         share_partition = await self.partition(key, topic)
         if isinstance(share_partition, ErrorCode):
-            return AckOutcome(share_partition)
+            # Kafka acknowledges only to a share partition it holds; one that failed to load
+            # is not held.
+            return AckOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_HOSTED)
         start = share_partition.start_offset
         outcome = share_partition.acknowledge(member_id, batches, now_ms())
         if outcome.error != ErrorCode.NONE:

@@ -19,8 +19,8 @@ from kgroups.share.persisted import PersistedShareState, SharePartitionKey
 
 @dataclass(frozen=True, slots=True)
 class ReadStateResult:
-    """`state` is None when the error is not NONE (UNKNOWN_TOPIC_OR_PARTITION: never
-    initialized; FENCED_LEADER_EPOCH, COORDINATOR_*)."""
+    """`state` is None when the error is not NONE (INVALID_REQUEST: never initialized;
+    FENCED_LEADER_EPOCH, COORDINATOR_*), as ReadShareGroupState answers."""
 
     error: ErrorCode
     state: PersistedShareState | None = None

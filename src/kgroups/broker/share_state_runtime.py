@@ -389,14 +389,9 @@ class ShareStateRuntime:
         return answer.error
 
     async def read(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
-        """The state; a share-partition never initialized answers UNKNOWN_TOPIC_OR_PARTITION
-        (the persister seam's word for it; on the wire Kafka's INVALID_REQUEST)."""
+        """The state; a share-partition never initialized answers INVALID_REQUEST, as
+        ReadShareGroupState does on the wire."""
         topic_id = uuid.UUID(bytes=key.topic_id)
-        refused = self.refusal(create_topic=True, key=(key.group_id, topic_id, key.partition))
-        if refused is not None:
-            return ReadStateResult(refused)
-        if (key.group_id, topic_id, key.partition) not in self.shard.states:
-            return ReadStateResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return _result(await self.read_state(key.group_id, topic_id, key.partition,
                                              leader_epoch, create_topic=True), with_batches=True)
 
