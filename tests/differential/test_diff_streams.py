@@ -489,3 +489,27 @@ def test_a_share_heartbeat_with_a_streams_groups_id(converse, ports) -> None:
         member.send()
 
     converse(script, ports=ports)
+
+
+def test_a_streams_heartbeat_with_a_share_groups_id(converse, ports) -> None:
+    """StreamsGroupHeartbeat joining with a live share group's id, then once it is empty:
+    refused as not a streams group, and the share member goes on as before."""
+    def script(d: Dialog) -> None:
+        share = d.connect("share")
+
+        def share_heartbeat(epoch: int, label: str) -> Any:
+            response = share.call(build(
+                request_type(76, 1), group_id=d.group, member_id="s1", member_epoch=epoch,
+                rack_id=None, subscribed_topic_names=(TOPIC,) if epoch == 0 else None),
+                record=False)
+            d.record(label, (int(response.error_code), response.error_message,
+                             int(response.member_epoch)))
+            return response
+
+        epoch = int(share_heartbeat(0, "share-join").member_epoch)
+        Member(d, "m").send(0)
+        share_heartbeat(epoch, "share-heartbeat")
+        share_heartbeat(-1, "share-leave")
+        Member(d, "n").send(0)
+
+    converse(script, ports=ports)
