@@ -128,12 +128,13 @@ def _group_led_by(cluster: Cluster, node: int, prefix: str) -> str:
     raise AssertionError(f"node {node} coordinates none of 500 group names")
 
 
-def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
-                                                              tmp_path: Path) -> None:
+def test_sigkill_with_every_client_kind_and_producers_writing(
+        cluster: Cluster, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """One SIGKILL of the broker coordinating two groups: a classic group of librdkafka,
     kafka-python and Java static members, and a consumer-protocol (KIP-848) group of librdkafka
     and Java static members, all committing synchronously while a librdkafka and a kafka-python
-    producer write to the topic they read with acks=all."""
+    producer write to the topic they read with acks=all. The librdkafka members' group and
+    protocol debug lines are kept, as in the test above."""
     topic = "orders"
     committers.create_topic(cluster, topic)
     stop_writing = threading.Event()
@@ -142,10 +143,11 @@ def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
     for writer in writers:
         writer.start()
     java = partial(committers.Java, logs=tmp_path)
+    debugged = partial(committers.Librdkafka, debug="cgrp,protocol,broker")
     classic, stop_classic = committers.start_group(cluster, topic, (
-        committers.Librdkafka, committers.KafkaPython, java), name="orders-classic")
+        debugged, committers.KafkaPython, java), name="orders-classic")
     victim = cluster.wait_coordinator("orders-classic", 1)
-    consumer_protocol = partial(committers.Librdkafka, protocol="consumer")
+    consumer_protocol = partial(debugged, protocol="consumer")
     modern, stop_modern = committers.start_group(cluster, topic, (
         consumer_protocol, consumer_protocol, partial(java, protocol="consumer")),
         name=_group_led_by(cluster, victim, "orders-kip848"))
@@ -161,7 +163,8 @@ def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
         recovery = {name: committers.first_commit_after(group, at, timeout_s=40)
                     for name, group in groups.items()}
         for name, group in groups.items():
-            _wait_all_commit_after(cluster, group, at + recovery[name], at + 60)
+            _wait_all_commit_after(cluster, group, at + recovery[name], at + 60,
+                                   lambda: capfd.readouterr().err)
             cluster.wait_coordinator(group[0].group, _other(cluster, victim), other_than=victim)
         per_member = {(name, member.instance, type(member.client).__name__):
                       committers.first_commit_after([member], at, timeout_s=60)
@@ -184,6 +187,7 @@ def test_sigkill_with_every_client_kind_and_producers_writing(cluster: Cluster,
             member.join(60)
         for writer in writers:
             writer.join(120)
+        capfd.readouterr()  # the clients' debug lines: reported above if a member stalled
     print(f"\nSIGKILL of node {victim}, coordinator of both groups:")
     for name, seconds in recovery.items():
         print(f"  {name} group: first commit sent after the kill acknowledged {seconds:.2f} s "

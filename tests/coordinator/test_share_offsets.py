@@ -65,6 +65,20 @@ def test_a_group_with_members_is_refused() -> None:
     assert delete(h, "", "t1").error == ErrorCode.INVALID_GROUP_ID
 
 
+def test_another_kinds_group_and_an_unknown_group_are_refused_with_kafkas_texts() -> None:
+    h = session()
+    h.commit("classic", {("t1", 0): 5})
+    h.complete_writes()
+    not_share = (ErrorCode.GROUP_ID_NOT_FOUND, "Group classic is not a share group.")
+    refused = alter(h, "classic", ("t1", ((0, 0),)))
+    assert (refused.error, refused.error_message) == not_share
+    refused = delete(h, "classic", "t1")
+    assert (refused.error, refused.error_message) == not_share
+    refused = delete(h, "none", "t1")
+    assert (refused.error, refused.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                      "Group none not found.")
+
+
 def test_describe_lists_what_the_group_has_state_for() -> None:
     h = session()
     assert listed(describe(h, "g")) == {}

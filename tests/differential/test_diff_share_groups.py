@@ -346,3 +346,27 @@ def test_a_consumer_group_heartbeat_with_a_share_groups_id(converse) -> None:
         _share_group_then(d, calls)
 
     converse(script)
+
+
+def test_share_apis_on_classic_and_consumer_groups(converse) -> None:
+    """The share offsets admin APIs and ShareGroupDescribe naming a classic group (offsets
+    committed, no members) and a consumer-protocol group with a member."""
+    def script(d: Dialog) -> None:
+        admin = d.connect("admin")
+        classic, consumer = f"{d.group}-classic", f"{d.group}-consumer"
+        admin.call(diff_requests.commit(classic, {(TOPIC, 0): 5}), record=False)
+        admin.call(build(request_type(68, 1), group_id=consumer, member_id="c1",
+                         member_epoch=0, instance_id=None, rack_id=None,
+                         rebalance_timeout=datetime.timedelta(seconds=30),
+                         subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
+                         server_assignor=None, topic_partitions=()), record=False)
+        for kind, group in (("classic", classic), ("consumer", consumer)):
+            _offsets_call(d, admin, f"describe-{kind}", describe_offsets(group))
+            _offsets_call(d, admin, f"describe-some-{kind}",
+                          describe_offsets(group, [(TOPIC, [0])]))
+            _offsets_call(d, admin, f"alter-{kind}", alter_offsets(group, [(TOPIC, [(0, 0)])]))
+            _offsets_call(d, admin, f"delete-{kind}", delete_offsets(group, [TOPIC]))
+        _offsets_call(d, admin, "delete-unknown", delete_offsets(f"{d.group}-none", [TOPIC]))
+        ShareMember(d, "a").describe(classic, consumer)
+
+    converse(script)

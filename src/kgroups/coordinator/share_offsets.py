@@ -12,6 +12,8 @@ reading and writing of share state (`broker/apis/share_offsets.py`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kgroups.coordinator.context import ShardContext
 from kgroups.coordinator.group import ClassicGroup, GroupState
 from kgroups.coordinator.journal import Journal
@@ -67,34 +69,35 @@ class ShareOffsets:
             for p in partitions))
 
     def _empty_share_group(self, group_id: str, create: bool,
-                           journal: Journal) -> tuple[ClassicGroup, ShareGroup] | ErrorCode:
+                           journal: Journal) -> tuple[ClassicGroup, ShareGroup] | _Refused:
         """The group's share part if the group may have its offsets changed, else the
         error to answer."""
         if not group_id:
-            return ErrorCode.INVALID_GROUP_ID
+            return _Refused(ErrorCode.INVALID_GROUP_ID, INVALID_GROUP_MESSAGE)
         error = self._ctx.ownership_error(group_id)
         if error is not None:
-            return error
+            return _Refused(error)
         group = self._ctx.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             if not create:
-                return ErrorCode.GROUP_ID_NOT_FOUND
+                return _Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
             group = self._ctx.create_group(group_id, journal)
         if group.share is None:
             if group.consumer is not None or group.members or group.offsets:
-                return ErrorCode.GROUP_ID_NOT_FOUND
+                return _Refused(ErrorCode.GROUP_ID_NOT_FOUND,
+                                f"Group {group_id} is not a share group.")
             return group, self._ctx.open_share_part(group, journal)
         if group.share.members:
-            return ErrorCode.NON_EMPTY_GROUP
+            return _Refused(ErrorCode.NON_EMPTY_GROUP, NOT_EMPTY_MESSAGE)
         return group, group.share
 
     def alter(self, req: AlterShareOffsetsRequest) -> None:
         journal = Journal()
         found = self._empty_share_group(req.group_id, True, journal)
-        if isinstance(found, ErrorCode):
+        if isinstance(found, _Refused):
             self._ctx.roll_back(journal)
             self._ctx.reply(req.request_id, AlterShareOffsetsResponse(
-                found, _message(found)))
+                found.error, found.message))
             return
         group, share = found
         results = [self._checked(name, tuple(p for p, _ in parts)) for name, parts in req.topics]
@@ -119,8 +122,9 @@ class ShareOffsets:
     def delete(self, req: DeleteShareOffsetsRequest) -> None:
         journal = Journal()
         found = self._empty_share_group(req.group_id, False, journal)
-        if isinstance(found, ErrorCode):
-            self._ctx.reply(req.request_id, DeleteShareOffsetsResponse(found, _message(found)))
+        if isinstance(found, _Refused):
+            self._ctx.reply(req.request_id, DeleteShareOffsetsResponse(found.error,
+                                                                       found.message))
             return
         group, share = found
         results = []
@@ -167,9 +171,12 @@ class ShareOffsets:
                                      ShareGroupInitializedResponse)
 
 
-def _message(error: ErrorCode) -> str | None:
-    return {ErrorCode.NON_EMPTY_GROUP: NOT_EMPTY_MESSAGE,
-            ErrorCode.INVALID_GROUP_ID: INVALID_GROUP_MESSAGE}.get(error)
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """An offsets change refused before any partition is looked at: Kafka's error and text."""
+
+    error: ErrorCode
+    message: str | None = None
 
 
 def _errors_first(results: list[ShareTopicResult]) -> tuple[ShareTopicResult, ...]:
