@@ -370,3 +370,21 @@ def test_share_apis_on_classic_and_consumer_groups(converse) -> None:
         ShareMember(d, "a").describe(classic, consumer)
 
     converse(script)
+
+
+def test_consumer_group_describe_of_a_share_group(converse) -> None:
+    """ConsumerGroupDescribe naming a share group, with a member and once empty."""
+    def script(d: Dialog) -> None:
+        admin = d.connect("admin")
+
+        def calls(label: str, _epoch: int) -> None:
+            (described,) = admin.call(build(request_type(69, 1), group_ids=(d.group,),
+                                            include_authorized_operations=False),
+                                      record=False).groups
+            d.record(f"consumer-describe-{label}", (
+                int(described.error_code), described.error_message, described.group_state,
+                len(described.members)))
+
+        _share_group_then(d, calls)
+
+    converse(script)

@@ -493,7 +493,8 @@ def test_a_share_heartbeat_with_a_streams_groups_id(converse, ports) -> None:
 
 def test_a_streams_heartbeat_with_a_share_groups_id(converse, ports) -> None:
     """StreamsGroupHeartbeat joining with a live share group's id, then once it is empty:
-    refused as not a streams group, and the share member goes on as before."""
+    refused as not a streams group, and the share member goes on as before; and
+    StreamsGroupDescribe of the share group."""
     def script(d: Dialog) -> None:
         share = d.connect("share")
 
@@ -507,9 +508,12 @@ def test_a_streams_heartbeat_with_a_share_groups_id(converse, ports) -> None:
             return response
 
         epoch = int(share_heartbeat(0, "share-join").member_epoch)
-        Member(d, "m").send(0)
+        m = Member(d, "m")
+        m.send(0)
+        m.describe()  # StreamsGroupDescribe of the share group
         share_heartbeat(epoch, "share-heartbeat")
         share_heartbeat(-1, "share-leave")
         Member(d, "n").send(0)
+        m.describe()
 
     converse(script, ports=ports)
