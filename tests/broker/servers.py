@@ -78,10 +78,17 @@ class ServerProcess:
         raise RuntimeError(f"kgroups serve did not start; log:\n{self.log_text()}")
 
     def network_processes(self) -> list[psutil.Process]:
-        """Its network processes (num.network.threads), children of the broker process."""
+        """Its live network processes (num.network.threads), children of the broker process;
+        one killed and not reaped yet (a zombie, whose command line cannot be read) is not."""
         assert self.process is not None
-        return [child for child in psutil.Process(self.process.pid).children()
-                if "kgroups.broker.net.network_front" in " ".join(child.cmdline())]
+        found = []
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                if "kgroups.broker.net.network_front" in " ".join(child.cmdline()):
+                    found.append(child)
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue
+        return found
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -11,8 +11,12 @@ loopback). Before the turns the broker started every request of the flood first:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -121,7 +125,11 @@ def _answers_waiting(sock: socket.socket) -> int:
     return count
 
 
-def _flood_answers_before_the_other(port: int) -> int:
+def _flood_answers_before_the_other(port: int,
+                                    paused: Callable[[], AbstractContextManager[None]]) -> int:
+    """Both clients' requests are sent while the broker's reading is `paused`, so that both
+    are there when it next reads (else, on a loaded machine, the broker could answer much of
+    the flood before the other client's request is even sent)."""
     # Each commit of its own group: one group's requests take turns of their own in the
     # coordinator (GROUP_REQUESTS_PER_TURN).
     flood_groups = [f"flood-{index}" for index in range(FLOOD)]
@@ -130,22 +138,49 @@ def _flood_answers_before_the_other(port: int) -> int:
     await_commits(port, [*flood_groups, "other"], TOPIC)
     with socket.create_connection(("127.0.0.1", port), timeout=30) as flood, \
             socket.create_connection(("127.0.0.1", port), timeout=30) as other:
-        flood.sendall(standalone_commits(flood_groups, TOPIC))
-        other.sendall(standalone_commits(["other"], TOPIC))
+        with paused():
+            flood.sendall(standalone_commits(flood_groups, TOPIC))
+            other.sendall(standalone_commits(["other"], TOPIC))
         (size,) = struct.unpack(">i", other.recv(4, socket.MSG_WAITALL))
         other.recv(size, socket.MSG_WAITALL)
         return _answers_waiting(flood)
 
 
 def test_a_request_is_not_started_behind_another_clients_flood(inprocess_broker: Any) -> None:
-    """The broker reading its own sockets (num.network.threads=0)."""
-    assert _flood_answers_before_the_other(inprocess_broker.port) < FLOOD // 2
+    """The broker reading its own sockets (num.network.threads=0), its event loop held while
+    the clients send."""
+    @contextlib.contextmanager
+    def loop_held() -> Iterator[None]:
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            holding.set()
+            release.wait(30)
+
+        inprocess_broker.loop.call_soon_threadsafe(hold)
+        holding.wait(30)
+        try:
+            yield
+        finally:
+            release.set()
+
+    assert _flood_answers_before_the_other(inprocess_broker.port, loop_held) < FLOOD // 2
 
 
 @pytest.mark.slow
 def test_a_relayed_request_is_not_started_behind_another_clients_flood(
         start_kgroups_server: Any) -> None:
-    """Frames relayed by a network process, all of the flood in the channel ahead of the
-    other client's one."""
+    """Frames relayed by a network process (stopped while the clients send), all of the flood
+    in the channel ahead of the other client's one."""
     server = start_kgroups_server("num.network.threads=1")
-    assert _flood_answers_before_the_other(server.port) < FLOOD // 2
+
+    @contextlib.contextmanager
+    def front_stopped() -> Iterator[None]:
+        (front,) = server.network_processes()
+        front.suspend()
+        try:
+            yield
+        finally:
+            front.resume()
+
+    assert _flood_answers_before_the_other(server.port, front_stopped) < FLOOD // 2
