@@ -116,9 +116,7 @@ class SharePartitionManager:
     async def _load(self, key: SharePartitionKey, topic: str) -> SharePartition | ErrorCode:
         log = self.topics.log(topic, key.partition)
         if log is None:  # not led here (a cluster's other broker), or no such partition
-            return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    if self.topics.elsewhere(topic, key.partition) is None
-                    else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            return self.topics.unserved_error(topic, key.partition)
         result = await self.persister.read(key, self._leader_epoch(topic, key.partition))
         state = result.state
         if result.error != ErrorCode.NONE or state is None:

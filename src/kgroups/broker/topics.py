@@ -185,6 +185,13 @@ class TopicCatalog:
             return None
         return self._storage.elsewhere(topic, partition)
 
+    def unserved_error(self, topic: str, partition: int) -> ErrorCode:
+        """What a data request is answered for a partition `log` gave None for:
+        NOT_LEADER_OR_FOLLOWER when it exists but is led elsewhere (or by none, for now),
+        UNKNOWN_TOPIC_OR_PARTITION when there is no such partition."""
+        return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if self.elsewhere(topic, partition) is None
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
     def leader_epoch(self, topic: str, partition: int) -> int | None:
         """The epoch this broker leads the partition at (None on a single node, which keeps
         no epochs: its answers carry -1, and requests' epochs go unchecked)."""

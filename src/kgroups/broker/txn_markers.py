@@ -62,9 +62,7 @@ async def _write(broker: HandlerServices, marker: MarkerWrite) -> ErrorCode:
     except OSError:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if log is None:
-        if broker.topics.elsewhere(marker.topic, marker.partition) is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return broker.topics.unserved_error(marker.topic, marker.partition)
     try:
         async with gate_of(log):
             refused = _marker_error(log, marker)

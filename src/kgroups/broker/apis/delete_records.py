@@ -46,10 +46,7 @@ def _check(ctx: RequestContext, topic: str, partition: int,
     except OSError:  # the partition's log could not be opened (logged once, there)
         return ErrorCode.KAFKA_STORAGE_ERROR, NO_LOW_WATERMARK
     if log is None:
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if topics.elsewhere(topic, partition) is None
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return error, NO_LOW_WATERMARK
+        return topics.unserved_error(topic, partition), NO_LOW_WATERMARK
     if topic in INTERNAL_TOPICS:
         return ErrorCode.INVALID_TOPIC_EXCEPTION, NO_LOW_WATERMARK
     if not log.config.deletes:

@@ -29,8 +29,7 @@ def _partition(ctx: RequestContext, topic: str, index: int, partition_cls: Any,
     except OSError:
         log, error = None, ErrorCode.KAFKA_STORAGE_ERROR
     if log is None and error == ErrorCode.NONE:
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topics.elsewhere(topic, index) is None
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        error = topics.unserved_error(topic, index)
     if log is not None:
         producers = tuple(
             build(producer_cls, producer_id=producer_id, producer_epoch=p.epoch,

@@ -35,10 +35,7 @@ def _end_offset(ctx: RequestContext, topic: str, entry: Any) -> tuple[ErrorCode,
     except OSError:  # the partition's log could not be opened (logged once, there)
         return ErrorCode.KAFKA_STORAGE_ERROR, UNDEFINED_EPOCH, UNDEFINED_OFFSET
     if log is None:
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if topics.elsewhere(topic, partition) is None
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return error, UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        return topics.unserved_error(topic, partition), UNDEFINED_EPOCH, UNDEFINED_OFFSET
     fenced = epoch_error(topics.leader_epoch(topic, partition),
                          int(entry.current_leader_epoch))
     if fenced != ErrorCode.NONE:

@@ -70,10 +70,7 @@ def _lookup(
     except OSError:  # the partition's log could not be opened (logged once, there)
         return ErrorCode.KAFKA_STORAGE_ERROR, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
     if log is None:
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if topics.elsewhere(topic, partition) is None
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return error, NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
+        return topics.unserved_error(topic, partition), NOT_FOUND, NO_TIMESTAMP, NO_EPOCH
     leader_epoch = topics.leader_epoch(topic, partition)
     fenced = epoch_error(leader_epoch, current_epoch)
     if fenced != ErrorCode.NONE:
@@ -154,10 +151,7 @@ def _lookup_v0(ctx: RequestContext, topic: str, partition: int, timestamp: int,
     except OSError:
         return ErrorCode.KAFKA_STORAGE_ERROR, ()
     if log is None:
-        error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                 if topics.elsewhere(topic, partition) is None
-                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        return error, ()
+        return topics.unserved_error(topic, partition), ()
     if max_num_offsets < 0:  # Kafka 3.9 failed to size its array: an unknown server error
         return ErrorCode.UNKNOWN_SERVER_ERROR, ()
     now_ms = int(time.time() * 1000)
