@@ -110,6 +110,15 @@ def commit(group: str, offsets: Mapping[tuple[str, int], int | tuple[int, str | 
                               for t, ps in by_topic.items()))
 
 
+def consumer_join(group: str, member_id: str, topics: Sequence[str]) -> Any:
+    """ConsumerGroupHeartbeat v1 joining (epoch 0) with a member id the client chose, owning
+    nothing yet: the consumer protocol's first heartbeat."""
+    return build(request_type(68, 1), group_id=group, member_id=member_id, member_epoch=0,
+                 instance_id=None, rack_id=None, rebalance_timeout=_ms(30_000),
+                 subscribed_topic_names=tuple(topics), subscribed_topic_regex=None,
+                 server_assignor=None, topic_partitions=())
+
+
 def fetch(group: str, topics: Mapping[str, Sequence[int]] | None, *, v: int = 7,
           require_stable: bool = False) -> Any:
     """One group's committed offsets; `topics=None` asks for all of them (v2+)."""

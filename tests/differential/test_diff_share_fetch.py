@@ -9,20 +9,20 @@ brokers and are left out of the transcripts."""
 from __future__ import annotations
 
 import base64
-import datetime
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import diff_requests
 import pytest
 from tests.broker.broker_wire_helpers import create_topic, metadata_request, produce_request
 from tests.broker.servers import ServerProcess
 from tests.kafka_harness import KAFKA_TEST_SETTINGS, KafkaBroker, kgroups_overrides
 from tests.share.share_wire import brief, share_acknowledge, share_fetch
 
-from kgroups.broker.wire import build, request_type, sibling
+from kgroups.broker.wire import build, request_type
 from kgroups.log.batch import build_batch
 from kgroups.tools.wire_client import KafkaWireClient
 
@@ -285,25 +285,14 @@ def groups_of_other_types(s: Share) -> None:
     s.join(member_id())
     s.produce(2)
     s.group = "classic-" + s.topic
-    commit = request_type(8, 9)
-    s.client.call(build(commit, group_id=s.group, generation_id_or_member_epoch=-1,
-                        member_id="", group_instance_id=None, topics=(build(
-                            sibling(commit, "OffsetCommitRequestTopic"), name=s.topic,
-                            partitions=(build(sibling(commit, "OffsetCommitRequestPartition"),
-                                              partition_index=0, committed_offset=1,
-                                              committed_leader_epoch=-1,
-                                              committed_metadata=""),)),)))
+    s.client.call(diff_requests.commit(s.group, {(s.topic, 0): 1}))
     a = member_id()
     s.fetch("a classic group's id", a, 0, wait_ms=100)
     s.ack("acknowledge in a classic group", a, 1, {0: [(0, 0, [1])]})
     s.fetch("next epoch in a classic group", a, 1, wait_ms=100)
     s.group = "consumer-" + s.topic
     c = member_id()
-    joined = s.client.call(build(
-        request_type(68, 1), group_id=s.group, member_id=c, member_epoch=0, instance_id=None,
-        rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
-        subscribed_topic_names=(s.topic,), subscribed_topic_regex=None, server_assignor=None,
-        topic_partitions=()))
+    joined = s.client.call(diff_requests.consumer_join(s.group, c, (s.topic,)))
     assert int(joined.error_code) == 0, joined
     s.fetch("a consumer group's member", c, 0, wait_ms=100)
     s.fetch("its next epoch", c, 1, wait_ms=100)

@@ -10,7 +10,6 @@ checked on each broker. Member ids are the client's own (v1), the same on both b
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import time
 import uuid
 from typing import Any
@@ -263,11 +262,8 @@ def test_rejoin_subscription_change_and_other_group_types(converse) -> None:
         a.send(topics=["diff-u", TOPIC])  # the same topics in another order do not
         a.describe()
         consumer = d.connect("consumer")
-        consumer.call(build(request_type(68, 1), group_id=f"{d.group}-c", member_id="c1",
-                            member_epoch=0, instance_id=None, rack_id=None,
-                            rebalance_timeout=datetime.timedelta(seconds=30),
-                            subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
-                            server_assignor=None, topic_partitions=()), record=False)
+        consumer.call(diff_requests.consumer_join(f"{d.group}-c", "c1", (TOPIC,)),
+                      record=False)
         ShareMember(d, "s", group=f"{d.group}-c").send(0)  # a consumer group's id
         a.describe(f"{d.group}-c")
 
@@ -337,11 +333,8 @@ def test_a_consumer_group_heartbeat_with_a_share_groups_id(converse) -> None:
         consumer = d.connect("consumer")
 
         def calls(label: str, _epoch: int) -> None:
-            consumer.call(build(request_type(68, 1), group_id=d.group, member_id=label,
-                                member_epoch=0, instance_id=None, rack_id=None,
-                                rebalance_timeout=datetime.timedelta(seconds=30),
-                                subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
-                                server_assignor=None, topic_partitions=()), f"join-{label}")
+            consumer.call(diff_requests.consumer_join(d.group, label, (TOPIC,)),
+                          f"join-{label}")
 
         _share_group_then(d, calls)
 
@@ -355,11 +348,7 @@ def test_share_apis_on_classic_and_consumer_groups(converse) -> None:
         admin = d.connect("admin")
         classic, consumer = f"{d.group}-classic", f"{d.group}-consumer"
         admin.call(diff_requests.commit(classic, {(TOPIC, 0): 5}), record=False)
-        admin.call(build(request_type(68, 1), group_id=consumer, member_id="c1",
-                         member_epoch=0, instance_id=None, rack_id=None,
-                         rebalance_timeout=datetime.timedelta(seconds=30),
-                         subscribed_topic_names=(TOPIC,), subscribed_topic_regex=None,
-                         server_assignor=None, topic_partitions=()), record=False)
+        admin.call(diff_requests.consumer_join(consumer, "c1", (TOPIC,)), record=False)
         for kind, group in (("classic", classic), ("consumer", consumer)):
             _offsets_call(d, admin, f"describe-{kind}", describe_offsets(group))
             _offsets_call(d, admin, f"describe-some-{kind}",
