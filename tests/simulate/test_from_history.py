@@ -220,6 +220,8 @@ class _Group:
             if process.poll() is None:
                 process.kill()
             process.wait(10)
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from tests.storage.conftest import new_database
+from tests.storage.conftest import every_store_closed, new_database
 from tests.storage.postgres_server import PostgresServer
 from tests.storage.test_cluster_data_plane import _fetch, _node, _produce, _records
 
@@ -60,10 +60,11 @@ def server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture
-def url(server: PostgresServer) -> str:
+def url(server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if not _listening(server):  # an earlier test failed during an outage
         server.resume()
-    return new_database(server)
+    with every_store_closed(monkeypatch):
+        yield new_database(server)
 
 
 def _listening(server: PostgresServer) -> bool:

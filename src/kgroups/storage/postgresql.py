@@ -101,10 +101,15 @@ class PostgresStore:
     def open(cls, url: str, session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS
              ) -> PostgresStore:
         """Connect and create the schema if the database has none; StorageUnavailableError
-        naming the server (never its password) when that fails."""
+        naming the server (never its password) when that fails; a schema it refuses
+        (SchemaVersionError) closes the connection before raising."""
         database = Database(url)
-        with database.use() as connection:
-            ensure_schema(connection)
+        try:
+            with database.use() as connection:
+                ensure_schema(connection)
+        except BaseException:
+            database.close()
+            raise
         return cls(database, session_timeout_ms)
 
     def close(self) -> None:
