@@ -63,7 +63,7 @@ from broker import (
 from broker_data import free_port, wait_for_port
 from kgroups.errors import ErrorCode
 
-CONNECTIONS = 4
+CONNECTIONS = 4  # the default of --connections
 DEPTH = 8
 CG_HEARTBEAT = 68
 CG_HEARTBEAT_VERSION = 1
@@ -207,12 +207,12 @@ async def rebalances(connection: PipelinedConnection, count: int) -> None:
             protocol_name=join.protocol_name, assignments=())))
 
 
-def answered(kind: str, count: int) -> int:
+def answered(kind: str, count: int, connections: int) -> int:
     """How many requests a run of `count` sends: whole rounds of every lane, or (join+sync)
     a JoinGroup and a SyncGroup per twentieth."""
     if kind == "join+sync":
         return count // 20 * 2
-    return count // (CONNECTIONS * DEPTH) * CONNECTIONS * DEPTH
+    return count // (connections * DEPTH) * connections * DEPTH
 
 
 def cpu_seconds(process: psutil.Process) -> tuple[float, float]:
@@ -263,14 +263,15 @@ async def consumer_members(connections: list[PipelinedConnection]) -> RequestMak
 
 
 async def cost(port: int, kind: str, requests: int, process: psutil.Process,
-               tls: ssl.SSLContext | None, profiled: bool) -> tuple[float, float]:
+               tls: ssl.SSLContext | None, profiled: bool,
+               lanes: int = CONNECTIONS) -> tuple[float, float]:
     """Broker-process and network-process CPU microseconds per request of `kind`, after a
     warm-up of a tenth as many (a profiled broker profiles the timed requests only)."""
     await wait_coordinator_ready(port, tls)  # every __consumer_offsets partition loaded
     versions = await negotiate(port, tls)
     versions[CG_HEARTBEAT] = CG_HEARTBEAT_VERSION
     connections = [await PipelinedConnection.open(port, versions, tls)
-                   for _ in range(CONNECTIONS)]
+                   for _ in range(lanes)]
     makers: dict[str, RequestMaker] = {"commit": commit, "metadata": metadata}
     if kind == "heartbeat":
         _, joins = await form_group(connections, "bench-heartbeat")
@@ -283,7 +284,7 @@ async def cost(port: int, kind: str, requests: int, process: psutil.Process,
             await rebalances(connections[0], count // 20)
         else:
             await pipelined(connections, makers[kind], count)
-        return answered(kind, count)
+        return answered(kind, count, lanes)
 
     await run(requests // 10)
     if profiled:
@@ -317,6 +318,10 @@ def main() -> int:
     parser.add_argument("--tls", action="store_true",
                         help="serve and connect over one SSL listener (PEM certificates made "
                              "for the run)")
+    parser.add_argument("--connections", type=int, default=CONNECTIONS,
+                        help="client connections (commit: one standalone group each; "
+                             "bench/broker.py's commit phase has 16, most on partitions of "
+                             "their own, so that each commit is a batch of its own)")
     args = parser.parse_args()
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
@@ -329,19 +334,21 @@ def main() -> int:
             with broker(Path(scratch) / kind, None, args.network_threads,
                         certificates) as (port, process):
                 figures[kind] = asyncio.run(cost(port, kind, args.requests, process, tls,
-                                                 profiled=False))
+                                                 profiled=False, lanes=args.connections))
             if not args.profile:
                 continue
             profile_to = (args.keep_profiles or Path(scratch)) / f"{kind}.prof"
             with broker(Path(scratch) / f"{kind}-profiled", profile_to, args.network_threads,
                         certificates) as (port, process):
-                asyncio.run(cost(port, kind, args.requests, process, tls, profiled=True))
-            print_split(kind, stage_split(profile_to), answered(kind, args.requests),
-                        figures[kind][0])
+                asyncio.run(cost(port, kind, args.requests, process, tls, profiled=True,
+                                 lanes=args.connections))
+            print_split(kind, stage_split(profile_to),
+                        answered(kind, args.requests, args.connections), figures[kind][0])
             if args.top:
                 pstats.Stats(str(profile_to)).sort_stats("tottime").print_stats(args.top)
-    print(f"CPU per request, {args.requests:,} requests per kind, "
-          f"num.network.threads={args.network_threads}{' over TLS' if args.tls else ''}")
+    print(f"CPU per request, {args.requests:,} requests per kind over {args.connections} "
+          f"connections, num.network.threads={args.network_threads}"
+          f"{' over TLS' if args.tls else ''}")
     print(f"  {'kind':<12} {'broker':>10} {'network':>10} {'total':>10}")
     for kind, (in_broker, in_network) in figures.items():
         print(f"  {kind:<12} {in_broker:8.1f} µs {in_network:7.1f} µs "

@@ -652,34 +652,40 @@ class CoordinatorRuntime:
                 self._pending_due = self._running_loop().call_soon(self._append_pending)
             return
         self._append_pending_of(partition)
-        self._append_batch(partition, [write.write_id], lambda now: batch_of(write, now),
-                           completed_soon=True)
+        self._append_batch(partition, [write.write_id], lambda now: batch_of(write, now), None)
 
     def _append_pending(self) -> None:
-        """The turn's writes, one batch per partition (split at max.message.bytes); each write
-        completes at once after its batch's append (or fsync): this runs from the event loop,
-        outside any `_apply`."""
+        """The turn's writes, one batch per partition (split at max.message.bytes); once every
+        batch is appended, the writes the log acknowledges at once complete together, in one
+        call to the shard (one set of effects for the turn's commits to every partition, not
+        one per partition; and no completion's effects can append ahead of a batch of the turn
+        still to go). This runs from the event loop, outside any `_apply`."""
         self._pending_due = None
         pending, self._pending = self._pending, {}
+        appended: list[int] = []
         for partition, writes in pending.items():
-            self._append_merged(partition, writes, completed_soon=False)
+            self._append_merged(partition, writes, appended)
+        if appended:
+            self._complete_all(appended, None)
 
     def _append_pending_of(self, partition: int) -> None:
         """A partition's pending writes, appended now (before a write that must follow them);
         completed on the next loop turn, as they are appended from inside `_apply`."""
-        self._append_merged(partition, self._pending.pop(partition, []), completed_soon=True)
+        self._append_merged(partition, self._pending.pop(partition, []), None)
 
-    def _append_merged(self, partition: int, writes: list[Write], completed_soon: bool) -> None:
+    def _append_merged(self, partition: int, writes: list[Write],
+                       appended: list[int] | None) -> None:
         for write_ids, records in merged_runs(writes, self._logs.config.max_message_bytes):
             self._append_batch(partition, write_ids, functools.partial(plain_batch, records),
-                               completed_soon)
+                               appended)
 
     def _append_batch(self, partition: int, write_ids: list[int],
-                      batch: Callable[[int], bytes], completed_soon: bool) -> None:
+                      batch: Callable[[int], bytes], appended: list[int] | None) -> None:
         """Append the batch holding the writes `write_ids` (one partition's; `batch` makes it
         for a timestamp); each completes when the log's flush policy lets it be acknowledged
-        (after an fsync in the background where flush.messages asks for one), on the next loop
-        turn when `completed_soon`. Once a write of a partition fails, the later ones already
+        (after an fsync in the background where flush.messages asks for one); one the log
+        acknowledges at once is added to `appended` for the caller to complete, or (None)
+        completed on the next loop turn. Once a write of a partition fails, the later ones already
         emitted are not appended: the shard fails them with it (it reverts to the failed write,
         as Kafka does), so the log must never hold them without it."""
         if partition in self._failing:
@@ -717,10 +723,10 @@ class CoordinatorRuntime:
         # log: its append returned after PostgreSQL committed it.
         if isinstance(log, PartitionLog) and log.flush_due:
             self.background.spawn("offsets-fsync", self._await_flush(write_ids, log))
-        elif completed_soon:
+        elif appended is None:
             self._running_loop().call_soon(self._complete_all, write_ids, None)
         else:
-            self._complete_all(write_ids, None)
+            appended.extend(write_ids)
 
     def _fail(self, partition: int, write_ids: list[int], error: ErrorCode) -> None:
         """Answer the writes with `error` on the next loop turn; until then their partition's

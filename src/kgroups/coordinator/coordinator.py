@@ -290,8 +290,9 @@ class GroupCoordinator:
 
     def writes_completed(self, write_ids: Sequence[int], error: ErrorCode | None,
                          now: int) -> Effects:
-        """`write_completed` for the writes of one batch, in order, in one call: one set of
-        effects (and one look at the timers) for a batch of commits, not one per commit."""
+        """`write_completed` for several writes, in order, in one call: one set of effects
+        (and one look at the timers) for a loop turn's appended commits, not one per commit
+        or per batch."""
         def complete_all() -> None:
             for write_id in write_ids:
                 self._ctx.complete_write(write_id, error)
