@@ -74,6 +74,8 @@ MAX_TIMESTAMP_AT = 35
 PRODUCER_ID_AT = 43
 RECORDS_COUNT_AT = 57
 _BASE_OFFSET = struct.Struct(">q")
+_UNCOVERED_HEADER = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, CRC
+_COVERED_HEADER = struct.Struct(">hiqqqhii")  # the rest of HEADER: what the CRC covers
 _CRC = struct.Struct(">I")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
@@ -219,20 +221,20 @@ def build_batch(
     if not records:
         raise ValueError("a record batch holds at least one record")
     base_timestamp = records[0][2]
-    body = b"".join(
+    body = b"".join([
         _encode_record(delta, timestamp - base_timestamp, key, value)
         for delta, (key, value, timestamp) in enumerate(records)
-    )
+    ])
     attributes = int(compression) | (TRANSACTIONAL if transactional else 0)
     attributes |= CONTROL if control else 0
     return _assemble(
-        body=compress(Compression(compression), body),
+        body=compress(Compression(compression), body) if compression else body,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
         last_offset_delta=len(records) - 1,
         base_timestamp=base_timestamp,
-        max_timestamp=max(timestamp for _, _, timestamp in records),
+        max_timestamp=max([timestamp for _, _, timestamp in records]),
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
@@ -301,26 +303,15 @@ def _assemble(
     base_sequence: int,
     count: int,
 ) -> bytes:
-    header = bytearray(
-        HEADER.pack(
-            base_offset,
-            HEADER_SIZE - LOG_OVERHEAD + len(body),
-            partition_leader_epoch,
-            MAGIC,
-            0,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        )
-    )
-    crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header[CRC_START:])))
-    _CRC.pack_into(header, CRC_AT, crc)
-    return bytes(header) + body
+    # The header in two parts around the CRC, which covers the second part and the records:
+    # packed once each and joined once (an offset commit appends a batch of its own).
+    covered = _COVERED_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
+                                   producer_id, producer_epoch, base_sequence, count)
+    crc = crc32c.crc32c(body, crc32c.crc32c(covered))
+    return b"".join((
+        _UNCOVERED_HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
+                               partition_leader_epoch, MAGIC, crc),
+        covered, body))
 
 
 # ------------------------------------------------------------------------------------ decoding
