@@ -14,14 +14,16 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # Each top-level part and the parts below it that it may import.
 LAYERS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
+    # Value classes (`value_class`): the messages and records the coordinator builds.
+    "immutable": frozenset(),
     "log": frozenset({"errors"}),
     # `kgroups offsets dump postgresql://...` reads a store's __consumer_offsets.
-    "records": frozenset({"errors", "log", "storage"}),
+    "records": frozenset({"errors", "immutable", "log", "storage"}),
     # A cluster's store (PostgreSQL) beside the local log, whose formats it keeps.
     "storage": frozenset({"errors", "log"}),
     "assignors": frozenset({"errors", "records"}),
     # The consumer protocol's server-side assignment runs kgroups' assignors in the coordinator.
-    "coordinator": frozenset({"errors", "log", "records", "assignors"}),
+    "coordinator": frozenset({"errors", "immutable", "log", "records", "assignors"}),
     # The transaction coordinator: beside the group coordinator, whose placement rule it shares.
     "transactions": frozenset({"errors", "log", "records", "coordinator"}),
     # Share groups' partitions (acquisition, acknowledgement, delivery counts): sans-IO.

@@ -13,16 +13,17 @@ from enum import Enum
 from kgroups.coordinator.consumer_messages import AnyResponse
 from kgroups.coordinator.messages import RequestId
 from kgroups.coordinator.rebalance_cause import RebalanceCause
+from kgroups.immutable import value_class
 from kgroups.records.schema import OffsetsRecord
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Reply:
     request_id: RequestId
     response: AnyResponse
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class TxnMarker:
     """The end of a transaction as a control record: COMMIT (`commits`) or ABORT, written by
     the transaction coordinator of `coordinator_epoch`."""
@@ -31,7 +32,7 @@ class TxnMarker:
     coordinator_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Write:
     """Records for one __consumer_offsets partition, as one batch. A `producer_id` other than
     -1 makes it a transactional batch of that producer (TxnOffsetCommit's offsets); with a
@@ -45,7 +46,7 @@ class Write:
     marker: TxnMarker | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class GroupEvent:
     """A group changed state (`old_state` None when it was just created)."""
 
@@ -73,7 +74,7 @@ class RemovalReason(Enum):
     REBALANCE_TIMEOUT = "rebalance_timeout"  # a consumer-protocol member did not revoke in time
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class RebalanceStarted:
     """The group entered PreparingRebalance: from `old_state`, leaving `old_generation`,
     because of `cause`; `detail` says it in words (with the client's reason, if it sent one)."""
@@ -85,7 +86,7 @@ class RebalanceStarted:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class MemberRemoved:
     """A member (or a pending member id) is no longer part of the group."""
 

@@ -10,10 +10,11 @@ it (MEMBER_ID_REQUIRED from JoinGroup v4, SkipAssignment from v9, ...).
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from kgroups.coordinator.rebalance_cause import RebalanceNote
 from kgroups.errors import ErrorCode
+from kgroups.immutable import value_class
 
 RequestId = Hashable
 NO_GENERATION = -1
@@ -22,7 +23,7 @@ UNKNOWN_MEMBER_ID = ""
 MAX_STRING_BYTES = 32767
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class JoinGroupRequest:
     """`rebalance_timeout_ms` of -1 (JoinGroup v0 has none) means "use the session timeout"."""
 
@@ -40,14 +41,14 @@ class JoinGroupRequest:
     reason: str | None = None  # v8+: why the client (re)joins, for the rebalance's log line
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class JoinGroupMember:
     member_id: str
     group_instance_id: str | None
     metadata: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class JoinGroupResponse:
     error: ErrorCode
     member_id: str = UNKNOWN_MEMBER_ID
@@ -59,7 +60,7 @@ class JoinGroupResponse:
     members: tuple[JoinGroupMember, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class SyncGroupRequest:
     """`protocol_type`/`protocol_name` are None before v5 (no consistency check then)."""
 
@@ -74,7 +75,7 @@ class SyncGroupRequest:
     version: int = 5
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class SyncGroupResponse:
     error: ErrorCode
     assignment: bytes = b""
@@ -82,7 +83,7 @@ class SyncGroupResponse:
     protocol_name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class HeartbeatRequest:
     request_id: RequestId
     group_id: str
@@ -91,12 +92,12 @@ class HeartbeatRequest:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class HeartbeatResponse:
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class MemberIdentity:
     """A member named in LeaveGroup: by member id, or by instance id with an empty member id."""
 
@@ -105,7 +106,7 @@ class MemberIdentity:
     reason: str | None = None  # v5+: why it leaves, for the rebalance's log line
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class LeaveGroupRequest:
     """Before v3 a LeaveGroup names exactly one member and answers with one error."""
 
@@ -115,20 +116,20 @@ class LeaveGroupRequest:
     version: int = 3
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class MemberLeaveResult:
     member_id: str
     group_instance_id: str | None
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class LeaveGroupResponse:
     error: ErrorCode
     members: tuple[MemberLeaveResult, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitPartition:
     """`commit_timestamp` is set only by OffsetCommit v1; -1 means "the coordinator's now"."""
 
@@ -139,13 +140,13 @@ class OffsetCommitPartition:
     commit_timestamp: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitTopic:
     name: str
     partitions: tuple[OffsetCommitPartition, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitRequest:
     """`retention_time_ms` comes from v2-v4; -1 means the broker's offsets.retention.minutes."""
 
@@ -159,24 +160,24 @@ class OffsetCommitRequest:
     version: int = 9
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class PartitionError:
     partition: int
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class TopicPartitionErrors:
     name: str
     partitions: tuple[PartitionError, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitResponse:
     topics: tuple[TopicPartitionErrors, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class TxnOffsetCommitRequest:
     """TxnOffsetCommit (API 28): offsets a transactional producer commits for `group_id`, held
     pending until its transaction's marker. v0-v2 carry no member fields (the defaults: no
@@ -193,12 +194,12 @@ class TxnOffsetCommitRequest:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class TxnOffsetCommitResponse:
     topics: tuple[TopicPartitionErrors, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CompleteTransactionRequest:
     """The transaction coordinator's marker for `producer_id` in one __consumer_offsets
     partition: written to the log, then the producer's pending offsets there are committed
@@ -212,12 +213,12 @@ class CompleteTransactionRequest:
     coordinator_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CompleteTransactionResponse:
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetFetchGroup:
     """`topics` None asks for every committed partition of the group (OffsetFetch v2+);
     `member_id`/`member_epoch` (v9+) are checked for consumer-protocol groups."""
@@ -228,7 +229,7 @@ class OffsetFetchGroup:
     member_epoch: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetFetchRequest:
     """One or many groups (v8+ batches them); older versions send exactly one.
     `require_stable` (v7+): a partition with a pending transactional offset answers
@@ -239,7 +240,7 @@ class OffsetFetchRequest:
     require_stable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class FetchedOffset:
     partition: int
     offset: int
@@ -248,25 +249,25 @@ class FetchedOffset:
     error: ErrorCode = ErrorCode.NONE
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class FetchedTopic:
     name: str
     partitions: tuple[FetchedOffset, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class FetchedGroup:
     group_id: str
     error: ErrorCode
     topics: tuple[FetchedTopic, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetFetchResponse:
     groups: tuple[FetchedGroup, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DescribeGroupsRequest:
     """From v6 (Kafka 4.0) an unknown group answers GROUP_ID_NOT_FOUND instead of "Dead"."""
 
@@ -275,7 +276,7 @@ class DescribeGroupsRequest:
     version: int = 5
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DescribedMember:
     member_id: str
     group_instance_id: str | None
@@ -285,7 +286,7 @@ class DescribedMember:
     assignment: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DescribedGroup:
     group_id: str
     error: ErrorCode
@@ -297,12 +298,12 @@ class DescribedGroup:
     error_message: str | None = None  # v6+: why the group is not found
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DescribeGroupsResponse:
     groups: tuple[DescribedGroup, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class ListGroupsRequest:
     """`states_filter` (v4+) keeps groups whose state matches any entry, case-insensitively."""
 
@@ -310,7 +311,7 @@ class ListGroupsRequest:
     states_filter: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class ListedGroup:
     group_id: str
     protocol_type: str
@@ -318,31 +319,31 @@ class ListedGroup:
     group_type: str = "classic"  # "consumer" for KIP-848 groups
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class ListGroupsResponse:
     error: ErrorCode
     groups: tuple[ListedGroup, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DeleteGroupsRequest:
     request_id: RequestId
     group_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class DeleteGroupsResponse:
     results: tuple[tuple[str, ErrorCode], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetDeleteRequest:
     request_id: RequestId
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetDeleteResponse:
     error: ErrorCode
     topics: tuple[TopicPartitionErrors, ...] = field(default=())

@@ -9,14 +9,15 @@ Subscription/Assignment) in snake_case; the byte codecs live in `kgroups.records
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from kgroups.immutable import value_class
 from kgroups.records.consumer_group import ConsumerGroupKey, ConsumerGroupValue
 from kgroups.records.share_group import ShareGroupKey, ShareGroupValue
 from kgroups.records.streams_group import StreamsGroupKey, StreamsGroupValue
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitKey:
     """Key of a committed offset: key types 0 and 1 share this layout (Kafka writes 1)."""
 
@@ -26,7 +27,7 @@ class OffsetCommitKey:
     version: int = 1
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class GroupMetadataKey:
     """Key of a group's metadata record (key type 2)."""
 
@@ -34,7 +35,7 @@ class GroupMetadataKey:
     version: int = 2
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class UnknownKey:
     """A key of a type kgroups does not interpret (9 to 15 and 17 up: share and streams
     groups): kept opaque so logs read."""
@@ -47,7 +48,7 @@ RecordKey = (OffsetCommitKey | GroupMetadataKey | ConsumerGroupKey | StreamsGrou
              | ShareGroupKey | UnknownKey)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetCommitValue:
     """A committed offset. `expire_timestamp` is set only by old OffsetCommit versions (v1).
     `topic_id` (16 bytes) is v4's tagged field 0, which Kafka 4.x writes beside every commit;
@@ -61,7 +62,7 @@ class OffsetCommitValue:
     topic_id: bytes | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class MemberMetadata:
     """One member as stored in a GroupMetadataValue: its join metadata and its assignment."""
 
@@ -75,7 +76,7 @@ class MemberMetadata:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class GroupMetadataValue:
     """A group's generation: the selected protocol, its leader and every member."""
 
@@ -91,7 +92,7 @@ RecordValue = (OffsetCommitValue | GroupMetadataValue | ConsumerGroupValue | Str
                | ShareGroupValue)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class TopicPartitions:
     """A topic and some of its partitions, as ConsumerProtocol lists them."""
 
@@ -99,7 +100,7 @@ class TopicPartitions:
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class ConsumerSubscription:
     """ConsumerProtocol subscription (the member metadata of protocol type "consumer")."""
 
@@ -111,7 +112,7 @@ class ConsumerSubscription:
     version: int = 3
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class ConsumerAssignment:
     """ConsumerProtocol assignment (what SyncGroup hands each member of a "consumer" group)."""
 
@@ -120,7 +121,7 @@ class ConsumerAssignment:
     version: int = 3
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class OffsetsRecord:
     """One __consumer_offsets record: a key and its value, `None` for a tombstone."""
 
