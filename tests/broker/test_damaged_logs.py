@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
+from broker_wire_helpers import (
+    connect,
+    create_topic,
+    fetch_request,
+    metadata_request,
+    produce_request,
+)
+from tests.share.share_wire import brief, join_share_group, share_fetch
 
 from kgroups.broker import coordinator_runtime, log_cleaner
 from kgroups.broker.broker import Broker
@@ -188,6 +195,15 @@ def test_a_damaged_topic_partition_answers_storage_errors(
             assert read.error_code == ErrorCode.KAFKA_STORAGE_ERROR
         (read,) = client.call(fetch_request("events", 1, 0)).responses[0].partitions
         assert read.error_code == ErrorCode.NONE and read.records
+        # A share group's fetch of the offline partition is refused the same way (and the
+        # connection stays), the healthy one served (from the log end: nothing yet).
+        topic_id = client.call(metadata_request("events")).topics[0].topic_id
+        join_share_group(client, "sharing", "m1", "events")
+        for _ in range(2):
+            shared = brief(client.call(share_fetch("sharing", "m1", 0, topic_id,
+                                                   partitions=(0, 1))))
+            assert [(p["partition"], p["error"]) for p in shared["partitions"]] == [
+                (0, ErrorCode.KAFKA_STORAGE_ERROR), (1, ErrorCode.NONE)]
         # A commit for the offline partition is a __consumer_offsets write: Kafka takes it.
         wait_loaded(broker)
         commit(client, HEALTHY_GROUP, 7)

@@ -114,6 +114,15 @@ class SharePartitionManager:
         return await asyncio.shield(pending)
 
     async def _load(self, key: SharePartitionKey, topic: str) -> SharePartition | ErrorCode:
+        """The share partition from its persisted state, or why it cannot be served (each
+        fetch tries again): a log that cannot be read is KAFKA_STORAGE_ERROR, as for Fetch."""
+        try:
+            return await self._load_from_log(key, topic)
+        except OSError:  # the partition's log is offline (logged once, where it failed)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+
+    async def _load_from_log(self, key: SharePartitionKey,
+                             topic: str) -> SharePartition | ErrorCode:
         log = self.topics.log(topic, key.partition)
         if log is None:  # not led here (a cluster's other broker), or no such partition
             return self.topics.unserved_error(topic, key.partition)
