@@ -135,3 +135,21 @@ class ErrorCode(IntEnum):
     STREAMS_INVALID_TOPOLOGY_EPOCH = 131
     STREAMS_TOPOLOGY_FENCED = 132
     SHARE_SESSION_LIMIT_REACHED = 133
+
+
+# Kafka's own text for an error (its exception's default message in
+# org.apache.kafka.common.protocol.Errors), for the codes kgroups answers or prints with it.
+KAFKA_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE:
+        "The requested offset is not within the range of offsets maintained by the server.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.INVALID_TOPIC_EXCEPTION:
+        "The request attempted to perform an operation on an invalid topic.",
+    ErrorCode.POLICY_VIOLATION: "Request parameters do not satisfy the configured policy.",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.KAFKA_STORAGE_ERROR: "Disk error when trying to access log file on the disk.",
+    ErrorCode.FENCED_LEADER_EPOCH:
+        "The leader epoch in the request is older than the epoch on the broker.",
+    ErrorCode.FENCED_STATE_EPOCH: "The share coordinator rejected the request because the "
+                                  "share-group state epoch did not match.",
+}

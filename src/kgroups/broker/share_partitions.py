@@ -35,7 +35,7 @@ from kgroups.broker.events import log_event
 from kgroups.broker.group_configs import group_setting
 from kgroups.broker.share_persister import ShareStatePersister
 from kgroups.broker.topics import TopicCatalog
-from kgroups.errors import ErrorCode
+from kgroups.errors import KAFKA_MESSAGES, ErrorCode
 from kgroups.share.acknowledgements import AckBatch, is_valid_request
 from kgroups.share.counts import ShareCounts
 from kgroups.share.partition import AckOutcome, SharePartition
@@ -60,7 +60,6 @@ LOAD_ERRORS = {
     ErrorCode.FENCED_STATE_EPOCH: ErrorCode.FENCED_STATE_EPOCH,
     ErrorCode.FENCED_LEADER_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
 }
-NOT_HOSTED = "This server does not host this topic-partition."
 
 
 def share_settings(supplied: Mapping[str, str]) -> ShareSettings:
@@ -181,7 +180,8 @@ class SharePartitionManager:
         if isinstance(share_partition, ErrorCode):
             # Kafka acknowledges only to a share partition it holds; one that failed to load
             # is not held.
-            return AckOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_HOSTED)
+            return AckOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              KAFKA_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION])
         start = share_partition.start_offset
         outcome = share_partition.acknowledge(member_id, batches, now_ms())
         if outcome.error != ErrorCode.NONE:

@@ -29,10 +29,10 @@ from kgroups.coordinator.share_messages import (
     ShareStateDeletedRequest,
     ShareTopicResult,
 )
-from kgroups.errors import ErrorCode
+from kgroups.errors import KAFKA_MESSAGES, ErrorCode
 from kgroups.records.share_group import ShareGroupStatePartitionMetadataKey
 
-UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."
+NOT_HOSTED = KAFKA_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 NOT_EMPTY_MESSAGE = "The group is not empty."
 INVALID_GROUP_MESSAGE = "The group id is invalid."
 
@@ -65,7 +65,7 @@ class ShareOffsets:
         info = self._ctx.topics.get(name)
         return ShareTopicResult(name, None if info is None else info.topic_id, tuple(
             (p, ErrorCode.NONE, None) if info is not None and 0 <= p < info.partitions
-            else (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION_MESSAGE)
+            else (p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_HOSTED)
             for p in partitions))
 
     def _empty_share_group(self, group_id: str, create: bool,
@@ -133,7 +133,7 @@ class ShareOffsets:
             info = self._ctx.topics.get(name)
             if info is None:
                 results.append(ShareTopicResult(name, None, (
-                    (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_PARTITION_MESSAGE),)))
+                    (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, NOT_HOSTED),)))
                 continue
             results.append(ShareTopicResult(name, info.topic_id, ((-1, ErrorCode.NONE, None),)))
             held = (share.initialized.get(info.topic_id, (name, frozenset()))[1]

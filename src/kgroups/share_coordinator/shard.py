@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kgroups.errors import ErrorCode
+from kgroups.errors import KAFKA_MESSAGES, ErrorCode
 from kgroups.records.share_state import (
     UNKNOWN_COUNT,
     ShareSnapshotValue,
@@ -51,13 +51,6 @@ TopicPartitions = Callable[[uuid.UUID], "int | None"]
 NEGATIVE_PARTITION = "The partition id cannot be a negative number."
 WRITE_UNINITIALIZED = "Write operation on uninitialized share partition not allowed."
 READ_UNINITIALIZED = "Read operation on uninitialized share partition not allowed."
-ERROR_TEXT = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
-    ErrorCode.FENCED_LEADER_EPOCH:
-        "The leader epoch in the request is older than the epoch on the broker.",
-    ErrorCode.FENCED_STATE_EPOCH: "The share coordinator rejected the request because the "
-                                  "share-group state epoch did not match.",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +104,7 @@ def _older(recorded: dict[Key, int], key: Key, epoch: int) -> bool:
 
 
 def _refused(error: ErrorCode, message: str | None = None) -> Answer:
-    return Answer(error, message if message is not None else ERROR_TEXT.get(error))
+    return Answer(error, message if message is not None else KAFKA_MESSAGES.get(error))
 
 
 class ShareCoordinatorShard:

@@ -16,28 +16,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kgroups.errors import ErrorCode
+from kgroups.errors import KAFKA_MESSAGES, ErrorCode
 from kgroups.tools import topic_admin
 from kgroups.tools.admin import AdminError
 from kgroups.tools.wire_client import KafkaWireClient
 
 SUPPORTED_VERSION = 1
-# What Kafka's admin client raises for each error DeleteRecords answers (Errors' messages).
-JAVA_ERRORS: dict[ErrorCode, tuple[str, str]] = {
-    ErrorCode.OFFSET_OUT_OF_RANGE: (
-        "OffsetOutOfRangeException",
-        "The requested offset is not within the range of offsets maintained by the server."),
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: (
-        "UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    ErrorCode.INVALID_TOPIC_EXCEPTION: (
-        "InvalidTopicException",
-        "The request attempted to perform an operation on an invalid topic."),
-    ErrorCode.POLICY_VIOLATION: (
-        "PolicyViolationException", "Request parameters do not satisfy the configured policy."),
-    ErrorCode.TOPIC_AUTHORIZATION_FAILED: (
-        "TopicAuthorizationException", "Topic authorization failed."),
-    ErrorCode.KAFKA_STORAGE_ERROR: (
-        "KafkaStorageException", "Disk error when trying to access log file on the disk."),
+# What Kafka's admin client raises for each error DeleteRecords answers (Errors' exceptions,
+# with their messages from KAFKA_MESSAGES).
+JAVA_EXCEPTIONS: dict[ErrorCode, str] = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeException",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
+    ErrorCode.POLICY_VIOLATION: "PolicyViolationException",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationException",
+    ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageException",
 }
 
 
@@ -97,7 +90,11 @@ def read_offset_file(path: Path) -> dict[tuple[str, int], int]:
 def result_line(topic: str, partition: int, error: ErrorCode, low_watermark: int) -> str:
     if error == ErrorCode.NONE:
         return f"partition: {topic}-{partition}\tlow_watermark: {low_watermark}"
-    name, message = JAVA_ERRORS.get(error, ("ApiException", f"{error.name} ({int(error)})"))
+    name = JAVA_EXCEPTIONS.get(error)
+    if name is None:
+        name, message = "ApiException", f"{error.name} ({int(error)})"
+    else:
+        message = KAFKA_MESSAGES[error]
     return (f"partition: {topic}-{partition}\terror: "
             f"org.apache.kafka.common.errors.{name}: {message}")
 

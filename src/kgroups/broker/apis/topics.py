@@ -19,7 +19,7 @@ from kgroups.broker.security.authorizer import Operation
 from kgroups.broker.topic_configs import TopicConfigError, topic_log_config
 from kgroups.broker.topics import INTERNAL_TOPICS, topic_name_error
 from kgroups.broker.wire import NO_THROTTLE, build, kio_error, response_type, sibling
-from kgroups.errors import ErrorCode
+from kgroups.errors import KAFKA_MESSAGES, ErrorCode
 
 logger = logging.getLogger("kgroups.topics")
 
@@ -136,7 +136,7 @@ def _delete_one(ctx: RequestContext, name: str | None) -> tuple[ErrorCode, str |
     if error == ErrorCode.NONE:
         log_event(logger, logging.INFO, "topic_deleted", topic=name)
         return error, None
-    return error, "This server does not host this topic-partition."
+    return error, KAFKA_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
 
 @handles(api_key=ApiKey.DELETE_TOPICS, min_version=1, max_version=6)
