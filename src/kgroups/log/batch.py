@@ -58,7 +58,11 @@ class BatchHeader(NamedTuple):
     records_count: int
 
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
+# The header in its two parts around the CRC, which covers the second part and the records
+# (`_assemble` packs them apart), and whole.
+_UNCOVERED_HEADER = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, CRC
+_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes ... records count
+HEADER = struct.Struct(_UNCOVERED_HEADER.format + _COVERED_HEADER.format.removeprefix(">"))
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + length: the part of the header the length does not count
 MAGIC = 2
@@ -66,7 +70,7 @@ MAGIC = 2
 LENGTH_AT = 8
 MAGIC_AT = 16
 CRC_AT = 17
-CRC_START = 21  # the CRC covers the batch from the attributes onwards
+CRC_START = _UNCOVERED_HEADER.size  # 21: the CRC covers the batch from the attributes onwards
 ATTRIBUTES_AT = 21
 LAST_OFFSET_DELTA_AT = 23
 BASE_TIMESTAMP_AT = 27
@@ -74,8 +78,6 @@ MAX_TIMESTAMP_AT = 35
 PRODUCER_ID_AT = 43
 RECORDS_COUNT_AT = 57
 _BASE_OFFSET = struct.Struct(">q")
-_UNCOVERED_HEADER = struct.Struct(">qiibI")  # base offset, length, leader epoch, magic, CRC
-_COVERED_HEADER = struct.Struct(">hiqqqhii")  # the rest of HEADER: what the CRC covers
 _CRC = struct.Struct(">I")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
@@ -303,8 +305,8 @@ def _assemble(
     base_sequence: int,
     count: int,
 ) -> bytes:
-    # The header in two parts around the CRC, which covers the second part and the records:
-    # packed once each and joined once (an offset commit appends a batch of its own).
+    # Each part of the header packed once and joined once with the records (an offset commit
+    # appends a batch of its own).
     covered = _COVERED_HEADER.pack(attributes, last_offset_delta, base_timestamp, max_timestamp,
                                    producer_id, producer_epoch, base_sequence, count)
     crc = crc32c.crc32c(body, crc32c.crc32c(covered))
