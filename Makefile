@@ -15,6 +15,10 @@ SERVE_STAMP := $(VENV)/.installed-serve
 # from source with the maturin their pyproject.toml pins, and Rust's cargo.
 NATIVE_STICKY := native/sticky_assign
 NATIVE_STICKY_STAMP := $(VENV)/.installed-sticky-assign
+# The compiled record batch and offset commit records (native/record_batch): the broker's commit
+# path, so `make serve` builds it too.
+NATIVE_BATCH := native/record_batch
+NATIVE_BATCH_STAMP := $(VENV)/.installed-record-batch
 CARGO_BIN ?= $(HOME)/.cargo/bin
 HOST ?= 127.0.0.1
 PORT ?= 9092
@@ -37,7 +41,7 @@ POSTGRESQL_JDBC_DIR ?= $(HOME)/.cache/kgroups/postgresql-jdbc
 
 .PHONY: install system-deps kafka java-harness postgresql-jdbc serve wheel test test-fast lint typecheck bench clean
 
-install: $(STAMP) $(NATIVE_STICKY_STAMP) system-deps
+install: $(STAMP) $(NATIVE_STICKY_STAMP) $(NATIVE_BATCH_STAMP) system-deps
 
 # The virtualenv and its pinned pip; the stamps below are made in it.
 $(PIP_STAMP):
@@ -56,14 +60,25 @@ $(STAMP): pyproject.toml | $(PIP_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[spark,test,bench]'
 	touch $@ $(SERVE_STAMP)
 
+# A crate of native/ (its Cargo.toml the rule's first prerequisite) built and installed by pip.
+define build-native
+@PATH="$(CARGO_BIN):$$PATH" command -v cargo >/dev/null 2>&1 || \
+	{ echo "$(dir $<) needs Rust's cargo (in $(CARGO_BIN) or on PATH)"; exit 1; }
+PATH="$(CARGO_BIN):$$PATH" $(BIN)/python -m pip install --quiet ./$(dir $<)
+touch $@
+endef
+
 # Rebuilt when its sources or pins change. Without it kgroups runs the same steps in Python
 # (the reference its tests compare it with), so `make serve` does not need it.
 $(NATIVE_STICKY_STAMP): $(NATIVE_STICKY)/Cargo.toml $(NATIVE_STICKY)/Cargo.lock \
 		$(NATIVE_STICKY)/pyproject.toml $(wildcard $(NATIVE_STICKY)/src/*.rs) | $(PIP_STAMP)
-	@PATH="$(CARGO_BIN):$$PATH" command -v cargo >/dev/null 2>&1 || \
-		{ echo "$(NATIVE_STICKY) needs Rust's cargo (in $(CARGO_BIN) or on PATH)"; exit 1; }
-	PATH="$(CARGO_BIN):$$PATH" $(BIN)/python -m pip install --quiet ./$(NATIVE_STICKY)
-	touch $@
+	$(build-native)
+
+# Rebuilt when its sources or pins change. Without it the broker writes the same bytes in Python
+# (the reference its tests compare it with), more slowly.
+$(NATIVE_BATCH_STAMP): $(NATIVE_BATCH)/Cargo.toml $(NATIVE_BATCH)/Cargo.lock \
+		$(NATIVE_BATCH)/pyproject.toml $(wildcard $(NATIVE_BATCH)/src/*.rs) | $(PIP_STAMP)
+	$(build-native)
 
 # kcat (an interop peer), a JDK (for Spark, Kafka and the Java test peers), Maven (to fetch
 # Kafka), Burrow 1.2.1 (a lag monitor, an interop peer), the ZooKeeper it needs, Chromium
@@ -123,7 +138,7 @@ postgresql-jdbc: system-deps
 			-DoutputDirectory=$(POSTGRESQL_JDBC_DIR); \
 	fi
 
-serve: $(SERVE_STAMP)
+serve: $(SERVE_STAMP) $(NATIVE_BATCH_STAMP)
 	$(BIN)/kgroups serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(SERVE_ARGS)
 
 # dist/kgroups-<version>-py3-none-any.whl, for `pip install` where there is no checkout (the
@@ -167,4 +182,4 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .coverage .hypothesis build dist src/*.egg-info \
-		$(NATIVE_STICKY)/target
+		$(NATIVE_STICKY)/target $(NATIVE_BATCH)/target

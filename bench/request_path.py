@@ -326,6 +326,8 @@ def main() -> int:
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
+    if args.keep_profiles:
+        args.keep_profiles.mkdir(parents=True, exist_ok=True)
     figures: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None

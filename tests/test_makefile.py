@@ -16,17 +16,22 @@ SERVE_INSTALL = ".venv/bin/python -m pip install --quiet -e .\n"
 EXTRAS_INSTALL = ".venv/bin/python -m pip install --quiet -e '.[spark,test,bench]'"
 
 
-NATIVE_STICKY_BUILD = "/bin/python -m pip install --quiet ./native/sticky_assign\n"
+NATIVE_CRATES = ("sticky_assign", "record_batch")
+
+
+def _native_build(crate: str) -> str:
+    return f"/bin/python -m pip install --quiet ./native/{crate}/\n"
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(REPO / name, tmp_path / name)
-    # The compiled sticky steps' sources, which the Makefile names as prerequisites (copied
-    # now, so older than the stamps `_stamps` makes).
-    shutil.copytree(REPO / "native" / "sticky_assign", tmp_path / "native" / "sticky_assign",
-                    ignore=shutil.ignore_patterns("target"), copy_function=shutil.copy)
+    # The compiled crates' sources, which the Makefile names as prerequisites (copied now, so
+    # older than the stamps `_stamps` makes).
+    for crate in NATIVE_CRATES:
+        shutil.copytree(REPO / "native" / crate, tmp_path / "native" / crate,
+                        ignore=shutil.ignore_patterns("target"), copy_function=shutil.copy)
     return tmp_path
 
 
@@ -76,18 +81,24 @@ def test_both_reinstall_when_pyproject_changes(checkout: Path) -> None:
     assert SERVE_INSTALL in _plan(checkout, "serve")
 
 
-def test_make_install_builds_the_compiled_sticky_steps_and_again_when_they_change(
-    checkout: Path,
+@pytest.mark.parametrize(("crate", "stamp", "for_serve"), [
+    ("sticky_assign", ".installed-sticky-assign", False),  # `kgroups assign` runs it in Python
+    ("record_batch", ".installed-record-batch", True),  # the broker's commit path
+])
+def test_make_install_builds_each_compiled_crate_and_again_when_it_changes(
+    checkout: Path, crate: str, stamp: str, for_serve: bool,
 ) -> None:
+    build = _native_build(crate)
     _stamps(checkout, ".installed", ".installed-serve")
-    assert NATIVE_STICKY_BUILD in _plan(checkout, "install")
-    assert NATIVE_STICKY_BUILD not in _plan(checkout, "serve")
-    _stamps(checkout, ".installed", ".installed-serve", ".installed-sticky-assign")
-    assert NATIVE_STICKY_BUILD not in _plan(checkout, "install")
-    source = checkout / "native" / "sticky_assign" / "src" / "lib.rs"
-    later = (checkout / ".venv" / ".installed-sticky-assign").stat().st_mtime + 60
+    assert build in _plan(checkout, "install")
+    assert (build in _plan(checkout, "serve")) is for_serve
+    _stamps(checkout, ".installed", ".installed-serve", stamp)
+    assert build not in _plan(checkout, "install")
+    assert build not in _plan(checkout, "serve")
+    source = checkout / "native" / crate / "src" / "lib.rs"
+    later = (checkout / ".venv" / stamp).stat().st_mtime + 60
     os.utime(source, (later, later))
-    assert NATIVE_STICKY_BUILD in _plan(checkout, "install")
+    assert build in _plan(checkout, "install")
 
 
 def test_make_test_and_test_fast_run_the_type_checker(checkout: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import crc32c
 
+from kgroups.log import batch_native
 from kgroups.log.compression import Compression, CompressionError, compress, decompress
 
 __all__ = [
@@ -219,16 +220,21 @@ def build_batch(
     control: bool = False,
     partition_leader_epoch: int = -1,
 ) -> bytes:
-    """Encode `(key, value, timestamp)` records as one batch with consecutive offsets."""
+    """Encode `(key, value, timestamp)` records as one batch with consecutive offsets: in
+    compiled code when it is built and the batch is uncompressed (`batch_native`)."""
     if not records:
         raise ValueError("a record batch holds at least one record")
+    attributes = int(compression) | (TRANSACTIONAL if transactional else 0)
+    attributes |= CONTROL if control else 0
+    if batch_native.compiled is not None and not compression and type(records) is list:
+        return batch_native.compiled.build_batch(
+            records, base_offset, partition_leader_epoch, attributes, producer_id,
+            producer_epoch, base_sequence)
     base_timestamp = records[0][2]
     body = b"".join([
         _encode_record(delta, timestamp - base_timestamp, key, value)
         for delta, (key, value, timestamp) in enumerate(records)
     ])
-    attributes = int(compression) | (TRANSACTIONAL if transactional else 0)
-    attributes |= CONTROL if control else 0
     return _assemble(
         body=compress(Compression(compression), body) if compression else body,
         base_offset=base_offset,

@@ -16,6 +16,7 @@ import dataclasses
 import struct
 from typing import Any
 
+from kgroups.log import batch_native
 from kgroups.log.batch import uvarint
 from kgroups.records import consumer_protocol
 from kgroups.records.consumer_group import (
@@ -160,6 +161,9 @@ def encode_key(key: RecordKey) -> bytes:
     if isinstance(key, OffsetCommitKey):
         if key.version not in _OFFSET_COMMIT_KEY_TYPES:
             raise ValueError(f"OffsetCommitKey type must be 0 or 1, not {key.version}")
+        if batch_native.compiled is not None:
+            return batch_native.compiled.offset_commit_key(
+                key.version, key.group, key.topic, key.partition)
         return b"".join(
             (INT16.pack(key.version), write_string(key.group), write_string(key.topic),
              INT32.pack(key.partition))
@@ -289,6 +293,10 @@ def _encode_offset_commit_value(value: OffsetCommitValue, version: int) -> bytes
         raise ValueError(f"OffsetCommitValue v{version} has no leaderEpoch; v3+ do")
     if value.topic_id is not None and version != FLEXIBLE_VERSION:
         raise ValueError(f"OffsetCommitValue v{version} has no topicId; v4 does")
+    if batch_native.compiled is not None and version != FLEXIBLE_VERSION:
+        return batch_native.compiled.offset_commit_value(
+            version, value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+            -1 if value.expire_timestamp is None else value.expire_timestamp)
     parts = [INT16.pack(version), INT64.pack(value.offset)]
     if version >= 3:
         parts.append(INT32.pack(value.leader_epoch))
