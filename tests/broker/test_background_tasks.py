@@ -17,8 +17,8 @@ import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
 from kio.schema.delete_topics.v6 import request as delete_topics
 from prometheus_client.parser import text_string_to_metric_families
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker import log_cleaner
 from kgroups.broker.background import Backoff
 from kgroups.errors import ErrorCode

@@ -18,8 +18,8 @@ from kio.schema.describe_configs.v1 import request as describe_v1
 from kio.schema.describe_configs.v2 import request as describe_v2
 from kio.schema.describe_configs.v3 import request as describe_v3
 from kio.schema.describe_configs.v4 import request as describe_v4
+from tests.broker.servers import InProcessBroker, ServerProcess
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.kafka_settings import kafka_settings
 from kgroups.broker.security.sensitive_settings import HIDDEN, is_sensitive, redacted
 from kgroups.broker.topic_configs import SET

@@ -8,8 +8,8 @@ import datetime
 from pathlib import Path
 
 from broker_wire_helpers import connect, create_topic
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.broker.wire import build, request_type
 
 

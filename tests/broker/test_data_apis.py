@@ -23,8 +23,8 @@ from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest as FindCoordinatorV0
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as FindCoordinatorV4
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.wire import encode_request
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, decode_batch, encode_batch, iter_batches

@@ -18,9 +18,9 @@ from broker_wire_helpers import (
     raw_socket,
     read_frame,
 )
+from tests.broker.servers import InProcessBroker
 
 import kgroups.broker.down_convert as down_convert_module
-from conftest import InProcessBroker
 from kgroups.broker.legacy_schemas import nested
 from kgroups.broker.wire import decode_response, encode_request, request_type, response_type
 from kgroups.log.batch import _assemble, _varint, build_batch

@@ -7,8 +7,8 @@ from broker_wire_helpers import connect
 from kio.schema.describe_cluster.v0.request import DescribeClusterRequest as V0
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest as V1
 from kio.static.primitive import i8
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.security.authorizer import ResourceType, all_operations
 from kgroups.errors import ErrorCode
 

@@ -26,8 +26,8 @@ from broker_wire_helpers import connect, create_topic, metadata_request, raw_soc
 from config_wire_helpers import describe
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.list_groups.v4.request import ListGroupsRequest
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.broker.descriptors import reserve
 from kgroups.broker.topics import TopicCatalog
 from kgroups.errors import ErrorCode

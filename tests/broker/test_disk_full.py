@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, produce_request
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_records_raw
 from kgroups.tools import admin

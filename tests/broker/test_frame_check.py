@@ -30,8 +30,8 @@ from fuzz_frames import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.broker.wire import FrameDecodeError, decode_request, encode_request, request_type
 
 HERE = Path(__file__).parent

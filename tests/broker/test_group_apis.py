@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, nested_of, request_of
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.coordinator import partition_for
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import iter_batches

@@ -8,8 +8,8 @@ import pytest
 from broker_wire_helpers import connect, create_topic, list_offsets_request, produce_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.broker.servers import InProcessBroker, ServerProcess
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.producer_state import (
     INT32_MAX,
     BatchIdentity,

@@ -26,8 +26,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

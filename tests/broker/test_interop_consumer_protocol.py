@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from group_interop_helpers import create_topic, produce, wait_until
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from java_harness import JavaConsumer
 
 pytestmark = pytest.mark.interop

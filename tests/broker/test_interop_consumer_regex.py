@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from group_interop_helpers import create_topic, produce, wait_until
-
-from conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
 

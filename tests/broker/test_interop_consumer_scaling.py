@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from group_interop_helpers import create_topic, produce, wait_until
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from java_harness import JavaConsumer
 
 pytestmark = pytest.mark.interop

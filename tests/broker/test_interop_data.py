@@ -8,8 +8,7 @@ import subprocess
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
 

@@ -13,8 +13,7 @@ from group_interop_helpers import (
     stable_with,
     wait_until,
 )
-
-from conftest import ServerProcess
+from tests.broker.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
 

@@ -21,8 +21,8 @@ from group_interop_helpers import (
     stable_with,
     wait_until,
 )
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.tools.admin import AdminError
 
 pytestmark = pytest.mark.interop

@@ -22,8 +22,8 @@ from group_interop_helpers import (
     stable_with,
     wait_until,
 )
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from java_harness import ASSIGNOR_CLASSES, JavaConsumer
 
 pytestmark = [pytest.mark.interop, pytest.mark.kafka]

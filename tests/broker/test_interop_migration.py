@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from group_interop_helpers import FAST_GROUP_OVERRIDES, create_topic, produce, wait_until
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from java_harness import JavaConsumer
 
 pytestmark = [pytest.mark.interop, pytest.mark.kafka]  # kafka: the Java client's jars

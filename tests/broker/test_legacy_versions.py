@@ -9,8 +9,8 @@ import pytest
 from broker_wire_helpers import connect, create_topic, produce_request
 from kafka import KafkaConsumer, TopicPartition
 from kio.schema.api_versions.v3 import request as api_versions
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker import legacy_schemas as v0
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch

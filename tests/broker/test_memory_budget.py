@@ -24,8 +24,8 @@ from memory_pressure import (
     RssSampler,
     fill_topic,
 )
+from tests.broker.servers import InProcessBroker, ServerProcess
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.config import BrokerConfig, ConfigError
 from kgroups.broker.net.memory_budget import MemoryBudget
 from kgroups.errors import ErrorCode

@@ -28,8 +28,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from security_helpers import CLIENT_PRINCIPAL, make_certificates, secure_settings
+from tests.broker.servers import ServerProcess
 
-from conftest import ServerProcess
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 

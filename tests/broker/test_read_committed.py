@@ -19,8 +19,8 @@ from read_committed_helpers import (
     txn_batch,
     write_marker,
 )
+from tests.broker.servers import InProcessBroker, ServerProcess
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch, iter_batches

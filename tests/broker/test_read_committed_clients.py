@@ -11,8 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 from test_read_committed import _history
-
-from conftest import InProcessBroker
+from tests.broker.servers import InProcessBroker
 
 COMMITTED_VALUES = [b"p0", b"b3", b"p5"]  # a1, a2 aborted; a7 still open
 

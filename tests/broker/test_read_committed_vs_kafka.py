@@ -18,9 +18,9 @@ from broker_wire_helpers import connect, create_topic, nested_of, request_of
 from confluent_kafka import Producer
 from read_committed_helpers import READ_COMMITTED, READ_UNCOMMITTED, fetch_partition, list_latest
 from test_read_committed import _history
+from tests.broker.servers import InProcessBroker
 from tests.kafka_harness import KafkaBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.log.batch import iter_batches
 from kgroups.tools.wire_client import KafkaWireClient

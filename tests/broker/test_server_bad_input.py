@@ -19,8 +19,8 @@ from broker_wire_helpers import (
 from kio.schema.alter_replica_log_dirs.v2.request import AlterReplicaLogDirsRequest
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.apis.contract import FunctionHandler
 from kgroups.broker.wire import decode_response, encode_request
 from kgroups.errors import ErrorCode

@@ -9,8 +9,8 @@ import datetime
 from broker_wire_helpers import connect, create_topic, produce_request
 from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.list_offsets.v11 import request as list_offsets
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 

@@ -18,8 +18,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from tests.broker.servers import InProcessBroker, ServerProcess
 
-from conftest import InProcessBroker, ServerProcess
 from kgroups.broker.dynamic_configs import DYNAMIC_SETTINGS
 from kgroups.broker.topic_configs import APPEND, DELETE, SET, SUBTRACT
 from kgroups.errors import ErrorCode

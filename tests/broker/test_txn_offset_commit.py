@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, fetch_request, nested_of, request_of
+from tests.broker.servers import InProcessBroker
 
-from conftest import InProcessBroker
 from kgroups.broker.apis.api_keys import ApiKey
 from kgroups.broker.apis.contract import RequestContext
 from kgroups.broker.broker import Broker

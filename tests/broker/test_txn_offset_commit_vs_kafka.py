@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from broker_wire_helpers import connect, create_topic, nested_of, request_of
-from tests.broker.conftest import InProcessBroker
+from tests.broker.servers import InProcessBroker
 from tests.kafka_harness import KafkaBroker
 
 from kgroups.tools.wire_client import KafkaWireClient
