@@ -77,6 +77,13 @@ def test_keys_and_values_from_buffers_are_written_as_their_bytes() -> None:
     assert [(r.key, r.value) for r in batch.records] == [(b"key", b"value"), (None, b"")]
 
 
+def test_records_given_as_lists_are_read_as_tuples_are() -> None:
+    # The Python path unpacks any (key, value, timestamp) sequence, so the compiled one does.
+    as_lists = [[b"k", b"v", 7], [None, b"w", 8]]
+    compiled, python = both(lambda: build_batch(as_lists))
+    assert compiled == python == build_batch([tuple(r) for r in as_lists])
+
+
 names = st.text(max_size=40)
 
 

@@ -46,9 +46,14 @@ fn int32(py: Python<'_>, value: i64) -> PyResult<i32> {
     })
 }
 
+/// A signed value as a record's varints carry it (zigzag: small magnitudes, few bytes).
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
 /// Zigzag varint, as every length and delta inside a record is written.
 fn put_varint(out: &mut Vec<u8>, value: i64) {
-    let mut rest = ((value << 1) ^ (value >> 63)) as u64;
+    let mut rest = zigzag(value);
     while rest > 0x7F {
         out.push((rest as u8 & 0x7F) | 0x80);
         rest >>= 7;
@@ -57,8 +62,7 @@ fn put_varint(out: &mut Vec<u8>, value: i64) {
 }
 
 fn varint_size(value: i64) -> usize {
-    let zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    let bits = 64 - zigzag.leading_zeros() as usize;
+    let bits = 64 - zigzag(value).leading_zeros() as usize;
     bits.max(1).div_ceil(7)
 }
 
