@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -183,5 +184,34 @@ def test_tls_listeners_get_a_network_process_and_keep_their_identities(
         with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED"):
             not_super.create_topics([NewTopic("by-alice", 1, 1)])["by-alice"].result(timeout=30)
         assert {"by-certificate", "by-login"} <= set(by_login.list_topics(timeout=30).topics)
+    finally:
+        server.close()
+
+
+def test_a_failed_tls_handshake_does_not_keep_its_connection_slot(tmp_path: Path) -> None:
+    """The broker process admits a TLS connection (max.connections) before its handshake; a
+    handshake that fails in the network process must give the slot back, or a few clients
+    speaking plain TCP to a TLS port would lock everyone out."""
+    certs = make_certificates(tmp_path / "certs")
+    port = free_port()
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log", (
+        f"listeners=SSL://127.0.0.1:{port}", "advertised.listeners=",
+        "ssl.keystore.type=PEM", f"ssl.keystore.location={certs.server}",
+        "ssl.truststore.type=PEM", f"ssl.truststore.location={certs.ca}",
+        "max.connections=1", RELAYED))
+    server.start()
+    try:
+        for _ in range(3):
+            with raw_socket(port) as plain:
+                plain.sendall(struct.pack(">i", 20) + b"\xff" * 20)  # no ClientHello
+                assert is_closed_by_peer(plain)
+        wait_for(lambda: server.log_text().count("tls_handshake_failed") == 3,
+                 "the failed handshakes' log lines")
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        context.check_hostname = False
+        with raw_socket(port) as sock, context.wrap_socket(sock) as tls:
+            answer = send_and_decode(tls, 1, API_VERSIONS)  # type: ignore[arg-type]
+        assert answer.error_code == ErrorCode.NONE  # type: ignore[attr-defined]
+        assert "max_connections" not in server.log_text()
     finally:
         server.close()

@@ -1,14 +1,14 @@
-"""A client socket: size-prefixed frames in, responses out in request order.
+"""A client socket of the broker process: size-prefixed frames in, responses out in request order.
 
-Used by the broker process for the sockets it serves itself (server.LocalConnection: one task
-per request) and by network processes (network_front: each frame relayed to the broker
-process). Either way a slow request (a Fetch long poll, a JoinGroup waiting for the rebalance)
-does not stop the next one from being *processed*, while responses still leave in the order
-the requests came, as Kafka clients require. Memory per connection is bounded: a frame over
-socket.request.max.bytes (sasl.server.max.receive.size until a SASL client has authenticated)
-is refused before it is read, at most queued.max.requests requests
-are in flight, and reading pauses while the client leaves its responses unread; TCP then
-pushes back on the client.
+The broker process serves its own sockets this way (server.LocalConnection: one task per
+request); a network process relays its clients' frames with `client_relay`, which keeps the
+same limits without a task per request. A slow request (a Fetch long poll, a JoinGroup waiting
+for the rebalance) does not stop the next one from being *processed*, while responses still
+leave in the order the requests came, as Kafka clients require. Memory per connection is
+bounded: a frame over socket.request.max.bytes (sasl.server.max.receive.size until a SASL client
+has authenticated) is refused before it is read, at most queued.max.requests requests are in
+flight, and reading pauses while the client leaves its responses unread; TCP then pushes back on
+the client.
 
 Memory across connections is bounded by one MemoryBudget (queued.max.request.bytes): a frame's
 size is reserved before its body is read, and responses count until the kernel has taken them.
@@ -33,7 +33,7 @@ import socket
 import struct
 from collections import deque
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kgroups.broker.events import log_event
 from kgroups.broker.net.memory_budget import MemoryBudget
@@ -55,7 +55,8 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger 
 # already buffered never yields to the event loop, so a client pipelining a thousand requests
 # would otherwise have them all started (and run, next iteration) ahead of another client's
 # one request that came meanwhile. A connection yields whenever its open requests reach a
-# multiple of this. The broker process's relayed frames take the same turns (fair_frames).
+# multiple of this. A network process's relays (client_relay) and the broker process's relayed
+# frames (fair_frames) take the same turns.
 FRAMES_IN_A_ROW = 32
 
 
@@ -64,6 +65,54 @@ def set_buffer(sock: Any, option: int, size: int) -> None:
     if sock is not None and size > 0:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, option, size)
+
+
+def frame_refusal(size: int, limit: int, unauthenticated_limit: int,
+                  authenticating: bool) -> tuple[str, dict[str, int]] | None:
+    """Why a frame announcing `size` bytes closes its connection before its body is read
+    (socket.request.max.bytes; sasl.server.max.receive.size before a SASL client authenticated),
+    as the close's reason and log fields; None when it may be read."""
+    if size < 0 or size > limit:
+        return "frame_size_invalid", {"size": size, "limit": limit}
+    if size > unauthenticated_limit and authenticating:
+        return "sasl_receive_size_exceeded", {"size": size, "limit": unauthenticated_limit}
+    return None
+
+
+def next_write(ready: deque[bytes]) -> bytes:
+    """The answers at the head of `ready` that leave in one write: joined up to _COALESCE, and
+    a larger one alone, so joining never copies much."""
+    data = ready.popleft()
+    if ready and len(data) < _COALESCE:
+        batch = [data]
+        size = len(data)
+        while ready and size + len(ready[0]) <= _COALESCE:
+            data = ready.popleft()
+            batch.append(data)
+            size += len(data)
+        data = b"".join(batch)
+    return data
+
+
+def idle_recheck_in(idle_for: float, timeout: float, in_flight: bool) -> float | None:
+    """connections.max.idle.ms: None when a connection with nothing read or written for
+    `idle_for` seconds is idle (nothing in flight either), else when to look again. One timer
+    per connection, re-armed lazily, instead of a timeout around every read."""
+    if in_flight:
+        return timeout
+    if idle_for < timeout:
+        return timeout - idle_for
+    return None
+
+
+def reset(transport: asyncio.BaseTransport) -> None:
+    """Close at once with a reset, dropping what the kernel still holds for a client that
+    reads nothing (linger 0: a FIN would wait behind those bytes indefinitely)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    cast(asyncio.Transport, transport).abort()
 
 
 class FrameCutShortError(Exception):
@@ -92,8 +141,7 @@ class Connection(abc.ABC):
     once per event-loop iteration. No responder task sits between them: on a busy connection
     that saves several event-loop turns per request.
 
-    What answers a frame is the subclass's: `LocalConnection` runs the handler in this process;
-    the network process's connection relays the frame to the broker process (`network_front`).
+    What answers a frame is the subclass's: `LocalConnection` runs the handler in this process.
     """
 
     def __init__(self, config: BrokerConfig, budget: MemoryBudget,
@@ -245,24 +293,16 @@ class Connection(abc.ABC):
         self._ready.clear()
         self._large_frame = None
         self._cancel_in_flight()
-        # Linger 0: the close resets the connection, dropping what the kernel still holds for
-        # a client that reads nothing (a FIN would wait behind those bytes indefinitely).
-        sock = self._writer.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-        self._writer.transport.abort()
+        reset(self._writer.transport)
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
         self._close(logging.WARNING, reason, **fields)
         return ConnectionClosed(reason)
 
     def _check_idle(self) -> None:
-        """connections.max.idle.ms: nothing read or written and nothing in flight that long.
-        One timer per connection, re-armed lazily, instead of a timeout around every read."""
-        idle_for = self._loop.time() - self._last_activity
-        if self._in_flight or idle_for < self._idle_timeout:
-            delay = self._idle_timeout if self._in_flight else self._idle_timeout - idle_for
+        delay = idle_recheck_in(self._loop.time() - self._last_activity, self._idle_timeout,
+                                bool(self._in_flight))
+        if delay is not None:
             self._idle_timer = self._loop.call_later(delay, self._check_idle)
             return
         self._close(logging.WARNING, "idle", idle_ms=int(self._idle_timeout * 1000))
@@ -282,11 +322,11 @@ class Connection(abc.ABC):
                 raise self._refuse("truncated_size_prefix", received=len(exc.partial)) from None
             return None
         (size,) = _SIZE.unpack(prefix)
-        if size < 0 or size > self._max_frame:
-            raise self._refuse("frame_size_invalid", size=size, limit=self._max_frame)
-        if size > self._max_frame_unauthenticated and self._authenticating():
-            raise self._refuse("sasl_receive_size_exceeded", size=size,
-                               limit=self._max_frame_unauthenticated)
+        refusal = frame_refusal(size, self._max_frame, self._max_frame_unauthenticated,
+                                self._authenticating())
+        if refusal is not None:
+            reason, fields = refusal
+            raise self._refuse(reason, **fields)
         if not self._budget.allows(size, self._light):
             await self._budget.wait_for(
                 lambda: self._closed or self._budget.allows(size, self._light))
@@ -389,16 +429,7 @@ class Connection(abc.ABC):
         ready = self._ready
         if not self._writer.is_closing():
             while ready and not self._in_transport:
-                data = ready.popleft()
-                if ready and len(data) < _COALESCE:
-                    batch = [data]
-                    size = len(data)
-                    while ready and size + len(ready[0]) <= _COALESCE:
-                        data = ready.popleft()
-                        batch.append(data)
-                        size += len(data)
-                    data = b"".join(batch)
-                self._send(data)
+                self._send(next_write(ready))
                 self._last_activity = self._loop.time()
         self._account()
         if self._in_transport and self._drainer is None and not self._writer.is_closing():

@@ -20,11 +20,9 @@ import contextlib
 import functools
 import itertools
 import json
-import logging
 import signal
 import socket
 import sys
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -32,188 +30,126 @@ from kgroups.broker.config import BrokerConfig
 from kgroups.broker.events import configure_logging
 from kgroups.broker.gc_tuning import collect_for_serving
 from kgroups.broker.malloc_tuning import fix_mmap_threshold
-from kgroups.broker.net.connection import Connection
+from kgroups.broker.net.client_relay import ClientRelay
 from kgroups.broker.net.memory_budget import MemoryBudget
 from kgroups.broker.net.relay_channel import Channel, Kind
 from kgroups.broker.security.listeners import Listener, parse_listeners, server_ssl_context
-from kgroups.broker.security.state import TlsAcceptor, tls_principal
-
-
-class RelayingConnection(Connection):
-    """A client socket whose frames are answered by the broker process."""
-
-    def __init__(self, link: BrokerLink, connection_id: int, config: BrokerConfig,
-                 budget: MemoryBudget, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, sasl: bool) -> None:
-        super().__init__(config, budget, reader, writer)
-        self._link = link
-        self._id = connection_id
-        # A SASL listener's client authenticates in the broker process, which says so
-        # (AUTHENTICATED) before the answer that authenticated it.
-        self._unauthenticated = sasl
-        self._taken = 0  # answer bytes the kernel took, not yet reported to the broker process
-
-    def _start(self, frame: bytes | memoryview) -> asyncio.Future[bytes | None]:
-        return self._link.forward(self._id, frame)
-
-    def _failed(self, error: BaseException) -> None:
-        self._close(logging.ERROR, "relay_failed", error=repr(error))
-
-    def _authenticating(self) -> bool:
-        return self._unauthenticated
-
-    def authenticated(self) -> None:
-        self._unauthenticated = False
-
-    def _closes_after(self) -> bool:
-        return False  # the broker process says so with CLOSE
-
-    def _send(self, data: bytes) -> None:
-        super()._send(data)
-        self._taken += len(data)
-        self._report_taken()
-
-    async def _drain(self) -> None:
-        await super()._drain()
-        self._report_taken()
-
-    def _report_taken(self) -> None:
-        """Once the transport holds none of them, the answers handed to it were taken by the
-        kernel: the broker process stops counting them (RelayedConnection)."""
-        if self._taken and not self._in_transport:
-            self._link.send(Kind.TAKEN, self._id, self._taken.to_bytes(8, "big"))
-            self._taken = 0
-
-    def close_from_broker(self) -> None:
-        """CLOSE came after this connection's last answer: write the answers that came before
-        it (their futures' callbacks run first), then close without a log line of our own."""
-        self._loop.call_soon(self._close_now)
-
-    def _close_now(self) -> None:
-        self._close(None, "closed_by_broker")
-        self._cancel_in_flight()
+from kgroups.broker.security.state import TlsAcceptor
 
 
 class BrokerLink:
-    """This process's end of the channel: announces connections, relays frames, and hands each
-    answer to the oldest request of its connection still waiting."""
+    """This process's end of the channel: announces connections, relays their frames, and hands
+    each answer to its connection's relay (`client_relay`), which owes it to its oldest frame."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self._config = config
         self._budget = MemoryBudget(config.queued_max_request_bytes,
                                     config.memory_exhausted_close_ms / 1000)
         self._ids = itertools.count(1)
-        self._admissions: dict[int, asyncio.Future[bool]] = {}
-        self._answers: dict[int, deque[asyncio.Future[bytes | None]]] = {}
-        self._connections: dict[int, RelayingConnection] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()
+        self._admissions: dict[int, asyncio.Future[bool]] = {}  # TLS: before the handshake
+        self._announced: dict[int, ClientRelay] = {}  # plain: connected, waiting for ADMIT
+        self._relays: dict[int, ClientRelay] = {}
         self.ended = asyncio.Event()
         self._channel: Channel | None = None
-        # The loop, kept: asyncio.get_running_loop() makes a getpid system call (CPython
-        # 3.11), and `forward` runs for every request.
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def connect(self, descriptor: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        _, self._channel = await self._loop.create_unix_connection(
+        loop = asyncio.get_running_loop()
+        _, self._channel = await loop.create_unix_connection(
             lambda: Channel(self._received, self.ended.set), sock=socket.socket(fileno=descriptor))
 
-    def send(self, kind: Kind, connection_id: int, payload: bytes = b"") -> None:
+    def ready(self) -> None:
+        """Every listener is served."""
+        self._send(Kind.READY, 0)
+
+    def _send(self, kind: Kind, connection_id: int, payload: bytes = b"") -> None:
         assert self._channel is not None
         self._channel.send(kind, connection_id, payload)
 
     def _received(self, kind: int, connection_id: int, payload: bytes) -> None:
         if kind == Kind.ANSWER:
-            waiting = self._answers.get(connection_id)
-            if waiting:
-                future = waiting.popleft()
-                if not future.done():
-                    future.set_result(payload or None)
+            relay = self._relays.get(connection_id)
+            if relay is not None:
+                relay.answer(payload)
         elif kind == Kind.ABORT:
-            connection = self._connections.get(connection_id)
-            if connection is not None:
-                connection.abort()
+            relay = self._relays.get(connection_id)
+            if relay is not None:
+                relay.abort()
         elif kind == Kind.AUTHENTICATED:
-            connection = self._connections.get(connection_id)
-            if connection is not None:
-                connection.authenticated()
+            relay = self._relays.get(connection_id)
+            if relay is not None:
+                relay.authenticated()
         elif kind == Kind.ADMIT or kind == Kind.CLOSE:
             admission = self._admissions.pop(connection_id, None)
+            announced = self._announced.pop(connection_id, None)
             if admission is not None:
                 if not admission.done():
                     admission.set_result(kind == Kind.ADMIT)
-            elif kind == Kind.CLOSE and connection_id in self._connections:
-                self._connections[connection_id].close_from_broker()
+            elif announced is not None:
+                if kind == Kind.ADMIT:
+                    self._relays[connection_id] = announced
+                    announced.admit()
+                else:
+                    announced.refused()
+            elif kind == Kind.CLOSE and connection_id in self._relays:
+                self._relays[connection_id].close_from_broker()
 
-    def forward(self, connection_id: int,
-                frame: bytes | memoryview) -> asyncio.Future[bytes | None]:
-        assert self._loop is not None
-        future: asyncio.Future[bytes | None] = self._loop.create_future()
-        self._answers[connection_id].append(future)
-        # A large frame's view is released once this returns; the channel keeps a copy.
-        self.send(Kind.FRAME, connection_id, frame if isinstance(frame, bytes) else bytes(frame))
-        return future
+    # What a relay tells the broker process (client_relay.Link).
 
-    async def _admitted(self, listener: Listener, peer: Any) -> int | None:
-        """Announce a new connection; its id once the broker process admits it, else None."""
-        connection_id = next(self._ids)
+    def announce(self, relay: ClientRelay, peer: object) -> None:
+        self._announced[relay.connection_id] = relay
+        self._open(relay.connection_id, relay.listener, peer)
+
+    def identify(self, relay: ClientRelay, principal: str) -> None:
+        self._send(Kind.IDENTITY, relay.connection_id, principal.encode())
+
+    def forward(self, relay: ClientRelay, frame: bytes) -> None:
+        self._send(Kind.FRAME, relay.connection_id, frame)
+
+    def taken(self, relay: ClientRelay, count: int) -> None:
+        self._send(Kind.TAKEN, relay.connection_id, count.to_bytes(8, "big"))
+
+    def gone(self, relay: ClientRelay) -> None:
+        self._announced.pop(relay.connection_id, None)
+        self._relays.pop(relay.connection_id, None)
+        if not self.ended.is_set():
+            self._send(Kind.GONE, relay.connection_id)
+
+    # Connections.
+
+    def _open(self, connection_id: int, listener: Listener, peer: object) -> None:
         host, port = peer[:2] if isinstance(peer, tuple) else (str(peer), 0)
+        self._send(Kind.OPEN, connection_id, f"{listener.name}\0{host}\0{port}".encode())
+
+    def plain_relay(self, listener: Listener) -> ClientRelay:
+        """A new connection of a plain listener; it announces itself once connected."""
+        return ClientRelay(self._config, self._budget, self, next(self._ids), listener,
+                           admitted=False)
+
+    async def admit_tls(self, listener: Listener, transport: asyncio.Transport) -> int | None:
+        """Announce a TLS connection before its handshake; its id once admitted, else None."""
+        connection_id = next(self._ids)
         admission: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._admissions[connection_id] = admission
-        self.send(Kind.OPEN, connection_id, f"{listener.name}\0{host}\0{port}".encode())
+        self._open(connection_id, listener, transport.get_extra_info("peername"))
         try:
             admitted = await admission
         except asyncio.CancelledError:
             self._admissions.pop(connection_id, None)
-            self.send(Kind.GONE, connection_id)
+            self._send(Kind.GONE, connection_id)
             raise
         return connection_id if admitted else None
 
-    async def admit_tls(self, listener: Listener, transport: asyncio.Transport) -> int | None:
-        return await self._admitted(listener, transport.get_extra_info("peername"))
+    def tls_relay(self, listener: Listener, connection_id: int) -> ClientRelay:
+        """The relay of a TLS connection admitted before its handshake."""
+        relay = ClientRelay(self._config, self._budget, self, connection_id, listener,
+                            admitted=True)
+        self._relays[connection_id] = relay
+        return relay
 
-    async def serve_plain(self, listener: Listener, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        self._track()
-        try:
-            connection_id = await self._admitted(listener, writer.get_extra_info("peername"))
-        except asyncio.CancelledError:
-            writer.close()
-            return
-        if connection_id is None:
-            writer.close()
-            return
-        await self._serve(connection_id, reader, writer, listener.uses_sasl)
-
-    async def serve_tls(self, listener: Listener, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, connection_id: int) -> None:
-        self._track()
-        principal = tls_principal(listener, writer)
-        if principal is not None:
-            self.send(Kind.IDENTITY, connection_id, principal.encode())
-        await self._serve(connection_id, reader, writer, listener.uses_sasl)
-
-    def _track(self) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    async def _serve(self, connection_id: int, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter, sasl: bool) -> None:
-        connection = RelayingConnection(self, connection_id, self._config, self._budget, reader,
-                                        writer, sasl)
-        self._connections[connection_id] = connection
-        self._answers[connection_id] = deque()
-        try:
-            await connection.serve()
-        except asyncio.CancelledError:
-            pass  # this process is ending; see BrokerServer._accept for why this ends normally
-        finally:
-            del self._connections[connection_id]
-            del self._answers[connection_id]
-            if not self.ended.is_set():
-                self.send(Kind.GONE, connection_id)
+    def close_all(self) -> None:
+        """This process ends: every client's socket closes with it."""
+        for relay in [*self._announced.values(), *self._relays.values()]:
+            relay.stop()
 
 
 async def serve(config: BrokerConfig, channel: int, listen: list[tuple[Listener, int]]) -> None:
@@ -227,21 +163,22 @@ async def serve(config: BrokerConfig, channel: int, listen: list[tuple[Listener,
         if listener.uses_tls:
             server = await loop.create_server(
                 functools.partial(TlsAcceptor, server_ssl_context(config, listener), listener,
-                                  functools.partial(link.serve_tls, listener), handshakes,
+                                  functools.partial(link.tls_relay, listener), handshakes,
                                   functools.partial(link.admit_tls, listener)),
                 sock=sock)
         else:
-            server = await asyncio.start_server(functools.partial(link.serve_plain, listener),
-                                                sock=sock)
+            server = await loop.create_server(functools.partial(link.plain_relay, listener),
+                                              sock=sock)
         servers.append(server)
     collect_for_serving()  # the process is ours, as the broker process's is (gc_tuning)
-    link.send(Kind.READY, 0)
+    link.ready()
     await link.ended.wait()
     for server in servers:
         server.close()
-    for task in [*handshakes, *link.tasks]:
+    for task in handshakes:
         task.cancel()
-    await asyncio.gather(*handshakes, *link.tasks, return_exceptions=True)
+    await asyncio.gather(*handshakes, return_exceptions=True)
+    link.close_all()
 
 
 def main() -> None:

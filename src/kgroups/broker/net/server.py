@@ -114,7 +114,7 @@ class BrokerServer:
                 context = self._security.ssl_contexts[listener.name]
                 server = await asyncio.get_running_loop().create_server(
                     functools.partial(TlsAcceptor, context, listener,
-                                      functools.partial(self._accept_tls, listener),
+                                      functools.partial(self._tls_protocol, listener),
                                       self._handshakes, functools.partial(self._admit_tls,
                                                                           listener)),
                     listener.host, listener.port, reuse_address=True)
@@ -168,10 +168,11 @@ class BrokerServer:
         await self.admit(listener)
         return True
 
-    def _accept_tls(self, listener: Listener, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter, _admission: Any) -> Coroutine[Any, Any, None]:
-        """A TLS connection once its handshake is done (admitted before the handshake)."""
-        return self._accept(listener, reader, writer)
+    def _tls_protocol(self, listener: Listener, _admission: Any) -> asyncio.Protocol:
+        """A TLS connection's streams, served by `_accept` once its handshake is done (it was
+        admitted before the handshake), as asyncio.start_server serves a plain one."""
+        return asyncio.StreamReaderProtocol(asyncio.StreamReader(),
+                                            functools.partial(self._accept, listener))
 
     async def _accept(self, listener: Listener, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:

@@ -129,9 +129,10 @@ def new_session(security: Security, listener: Listener, bound_port: int,
                    principal=principal, authenticated=not listener.uses_sasl)
 
 
-def tls_principal(listener: Listener, writer: asyncio.StreamWriter) -> str | None:
+def tls_principal(listener: Listener,
+                  connection: asyncio.StreamWriter | asyncio.BaseTransport) -> str | None:
     """The principal a client certificate names on an SSL listener (None elsewhere)."""
-    ssl_object = writer.get_extra_info("ssl_object")
+    ssl_object = connection.get_extra_info("ssl_object")
     if listener.protocol == "SSL" and ssl_object is not None:
         return certificate_principal(ssl_object.getpeercert())
     return None
@@ -144,26 +145,30 @@ def open_session(security: Security, listener: Listener, bound_port: int,
                        tls_principal(listener, writer) or ANONYMOUS)
 
 
-# Serves a connection once TLS is up; given what `admit` returned for it.
-StreamHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Any], Awaitable[None]]
+# The protocol that serves a connection once TLS is up, given what `admit` returned for it.
+ProtocolFor = Callable[[Any], asyncio.Protocol]
 # Waits until a new connection may start its handshake; None refuses it (closed at once).
 Admit = Callable[[asyncio.Transport], Awaitable[Any]]
 
 
 class TlsAcceptor(asyncio.Protocol):
     """One accepted connection of a TLS listener: reads nothing until the TLS handshake
-    (loop.start_tls) takes the socket over, then hands the decrypted streams to `serve`.
+    (loop.start_tls) takes the socket over, then hands the decrypted connection to the protocol
+    `protocol_for` makes. If the handshake fails instead, the protocol hears `connection_lost`
+    without `connection_made` (asyncio tells it too after some failures: it must bear hearing
+    it twice), so whatever it announced when made (a network process's admitted connection)
+    is given back.
 
     Reading nothing first matters: a ClientHello read into a plain stream's buffer would be
     lost to TLS and the handshake would stall. A failed handshake (an untrusted or missing
     certificate, bytes that are not TLS, a client too slow) is logged once and closes the
     connection; asyncio itself would drop it silently."""
 
-    def __init__(self, context: ssl.SSLContext, listener: Listener, serve: StreamHandler,
+    def __init__(self, context: ssl.SSLContext, listener: Listener, protocol_for: ProtocolFor,
                  tasks: set[asyncio.Task[None]], admit: Admit) -> None:
         self._context = context
         self._listener = listener
-        self._serve = serve
+        self._protocol_for = protocol_for
         self._tasks = tasks
         self._admit = admit  # max.connection.creation.rate, waited before the handshake
 
@@ -183,8 +188,7 @@ class TlsAcceptor(asyncio.Protocol):
             transport.abort()
             return
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        protocol = asyncio.StreamReaderProtocol(reader)
+        protocol = self._protocol_for(admission)
         try:
             tls = await loop.start_tls(transport, protocol, self._context, server_side=True,
                                        ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S)
@@ -195,9 +199,14 @@ class TlsAcceptor(asyncio.Protocol):
                       reason="tls_handshake_failed", listener=self._listener.name,
                       error=str(exc)[:200] or type(exc).__name__)
             transport.abort()
+            protocol.connection_lost(exc)
             return
+        except asyncio.CancelledError:
+            transport.abort()
+            protocol.connection_lost(None)
+            raise
         if tls is None:  # the client left during the handshake
             transport.abort()
+            protocol.connection_lost(None)
             return
         protocol.connection_made(tls)
-        await self._serve(reader, asyncio.StreamWriter(tls, protocol, reader, loop), admission)
