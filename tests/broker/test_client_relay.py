@@ -289,9 +289,25 @@ def test_a_client_that_leaves_after_its_frames_still_gets_their_answers() -> Non
     run(scenario)
 
 
+def test_frames_a_limit_held_back_are_still_answered_after_the_client_leaves() -> None:
+    async def scenario() -> None:
+        relay, transport, link = relay_for("queued.max.requests=2")
+        relay.data_received(b"".join(frame(bytes([i])) for i in range(5)))
+        relay.eof_received()
+        for i in range(5):
+            assert link.frames == [bytes([j]) for j in range(min(i + 2, 5))]
+            assert not transport.closed
+            relay.answer(str(i).encode())
+        await turn()
+        assert transport.written == [b"01234"] and transport.closed
+    run(scenario)
+
+
 @pytest.mark.parametrize(("sent", "reason"), [
     (b"\0\0", "reason=truncated_size_prefix received=2"),
     (frame(b"abcdef")[:7], "reason=truncated_frame size=6 received=3"),
+    (frame(b"whole") + b"\0", "reason=truncated_size_prefix received=1"),
+    (frame(b"whole") + frame(b"abcdef")[:5], "reason=truncated_frame size=6 received=1"),
 ])
 def test_a_client_that_leaves_mid_frame_is_logged_and_closed(
         caplog: pytest.LogCaptureFixture, sent: bytes, reason: str) -> None:
@@ -299,7 +315,7 @@ def test_a_client_that_leaves_mid_frame_is_logged_and_closed(
         relay, transport, link = relay_for()
         relay.data_received(sent)
         relay.eof_received()
-        assert transport.closed and link.frames == []
+        assert transport.closed and link.frames == ([b"whole"] if b"whole" in sent else [])
     with caplog.at_level(logging.WARNING, "kgroups.server"):
         run(scenario)
     assert reason in caplog.text

@@ -23,6 +23,7 @@ from broker_wire_helpers import (
     is_closed_by_peer,
     produce_request,
     raw_socket,
+    read_frame,
     send_and_decode,
 )
 from confluent_kafka import KafkaException
@@ -31,6 +32,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from security_helpers import CLIENT_PRINCIPAL, make_certificates, secure_settings
 from tests.broker.servers import ServerProcess
 
+from kgroups.broker.wire import encode_request
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
 
@@ -88,6 +90,20 @@ def test_a_malformed_frame_closes_only_its_connection_logged_once(
     closes = [line for line in relayed_server.log_text().splitlines()
               if "connection_closed" in line and f":{bad_port} " in line + " "]
     assert len(closes) == 1, closes
+
+
+def test_pipelined_requests_are_all_answered_after_the_client_half_closes(
+        start_kgroups_server) -> None:  # type: ignore[no-untyped-def]
+    """A client that sends its requests and shuts its side down still gets every answer, in
+    order, then the broker closes, also for the requests queued.max.requests held back."""
+    server = start_kgroups_server(RELAYED, "queued.max.requests=2")
+    count = 100
+    with raw_socket(server.port) as sock:
+        sock.sendall(b"".join(encode_request(i, "t", API_VERSIONS) for i in range(count)))
+        sock.shutdown(socket.SHUT_WR)
+        answered = [struct.unpack(">i", read_frame(sock)[:4])[0] for _ in range(count)]
+        assert is_closed_by_peer(sock)
+    assert answered == list(range(count))
 
 
 def test_a_network_process_that_dies_is_replaced(relayed_server: ServerProcess) -> None:

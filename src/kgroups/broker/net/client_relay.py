@@ -156,12 +156,10 @@ class ClientRelay(asyncio.Protocol):
         """The client sent all it will: what it cut short is refused, what it asked for is
         still answered (the socket stays open for writing until then)."""
         self._eof = True
-        if not self._closed:
-            if self._body_size >= 0:
-                self._refuse("truncated_frame", size=self._body_size, received=len(self._inbox))
-            elif 0 < len(self._inbox) < _SIZE.size:
-                self._refuse("truncated_size_prefix", received=len(self._inbox))
-        self._close_when_answered()
+        if self._admitted:
+            # The frames a limit still holds back are relayed as it lifts; then a cut-short
+            # tail is refused, or the socket closes once everything is answered.
+            self._relay_unless_waiting()
         # TLS cannot half-close: its transport closes whatever this says (and warns if asked
         # to stay open), so what is in flight is not delivered, as for the broker's own sockets.
         return not self.listener.uses_tls
@@ -210,6 +208,8 @@ class ClientRelay(asyncio.Protocol):
                         or (self._in_flight and self._unauthenticated)):
                     break
                 if size - position < _SIZE.size:
+                    if self._eof and size > position:
+                        self._refuse("truncated_size_prefix", received=size - position)
                     break
                 (body,) = _SIZE.unpack_from(inbox, position)
                 refusal = frame_refusal(body, self._max_frame, self._max_frame_unauthenticated,
@@ -227,6 +227,8 @@ class ClientRelay(asyncio.Protocol):
                 self._frames_held += body
                 reserved += body
             if size - position < body:
+                if self._eof:
+                    self._refuse("truncated_frame", size=body, received=size - position)
                 break
             with memoryview(inbox) as view:
                 frame = view[position:position + body].tobytes()
@@ -246,6 +248,8 @@ class ClientRelay(asyncio.Protocol):
             self._account()
         del inbox[:position]
         self._update_reading()
+        if self._eof:
+            self._close_when_answered()
 
     def _relay_unless_waiting(self) -> None:
         """Relay what a limit held back, unless the frames wait for their turn or for room in
@@ -301,9 +305,7 @@ class ClientRelay(asyncio.Protocol):
                 self._loop.call_soon(self._pump)
         else:
             self._account()  # otherwise the pump does, later in this iteration
-        if self._eof:
-            self._close_when_answered()
-        elif self._inbox or not self._reading:  # a limit may have held frames back
+        if self._inbox or not self._reading or self._eof:  # a limit may have held some back
             self._relay_unless_waiting()
 
     def authenticated(self) -> None:
@@ -351,7 +353,8 @@ class ClientRelay(asyncio.Protocol):
     # Closing.
 
     def _close_when_answered(self) -> None:
-        if not self._in_flight and not self._ready and not self._pump_due:
+        """After the client's EOF: close once every frame it sent is relayed and answered."""
+        if not (self._in_flight or self._ready or self._pump_due or self._inbox):
             self._close(None, "client_done")
 
     def _refuse(self, reason: str, **fields: Any) -> None:
