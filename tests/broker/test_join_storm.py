@@ -75,10 +75,23 @@ def _commit(client: Any) -> int:
     return int(topic.partitions[0].error_code)
 
 
+def _storm_group_loading(client: Any) -> bool:
+    """Whether the storm group's __consumer_offsets partition is still being loaded: an
+    OffsetFetch says so without creating the group (a commit would make it a classic one)."""
+    fetch = request_type(9, 8)
+    (group,) = client.call(build(fetch, groups=(build(
+        sibling(fetch, "OffsetFetchRequestGroup"), group_id="storm-group", topics=None),),
+        require_stable=False)).groups
+    return int(group.error_code) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
 def _await_coordinator(client: Any) -> None:
-    """Until the coordinator has loaded __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS)."""
+    """Until the coordinator has loaded the bystander's and the storm's __consumer_offsets
+    partitions (COORDINATOR_LOAD_IN_PROGRESS): partitions load one after another, so one
+    group answering says nothing of the other."""
     deadline = time.monotonic() + 60
-    while (error := _commit(client)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+    while (error := _commit(client)) == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or \
+            _storm_group_loading(client):
         assert time.monotonic() < deadline, "the coordinator never finished loading"
         time.sleep(0.1)
     assert error == ErrorCode.NONE
