@@ -204,8 +204,7 @@ class ClientRelay(asyncio.Protocol):
         while not self._closed:
             body = self._body_size
             if body < 0:
-                if (len(self._in_flight) >= self._max_in_flight or self._in_transport
-                        or (self._in_flight and self._unauthenticated)):
+                if self._held_back:
                     break
                 if size - position < _SIZE.size:
                     if self._eof and size > position:
@@ -251,6 +250,13 @@ class ClientRelay(asyncio.Protocol):
         if self._eof:
             self._close_when_answered()
 
+    @property
+    def _held_back(self) -> bool:
+        """Whether a limit holds the next frame back: queued.max.requests are in flight, the
+        client left an answer unread, or a SASL client's frame waits for its answer."""
+        return (len(self._in_flight) >= self._max_in_flight or self._in_transport > 0
+                or (self._unauthenticated and bool(self._in_flight)))
+
     def _relay_unless_waiting(self) -> None:
         """Relay what a limit held back, unless the frames wait for their turn or for room in
         the budget, which relay them when it comes."""
@@ -280,9 +286,7 @@ class ClientRelay(asyncio.Protocol):
         if transport is None or self._gone:
             return
         reading = not (self._closed or not self._admitted or self._resume_due
-                       or self._budget_wait is not None or self._in_transport
-                       or len(self._in_flight) >= self._max_in_flight
-                       or (self._in_flight and self._unauthenticated))
+                       or self._budget_wait is not None or self._held_back)
         if reading != self._reading:
             self._reading = reading
             if reading:
