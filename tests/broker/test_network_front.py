@@ -93,17 +93,21 @@ def test_a_malformed_frame_closes_only_its_connection_logged_once(
 
 
 def test_pipelined_requests_are_all_answered_after_the_client_half_closes(
-        start_kgroups_server) -> None:  # type: ignore[no-untyped-def]
+        relayed_server: ServerProcess) -> None:
     """A client that sends its requests and shuts its side down still gets every answer, in
-    order, then the broker closes, also for the requests queued.max.requests held back."""
-    server = start_kgroups_server(RELAYED, "queued.max.requests=2")
+    order, then the broker closes: the last one a Fetch long poll still waiting when the
+    network process reads the client's EOF."""
     count = 100
-    with raw_socket(server.port) as sock:
-        sock.sendall(b"".join(encode_request(i, "t", API_VERSIONS) for i in range(count)))
+    with connect(relayed_server.port) as admin:
+        create_topic(admin, "half-closed")
+    long_poll = encode_request(count, "t", fetch_request("half-closed", 0, 0, max_wait_ms=500))
+    with raw_socket(relayed_server.port) as sock:
+        sock.sendall(b"".join(encode_request(i, "t", API_VERSIONS) for i in range(count))
+                     + long_poll)
         sock.shutdown(socket.SHUT_WR)
-        answered = [struct.unpack(">i", read_frame(sock)[:4])[0] for _ in range(count)]
+        answered = [struct.unpack(">i", read_frame(sock)[:4])[0] for _ in range(count + 1)]
         assert is_closed_by_peer(sock)
-    assert answered == list(range(count))
+    assert answered == list(range(count + 1))
 
 
 def test_a_network_process_that_dies_is_replaced(relayed_server: ServerProcess) -> None:
