@@ -91,9 +91,10 @@ finally:
 """
 
 # The request path's stages, each the functions (file suffix, name) whose cumulative CPU time
-# it is. "handler" is what `request_intake.answer` spends, less the answer's encoding, the ACL
-# rule and all of the coordinator runtime's `call` (the shard, and the offsets write where it
-# runs inside it): the API handler's own work. "core" is the coordinator shard, reached from
+# it is. "handler" is what a connection's `_dispatch` spends (the broker process's own socket's
+# or a relayed one's), less the answer's encoding, the ACL rule and all of the coordinator
+# runtime's `call` (the shard, and the offsets write where it runs inside it): the API
+# handler's own work. "core" is the coordinator shard, reached from
 # `call` (`_dispatch`) or from the runtime's completions and timers; "record encode" and
 # "append" are counted wherever they run (inside `call`, or at the end of the loop turn).
 # The ACL row is the authorizer's wrapper: with an authorizer it holds the handler too, so the
@@ -104,6 +105,7 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "ACL": (("security/acl_enforcement.py", "__call__"),),
     "core": (("broker/coordinator_runtime.py", "_dispatch"),
              ("coordinator/coordinator.py", "write_completed"),
+             ("coordinator/coordinator.py", "writes_completed"),
              ("coordinator/coordinator.py", "advance_time")),
     "record encode": (("broker/coordinator_runtime.py", "batch_of"),
                       ("broker/coordinator_runtime.py", "merged_runs"),
@@ -112,7 +114,7 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "answer encode": (("broker/wire.py", "encode_response"),),
     "write": (("net/connection.py", "_pump"), ("net/connection.py", "_drain")),
 }
-HANDLER_AROUND = ("net/request_intake.py", "answer")
+HANDLER_AROUND = (("net/server.py", "_dispatch"), ("net/front_link.py", "_dispatch"))
 COORDINATOR_CALL = ("broker/coordinator_runtime.py", "call")
 STAGE_ORDER = ("frame in", "decode", "ACL", "handler", "core", "record encode", "append",
                "answer encode", "write", "loop")
@@ -138,7 +140,7 @@ def stage_split(profile: Path) -> dict[str, float]:
     """Profiled CPU seconds per stage (STAGE_ORDER); "loop" is the rest of the total."""
     stats = pstats.Stats(str(profile))
     split = {stage: cumulative(stats, functions) for stage, functions in STAGES.items()}
-    split["handler"] = max(0.0, cumulative(stats, (HANDLER_AROUND,))
+    split["handler"] = max(0.0, cumulative(stats, HANDLER_AROUND)
                            - cumulative(stats, (COORDINATOR_CALL,))
                            - split["ACL"] - split["answer encode"])
     total: float = stats.total_tt  # type: ignore[attr-defined]

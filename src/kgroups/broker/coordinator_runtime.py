@@ -94,6 +94,8 @@ _DEFAULT_CLEANER_BACKOFF_MS = 15_000
 # gets them read in one turn; without the bound the shard would run them all before anyone
 # else's request (other groups' commits and heartbeats, fetches) was looked at.
 GROUP_REQUESTS_PER_TURN = 32
+# `_apply`'s answer when the effects hold no reply to the request that made them.
+_NOT_YET = object()
 # Every message the coordinator shard takes; `_dispatch` routes each type to its method.
 CoordinatorMessage = (
     messages.JoinGroupRequest | messages.SyncGroupRequest | messages.HeartbeatRequest
@@ -473,7 +475,8 @@ class CoordinatorRuntime:
 
     async def call(self, make_request: Callable[[messages.RequestId], CoordinatorMessage]) -> Any:
         """Hand one request to the shard and wait for its reply (which may come much later:
-        a JoinGroup is answered when the rebalance completes)."""
+        a JoinGroup is answered when the rebalance completes). A reply in the request's own
+        effects (a Heartbeat's, an OffsetFetch's) is returned at once, without a future."""
         request_id = next(self._request_ids)
         metrics = self.metrics
         started = 0.0 if metrics is None else time.monotonic()
@@ -481,13 +484,17 @@ class CoordinatorRuntime:
         for group_id in _groups_named(request):
             if not self._take_turn(group_id):
                 await self._wait_turn(group_id)
-        future: asyncio.Future[Any] = self._running_loop().create_future()
-        self._waiting[request_id] = future
         try:
-            self._apply(self._dispatch(request, wall_clock_ms()))
-            return await future
+            answer = self._apply(self._dispatch(request, wall_clock_ms()), request_id)
+            if answer is _NOT_YET:
+                future: asyncio.Future[Any] = self._running_loop().create_future()
+                self._waiting[request_id] = future
+                try:
+                    answer = await future
+                finally:
+                    self._waiting.pop(request_id, None)
+            return answer
         finally:
-            self._waiting.pop(request_id, None)
             if metrics is not None:
                 metrics.observe_request(type(request).__name__.removesuffix("Request"),
                                         time.monotonic() - started)
@@ -598,10 +605,16 @@ class CoordinatorRuntime:
 
     # -- effects ---------------------------------------------------------------------------
 
-    def _apply(self, effects: Effects) -> None:
+    def _apply(self, effects: Effects, caller: messages.RequestId | None = None) -> Any:
+        """Carry the shard's effects out; the reply to `caller` (the request whose call made
+        them) is returned rather than handed to a future (_NOT_YET: there is none yet)."""
         for write in effects.writes:
             self._append(write)
+        own: Any = _NOT_YET
         for reply in effects.replies:
+            if reply.request_id == caller:
+                own = reply.response
+                continue
             future = self._waiting.pop(reply.request_id, None)
             if future is not None and not future.done():
                 future.set_result(reply.response)
@@ -614,6 +627,7 @@ class CoordinatorRuntime:
             self._log_group_event(event)
             self._time_rebalance(event)
         self._rearm_timer()
+        return own
 
     def _rebalance_started(self, rebalance: RebalanceStarted) -> None:
         """Kafka's "Preparing to rebalance group X in state Y with old generation N (reason:

@@ -31,6 +31,10 @@ class TimerQueue:
         # The one heap entry per key that is not stale (it may be earlier than the deadline).
         self._queued: dict[Hashable, _Slot] = {}
         self._sequence = 0
+        # The top entry is known exact (`_settle_top` ran since the last change): every request
+        # looks at the timers twice (`pop_due`, then the shell's `next_deadline`), and most
+        # change none.
+        self._settled = True
 
     def __len__(self) -> int:
         """How many timers are armed."""
@@ -45,6 +49,7 @@ class TimerQueue:
         self._sequence += 1
         slot = (deadline, self._sequence)
         self._armed[key] = slot
+        self._settled = False
         queued = self._queued.get(key)
         if queued is not None and queued[0] <= deadline:
             return  # the queued entry surfaces first and is re-queued at `slot` then
@@ -57,12 +62,14 @@ class TimerQueue:
 
     def cancel(self, key: Hashable) -> None:
         if self._armed.pop(key, None) is not None:
+            self._settled = False
             self._compact_if_sparse()
 
     def cancel_where(self, predicate: Callable[[Hashable], bool]) -> None:
         """Cancel every key for which `predicate(key)` is true (used when a partition unloads)."""
         for key in [key for key in self._armed if predicate(key)]:
             del self._armed[key]
+            self._settled = False
         self._compact_if_sparse()
 
     def next_deadline(self) -> int | None:
@@ -75,6 +82,7 @@ class TimerQueue:
         if not self._heap or self._heap[0][0] > now:
             return None
         _, _, key = heapq.heappop(self._heap)
+        self._settled = False
         del self._armed[key]
         del self._queued[key]
         return key
@@ -84,6 +92,9 @@ class TimerQueue:
 
         Every armed key's queued slot is no later than its armed slot, so an exact top entry is
         the earliest armed slot of all."""
+        if self._settled:
+            return
+        self._settled = True
         heap = self._heap
         while heap:
             deadline, sequence, key = heap[0]

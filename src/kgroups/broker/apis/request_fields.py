@@ -182,28 +182,36 @@ def leave_reason(member: LeaveGroupMember) -> str | None:
     return None
 
 
+# The versions of OffsetCommit without a field, as tuples made once: every commit asks each,
+# and a `A | B | C` union is built anew at every call.
+_COMMIT_BEFORE_V7 = (commit_v2.OffsetCommitRequest, commit_v3.OffsetCommitRequest,
+                     commit_v4.OffsetCommitRequest, commit_v5.OffsetCommitRequest,
+                     commit_v6.OffsetCommitRequest)
+_COMMIT_WITH_RETENTION = (commit_v2.OffsetCommitRequest, commit_v3.OffsetCommitRequest,
+                          commit_v4.OffsetCommitRequest)
+_COMMIT_PARTITION_BEFORE_V6 = (commit_v2.OffsetCommitRequestPartition,
+                               commit_v3.OffsetCommitRequestPartition,
+                               commit_v4.OffsetCommitRequestPartition,
+                               commit_v5.OffsetCommitRequestPartition)
+
+
 def commit_group_instance_id(request: OffsetCommitRequest) -> str | None:
     """From v7."""
-    if isinstance(request, commit_v7.OffsetCommitRequest | commit_v8.OffsetCommitRequest
-                  | commit_v9.OffsetCommitRequest):
-        return request.group_instance_id
-    return None
+    if isinstance(request, _COMMIT_BEFORE_V7):
+        return None
+    return request.group_instance_id
 
 
 def commit_retention_ms(request: OffsetCommitRequest) -> int:
     """v2-v4 only: later versions leave retention to the broker's setting."""
-    if isinstance(request, commit_v2.OffsetCommitRequest | commit_v3.OffsetCommitRequest
-                  | commit_v4.OffsetCommitRequest):
+    if isinstance(request, _COMMIT_WITH_RETENTION):
         return milliseconds(request.retention_time)
     return UNSET_MS
 
 
 def commit_leader_epoch(partition: OffsetCommitPartition) -> int:
     """From v6; -1 (unknown) before."""
-    if isinstance(partition, commit_v2.OffsetCommitRequestPartition
-                  | commit_v3.OffsetCommitRequestPartition
-                  | commit_v4.OffsetCommitRequestPartition
-                  | commit_v5.OffsetCommitRequestPartition):
+    if isinstance(partition, _COMMIT_PARTITION_BEFORE_V6):
         return -1
     return int(partition.committed_leader_epoch)
 

@@ -35,9 +35,9 @@ from kgroups.broker.net.connection import Refusal
 from kgroups.broker.net.fair_frames import FairFrames
 from kgroups.broker.net.relay_channel import Channel, Kind
 from kgroups.broker.net.request_intake import (
-    answer,
     failed_request,
     failed_session,
+    framed,
     request_work,
 )
 from kgroups.broker.security.state import Security, Session, new_session
@@ -70,13 +70,14 @@ class RelayedConnection:
     Fetch answers cannot make this process compute more of them than the budget holds."""
 
     def __init__(self, broker: HandlerServices, session: Session, host: str, peer: str,
-                 send: Callable[[Kind, bytes], None], end: Callable[[], None]) -> None:
+                 channel: Channel, connection_id: int, end: Callable[[], None]) -> None:
         self.session = session
         self.host = host
         self.peer = peer
         self._broker = broker
         self._budget = broker.memory
-        self._send = send
+        self._channel = channel
+        self._id = connection_id
         self._end = end
         self._loop = asyncio.get_running_loop()
         self._in_flight: deque[asyncio.Future[bytes | None]] = deque()
@@ -101,14 +102,14 @@ class RelayedConnection:
             return
         log_event(logger, logging.WARNING, "connection_closed", peer=self.peer,
                   reason="memory_budget", held=held, total=total, limit=limit)
-        self._send(Kind.ABORT, b"")
+        self._channel.send(Kind.ABORT, self._id)
         self.gone()
 
     async def _dispatch(self, handler: Any, ctx: RequestContext, body: Any) -> bytes | None:
         budget = self._budget
         if not budget.allows(0, not self._untaken):
             await budget.wait_for(lambda: self._closed or budget.allows(0, not self._untaken))
-        data = await answer(handler, ctx, body)
+        data = framed(ctx, await handler(ctx, body))
         if data:  # at once, before the next handler checks the budget
             self._untaken += len(data)
             self._account()
@@ -153,8 +154,8 @@ class RelayedConnection:
                 return
             if self._authenticating and self.session.authenticated:
                 self._authenticating = False
-                self._send(Kind.AUTHENTICATED, b"")
-            self._send(Kind.ANSWER, head.result() or b"")
+                self._channel.send(Kind.AUTHENTICATED, self._id)
+            self._channel.send(Kind.ANSWER, self._id, head.result() or b"")
             close = failed_session(self.session)
             if close is not None:
                 level, reason, fields = close
@@ -167,7 +168,7 @@ class RelayedConnection:
         if self._closed:
             return
         log_event(logger, level, "connection_closed", peer=self.peer, reason=reason, **fields)
-        self._send(Kind.CLOSE, b"")
+        self._channel.send(Kind.CLOSE, self._id)
         self.gone()
 
     def gone(self) -> None:
@@ -282,7 +283,8 @@ class NetworkProcess:
             await self._admission.admit(listener)
         finally:
             self._admitting.pop(connection_id, None)
-        if not self._admission.hold(host, peer):
+        channel = self._channel
+        if channel is None or not self._admission.hold(host, peer):
             self._send(connection_id, Kind.CLOSE)
             return
 
@@ -292,7 +294,7 @@ class NetworkProcess:
 
         self._connections[connection_id] = RelayedConnection(
             self._broker, new_session(self._security, listener, bound_port), host, peer,
-            lambda kind, payload: self._send(connection_id, kind, payload), end)
+            channel, connection_id, end)
         self._send(connection_id, Kind.ADMIT)
 
     def _send(self, connection_id: int, kind: Kind, payload: bytes = b"") -> None:

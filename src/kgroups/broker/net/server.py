@@ -22,9 +22,9 @@ from kgroups.broker.net.connection import Connection, set_buffer
 from kgroups.broker.net.connection_rate import limiter
 from kgroups.broker.net.front_link import NetworkFront
 from kgroups.broker.net.request_intake import (
-    answer,
     failed_request,
     failed_session,
+    framed,
     request_work,
 )
 from kgroups.broker.security.state import Security, Session, TlsAcceptor, open_session
@@ -56,7 +56,7 @@ class LocalConnection(Connection):
         budget = self._budget
         if not budget.allows(0, self._light):
             await budget.wait_for(lambda: budget.allows(0, self._light))
-        data = await answer(handler, ctx, body)
+        data = framed(ctx, await handler(ctx, body))
         self._settle(asyncio.current_task(self._loop), data)  # type: ignore[arg-type]
         return data
 
