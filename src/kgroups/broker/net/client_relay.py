@@ -1,14 +1,14 @@
 """A client socket of a network process, relayed to the broker process frame by frame.
 
-The broker process's own sockets (`connection.Connection`) start a task per request and need a
-future per request to put the answers back in order. A network process needs neither: it only
-passes frames on, and the broker process sends a connection's answers back in request order
-(`relay_channel`). So this is an asyncio Protocol that cuts frames out of the bytes as they
-arrive and hands each straight to the channel, and writes each answer as it comes: no task,
+The broker process's own sockets (`local_connection.LocalConnection`) start a task per request
+and need a future per request to put the answers back in order. A network process needs neither:
+it only passes frames on, and the broker process sends a connection's answers back in request
+order (`relay_channel`). So this is an asyncio Protocol that cuts frames out of the bytes as
+they arrive and hands each straight to the channel, and writes each answer as it comes: no task,
 future or stream await per request. That bookkeeping was most of the network process's cost per
 request (bench/RESULTS.md, "a relay without a future per frame").
 
-The limits are `Connection`'s, kept the same way: a frame over socket.request.max.bytes (or
+The limits are `LocalConnection`'s, kept the same way: a frame over socket.request.max.bytes (or
 sasl.server.max.receive.size before a SASL client has authenticated) closes the connection
 before its body is read; its size is reserved in the MemoryBudget before its body is read and
 stays reserved until its answer comes; at most queued.max.requests are in flight; reading pauses

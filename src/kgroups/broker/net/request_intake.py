@@ -1,13 +1,12 @@
 """What one request frame becomes: the checks every frame passes, then the work that answers it.
 
 Shared by the two places a frame can arrive: a client socket served in the broker's own process
-(`server.Connection`) and a frame relayed from the network process (`front_link`). Both must
-refuse the same frames for the same reasons and run handlers the same way, so the rules live
-here once: a frame too short for a header, an API the connection may not use before it has
-authenticated (after a SASL handshake, answered with its error response first, as Kafka
-does), an unknown API key or version (ApiVersions excepted: it is answered at v0 with the
-supported list, as Kafka does), a body that does not decode.
-"""
+(`local_connection.LocalConnection`) and a frame relayed from the network process
+(`front_link`). Both must refuse the same frames for the same reasons and run handlers the same
+way, so the rules live here once: a frame too short for a header, an API the connection may not
+use before it has authenticated (after a SASL handshake, answered with its error response first,
+as Kafka does), an unknown API key or version (ApiVersions excepted: it is answered at v0 with
+the supported list, as Kafka does), a body that does not decode. """
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The broker's listeners: connections served in this process, or by network processes.
 
 `BrokerServer` binds every listener. With `num.network.threads=0` it serves each accepted socket
-here as a `LocalConnection` (the socket machinery is `connection.Connection`); otherwise the
+here as a `local_connection.LocalConnection`; otherwise the
 network processes accept from the same listening sockets and relay frames (`front_link`). Either
 way the limits on connections (max.connections, max.connections.per.ip,
 max.connection.creation.rate) are counted here, once for all connections.
@@ -14,66 +14,20 @@ import functools
 import logging
 import socket
 from collections import Counter
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kgroups.broker.events import log_event
-from kgroups.broker.net.connection import Connection, set_buffer
+from kgroups.broker.net.connection import set_buffer
 from kgroups.broker.net.connection_rate import limiter
 from kgroups.broker.net.front_link import NetworkFront
-from kgroups.broker.net.request_intake import (
-    failed_request,
-    failed_session,
-    framed,
-    request_work,
-)
-from kgroups.broker.security.state import Security, Session, TlsAcceptor, open_session
+from kgroups.broker.net.local_connection import LocalConnection
+from kgroups.broker.security.state import Security, TlsAcceptor, open_session
 
 if TYPE_CHECKING:
-    from kgroups.broker.apis.contract import HandlerServices, RequestContext
+    from kgroups.broker.apis.contract import HandlerServices
     from kgroups.broker.security.listeners import Listener
 
 logger = logging.getLogger("kgroups.server")
-
-
-class LocalConnection(Connection):
-    """A client socket whose requests are answered in this process."""
-
-    def __init__(self, broker: HandlerServices, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, session: Session) -> None:
-        super().__init__(broker.config, broker.memory, reader, writer)
-        self._broker = broker
-        self.session = session
-
-    def _start(self, frame: bytes | memoryview) -> Coroutine[Any, Any, bytes | None]:
-        return request_work(self._broker, self.session, self.client_host, self.peer, frame,
-                            self._dispatch)
-
-    async def _dispatch(self, handler: Any, ctx: RequestContext, body: Any) -> bytes | None:
-        """Run the handler once the budget has room for its answer (or this connection's
-        client reads its answers and the headroom has some); the answer counts from here, at
-        once, before the next handler checks the budget."""
-        budget = self._budget
-        if not budget.allows(0, self._light):
-            await budget.wait_for(lambda: budget.allows(0, self._light))
-        data = framed(ctx, await handler(ctx, body))
-        self._settle(asyncio.current_task(self._loop), data)  # type: ignore[arg-type]
-        return data
-
-    def _failed(self, error: BaseException) -> None:
-        level, reason, fields = failed_request(error, self.peer)
-        self._close(level, reason, **fields)
-
-    def _authenticating(self) -> bool:
-        return not self.session.authenticated
-
-    def _closes_after(self) -> bool:
-        close = failed_session(self.session)
-        if close is None:
-            return False
-        level, reason, fields = close
-        self._close(level, reason, **fields)
-        return True
 
 
 class BrokerServer:
