@@ -100,7 +100,7 @@ finally:
 # The ACL row is the authorizer's wrapper: with an authorizer it holds the handler too, so the
 # split is meant for a broker without one (the bench's), where the row is zero.
 STAGES: dict[str, tuple[tuple[str, str], ...]] = {
-    "frame in": (("net/connection.py", "_read_frame"),),
+    "frame in": (("net/local_connection.py", "_read_frame"),),
     "decode": (("broker/wire.py", "peek_header"), ("broker/wire.py", "decode_request")),
     "ACL": (("security/acl_enforcement.py", "__call__"),),
     "core": (("broker/coordinator_runtime.py", "_dispatch"),
@@ -112,9 +112,9 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
                       ("broker/coordinator_runtime.py", "plain_batch")),
     "append": (("log/partition_log.py", "append_batch"), ("log/durability.py", "settle")),
     "answer encode": (("broker/wire.py", "encode_response"),),
-    "write": (("net/connection.py", "_pump"), ("net/connection.py", "_drain")),
+    "write": (("net/local_connection.py", "_pump"), ("net/local_connection.py", "_drain")),
 }
-HANDLER_AROUND = (("net/server.py", "_dispatch"), ("net/front_link.py", "_dispatch"))
+HANDLER_AROUND = (("net/local_connection.py", "_dispatch"), ("net/front_link.py", "_dispatch"))
 COORDINATOR_CALL = ("broker/coordinator_runtime.py", "call")
 STAGE_ORDER = ("frame in", "decode", "ACL", "handler", "core", "record encode", "append",
                "answer encode", "write", "loop")
