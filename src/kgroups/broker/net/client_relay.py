@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kgroups.broker.events import log_event
 from kgroups.broker.net.connection import (
     FRAMES_IN_A_ROW,
+    SIZE_PREFIX,
     frame_refusal,
     idle_recheck_in,
     next_write,
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
     from kgroups.broker.security.listeners import Listener
 
 logger = logging.getLogger("kgroups.server")
-
-_SIZE = struct.Struct(">i")
 
 
 class Link(Protocol):
@@ -206,11 +204,11 @@ class ClientRelay(asyncio.Protocol):
             if body < 0:
                 if self._held_back:
                     break
-                if size - position < _SIZE.size:
+                if size - position < SIZE_PREFIX.size:
                     if self._eof and size > position:
                         self._refuse("truncated_size_prefix", received=size - position)
                     break
-                (body,) = _SIZE.unpack_from(inbox, position)
+                (body,) = SIZE_PREFIX.unpack_from(inbox, position)
                 refusal = frame_refusal(body, self._max_frame, self._max_frame_unauthenticated,
                                         self._unauthenticated)
                 if refusal is not None:
@@ -221,7 +219,7 @@ class ClientRelay(asyncio.Protocol):
                     self._account()
                     self._wait_for_room(body)
                     break
-                position += _SIZE.size
+                position += SIZE_PREFIX.size
                 self._body_size = body
                 self._frames_held += body
                 reserved += body

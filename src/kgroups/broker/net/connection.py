@@ -12,6 +12,8 @@ import struct
 from collections import deque
 from typing import Any, cast
 
+# The 4-byte size before every frame, both ways.
+SIZE_PREFIX = struct.Struct(">i")
 # Answers ready together are joined into one write up to this size; a larger answer (a Fetch)
 # goes alone, so joining never copies much.
 _COALESCE = 64 * 1024

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import struct
 from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from kgroups.broker.events import log_event
 from kgroups.broker.net.connection import (
     FRAMES_IN_A_ROW,
+    SIZE_PREFIX,
     Refusal,
     frame_refusal,
     idle_recheck_in,
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("kgroups.server")
 
-_SIZE = struct.Struct(">i")
 # Frames up to this size are read in one go; larger ones grow a buffer chunk by chunk as their
 # bytes arrive, so an announced size is never allocated before the client has sent it.
 _CHUNK = 256 * 1024
@@ -272,12 +271,12 @@ class LocalConnection:
             if self._closed:
                 return None
         try:
-            prefix = await self._reader.readexactly(4)
+            prefix = await self._reader.readexactly(SIZE_PREFIX.size)
         except asyncio.IncompleteReadError as exc:
             if exc.partial and not self._closed:
                 raise self._refuse("truncated_size_prefix", received=len(exc.partial)) from None
             return None
-        (size,) = _SIZE.unpack(prefix)
+        (size,) = SIZE_PREFIX.unpack(prefix)
         refusal = frame_refusal(size, self._max_frame, self._max_frame_unauthenticated,
                                 self._authenticating())
         if refusal is not None:
