@@ -7,8 +7,10 @@ static members, previous ownership with generations, stale and conflicting claim
   wherever Kafka's is a function of the group (see AssignorOracle.java, "stable"); everywhere
   the same balance, the same number of moved partitions, and the same handling of partitions
   two members claim in one generation (cooperative: nobody gets them this round).
-- Open difference, an xfail(strict) test so a fix shows up: with unequal subscriptions
-  kgroups' sticky family is not rack-aware and occasionally less balanced than Kafka's.
+- sticky, unequal subscriptions without racks: never less balanced than Kafka's (kgroups
+  moves partitions along chains until no assignment is more balanced; Kafka's moves are
+  direct, so it sometimes stops short). Open difference: with unequal subscriptions
+  kgroups' sticky family is not rack-aware.
 
 All scenarios go through one JVM; the whole module takes well under a minute.
 """
@@ -300,14 +302,19 @@ def test_sticky_identical_to_kafka_where_kafka_is_deterministic(
         assert case.kafka["assignment"] == case.kgroups, _describe(case)
 
 
-@pytest.mark.xfail(strict=True, reason="open: with unequal subscriptions kgroups' sticky is "
-                   "occasionally less balanced than Kafka's (it only moves partitions directly "
-                   "from a heavy member to a light one, never along a chain)")
 def test_sticky_unequal_subscriptions_at_least_as_balanced_as_kafka(
     cases: dict[str, list[Case]],
 ) -> None:
+    """Kafka's general (unequal subscriptions) builder only moves a partition straight from a
+    heavier member to a lighter one; kgroups also moves along chains, so its spread between
+    the most and least loaded member is never larger, and on some groups smaller."""
+    checked = smaller = 0
     for case in _answered(cases["sticky"]):
         unequal = not case.equal_subscriptions and not case.racks
         if unequal and not _unsubscribed(case, case.kafka["assignment"]):
             ours, kafka = _counts(case.kgroups), _counts(case.kafka["assignment"])
             assert ours[-1] - ours[0] <= kafka[-1] - kafka[0], _describe(case)
+            checked += 1
+            smaller += ours[-1] - ours[0] < kafka[-1] - kafka[0]
+    assert checked > 2_000
+    assert smaller > 10

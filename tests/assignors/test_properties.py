@@ -3,6 +3,7 @@ with generations, for every strategy and especially the sticky family."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import given, settings
@@ -199,3 +200,70 @@ def test_range_keeps_per_topic_quotas_whatever_the_racks(scenario: dict) -> None
         sizes = sorted(len(result[m].get(topic, [])) for m in subscribers)
         share, extra = divmod(spec["partitions"], len(subscribers))
         assert sizes == [share] * (len(subscribers) - extra) + [share + 1] * extra
+
+
+@st.composite
+def small_unequal_groups(draw: st.DrawFn) -> dict:
+    """Groups small enough to know their best balance: 1-3 topics of 1-4 partitions, 2-4
+    members with random non-empty subscriptions, some claiming partitions."""
+    topics = {f"t{i}": draw(st.integers(1, 4)) for i in range(draw(st.integers(1, 3)))}
+    names = sorted(topics)
+    members = {}
+    for i in range(draw(st.integers(2, 4))):
+        spec: dict = {"topics": draw(st.lists(st.sampled_from(names), min_size=1, unique=True))}
+        owned = {t: sorted(draw(st.lists(st.integers(0, topics[t] - 1), unique=True)))
+                 for t in draw(st.lists(st.sampled_from(names), unique=True, max_size=2))}
+        if owned:
+            spec["owned"], spec["generation"] = owned, 1
+        members[f"c{i}"] = spec
+    return {"topics": topics, "members": members}
+
+
+def _best_spread(scenario: dict) -> int:
+    """The smallest max-min partition count over every way to share each topic's partitions
+    among its subscribers (counts only: which partition goes where does not matter)."""
+    names = sorted(scenario["members"])
+    reachable = {tuple(0 for _ in names)}
+    for topic, count in scenario["topics"].items():
+        takers = [i for i, m in enumerate(names) if topic in scenario["members"][m]["topics"]]
+        if not takers:
+            continue
+        shares = [s for s in itertools.product(range(count + 1), repeat=len(takers))
+                  if sum(s) == count]
+        following = set()
+        for counts in reachable:
+            for share in shares:
+                after = list(counts)
+                for taker, amount in zip(takers, share, strict=True):
+                    after[taker] += amount
+                following.add(tuple(after))
+        reachable = following
+    return min(max(c) - min(c) for c in reachable)
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_unequal_groups())
+def test_sticky_is_as_balanced_as_any_assignment(scenario: dict) -> None:
+    """Unequal subscriptions: no assignment of the group has a smaller spread between its most
+    and least loaded members, even where getting there moves partitions along a chain (a heavy
+    member gives one to a member that gives one of another topic to a light one)."""
+    assignment = assign_scenario("sticky", scenario)["assignment"]
+    counts = [sum(map(len, topics.values())) for topics in assignment.values()]
+    assert max(counts) - min(counts) == _best_spread(scenario)
+
+
+def test_sticky_moves_partitions_along_a_chain_to_balance() -> None:
+    """`a` reads `x` and holds all three; `b` reads `x` and `y` and holds two of `y`; `c` reads
+    `y` and holds the third. No single move helps (a member one partition ahead of another
+    would only swap places with it), yet a chain does: an `x` from `a` to `b` and a `y` from `b`
+    to `c` leave everyone with two, each keeping what it can."""
+    scenario = {"topics": {"x": 3, "y": 3}, "members": {
+        "a": {"topics": ["x"], "owned": {"x": [0, 1, 2]}, "generation": 1},
+        "b": {"topics": ["x", "y"], "owned": {"y": [0, 1]}, "generation": 1},
+        "c": {"topics": ["y"], "owned": {"y": [2]}, "generation": 1},
+    }}
+    assignment = assign_scenario("sticky", scenario)["assignment"]
+    assert {m: sum(map(len, t.values())) for m, t in assignment.items()} == {
+        "a": 2, "b": 2, "c": 2}
+    assert len(assignment["a"]["x"]) == 2 and len(assignment["b"]["y"]) == 1
+    assert 2 in assignment["c"]["y"]

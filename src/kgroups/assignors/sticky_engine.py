@@ -1,8 +1,8 @@
 """The sticky placement engine shared by `sticky`, `cooperative-sticky` and `uniform`.
 
 Goals, in Kafka's order: balance first (member counts within one where subscriptions allow;
-otherwise no member holds a partition of a topic that a member with two or more fewer
-partitions also subscribes to), then keep as much previous ownership as possible.
+otherwise the smallest spread between the most and least loaded member any assignment of the
+group has), then keep as much previous ownership as possible.
 
 How it stays fast at a million partitions: ownership is one int32 array over the flat partition
 space, and members are only ever handled as arrays of counts. Handing out unassigned partitions
@@ -277,4 +277,100 @@ def place(
         for t in topic_order:
             if eligible[t].size > 1:
                 moved |= _balance_topic(owner, counts, eligible[t], *bounds[t])
+    _ChainBalancer(space, owner, previous, counts, subscriptions).run()
     return Placement(owner, previous)
+
+
+class _ChainBalancer:
+    """The last balancing step with unequal subscriptions: partitions moved along chains.
+
+    After `_balance_topic` no single move helps, yet the spread can still be cut: a heavy member
+    may give a partition of topic X to a member that also reads Y, which gives one of Y to a
+    light member that reads only Y. Each member in the middle keeps its count. Such a chain
+    exists from a member to one with two or more fewer partitions exactly when the assignment
+    is not the most balanced there is (load balancing over a bipartite graph: an assignment is
+    optimal for every convex measure, the max-min spread included, when no such path is left).
+    Chains are looked for from the heaviest members down and from the lightest up, shortest
+    first, so the largest count only falls and the smallest only rises; each chain moves one
+    partition per hop, one its giver did not hold before when it has one (stickiness).
+    Members are the graph's nodes and topics its edges: a search is a few (members x topics)
+    array steps, whatever the number of partitions."""
+
+    def __init__(self, space: PartitionSpace, owner: np.ndarray, previous: np.ndarray,
+                 counts: np.ndarray, subscriptions: _Subscriptions) -> None:
+        self._space, self._owner, self._previous, self._counts = space, owner, previous, counts
+        self._subscribed = subscriptions.matrix[subscriptions.group]  # members x topics
+        topic_count = len(space.topics)
+        cells = owner.astype(np.int64) * topic_count + np.repeat(np.arange(topic_count),
+                                                                 space.counts)
+        self._held = np.bincount(cells, minlength=counts.size * topic_count).reshape(
+            counts.size, topic_count)
+
+    def run(self) -> None:
+        while self._shift(self._path_down()) or self._shift(self._path_up()):
+            pass
+
+    def _path_down(self) -> list[tuple[int, int, int]]:
+        """Hops (giver, topic, taker) from a heaviest member to one two or more lighter."""
+        top = int(self._counts.max())
+        steps = self._search(self._counts == top, self._held > 0, self._subscribed,
+                             self._counts <= top - 2)
+        return [(via, topic, member) for via, topic, member in reversed(steps)]
+
+    def _path_up(self) -> list[tuple[int, int, int]]:
+        """Hops (giver, topic, taker) from a member two or more heavier to a lightest one."""
+        bottom = int(self._counts.min())
+        steps = self._search(self._counts == bottom, self._subscribed, self._held > 0,
+                             self._counts >= bottom + 2)
+        return [(member, topic, via) for via, topic, member in steps]
+
+    @staticmethod
+    def _search(start: np.ndarray, leaving: np.ndarray, entering: np.ndarray,
+                wanted: np.ndarray) -> list[tuple[int, int, int]]:
+        """Breadth first from the `start` members: from a member along each topic it has in
+        `leaving` (members x topics) to each member with that topic in `entering`. The steps
+        (from, topic, to) back from the nearest `wanted` member reached (the lowest index
+        among the nearest) to a `start` one; none if no `wanted` member is reached."""
+        visited = start.copy()
+        topic_seen = np.zeros(leaving.shape[1], dtype=bool)
+        frontier = np.flatnonzero(start)
+        came_from: dict[int, tuple[int, int]] = {}
+        while frontier.size:
+            out = leaving[frontier]
+            topics = np.flatnonzero(out.any(axis=0) & ~topic_seen)
+            if topics.size == 0:
+                break
+            topic_seen[topics] = True
+            via = frontier[out[:, topics].argmax(axis=0)]
+            into = entering[:, topics]
+            fresh = np.flatnonzero(into.any(axis=1) & ~visited)
+            picks = into[fresh].argmax(axis=1)
+            for member, pick in zip(fresh.tolist(), picks.tolist(), strict=True):
+                came_from[member] = (int(via[pick]), int(topics[pick]))
+            visited[fresh] = True
+            found = fresh[wanted[fresh]]
+            if found.size:
+                steps = []
+                member = int(found[0])
+                while member in came_from:
+                    source, topic = came_from[member]
+                    steps.append((source, topic, member))
+                    member = source
+                return steps
+            frontier = fresh
+        return []
+
+    def _shift(self, hops: list[tuple[int, int, int]]) -> bool:
+        """One partition per hop; False if there is no chain."""
+        offsets = self._space.offsets
+        for giver, topic, taker in hops:
+            start = int(offsets[topic])
+            flat = np.flatnonzero(self._owner[start:int(offsets[topic + 1])] == giver) + start
+            fresh = flat[self._previous[flat] != giver]
+            self._owner[int(fresh[-1] if fresh.size else flat[-1])] = taker
+            self._held[giver, topic] -= 1
+            self._held[taker, topic] += 1
+        if hops:
+            self._counts[hops[0][0]] -= 1
+            self._counts[hops[-1][2]] += 1
+        return bool(hops)
