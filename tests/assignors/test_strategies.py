@@ -287,3 +287,32 @@ def test_cooperative_sticky_revokes_partitions_held_outside_the_members_rack() -
     result = assign_scenario("cooperative-sticky", {"topics": RACKED_TOPIC, "members": members})
     assert result["assignment"] == {"m1": {"t": [0]}, "m2": {"t": [3]}}
     assert result["revoked"] == {"m1": {"t": [1]}, "m2": {"t": [2]}}
+
+
+@pytest.mark.parametrize("strategy", ["sticky", "cooperative-sticky"])
+def test_sticky_with_unequal_subscriptions_places_partitions_in_the_members_racks(
+    strategy: str,
+) -> None:
+    """Unequal subscriptions (Kafka's general path) are rack-aware too: `a` must take `y` and
+    one of `x`, and takes the one in its rack, leaving `b` the one in its own (without racks
+    `a`, first in member order, took `x` 1 once both held one)."""
+    topics = {"x": {"partitions": 2, "racks": [["r1"], ["r2"]]},
+              "y": {"partitions": 1, "racks": [["r1"]]}}
+    members = {"a": {"topics": ["x", "y"], "rack": "r1"}, "b": {"topics": ["x"], "rack": "r2"}}
+    assert _assignment(strategy, topics, members) == {"a": {"x": [0], "y": [0]},
+                                                       "b": {"x": [1]}}
+
+
+def test_sticky_with_unequal_subscriptions_moves_the_partitions_in_the_takers_rack() -> None:
+    """When balancing moves partitions, the taker gets the ones in its rack: `a` (no rack)
+    held all four of `x`; `c` (rack r1) takes two, the two with a replica in r1 (without racks
+    the highest two, one of them remote); `b` reads `y` too and takes that."""
+    topics = {"x": {"partitions": 4, "racks": [["r1", "r2"], ["r2"], ["r1", "r2"], ["r2"]]},
+              "y": {"partitions": 1, "racks": [["r2"]]}}
+    members = {
+        "a": {"topics": ["x"], "owned": {"x": [0, 1, 2, 3]}, "generation": 1},
+        "b": {"topics": ["x", "y"], "rack": "r2", "generation": 1},
+        "c": {"topics": ["x"], "rack": "r1", "generation": 1},
+    }
+    assert _assignment("sticky", topics, members) == {"a": {"x": [1, 3]}, "b": {"y": [0]},
+                                                      "c": {"x": [0, 2]}}

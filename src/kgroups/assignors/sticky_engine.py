@@ -216,8 +216,52 @@ def _fill_topic(
     counts[eligible] += np.bincount(picks, minlength=eligible.size)
 
 
+def _fill_topic_locally(
+    owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int,
+    racks: RackLayout,
+) -> None:
+    """Kafka's first pass with racks: each free partition of the topic to its least-loaded
+    subscriber that matches it (`RackLayout.matches`), if it has one (partitions with the same
+    matching subscribers handed out together, groups in partition order)."""
+    free = np.flatnonzero(owner[start:end] < 0) + start
+    if free.size == 0:
+        return
+    # Which subscribers match a partition follows from its replica racks: the matching rows
+    # are computed per distinct set of replica racks (few), not per partition.
+    first, by_racks = racks.replica_sets(free)
+    masks = racks.match_matrix(free[first], eligible)
+    rows: dict[bytes, int] = {}  # few sets: a dict, not a unique over (sets x subscribers)
+    by_mask = np.array([rows.setdefault(mask.tobytes(), len(rows)) for mask in masks])
+    group = by_mask[by_racks]
+    starts = np.full(len(rows), free.size)
+    np.minimum.at(starts, by_mask, first)
+    for row in np.argsort(starts).tolist():
+        takers = eligible[masks[int(np.argmax(by_mask == row))]]
+        if takers.size == 0:
+            continue
+        partitions = free[group == row]
+        picks = water_fill(counts[takers], partitions.size)
+        owner[partitions] = takers[picks]
+        counts[takers] += np.bincount(picks, minlength=takers.size)
+
+
+def _movable_first(
+    flat: np.ndarray, giver: int, taker: int, previous: np.ndarray, racks: RackLayout | None
+) -> np.ndarray:
+    """`flat` (partitions `giver` holds) in the order to move them to `taker`: with racks,
+    those matching the taker first and those matching the giver last; then those the giver
+    did not hold before (stickiness); then the highest first."""
+    position = np.arange(flat.size)
+    fresh = previous[flat] != giver
+    if racks is None or not racks.aware:
+        return flat[np.lexsort((-position, ~fresh))]
+    return flat[np.lexsort((-position, ~fresh, racks.matches(flat, giver),
+                            ~racks.matches(flat, taker)))]
+
+
 def _balance_topic(
-    owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int
+    owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int,
+    previous: np.ndarray, racks: RackLayout | None,
 ) -> bool:
     """Moves this topic's partitions from its most-loaded holder to the least-loaded
     subscriber while they are two or more apart; True if anything moved."""
@@ -239,7 +283,11 @@ def _balance_topic(
         others = np.delete(holder_counts, heaviest)
         next_level = int(others.max()) if others.size else int(counts[taker])
         amount = min(held.size, gap // 2, max(1, int(counts[giver]) - next_level))
-        segment[held[held.size - amount :]] = taker
+        if racks is None or not racks.aware:
+            segment[held[held.size - amount :]] = taker
+        else:
+            moving = _movable_first(held + start, int(giver), int(taker), previous, racks)
+            owner[moving[:amount]] = taker
         counts[giver] -= amount
         counts[taker] += amount
         moved = True
@@ -249,8 +297,8 @@ def place(
     space: PartitionSpace, members: Sequence[MemberSubscription], claims: Claims,
     racks: RackLayout | None = None,
 ) -> Placement:
-    """Sticky placement for `members` (already in member order) given their `claims`; `racks`
-    makes the equal-subscription path rack-aware (the unequal one ignores racks)."""
+    """Sticky placement for `members` (already in member order) given their `claims`, rack-aware
+    with `racks` when it is `aware`."""
     subscriptions = _Subscriptions(space, members)
     previous = resolve_previous_owners(space, subscriptions, claims)
     owner = previous.copy()
@@ -265,10 +313,16 @@ def place(
         return Placement(owner, previous)
 
     eligible = subscriptions.eligible()
+    rack_aware = racks if racks is not None and racks.aware else None
+    if rack_aware is not None:
+        rack_aware.drop_remote(owner)
     counts = np.bincount(owner[owner >= 0], minlength=count).astype(np.int64)
     # Topics few members can take go first, so flexible members are still free for them.
     topic_order = sorted(range(len(space.topics)), key=lambda t: (eligible[t].size, t))
     bounds = [(int(space.offsets[t]), int(space.offsets[t + 1])) for t in range(len(space.topics))]
+    if rack_aware is not None:
+        for t in topic_order:
+            _fill_topic_locally(owner, counts, eligible[t], *bounds[t], rack_aware)
     for t in topic_order:
         _fill_topic(owner, counts, eligible[t], *bounds[t])
     moved = True
@@ -276,8 +330,9 @@ def place(
         moved = False
         for t in topic_order:
             if eligible[t].size > 1:
-                moved |= _balance_topic(owner, counts, eligible[t], *bounds[t])
-    _ChainBalancer(space, owner, previous, counts, subscriptions).run()
+                moved |= _balance_topic(owner, counts, eligible[t], *bounds[t], previous,
+                                        rack_aware)
+    _ChainBalancer(space, owner, previous, counts, subscriptions, rack_aware).run()
     return Placement(owner, previous)
 
 
@@ -292,13 +347,15 @@ class _ChainBalancer:
     optimal for every convex measure, the max-min spread included, when no such path is left).
     Chains are looked for from the heaviest members down and from the lightest up, shortest
     first, so the largest count only falls and the smallest only rises; each chain moves one
-    partition per hop, one its giver did not hold before when it has one (stickiness).
+    partition per hop, chosen as `_movable_first` orders them (racks, then stickiness).
     Members are the graph's nodes and topics its edges: a search is a few (members x topics)
     array steps, whatever the number of partitions."""
 
     def __init__(self, space: PartitionSpace, owner: np.ndarray, previous: np.ndarray,
-                 counts: np.ndarray, subscriptions: _Subscriptions) -> None:
+                 counts: np.ndarray, subscriptions: _Subscriptions,
+                 racks: RackLayout | None) -> None:
         self._space, self._owner, self._previous, self._counts = space, owner, previous, counts
+        self._racks = racks
         self._subscribed = subscriptions.matrix[subscriptions.group]  # members x topics
         topic_count = len(space.topics)
         cells = owner.astype(np.int64) * topic_count + np.repeat(np.arange(topic_count),
@@ -366,8 +423,7 @@ class _ChainBalancer:
         for giver, topic, taker in hops:
             start = int(offsets[topic])
             flat = np.flatnonzero(self._owner[start:int(offsets[topic + 1])] == giver) + start
-            fresh = flat[self._previous[flat] != giver]
-            self._owner[int(fresh[-1] if fresh.size else flat[-1])] = taker
+            self._owner[_movable_first(flat, giver, taker, self._previous, self._racks)[0]] = taker
             self._held[giver, topic] -= 1
             self._held[taker, topic] += 1
         if hops:

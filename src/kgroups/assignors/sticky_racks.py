@@ -1,13 +1,14 @@
-"""Rack awareness (KIP-881) for the sticky assignors' equal-subscription path, as Kafka's
-sticky assignors apply it.
+"""Rack awareness (KIP-881) for the sticky assignors, as Kafka's sticky assignors apply it.
 
 It is on when some member names a rack that holds a replica and the partitions' replica racks
 are not all alike (otherwise every choice is equally local). Then a member gives up the
-partitions it held that have no replica in its rack, and each free partition first goes to a
-member below its quota in a rack holding a replica (members taken round-robin), before the
-rest is dealt as without racks. Whenever any member names a rack, free partitions are taken
-in order of how many members are local to them, fewest first, so scarce local choices are
-used before common ones.
+partitions it held that have no replica in its rack. With equal subscriptions each free
+partition first goes to a member below its quota in a rack holding a replica (members taken
+round-robin), before the rest is dealt as without racks; whenever any member names a rack,
+free partitions are taken in order of how many members are local to them, fewest first, so
+scarce local choices are used before common ones. With unequal subscriptions free partitions
+go to local subscribers first, and the balancing moves pick the partitions they move by
+locality (sticky_engine).
 """
 
 from __future__ import annotations
@@ -46,10 +47,21 @@ class RackLayout:
                 names |= racks
         index = {name: i for i, name in enumerate(sorted(names))}
         replicas = np.zeros((space.size, len(index)), dtype=bool)
+        # Partitions share a few sets of replica racks: each partition is given its set's
+        # number, and the rows are written once for all (a numpy write per partition took
+        # seconds at a million partitions).
+        set_ids: dict[frozenset[str], int] = {}
+        set_of = np.full(space.size, -1, dtype=np.int64)
         for position, topic in enumerate(space.topics):
             start, count = int(space.offsets[position]), int(space.counts[position])
-            for partition, racks in enumerate(cluster.partition_racks.get(topic, ())[:count]):
-                replicas[start + partition, [index[r] for r in racks]] = True
+            ids = [set_ids.setdefault(racks, len(set_ids))
+                   for racks in cluster.partition_racks.get(topic, ())[:count]]
+            set_of[start:start + len(ids)] = ids
+        rows = np.zeros((len(set_ids), len(index)), dtype=bool)
+        for racks, row in set_ids.items():
+            rows[row, [index[r] for r in racks]] = True
+        known = set_of >= 0
+        replicas[known] = rows[set_of[known]]
         member_rack = np.array(
             [-1 if rack is None else index[rack] for rack in member_racks], dtype=np.int64
         )
@@ -67,6 +79,33 @@ class RackLayout:
     def is_local(self, flat: int, member: int) -> bool:
         rack = int(self.member_rack[member])
         return rack >= 0 and bool(self.replicas[flat, rack])
+
+    def matches(self, flat: np.ndarray, member: int) -> np.ndarray:
+        """Per partition of `flat`, whether `member` may take it rack-locally: it names no
+        rack, or its rack holds a replica (Kafka's general path: no rack mismatches nothing)."""
+        rack = int(self.member_rack[member])
+        if rack < 0:
+            return np.ones(flat.size, dtype=bool)
+        return np.asarray(self.replicas[flat, rack])
+
+    def replica_sets(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The partitions of `flat` grouped by their set of replica racks: each set's first
+        position in `flat`, and each partition's set number."""
+        rows = self.replicas[flat]
+        if rows.shape[1] < 63:  # one integer per set: a 1-d unique, not a sort of rows
+            codes = rows.astype(np.int64) @ (np.int64(1) << np.arange(rows.shape[1]))
+            _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        else:
+            _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+
+    def match_matrix(self, flat: np.ndarray, members: np.ndarray) -> np.ndarray:
+        """`matches` for several members: (partitions x members) bool."""
+        rack = self.member_rack[members]
+        racked = rack >= 0
+        matching = np.ones((flat.size, members.size), dtype=bool)
+        matching[:, racked] = self.replicas[np.ix_(flat, rack[racked])]
+        return matching
 
     def drop_remote(self, owner: np.ndarray) -> None:
         """Members give up what they held that has no replica in their (named) rack."""
