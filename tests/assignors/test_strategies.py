@@ -316,3 +316,19 @@ def test_sticky_with_unequal_subscriptions_moves_the_partitions_in_the_takers_ra
     }
     assert _assignment("sticky", topics, members) == {"a": {"x": [1, 3]}, "b": {"y": [0]},
                                                       "c": {"x": [0, 2]}}
+
+
+def test_sticky_with_unequal_subscriptions_and_seventy_racks_places_each_partition_locally(
+) -> None:
+    """More racks than one integer can hold as a bit set (their sets are then grouped row by
+    row): member k is in rack (3k mod 70), the only rack with a replica of partition 3k mod 70,
+    and gets that partition (without racks member k would get partition k)."""
+    racks = [f"r{i:02d}" for i in range(70)]
+    topics = {"x": {"partitions": 70, "racks": [[rack] for rack in racks]}, "y": 1}
+    members: dict = {f"m{k:02d}": {"topics": ["x"], "rack": racks[3 * k % 70]}
+                     for k in range(70)}
+    members["n"] = {"topics": ["y"]}
+    assignment = _assignment("sticky", topics, members)
+    assert assignment["n"] == {"y": [0]}
+    assert {m: a["x"] for m, a in assignment.items() if m != "n"} == {
+        f"m{k:02d}": [3 * k % 70] for k in range(70)}

@@ -7,8 +7,8 @@ partition first goes to a member below its quota in a rack holding a replica (me
 round-robin), before the rest is dealt as without racks; whenever any member names a rack,
 free partitions are taken in order of how many members are local to them, fewest first, so
 scarce local choices are used before common ones. With unequal subscriptions free partitions
-go to local subscribers first, and the balancing moves pick the partitions they move by
-locality (sticky_engine).
+go first to subscribers that match them (no rack named, or a rack holding a replica: Kafka's
+general path), and the balancing moves pick the partitions they move by that (sticky_engine).
 """
 
 from __future__ import annotations
