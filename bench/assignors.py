@@ -109,12 +109,14 @@ def scale_run(topic_count: int, partitions: int, consumers: int, repeat: int) ->
     everything = frozenset(topics)
     fresh = [MemberSubscription(f"consumer-{i:05d}", everything) for i in range(consumers)]
     half = frozenset(topics[: topic_count // 2])
-    # Unequal subscriptions with racks (the general path, rack-aware): every other member reads
-    # half the topics; members on three racks, each partition's replicas on two of them.
+    # With racks: members on three racks, each partition's replicas on two of them; all
+    # members reading every topic, or every other one half of them (the general path).
     replica_racks = tuple(frozenset({RACKS[p % 3], RACKS[(p + 1) % 3]}) for p in range(partitions))
     racked_cluster = ClusterMetadata(cluster.partition_counts, dict.fromkeys(topics, replica_racks))
     racked = [MemberSubscription(m.member_id, everything if i % 2 else half, rack=RACKS[i % 3])
               for i, m in enumerate(fresh)]
+    racked_equal = [MemberSubscription(m.member_id, everything, rack=RACKS[i % 3])
+                    for i, m in enumerate(fresh)]
     print(
         f"{topic_count * partitions:,} partitions ({topic_count} topics x {partitions}), "
         f"{consumers:,} consumers"
@@ -157,6 +159,8 @@ def scale_run(topic_count: int, partitions: int, consumers: int, repeat: int) ->
         report("fresh, one on a different subscr.", timing, timing[3], 0)
         timing = timed(lambda a=assignor: a.assign(racked_cluster, racked), repeat)
         report("fresh, half on half, racks", timing, timing[3], 0)
+        timing = timed(lambda a=assignor: a.assign(racked_cluster, racked_equal), repeat)
+        report("fresh, identical, racks", timing, timing[3], 0)
         scenario_end_to_end(strategy, topics, partitions, previous, repeat, consumers)
 
 

@@ -76,10 +76,6 @@ class RackLayout:
         )
         return cls(aware, member_rack, replicas, local_members)
 
-    def is_local(self, flat: int, member: int) -> bool:
-        rack = int(self.member_rack[member])
-        return rack >= 0 and bool(self.replicas[flat, rack])
-
     def matches(self, flat: np.ndarray, member: int) -> np.ndarray:
         """Per partition of `flat`, whether `member` may take it rack-locally: it names no
         rack, or its rack holds a replica (Kafka's general path: no rack mismatches nothing)."""
@@ -127,16 +123,29 @@ class RackLayout:
         """Gives each free partition, in order, to a member in a rack holding a replica: the
         next such member below quota (continuing round-robin from the last one served), else
         the first such member due the larger quota. `below` and `queue` are updated as members
-        fill up; returns the partitions nobody local could take."""
-        at_max = int((counts > min_quota).sum())
+        fill up; returns the partitions nobody local could take.
+
+        The walk is sequential (each choice moves the round-robin), so it runs in Python, on
+        Python ints: a partition's replica racks and a member's rack as bit sets, counts as a
+        list, the owners written once at the end (numpy scalars per step cost three times
+        as much at a million partitions)."""
+        first, set_of = self.replica_sets(free)
+        set_bits = [sum(1 << int(rack) for rack in np.flatnonzero(self.replicas[flat]))
+                    for flat in free[first].tolist()]
+        member_bit = [0 if rack < 0 else 1 << rack for rack in self.member_rack.tolist()]
+        count = counts.tolist()
+        at_max = sum(1 for c in count if c > min_quota)
         next_index = 0
         left: list[int] = []
-        for flat in free.tolist():
-            taker = self._next_local(flat, below, next_index)
+        given: list[int] = []
+        takers: list[int] = []
+        for flat, racks in zip(free.tolist(), [set_bits[s] for s in set_of.tolist()],
+                               strict=True):
+            taker = _next_local(racks, below, next_index, member_bit)
             member = None
             if taker >= 0:
                 member = below[taker]
-                if counts[member] + 1 == min_quota:
+                if count[member] + 1 == min_quota:
                     del below[taker]
                     if at_max < members_at_max:
                         queue.append(member)
@@ -144,7 +153,7 @@ class RackLayout:
                     taker += 1
                 next_index = taker % len(below) if below else 0
             elif queue:
-                taker = self._next_local(flat, queue, 0)
+                taker = _next_local(racks, queue, 0, member_bit)
                 if taker >= 0:
                     member = queue[taker]
                     del queue[taker]
@@ -154,13 +163,20 @@ class RackLayout:
             if member is None:
                 left.append(flat)
             else:
-                owner[flat] = member
-                counts[member] += 1
+                given.append(flat)
+                takers.append(member)
+                count[member] += 1
+        owner[given] = takers
+        counts[:] = count
         return np.asarray(left, dtype=np.int64)
 
-    def _next_local(self, flat: int, members: list[int], first: int) -> int:
-        for step in range(len(members)):
-            position = (first + step) % len(members)
-            if self.is_local(flat, members[position]):
-                return position
-        return -1
+
+def _next_local(racks: int, members: list[int], first: int, member_bit: list[int]) -> int:
+    """The position in `members`, from `first` round-robin, of the first member whose rack
+    is in the bit set `racks`; -1 if none."""
+    size = len(members)
+    for step in range(size):
+        position = (first + step) % size
+        if member_bit[members[position]] & racks:
+            return position
+    return -1
