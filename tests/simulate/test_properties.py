@@ -70,22 +70,28 @@ def test_eager_never_moves_fewer_partitions_than_cooperative_sticky(
     """Neither in partitions taken away from their consumer nor in partitions that end up with
     another member, whether eager runs the sticky assignor or range.
 
-    `moved` counts owners by member name. A member that crashes and comes back under its name
-    while its dead incarnation still holds a session is the one exception hypothesis found
-    (eager-sticky moved 2, cooperative-sticky 4: eager's sticky pass handed the dead
-    incarnation's partitions back to the new one, cooperative's gave them to the others), so
-    partitions moved are compared on schedules without such a return."""
+    `moved` counts owners by member name, so a member that comes back under its name breaks
+    the comparison, as hypothesis found twice: after a crash while the dead incarnation still
+    held a session (eager-sticky moved 2, cooperative-sticky 4: eager's sticky pass handed the
+    dead incarnation's partitions back to the new one, cooperative's gave them to the others),
+    and after a restart (seed 36, m0 down for a second: eager-range moved 0, cooperative-sticky
+    1; range is a function of the members alone, so the group it returns to is laid out as
+    before, while a sticky assignor hands the returning member whichever partitions balance
+    needs). Partitions moved are compared on schedules without such a return."""
     cooperative = simulate(scenario, COOPERATIVE).ledger
     for eager_variant in (EAGER_STICKY, Variant("eager-range")):
         eager = simulate(scenario, eager_variant).ledger
         assert eager.revoked >= cooperative.revoked
-        if not _back_after_a_crash(scenario):
+        if not _back_under_its_name(scenario):
             assert eager.moved >= cooperative.moved
 
 
-def _back_after_a_crash(scenario: Scenario) -> bool:
+def _back_under_its_name(scenario: Scenario) -> bool:
+    """A member restarts, or crashes and comes back, under its name."""
     crashed: set[str] = set()
     for event in scenario.events:
+        if event.action is Action.RESTART:
+            return True
         if event.action is Action.CRASH:
             if event.down_ms is not None:
                 return True

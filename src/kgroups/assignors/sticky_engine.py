@@ -264,7 +264,8 @@ def _balance_topic(
     previous: np.ndarray, racks: RackLayout | None,
 ) -> bool:
     """Moves this topic's partitions from its most-loaded holder to the least-loaded
-    subscriber while they are two or more apart; True if anything moved."""
+    subscriber while they are two or more apart, in `_movable_first` order; True if anything
+    moved."""
     moved = False
     segment = owner[start:end]
     while True:
@@ -283,11 +284,8 @@ def _balance_topic(
         others = np.delete(holder_counts, heaviest)
         next_level = int(others.max()) if others.size else int(counts[taker])
         amount = min(held.size, gap // 2, max(1, int(counts[giver]) - next_level))
-        if racks is None or not racks.aware:
-            segment[held[held.size - amount :]] = taker
-        else:
-            moving = _movable_first(held + start, int(giver), int(taker), previous, racks)
-            owner[moving[:amount]] = taker
+        moving = _movable_first(held + start, int(giver), int(taker), previous, racks)
+        owner[moving[:amount]] = taker
         counts[giver] -= amount
         counts[taker] += amount
         moved = True
