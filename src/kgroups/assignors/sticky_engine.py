@@ -209,11 +209,16 @@ def _fill_topic(
     owner: np.ndarray, counts: np.ndarray, eligible: np.ndarray, start: int, end: int
 ) -> None:
     free = np.flatnonzero(owner[start:end] < 0) + start
-    if free.size == 0:
-        return
-    picks = water_fill(counts[eligible], free.size)
-    owner[free] = eligible[picks]
-    counts[eligible] += np.bincount(picks, minlength=eligible.size)
+    if free.size:
+        _hand_out(owner, counts, eligible, free)
+
+
+def _hand_out(owner: np.ndarray, counts: np.ndarray, takers: np.ndarray,
+              partitions: np.ndarray) -> None:
+    """`partitions`, in order, each to the least-loaded of `takers` (ties to the earlier)."""
+    picks = water_fill(counts[takers], partitions.size)
+    owner[partitions] = takers[picks]
+    counts[takers] += np.bincount(picks, minlength=takers.size)
 
 
 def _fill_topic_locally(
@@ -237,12 +242,8 @@ def _fill_topic_locally(
     np.minimum.at(starts, by_mask, first)
     for row in np.argsort(starts).tolist():
         takers = eligible[masks[int(np.argmax(by_mask == row))]]
-        if takers.size == 0:
-            continue
-        partitions = free[group == row]
-        picks = water_fill(counts[takers], partitions.size)
-        owner[partitions] = takers[picks]
-        counts[takers] += np.bincount(picks, minlength=takers.size)
+        if takers.size:
+            _hand_out(owner, counts, takers, free[group == row])
 
 
 def _movable_first(
@@ -250,10 +251,11 @@ def _movable_first(
 ) -> np.ndarray:
     """`flat` (partitions `giver` holds) in the order to move them to `taker`: with racks,
     those matching the taker first and those matching the giver last; then those the giver
-    did not hold before (stickiness); then the highest first."""
+    did not hold before (stickiness); then the highest first. `racks` is given only when
+    placement honours them (`RackLayout.aware`)."""
     position = np.arange(flat.size)
     fresh = previous[flat] != giver
-    if racks is None or not racks.aware:
+    if racks is None:
         return flat[np.lexsort((-position, ~fresh))]
     return flat[np.lexsort((-position, ~fresh, racks.matches(flat, giver),
                             ~racks.matches(flat, taker)))]

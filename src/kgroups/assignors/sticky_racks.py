@@ -79,10 +79,7 @@ class RackLayout:
     def matches(self, flat: np.ndarray, member: int) -> np.ndarray:
         """Per partition of `flat`, whether `member` may take it rack-locally: it names no
         rack, or its rack holds a replica (Kafka's general path: no rack mismatches nothing)."""
-        rack = int(self.member_rack[member])
-        if rack < 0:
-            return np.ones(flat.size, dtype=bool)
-        return np.asarray(self.replicas[flat, rack])
+        return self.match_matrix(flat, np.array([member]))[:, 0]
 
     def replica_sets(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The partitions of `flat` grouped by their set of replica racks: each set's first

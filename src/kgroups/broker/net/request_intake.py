@@ -6,7 +6,8 @@ Shared by the two places a frame can arrive: a client socket served in the broke
 way, so the rules live here once: a frame too short for a header, an API the connection may not
 use before it has authenticated (after a SASL handshake, answered with its error response first,
 as Kafka does), an unknown API key or version (ApiVersions excepted: it is answered at v0 with
-the supported list, as Kafka does), a body that does not decode. """
+the supported list, as Kafka does), a body that does not decode.
+"""
 
 from __future__ import annotations
 

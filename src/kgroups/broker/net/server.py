@@ -1,10 +1,10 @@
 """The broker's listeners: connections served in this process, or by network processes.
 
 `BrokerServer` binds every listener. With `num.network.threads=0` it serves each accepted socket
-here as a `local_connection.LocalConnection`; otherwise the
-network processes accept from the same listening sockets and relay frames (`front_link`). Either
-way the limits on connections (max.connections, max.connections.per.ip,
-max.connection.creation.rate) are counted here, once for all connections.
+here as a `local_connection.LocalConnection`; otherwise the network processes accept from the
+same listening sockets and relay frames (`front_link`). Either way the limits on connections
+(max.connections, max.connections.per.ip, max.connection.creation.rate) are counted here, once
+for all connections.
 """
 
 from __future__ import annotations
