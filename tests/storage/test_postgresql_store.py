@@ -3,6 +3,7 @@ a former leader out in the same transaction as its append, and one-line errors."
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from kgroups.log.batch import build_batch, check_batch, iter_batches
+from kgroups.storage import postgresql
 from kgroups.storage.postgresql import (
     FencedError,
     OffsetConflictError,
@@ -64,6 +66,56 @@ def test_a_former_leader_cannot_write_after_losing_its_lease(store: PostgresStor
               for r in b.records]
     assert values == [b"before", b"after"]
     other.close()
+
+
+def test_a_leader_frozen_inside_an_append_holds_its_partition_only_until_its_lease_ends(
+        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker stopped between its append's statements (SIGSTOP, a paused VM) holds the
+    partition row's lock: PostgreSQL ends that transaction once the lease has run out, so
+    another broker takes the partition over instead of waiting as long as the frozen one
+    sleeps, and the frozen append fails when its broker wakes, having written nothing."""
+    lease_ms = 1000
+    frozen = PostgresStore.open(postgres_url, idle_transaction_timeout_ms=lease_ms)
+    frozen.create_topic("orders", uuid.uuid4(), 1)
+    lease = frozen.take_lease("orders", 0, node=1, lease_ms=lease_ms)
+    assert lease is not None
+    inside, wake = threading.Event(), threading.Event()
+    stamp = postgresql.set_base_offset
+
+    def freeze(batch: bytes, base: int) -> bytes:  # after the row is locked, before the insert
+        inside.set()
+        wake.wait(30)
+        return stamp(batch, base)
+
+    monkeypatch.setattr(postgresql, "set_base_offset", freeze)
+    outcome: list[object] = []
+
+    def append() -> None:
+        try:
+            outcome.append(frozen.append(lease, _batch(b"zombie")))
+        except StorageUnavailableError as exc:
+            outcome.append(exc)
+
+    appending = threading.Thread(target=append)
+    appending.start()
+    try:
+        assert inside.wait(10)
+        other = PostgresStore.open(postgres_url)  # another broker
+        time.sleep(lease_ms / 1000)  # the lease has run out
+        taken: list[postgresql.Lease] = []
+        taking = threading.Thread(target=lambda: taken.extend(other.acquire_leases(
+            [("orders", 0)], node=2, lease_ms=60_000)), daemon=True)
+        taking.start()
+        taking.join(lease_ms / 1000 + 10)
+        assert [(t.leader, t.epoch) for t in taken] == [(2, lease.epoch + 1)]
+    finally:
+        wake.set()
+        appending.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], StorageUnavailableError), outcome
+    monkeypatch.undo()
+    assert other.append(taken[0], _batch(b"after")) == (0, 0)
+    assert [r.value for b in iter_batches(other.read("orders", 0, 0, 1 << 20))
+            for r in b.records] == [b"after"]
 
 
 def test_an_expired_lease_is_refused_even_before_anyone_takes_over(

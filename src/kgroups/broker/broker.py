@@ -155,7 +155,8 @@ class Broker:
         url = config.storage_url
         if url is not None:
             settings = cluster_settings(config, url)
-            self.store = PostgresStore.open(url, settings.session_timeout_ms)
+            self.store = PostgresStore.open(url, settings.session_timeout_ms,
+                                            idle_transaction_timeout_ms=settings.lease_ms)
             ensure_offsets_topic(self.store, config.offsets_topic_num_partitions)
             self.leadership = LeadershipView(config.node_id)
             self.cluster = ClusterRuntime(settings, self.leadership)

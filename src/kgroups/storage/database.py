@@ -1,8 +1,9 @@
 """The store's connection to PostgreSQL, which comes back by itself after it was lost.
 
 Every database call of the store runs inside `Database.use()`. A connection-level failure
-there (the server went away, an administrator ended the session, the socket broke: psycopg's
-OperationalError and InterfaceError) closes the connection and surfaces as
+there (the server went away, an administrator ended the session, the server ended a
+transaction left idle too long, the socket broke: psycopg's OperationalError and
+InterfaceError, and IdleInTransactionSessionTimeout) closes the connection and surfaces as
 StorageUnavailableError, the URL shown without its password; any other error (a constraint,
 a schema error, the store's own FencedError) passes through as it is. The next call opens a
 new connection, once: never a loop of attempts inside a call, because the broker calls the
@@ -31,7 +32,10 @@ CONNECT_TIMEOUT_S = 5
 RECONNECT_TIMEOUT_S = 2
 FIRST_RETRY_BACKOFF_S = 0.25
 MAX_RETRY_BACKOFF_S = 2.0
-CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# The server ending a session idle in a transaction (see Database) reports an InternalError,
+# but the session is gone all the same.
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError,
+                     psycopg.errors.IdleInTransactionSessionTimeout)
 
 
 class StorageUnavailableError(OSError):
@@ -61,10 +65,17 @@ def _nothing(connection: Connection) -> None:
 
 
 class Database:
-    def __init__(self, url: str, on_connect: Callable[[Connection], None] = _nothing) -> None:
-        """`on_connect` prepares every new connection (the listener's LISTENs) before use."""
+    def __init__(self, url: str, on_connect: Callable[[Connection], None] = _nothing,
+                 idle_transaction_timeout_ms: int = 0) -> None:
+        """`on_connect` prepares every new connection (the listener's LISTENs) before use.
+        `idle_transaction_timeout_ms` (0: none), PostgreSQL's
+        idle_in_transaction_session_timeout: the server ends the session of a client that
+        stopped in the middle of a transaction (a frozen process, a paused VM) after that
+        long, and with it the row locks it held, which would otherwise stop every other
+        client wanting those rows for as long as the frozen one lives."""
         self.url = url
         self._on_connect = on_connect
+        self._idle_transaction_timeout_ms = idle_transaction_timeout_ms
         self._connection: Connection | None = None
         # How many connections were opened: a listener that sees it grow knows it was away.
         self.connections_opened = 0
@@ -113,6 +124,10 @@ class Database:
                 self.url, autocommit=True, connect_timeout=timeout, keepalives=1,
                 keepalives_idle=5, keepalives_interval=1, keepalives_count=3,
                 tcp_user_timeout=8000)
+            if self._idle_transaction_timeout_ms:
+                connection.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                    (str(self._idle_transaction_timeout_ms),))
             self._on_connect(connection)
         except (psycopg.Error, ValueError) as exc:
             if connection is not None:

@@ -98,12 +98,17 @@ class PostgresStore:
         self.catalog = Catalog(database)
 
     @classmethod
-    def open(cls, url: str, session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS
-             ) -> PostgresStore:
+    def open(cls, url: str, session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS,
+             idle_transaction_timeout_ms: int = 0) -> PostgresStore:
         """Connect and create the schema if the database has none; StorageUnavailableError
         naming the server (never its password) when that fails; a schema it refuses
-        (SchemaVersionError) closes the connection before raising."""
-        database = Database(url)
+        (SchemaVersionError) closes the connection before raising.
+
+        A broker passes its lease as `idle_transaction_timeout_ms`: frozen inside an append
+        (which locks the partition's row) or a lease change, it would keep every other broker
+        from taking those partitions over for as long as it stays frozen; the server ends
+        such a transaction once the leases it could hold have run out (database.py)."""
+        database = Database(url, idle_transaction_timeout_ms=idle_transaction_timeout_ms)
         try:
             with database.use() as connection:
                 ensure_schema(connection)

@@ -103,7 +103,8 @@ class ClusterRuntime:
     def open(self) -> None:
         """Connect (StorageUnavailableError naming the server, never its password); the store
         is the step thread's from `join` on."""
-        self._store = PostgresStore.open(self.settings.url, self.settings.session_timeout_ms)
+        self._store = PostgresStore.open(self.settings.url, self.settings.session_timeout_ms,
+                                         idle_transaction_timeout_ms=self.settings.lease_ms)
 
     def join(self, host: str, port: int, handlers: LeaseHandlers) -> None:
         """Register (DuplicateNodeIdError while a live broker has the node id), take this
