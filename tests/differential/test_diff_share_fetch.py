@@ -33,7 +33,7 @@ SETTINGS = {**KAFKA_TEST_SETTINGS,
             "group.share.min.record.lock.duration.ms": "1000",
             "group.share.delivery.count.limit": "2",
             "group.share.min.delivery.count.limit": "2"}
-LOCK_EXPIRED_S = 1.6  # past the 1 s lock, with room for Kafka's timer
+LOCK_EXPIRED_S = 2.2  # past the 1 s lock, with room for Kafka's timer on a busy machine
 # Kafka releases a closed session's records just after it answers the close; well within the
 # lock (the conversations that wait for it answer at once, max_wait 0).
 CLOSE_RELEASED_S = 0.3
@@ -183,11 +183,11 @@ def lock_expiry_and_delivery_limit(s: Share) -> None:
     s.ack("accept the first", a, 2, {0: [(0, 0, [1])]})
     time.sleep(LOCK_EXPIRED_S)
     s.ack("acknowledge after the lock expired", a, 3, {0: [(1, 1, [1])]})
-    s.fetch("redelivered with count 2", b, 0, wait_ms=100)
+    s.fetch("redelivered with count 2", b, 0, wait_ms=1000)
     time.sleep(LOCK_EXPIRED_S)
     s.fetch("at the limit: archived", b, 1, wait_ms=200)
     s.produce(1)
-    s.fetch("the start moved past them", b, 2, wait_ms=100)
+    s.fetch("the start moved past them", b, 2, wait_ms=1000)
 
 
 def session_errors(s: Share) -> None:
@@ -377,12 +377,19 @@ def waiting_fetch(s: Share, let_go: Callable[[Share, str], None]) -> None:
     else:
         # The start offset moved: the fetch ends at once on both brokers, but whether Kafka's
         # retry already finds the released records is a race inside Kafka (seen either way on
-        # one machine): what b acquires in it and in its next fetch is what is compared.
-        then = brief(other.call(share_fetch(s.group, b, 2, s.topic_id, wait_ms=WAITING_MS)))
+        # one machine), and on a busy machine its next waiting fetch can end empty too: what b
+        # acquires in it and in the fetches after it, until b acquires any (four at most), is
+        # what is compared.
+        acquired = [taken for p in answer[0]["partitions"] for taken in p["acquired"]]
+        for epoch in range(2, 6):
+            if acquired:
+                break
+            then = brief(other.call(share_fetch(s.group, b, epoch, s.topic_id,
+                                                wait_ms=WAITING_MS)))
+            acquired += [taken for p in then["partitions"] for taken in p["acquired"]]
         s.transcript.append(("the waiting fetch", {
             "ended early": ended_early, "error": answer[0]["error"],
-            "acquired by b": [taken for fetched in (answer[0], then)
-                              for p in fetched["partitions"] for taken in p["acquired"]]}))
+            "acquired by b": acquired}))
     other.close()
 
 
