@@ -61,7 +61,11 @@ class ServerProcess:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
         log.close()
-        self.port = self._wait_listening()
+        try:
+            self.port = self._wait_listening()
+        except BaseException:
+            self.close()  # one that hangs at start must not outlive the test that started it
+            raise
 
     def _wait_listening(self) -> int:
         assert self.process is not None and self.process.stdout is not None
