@@ -159,11 +159,12 @@ typecheck: install
 # them wait on brokers, JVMs and timeouts rather than compute, so they run in TEST_WORKERS
 # processes (pytest-xdist, a test module per worker at a time, each worker with its own session
 # brokers; with two workers the two cores stood a third idle: three ran this part in 16:05
-# against two's 19:52 on the same tree); the few that measure a stall, a memory budget or a lease against the clock (marker
-# `alone`) run after, with the machine to themselves. Then the sans-IO cores' own tests
-# (tests/coordinator, tests/transactions) must cover >= 95% of them. The coverage is measured in
-# that last run only: tracing the whole suite made it ~40% slower on its Python-bound tests
-# (tests/assignors: 55 s with, 38 s without), for a figure the cores' tests reach on their own.
+# against two's 19:52 on the same tree); the few that measure a stall, a memory budget or a
+# lease against the clock (marker `alone`) run after, with the machine to themselves. Then the
+# sans-IO cores' own tests (tests/coordinator, tests/transactions) must cover >= 95% of them. The
+# coverage is measured in that last run only: tracing the whole suite made it ~40% slower on its
+# Python-bound tests (tests/assignors: 55 s with, 38 s without), for a figure the cores' tests
+# reach on their own.
 TEST_WORKERS ?= 3
 test: install lint typecheck kafka java-harness postgresql-jdbc
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=30 $(PYTEST_ARGS)

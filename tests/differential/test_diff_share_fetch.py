@@ -378,15 +378,15 @@ def waiting_fetch(s: Share, let_go: Callable[[Share, str], None]) -> None:
         # The start offset moved: the fetch ends at once on both brokers, but whether Kafka's
         # retry already finds the released records is a race inside Kafka (seen either way on
         # one machine), and on a busy machine its next waiting fetch can end empty too: what b
-        # acquires in it and in the fetches after it, until b acquires any (four at most), is
-        # what is compared.
+        # acquires in it and in its next fetch is what is compared, with up to three fetches
+        # more while b has acquired nothing.
         acquired = [taken for p in answer[0]["partitions"] for taken in p["acquired"]]
         for epoch in range(2, 6):
-            if acquired:
-                break
             then = brief(other.call(share_fetch(s.group, b, epoch, s.topic_id,
                                                 wait_ms=WAITING_MS)))
             acquired += [taken for p in then["partitions"] for taken in p["acquired"]]
+            if acquired:
+                break
         s.transcript.append(("the waiting fetch", {
             "ended early": ended_early, "error": answer[0]["error"],
             "acquired by b": acquired}))
