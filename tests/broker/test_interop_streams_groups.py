@@ -176,9 +176,13 @@ def test_a_streams_group_counts_exactly_while_its_tasks_move_between_instances(
         for streams in group.running:
             assert streams.errors == [], streams.errors
             assert streams.states[-1] == "RUNNING", streams.states
+            # Read before the close: Streams' close logs an ERROR of its own when it cuts
+            # short a reconciliation still in flight (seen against Kafka 4.3.1: "Reconciliation
+            # failed ... StreamsTasksAssignedEvent could not be completed before the consumer
+            # close"), whichever broker assigned the tasks.
+            log = streams.log_text()
+            assert " ERROR " not in log, log[-4000:]
     finally:
         group.reader.close()
         for streams in started:
             streams.close()
-    for streams in group.running:
-        assert " ERROR " not in streams.log_text(), streams.log_text()[-4000:]

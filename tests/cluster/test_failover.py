@@ -34,6 +34,15 @@ OFFSETS = "__consumer_offsets"
 # without the assignment dumps it writes after every commit and every poll.
 CLIENT_LINES = 150
 _ROUTINE = re.compile(r"\|(DUMP\w*|ASSIGNDONE)\||op GET_ASSIGNMENT")
+# librdkafka's coordinator livelock (confluentinc/librdkafka#3645, open in 2.16): an OffsetCommit
+# in flight when the coordinator's connection fails is retried on a connection librdkafka itself
+# closes at once ("Closing connection due to nodename change"), which fails the commit with a
+# transport failure and marks the coordinator dead again, round after round, so the synchronous
+# commit never returns. Seen once on a quiet machine after a SIGKILL, the member's debug lines
+# showing the round every ~0.5 s for 30 s while the other members committed through the new
+# coordinator. A healthy failover shows that close once or twice per member.
+_LIVELOCK = "Closing connection due to nodename change"
+LIVELOCK_ROUNDS = 10
 
 
 def _other(cluster: Cluster, node: int) -> int:
@@ -53,13 +62,24 @@ def _wait_all_commit_after(cluster: Cluster, group: list[committers.Member], mom
             logged = client_log().splitlines()
             stalled = [member for member in group
                        if not any(commit.sent > moment for commit in member.commits)]
-            raise AssertionError("\n".join([
+            story = "\n".join([
                 *(_member_story(member, moment) for member in group),
                 *(f"broker {node}: {line}" for node, broker in sorted(cluster.brokers.items())
                   for line in broker.log_text().splitlines() if group[0].group in line),
                 *(line for member in stalled for line in [
                     line for line in logged if f"|{member.instance}#" in line
-                    and not _ROUTINE.search(line)][-CLIENT_LINES:])]))
+                    and not _ROUTINE.search(line)][-CLIENT_LINES:])])
+            livelocked = [member for member in stalled
+                          if isinstance(member.client, committers.Librdkafka)
+                          and sum(f"|{member.instance}#" in line and _LIVELOCK in line
+                                  for line in logged) >= LIVELOCK_ROUNDS]
+            if livelocked == stalled and len(stalled) < len(group):
+                # The coordinator served the others; the stalled ones are caught in their
+                # client's own loop (see _LIVELOCK), which no broker answer ends.
+                print(story)
+                pytest.xfail("librdkafka's coordinator livelock (librdkafka#3645) held "
+                             + ", ".join(member.instance for member in livelocked))
+            raise AssertionError(story)
         time.sleep(0.2)
 
 
