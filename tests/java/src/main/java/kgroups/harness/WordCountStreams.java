@@ -11,6 +11,8 @@ import java.util.Collections;
 import java.util.List;
 import java.util.Locale;
 import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -42,7 +44,7 @@ public final class WordCountStreams {
     private WordCountStreams() {
     }
 
-    public static void main(String[] args) throws IOException {
+    public static void main(String[] args) throws IOException, InterruptedException {
         if (args.length < 2) {
             throw new IllegalArgumentException("usage: INPUT OUTPUT [key=value...]");
         }
@@ -68,7 +70,15 @@ public final class WordCountStreams {
             .to(args[1], Produced.with(Serdes.String(), Serdes.Long()));
 
         KafkaStreams streams = new KafkaStreams(builder.build(), properties);
-        streams.setStateListener((now, before) -> say("state " + now));
+        // Streams calls the listener on its close thread, a daemon one: main waits for the
+        // NOT_RUNNING line below, or the JVM could exit before it is said.
+        CountDownLatch stopped = new CountDownLatch(1);
+        streams.setStateListener((now, before) -> {
+            say("state " + now);
+            if (now == KafkaStreams.State.NOT_RUNNING) {
+                stopped.countDown();
+            }
+        });
         streams.setUncaughtExceptionHandler(error -> {
             say("error " + error.getClass().getSimpleName() + ": " + error.getMessage());
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
@@ -82,7 +92,9 @@ public final class WordCountStreams {
                 say("tasks " + taskIds(streams, true) + " " + taskIds(streams, false));
             }
         }
-        streams.close(Duration.ofSeconds(30));
+        if (streams.close(Duration.ofSeconds(30))) {
+            stopped.await(10, TimeUnit.SECONDS);
+        }
     }
 
     /** The active (or standby) task ids of every local stream thread, sorted; "-" for none. */
