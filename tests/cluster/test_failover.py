@@ -40,7 +40,7 @@ _ROUTINE = re.compile(r"\|(DUMP\w*|ASSIGNDONE)\||op GET_ASSIGNMENT")
 # transport failure and marks the coordinator dead again, round after round, so the synchronous
 # commit never returns. Seen once on a quiet machine after a SIGKILL, the member's debug lines
 # showing the round every ~0.5 s for 30 s while the other members committed through the new
-# coordinator. A healthy failover shows that close once or twice per member.
+# coordinator. Ten rounds are about five seconds of that loop.
 _LIVELOCK = "Closing connection due to nodename change"
 LIVELOCK_ROUNDS = 10
 
