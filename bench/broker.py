@@ -12,7 +12,7 @@ Each broker gets the newest version of each API that both it and this script spe
 a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
 unless --initial-delay-ms says otherwise. Durability as each broker runs it:
 - kgroups: its defaults (Kafka's: a commit is answered once written to the log file, fsync left
-  to the flush settings; on 2+ cores a network process beside the broker process), and again
+  to the flush settings; on 3+ cores a network process beside the broker process), and again
   with log.flush.interval.messages=1 (fsync before answering, group commit across concurrent
   writes) unless --no-fsync;
 - Kafka 4.3.1 (single KRaft node, tests/kafka_harness.py, 1 GiB heap): its default, answering once
@@ -24,7 +24,7 @@ time-to-Stable figures. `make kafka` must have fetched Kafka's jars (`make test`
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
      [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
-     [--single-process] [--tls]
+     [--other-layout] [--tls]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from tests.broker.security_helpers import Certificates, make_certificates
 
 from broker_data import free_port, serving, tansu_broker
 from kafka_harness import KafkaBroker
+from kgroups.broker.config import served_network_processes
 from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
 from kgroups.broker.wire import response_type as response_schema
 from kgroups.errors import ErrorCode
@@ -506,12 +507,13 @@ def main() -> int:
                         help="group.initial.rebalance.delay.ms of kgroups and Kafka "
                         "(Kafka's default 3000)")
     parser.add_argument("--no-kafka", action="store_true", help="skip Apache Kafka")
-    parser.add_argument("--single-process", action="store_true",
-                        help="also run kgroups with num.network.threads=0 (sockets in the "
-                        "broker process) beside its default (a network process on 2+ cores)")
+    parser.add_argument("--other-layout", action="store_true",
+                        help="also run kgroups with the socket layout its default did not pick "
+                        "here: num.network.threads=0 (sockets in the broker process) on 3+ "
+                        "cores, else 1 (a network process beside it)")
     parser.add_argument("--tls", action="store_true",
                         help="kgroups alone, over one SSL listener (PEM certificates made for "
-                        "the run); with --single-process, without a network process too")
+                        "the run); with --other-layout, in the other layout too")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
     args = parser.parse_args()
@@ -520,7 +522,8 @@ def main() -> int:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
-        kgroups_runs += [("kgroups N=0", False, 0)] if args.single_process else []
+        other = 1 - served_network_processes(len(os.sched_getaffinity(0)))
+        kgroups_runs += [(f"kgroups N={other}", False, other)] if args.other_layout else []
         for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
                                 fsync_each, network_threads, certificates) as port:
@@ -540,8 +543,7 @@ def main() -> int:
     pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
     if "kgroups fsync" in results and "kafka fsync" in results:
         pairs.append(("kgroups fsync", "kafka fsync"))
-    if "kgroups N=0" in results:
-        pairs.append(("kgroups N=0", "kgroups"))
+    pairs += [(name, "kgroups") for name in results if name.startswith("kgroups N=")]
     print(f"{'figure':26}" + "".join(f"{name:>15}" for name in results)
           + "".join(f"{ours + '/' + other:>28}" for ours, other in pairs))
     for figure in results["kgroups"]:

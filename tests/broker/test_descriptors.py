@@ -60,7 +60,9 @@ def open_file_limit(limit: int, hard: int | None = None) -> Iterator[None]:
 
 @pytest.fixture
 def limited_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path / "data", tmp_path / "server.log", OVERRIDES)
+    """A broker under LIMIT descriptors with a network process: its tests check both."""
+    server = ServerProcess(tmp_path / "data", tmp_path / "server.log",
+                           (*OVERRIDES, "num.network.threads=1"))
     with open_file_limit(LIMIT):
         server.start()
     try:

@@ -166,6 +166,10 @@ def test_kafka_python_group_commits_over_sasl_ssl_scram_512(
     consumer = kafka.KafkaConsumer(
         topic, bootstrap_servers=bootstrap(broker, "SASL_SSL"), group_id=group,
         auto_offset_reset="earliest", enable_auto_commit=False,
+        # Under load its leader may assign before its first metadata answer is in ("No
+        # partition metadata for topic"), leaving the member without the partition until a
+        # refresh shows the topic and it rejoins: every 5 minutes by default, every second here.
+        metadata_max_age_ms=1000,
         **kafka_python_settings(certs, "SASL_SSL", "SCRAM-SHA-512"))
     records: list[Any] = []
     deadline = time.monotonic() + 30

@@ -32,6 +32,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from security_helpers import CLIENT_PRINCIPAL, make_certificates, secure_settings
 from tests.broker.servers import ServerProcess
 
+from kgroups.broker.config import served_network_processes
 from kgroups.broker.wire import encode_request
 from kgroups.errors import ErrorCode
 from kgroups.log.batch import build_batch
@@ -133,25 +134,26 @@ def test_the_network_process_ends_with_the_broker_process(tmp_path: pytest.TempP
         server.close()
 
 
-def test_kgroups_serve_takes_a_second_core_only_when_it_may_run_on_two(
+def test_kgroups_serve_starts_a_network_process_only_on_three_cores_or_more(
         tmp_path: pytest.TempPathFactory) -> None:
-    """Without num.network.threads, `kgroups serve` starts one network process when it may run
-    on two cores or more, and none when pinned to one, where a second process would only add
-    the relay's cost."""
-    assert len(os.sched_getaffinity(0)) >= 2, "this test needs a machine with two cores"
+    """Without num.network.threads, `kgroups serve` serves its sockets itself when it may run on
+    one or two cores (a relay only pays off with a core nothing else wants) and starts one
+    network process from three cores (checked here as far as this machine's cores go)."""
+    everywhere = sorted(os.sched_getaffinity(0))
+    assert len(everywhere) >= 2, "this test needs a machine with two cores"
     counts = {}
-    everywhere = os.sched_getaffinity(0)
-    for name, cores in (("all", everywhere), ("one", {min(everywhere)})):
-        server = ServerProcess(tmp_path / name, tmp_path / f"{name}.log")
-        os.sched_setaffinity(0, cores)  # `kgroups serve` inherits it
+    for cores in range(1, min(len(everywhere), 3) + 1):
+        server = ServerProcess(tmp_path / str(cores), tmp_path / f"{cores}.log")
+        os.sched_setaffinity(0, everywhere[:cores])  # `kgroups serve` inherits it
         try:
             server.start()
         finally:
             os.sched_setaffinity(0, everywhere)
-        counts[name] = len(server.network_processes())
+        counts[cores] = len(server.network_processes())
         assert api_versions_answered(server.port)
         server.close()
-    assert counts == {"all": 1, "one": 0}
+    assert counts == {cores: served_network_processes(cores) for cores in counts}
+    assert [served_network_processes(cores) for cores in (None, 1, 2, 3, 64)] == [0, 0, 0, 1, 1]
 
 
 def test_max_connections_counts_relayed_connections(start_kgroups_server) -> None:  # type: ignore[no-untyped-def]

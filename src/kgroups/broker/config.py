@@ -103,11 +103,14 @@ IN_PROCESS_NETWORK_THREADS = "0"
 
 def served_network_processes(cores: int | None) -> int:
     """`kgroups serve`'s num.network.threads when not given: one network process when the
-    machine has a second core for it, else none (two processes on one core only add the relay's
-    cost). With clients elsewhere, one serves 1.13-1.38x the requests a second of one process on
-    2 cores, TLS or not; with a load generator on the same 2 cores, 0.65-1.0x
-    (bench/RESULTS.md, "network processes")."""
-    return 1 if cores is not None and cores >= 2 else 0
+    broker may run on three cores or more, else none. Relaying a request through a network
+    process costs more CPU in all (~25 µs more a commit, ~15 µs more a Heartbeat) than serving
+    its socket in the broker process, which only pays off when the network process has a core
+    nothing else wants. On 2 cores it shares one with the clients, the OS and everything else:
+    with bench/broker.py's clients on the same 2 cores one process serves 1.28-1.45x the
+    requests, and with a light load generator 0.83-1.11x (bench/RESULTS.md, "network processes
+    on 2 cores")."""
+    return 1 if cores is not None and cores >= 3 else 0
 
 
 class ConfigError(ValueError):
