@@ -108,8 +108,8 @@ def served_network_processes(cores: int | None) -> int:
     its socket in the broker process, which only pays off when the network process has a core
     nothing else wants. On 2 cores it shares one with the clients, the OS and everything else:
     with bench/broker.py's clients on the same 2 cores one process serves 1.28-1.45x the
-    requests, and with a light load generator 0.83-1.11x (bench/RESULTS.md, "network processes
-    on 2 cores")."""
+    requests, and with a light load generator a network process serves 0.90-1.21x the requests
+    of one process (bench/RESULTS.md, "network processes on 2 cores")."""
     return 1 if cores is not None and cores >= 3 else 0
 
 
