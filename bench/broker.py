@@ -57,7 +57,7 @@ from tests.broker.security_helpers import Certificates, make_certificates
 
 from broker_data import free_port, serving, tansu_broker
 from kafka_harness import KafkaBroker
-from kgroups.broker.config import served_network_processes
+from kgroups.broker.config import served_network_processes, usable_cores
 from kgroups.broker.wire import build, decode_response, encode_request, request_type, sibling
 from kgroups.broker.wire import response_type as response_schema
 from kgroups.errors import ErrorCode
@@ -522,7 +522,7 @@ def main() -> int:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
-        other = 1 - served_network_processes(len(os.sched_getaffinity(0)))
+        other = 1 - served_network_processes(usable_cores())
         kgroups_runs += [(f"kgroups N={other}", False, other)] if args.other_layout else []
         for name, fsync_each, network_threads in kgroups_runs:
             with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,

@@ -12,7 +12,12 @@ import socket
 import sys
 from pathlib import Path
 
-from kgroups.broker.config import BrokerConfig, ConfigError, served_network_processes
+from kgroups.broker.config import (
+    BrokerConfig,
+    ConfigError,
+    served_network_processes,
+    usable_cores,
+)
 from kgroups.broker.descriptors import raise_soft_limit
 from kgroups.broker.events import configure_logging
 from kgroups.broker.gc_tuning import collect_for_serving
@@ -136,15 +141,6 @@ async def _serve(config: BrokerConfig) -> None:
         raise StartupError(f"stopped: {broker.stop_reason}")
 
 
-def _usable_cores() -> int | None:
-    """The cores this process may run on (its CPU affinity, which a container or taskset may
-    narrow), not all the machine has."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count()
-
-
 def run_serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
@@ -156,7 +152,7 @@ def run_serve(args: argparse.Namespace) -> int:
                                         *([f"kgroups.storage={args.storage}"]
                                           if args.storage is not None else [])],
                                     defaults={"num.network.threads": str(
-                                        served_network_processes(_usable_cores()))})
+                                        served_network_processes(usable_cores()))})
         for warning in config.warnings():
             print(f"kgroups serve: warning: {warning}", file=sys.stderr)
         _check_data_dir(config.data_dir)

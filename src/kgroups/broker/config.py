@@ -9,6 +9,7 @@ and the log get them from the one source.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -111,6 +112,15 @@ def served_network_processes(cores: int | None) -> int:
     requests, and with a light load generator a network process serves 0.90-1.21x the requests
     of one process (bench/RESULTS.md, "network processes on 2 cores")."""
     return 1 if cores is not None and cores >= 3 else 0
+
+
+def usable_cores() -> int | None:
+    """The cores this process may run on (its CPU affinity, which a container or taskset may
+    narrow), not all the machine has: what `served_network_processes` is given."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count()
 
 
 class ConfigError(ValueError):
