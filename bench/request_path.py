@@ -18,7 +18,15 @@ without the profiler; `--top K` also prints the functions with the most own time
 is restarted per kind, so each profile holds one kind. Nothing in kgroups is changed to be
 measured: the profile is the bench's own.
 
+With --instructions the broker process also runs under valgrind's callgrind, counting the
+machine instructions it executes for the timed requests (instrumentation switched on and off
+around them with callgrind_control): the same figure run after run, where CPU time on a shared
+virtual machine moves by 5-20% between runs, so a change of a few percent can be seen. The
+broker runs ~50 times slower there, so the client pipelines more requests per read and per loop
+turn than at full speed: compare counts with counts, never with microseconds.
+
 Run: .venv/bin/python bench/request_path.py [--requests N] [--kinds K,K] [--profile] [--top K]
+       [--instructions [--instructions-requests N]]
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import contextlib
 import datetime
 import os
 import pstats
+import shutil
 import signal
 import ssl
 import subprocess
@@ -160,9 +169,15 @@ def print_split(kind: str, split: dict[str, float], requests: int, plain_us: flo
 
 @contextlib.contextmanager
 def broker(data_dir: Path, profile_to: Path | None, network_threads: int,
-           certificates: Certificates | None) -> Iterator[tuple[int, psutil.Process]]:
+           certificates: Certificates | None,
+           valgrind_log: Path | None = None) -> Iterator[tuple[int, psutil.Process]]:
+    """A broker on a free port (under cProfile with `profile_to`, under callgrind, its
+    instrumentation off until `counting` turns it on, with `valgrind_log`)."""
     port = free_port()
-    command = [sys.executable]
+    command = [] if valgrind_log is None else [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--log-file={valgrind_log}",
+        f"--callgrind-out-file={valgrind_log.with_suffix('.callgrind')}"]
+    command += [sys.executable]
     command += ["-m", "kgroups.cli"] if profile_to is None else ["-c", PROFILED, str(profile_to)]
     command += ["serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--log-level", "WARNING", "--override", "group.initial.rebalance.delay.ms=0",
@@ -174,7 +189,7 @@ def broker(data_dir: Path, profile_to: Path | None, network_threads: int,
         command += ssl_listener_overrides(port, certificates)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
-        wait_for_port(port, process)
+        wait_for_port(port, process, 60 if valgrind_log is None else 900)
         create_bench_topic(port, certificates)
         yield port, psutil.Process(process.pid)
     finally:
@@ -264,11 +279,33 @@ async def consumer_members(connections: list[PipelinedConnection]) -> RequestMak
     return heartbeat
 
 
+@contextlib.contextmanager
+def counting(process: psutil.Process) -> Iterator[None]:
+    """Callgrind's instrumentation of the broker on for the block."""
+    subprocess.run(["callgrind_control", "--instr=on", str(process.pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        subprocess.run(["callgrind_control", "--instr=off", str(process.pid)], check=True,
+                       stdout=subprocess.DEVNULL)
+
+
+def instructions_counted(valgrind_log: Path) -> int:
+    """What callgrind counted while instrumenting (its log's "Collected" line, written when
+    the broker exits)."""
+    for line in valgrind_log.read_text().splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1].strip().replace(",", ""))
+    raise RuntimeError(f"no instruction count in {valgrind_log}")
+
+
 async def cost(port: int, kind: str, requests: int, process: psutil.Process,
                tls: ssl.SSLContext | None, profiled: bool,
-               lanes: int = CONNECTIONS) -> tuple[float, float]:
+               lanes: int = CONNECTIONS, counted: bool = False) -> tuple[float, float]:
     """Broker-process and network-process CPU microseconds per request of `kind`, after a
-    warm-up of a tenth as many (a profiled broker profiles the timed requests only)."""
+    warm-up of a tenth as many (a profiled broker profiles the timed requests only; under
+    callgrind, `counted`, instructions are counted for them only)."""
     await wait_coordinator_ready(port, tls)  # every __consumer_offsets partition loaded
     versions = await negotiate(port, tls)
     versions[CG_HEARTBEAT] = CG_HEARTBEAT_VERSION
@@ -293,7 +330,8 @@ async def cost(port: int, kind: str, requests: int, process: psutil.Process,
         os.kill(process.pid, signal.SIGUSR1)
         await asyncio.sleep(0.2)  # the signal handled (the loop wakes for it) before the run
     broker_before, network_before = cpu_seconds(process)
-    done = await run(requests)
+    with counting(process) if counted else contextlib.nullcontext():
+        done = await run(requests)
     broker_after, network_after = cpu_seconds(process)
     if profiled:
         os.kill(process.pid, signal.SIGUSR2)
@@ -324,13 +362,22 @@ def main() -> int:
                         help="client connections (commit: one standalone group each; "
                              "bench/broker.py's commit phase has 16, most on partitions of "
                              "their own, so that each commit is a batch of its own)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each kind's instructions per request in the broker "
+                             "process under valgrind's callgrind (see the module)")
+    parser.add_argument("--instructions-requests", type=int, default=4_000,
+                        help="with --instructions, how many requests are counted (the broker "
+                             "runs ~50 times slower under callgrind)")
     args = parser.parse_args()
+    if args.instructions and not shutil.which("valgrind"):
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
     kinds = args.kinds.split(",")
     if unknown := set(kinds) - set(KINDS):
         parser.error(f"unknown kinds: {', '.join(sorted(unknown))}")
     if args.keep_profiles:
         args.keep_profiles.mkdir(parents=True, exist_ok=True)
     figures: dict[str, tuple[float, float]] = {}
+    instructions: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         _, tls = client_tls(certificates)
@@ -339,6 +386,14 @@ def main() -> int:
                         certificates) as (port, process):
                 figures[kind] = asyncio.run(cost(port, kind, args.requests, process, tls,
                                                  profiled=False, lanes=args.connections))
+            if args.instructions:
+                valgrind_log = Path(scratch) / f"{kind}.valgrind"
+                with broker(Path(scratch) / f"{kind}-counted", None, args.network_threads,
+                            certificates, valgrind_log) as (port, process):
+                    asyncio.run(cost(port, kind, args.instructions_requests, process, tls,
+                                     profiled=False, lanes=args.connections, counted=True))
+                instructions[kind] = instructions_counted(valgrind_log) / answered(
+                    kind, args.instructions_requests, args.connections)
             if not args.profile:
                 continue
             profile_to = (args.keep_profiles or Path(scratch)) / f"{kind}.prof"
@@ -353,10 +408,12 @@ def main() -> int:
     print(f"CPU per request, {args.requests:,} requests per kind over {args.connections} "
           f"connections, num.network.threads={args.network_threads}"
           f"{' over TLS' if args.tls else ''}")
-    print(f"  {'kind':<12} {'broker':>10} {'network':>10} {'total':>10}")
+    print(f"  {'kind':<12} {'broker':>10} {'network':>10} {'total':>10}"
+          f"{'  broker instructions' if instructions else ''}")
     for kind, (in_broker, in_network) in figures.items():
+        counted = f" {instructions[kind]:20,.0f}" if kind in instructions else ""
         print(f"  {kind:<12} {in_broker:8.1f} µs {in_network:7.1f} µs "
-              f"{in_broker + in_network:7.1f} µs")
+              f"{in_broker + in_network:7.1f} µs{counted}")
     return 0
 
 

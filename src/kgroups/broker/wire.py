@@ -165,6 +165,13 @@ class SelfEncodingResponse(abc.ABC):
         """Append the body's bytes to `out`, in pieces."""
 
 
+@class_cache
+def _self_encoding(response_class: type[Any]) -> bool:
+    """Whether answers of this class write their own body: asked once per class (an ABC's
+    isinstance runs Python code at every call, and every answer asked it)."""
+    return issubclass(response_class, SelfEncodingResponse)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class EncodedAnswer(SelfEncodingResponse):
     """A whole answer's body, encoded once and written as is to every request it answers
@@ -198,7 +205,7 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size prefix + response header (the version kio ties to this response) + body, joined
     once from the pieces the generated encoder appends."""
     out: list[Any] = [b""]
-    if isinstance(response, SelfEncodingResponse):
+    if _self_encoding(type(response)):
         response_class = response.response_class
         response.write_body(out)
     else:

@@ -5,22 +5,25 @@ relays its clients' frames with `client_relay`, which keeps the same limits (the
 follow are `connection`'s functions) without a task per request. A slow request (a Fetch long
 poll, a JoinGroup waiting for the rebalance) does not stop the next one from being *processed*,
 while responses still leave in the order the requests came, as Kafka clients require. Memory per
-connection is bounded: a frame over socket.request.max.bytes (sasl.server.max.receive.size until
-a SASL client has authenticated) is refused before it is read, at most queued.max.requests
-requests are in flight, and reading pauses while the client leaves its responses unread; TCP
-then pushes back on the client.
+connection is bounded: the socket is read at most 64 KiB (_READ) ahead of the frame being read;
+a frame over socket.request.max.bytes (sasl.server.max.receive.size until a SASL client has
+authenticated) is refused by its size prefix; at most queued.max.requests requests are in
+flight; and reading pauses while the client leaves its responses unread, TCP then pushing back
+on the client.
 
 Memory across connections is bounded by one MemoryBudget (queued.max.request.bytes): a frame's
-size is reserved before its body is read, and responses count until the kernel has taken them.
-Responses wait in a per-connection queue of separate bytes objects and go to the transport only
-when its buffer is empty: asyncio's transport would otherwise copy every unread response into
-one ever-growing bytearray, whose size the budget could not follow.
+size is reserved before more of its body than that one read brought is read, and responses
+count until the kernel has taken them. Responses wait in a per-connection queue of separate
+bytes objects and go to the transport only when its buffer is empty: asyncio's transport would
+otherwise copy every unread response into one ever-growing bytearray, whose size the budget
+could not follow.
 
-The path is kept cheap because it runs for every request: answers that become ready in the same
-event-loop iteration leave in one write (one system call, not one per answer), a finished
-request updates the budget once for its frame and its answer together, and the common case
-(room in the budget, nothing unread by the client) costs no waiter, closure or extra
-event-loop turn.
+The path is kept cheap because it runs for every request: the frames one read brought whole are
+cut out of it without an await (a pipelining client's requests arrive several to a read),
+answers that become ready in the same event-loop iteration leave in one write (one system call,
+not one per answer), a finished request updates the budget once for its frame and its answer
+together, and the common case (room in the budget, nothing unread by the client) costs no
+waiter, closure or extra event-loop turn.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ logger = logging.getLogger("kgroups.server")
 # Frames up to this size are read in one go; larger ones grow a buffer chunk by chunk as their
 # bytes arrive, so an announced size is never allocated before the client has sent it.
 _CHUNK = 256 * 1024
+# What one read asks the stream for at least: every frame it holds whole is then cut out of
+# it without another await (a pipelining client's requests arrive several to a read).
+_READ = 64 * 1024
 
 
 class FrameCutShortError(Exception):
@@ -113,6 +119,11 @@ class LocalConnection:
         self._gone = False  # forgotten by the budget: no more accounting
         self._frames_held = 0
         self._frame_reserved = 0  # reservation of the frame just read, until _submit takes it
+        # Bytes read and not yet cut into frames, from _position on (at most _READ of them
+        # beyond the frame being read, which is reserved in the budget first).
+        self._inbox = b""
+        self._position = 0
+        self._max_buffered_frame = min(self._max_frame, _CHUNK)
         # A large frame's buffer and the read-only view handed out, freed once it is decoded.
         self._large_frame: tuple[bytearray, memoryview] | None = None
         self._unsent = 0
@@ -173,7 +184,7 @@ class LocalConnection:
             await self._read_requests()
         except ConnectionClosed:
             pass
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             log_event(logger, logging.DEBUG, "connection_lost", peer=self.peer)
         except asyncio.CancelledError:
             shutting_down = True
@@ -262,6 +273,27 @@ class LocalConnection:
             return
         self._close(logging.WARNING, "idle", idle_ms=int(self._idle_timeout * 1000))
 
+    def _buffered_frame(self) -> bytes | None:
+        """The next frame when it is already read whole and nothing holds it back, the common
+        case of a client that pipelines small requests: checked, reserved and cut out of the
+        inbox without an await. None sends the reader to `_read_frame`, which waits for what
+        is missing (bytes, room in the budget, a SASL client's previous answer) or refuses."""
+        inbox = self._inbox
+        position = self._position
+        if len(inbox) - position < SIZE_PREFIX.size or not self.session.authenticated:
+            return None
+        (size,) = SIZE_PREFIX.unpack_from(inbox, position)
+        end = position + SIZE_PREFIX.size + size
+        if not 0 <= size <= self._max_buffered_frame or end > len(inbox) \
+                or not self._budget.allows(size, self._light):
+            return None
+        self._frames_held += size
+        self._frame_reserved = size
+        self._account()
+        self._position = end
+        self._last_activity = self._loop.time()
+        return inbox[end - size:end]
+
     async def _read_frame(self) -> bytes | memoryview | None:
         if self._in_flight and self._authenticating():
             # Until the client has authenticated, Kafka takes one frame at a time: each is
@@ -270,13 +302,13 @@ class LocalConnection:
             await self._all_answered.wait()
             if self._closed:
                 return None
-        try:
-            prefix = await self._reader.readexactly(SIZE_PREFIX.size)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial and not self._closed:
-                raise self._refuse("truncated_size_prefix", received=len(exc.partial)) from None
+        if not await self._fill(SIZE_PREFIX.size):
+            received = len(self._inbox) - self._position
+            if received and not self._closed:
+                raise self._refuse("truncated_size_prefix", received=received)
             return None
-        (size,) = SIZE_PREFIX.unpack(prefix)
+        (size,) = SIZE_PREFIX.unpack_from(self._inbox, self._position)
+        self._position += SIZE_PREFIX.size
         refusal = frame_refusal(size, self._max_frame, self._max_frame_unauthenticated,
                                 self._authenticating())
         if refusal is not None:
@@ -290,26 +322,44 @@ class LocalConnection:
         self._frames_held += size
         self._frame_reserved = size
         self._account()
-        try:
-            if size <= _CHUNK:
-                frame: bytes | memoryview = await self._reader.readexactly(size)
-            else:
-                frame = await self._read_large_frame(size)
-        except asyncio.IncompleteReadError as exc:
-            received = len(exc.partial)
-        except FrameCutShortError as exc:
-            received = exc.received
+        frame: bytes | memoryview
+        if size <= _CHUNK:
+            if await self._fill(size):
+                frame = self._inbox[self._position:self._position + size]
+                self._position += size
+                self._last_activity = self._loop.time()
+                return frame
+            received = len(self._inbox) - self._position
         else:
-            self._last_activity = self._loop.time()
-            return frame
+            try:
+                frame = await self._read_large_frame(size)
+            except FrameCutShortError as exc:
+                received = exc.received
+            else:
+                self._last_activity = self._loop.time()
+                return frame
         if self._closed:
             return None
         raise self._refuse("truncated_frame", size=size, received=received) from None
 
+    async def _fill(self, count: int) -> bool:
+        """Read until the inbox holds `count` bytes past its position; False when the client
+        closed first. A read asks for what is missing or _READ, whichever is more, so bytes
+        not yet reserved in the budget stay under _READ."""
+        while (missing := count - (len(self._inbox) - self._position)) > 0:
+            data = await self._reader.read(max(missing, _READ))
+            if not data:
+                return False
+            self._inbox = self._inbox[self._position:] + data
+            self._position = 0
+        return True
+
     async def _read_large_frame(self, size: int) -> memoryview:
         """The frame's bytes as they come (resident memory follows what the client really
         sent), in one buffer that _submit frees once the request is decoded."""
-        body = bytearray()
+        body = bytearray(self._inbox[self._position:self._position + size])
+        self._inbox = b""  # it held less than the frame: all of it is the frame's
+        self._position = 0
         while len(body) < size:
             chunk = await self._reader.read(min(_CHUNK, size - len(body)))
             if not chunk:  # the count alone: a copy of what came would double its memory
@@ -320,7 +370,10 @@ class LocalConnection:
         return view
 
     async def _read_requests(self) -> None:
-        while (frame := await self._read_frame()) is not None:
+        while True:
+            frame: bytes | memoryview | None = self._buffered_frame()
+            if frame is None and (frame := await self._read_frame()) is None:
+                return
             try:
                 work = self._start(frame)
             except Refusal as refusal:
