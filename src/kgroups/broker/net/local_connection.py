@@ -93,6 +93,7 @@ class LocalConnection:
         self.session = session
         self._reader = reader
         self._writer = writer
+        self._transport = writer.transport  # (the writer's property is a Python call)
         self._loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         self.client_host = peer[0] if isinstance(peer, tuple) else str(peer)
@@ -105,8 +106,11 @@ class LocalConnection:
         self._in_flight: deque[asyncio.Future[bytes | None]] = deque()
         # Each open request's frame reservation, until its handler finishes.
         self._reserved: dict[asyncio.Future[Any], int] = {}
-        self._room = asyncio.Event()  # set while fewer than _max_in_flight requests are open
+        # Set while fewer than _max_in_flight requests are open; cleared only while the reader
+        # waits for it (_waits_for_room), so the common case never calls the Event.
+        self._room = asyncio.Event()
         self._room.set()
+        self._waits_for_room = False
         self._all_answered = asyncio.Event()  # set while nothing is in flight
         self._all_answered.set()
         self._last_activity = self._loop.time()
@@ -164,8 +168,8 @@ class LocalConnection:
         return not self.session.authenticated
 
     def _closes_after(self) -> bool:
-        """Called after each answer, in order, once queued: True closes the connection (logged
-        here) and drops the requests behind it."""
+        """Called after each answer of a session whose authentication failed, in order, once
+        queued: True closes the connection (logged here) and drops the requests behind it."""
         close = failed_session(self.session)
         if close is None:
             return False
@@ -193,7 +197,7 @@ class LocalConnection:
         finally:
             self._idle_timer.cancel()
             try:
-                if self._writer.transport.is_closing():
+                if self._transport.is_closing():
                     # Closed by us or lost (a client that leaves without reading resets the
                     # connection): nothing more can be delivered, so nothing more is computed.
                     self._cancel_in_flight()
@@ -233,7 +237,7 @@ class LocalConnection:
     def _close_writer(self) -> None:
         """Hand every queued answer to the transport, which sends them before closing (or
         drop them if it is already closing)."""
-        if self._writer.is_closing():
+        if self._transport.is_closing():
             self._unsent -= sum(map(len, self._ready))
             self._ready.clear()
         while self._ready:
@@ -259,7 +263,7 @@ class LocalConnection:
         self._ready.clear()
         self._large_frame = None
         self._cancel_in_flight()
-        reset(self._writer.transport)
+        reset(self._transport)
 
     def _refuse(self, reason: str, **fields: Any) -> ConnectionClosed:
         self._close(logging.WARNING, reason, **fields)
@@ -402,16 +406,21 @@ class LocalConnection:
         task = self._loop.create_task(work)
         self._reserved[task] = self._frame_reserved
         self._frame_reserved = 0
-        self._in_flight.append(task)
-        self._all_answered.clear()
-        if len(self._in_flight) >= self._max_in_flight:
-            self._room.clear()
+        in_flight = self._in_flight
+        in_flight.append(task)
+        if len(in_flight) == 1:
+            self._all_answered.clear()
         task.add_done_callback(self._finished)
-        if not self._room.is_set():
-            await self._room.wait()
+        if len(in_flight) >= self._max_in_flight:
+            self._room.clear()
+            self._waits_for_room = True
+            try:
+                await self._room.wait()
+            finally:
+                self._waits_for_room = False
         # The transport holds something only while the client has not read it (it is paused
         # then), and a closing one tells drain() that the connection is lost.
-        if self._in_transport or self._writer.transport.is_closing():
+        if self._in_transport or self._transport.is_closing():
             await self._writer.drain()
 
     @property
@@ -426,7 +435,7 @@ class LocalConnection:
     def _send(self, data: bytes) -> None:
         self._writer.write(data)
         self._unsent -= len(data)
-        self._in_transport = self._writer.transport.get_write_buffer_size()
+        self._in_transport = self._transport.get_write_buffer_size()
 
     def _pump(self) -> None:
         """Send queued answers while the transport's buffer is empty, those ready together in
@@ -434,12 +443,12 @@ class LocalConnection:
         pumps again."""
         self._pump_due = False
         ready = self._ready
-        if not self._writer.is_closing():
+        if not self._transport.is_closing():
             while ready and not self._in_transport:
                 self._send(next_write(ready))
                 self._last_activity = self._loop.time()
         self._account()
-        if self._in_transport and self._drainer is None and not self._writer.is_closing():
+        if self._in_transport and self._drainer is None and not self._transport.is_closing():
             self._drainer = self._loop.create_task(self._drain())
 
     async def _drain(self) -> None:
@@ -449,7 +458,7 @@ class LocalConnection:
             return
         finally:
             self._drainer = None
-        self._in_transport = self._writer.transport.get_write_buffer_size()
+        self._in_transport = self._transport.get_write_buffer_size()
         self._pump()
 
     def _finished(self, task: asyncio.Future[bytes | None]) -> None:
@@ -487,11 +496,11 @@ class LocalConnection:
                 break
             data = task.result()
             if data is not None:
-                if self._closed or self._writer.is_closing():
+                if self._closed or self._transport.is_closing():
                     self._unsent -= len(data)
                 else:
                     self._ready.append(data)
-            if self._closes_after():
+            if self.session.failure is not None and self._closes_after():
                 self._cancel_in_flight()
                 break
         if self._ready and not self._closed:
@@ -500,7 +509,7 @@ class LocalConnection:
                 self._loop.call_soon(self._pump)
         else:
             self._pump()
-        if len(in_flight) < self._max_in_flight:
+        if self._waits_for_room and len(in_flight) < self._max_in_flight:
             self._room.set()
         if not in_flight:
             self._all_answered.set()

@@ -88,9 +88,10 @@ class MemoryBudget:
     def allows(self, extra: int, light: bool) -> bool:
         """Whether `extra` more bytes fit, for a connection that holds no unread response
         (`light`) or one that does. Unlimited budgets allow everything."""
-        if self.unlimited:
+        limit = self.limit
+        if limit < 0:  # unlimited (not the property: this runs twice per request)
             return True
-        room = self.limit + (self.headroom if light else 0)
+        room = limit + (self.headroom if light else 0)
         return self.total + extra <= room if extra else self.total < room
 
     async def wait_for(self, fits: Callable[[], bool]) -> None:
