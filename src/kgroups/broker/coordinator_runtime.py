@@ -155,8 +155,12 @@ def merged_runs(writes: list[Write], limit: int) -> list[tuple[list[int], Encode
     runs: list[tuple[list[int], EncodedRecords]] = []
     size = limit
     for write in writes:
-        records = [encode_record(record) for record in write.records]
-        write_size = sum(len(key) + len(value or b"") for key, value in records)
+        records = []
+        write_size = 0
+        for record in write.records:  # one loop: no list comprehension and generator per write
+            key, value = encoded = encode_record(record)
+            records.append(encoded)
+            write_size += len(key) + len(value or b"")
         if size + write_size > limit:
             runs.append(([], []))
             size = 0
@@ -504,7 +508,7 @@ class CoordinatorRuntime:
         no earlier request of the group is still waiting or about to run."""
         taken = self._taken.get(group_id, 0)
         if taken >= GROUP_REQUESTS_PER_TURN or group_id in self._waiting_turn \
-                or self._released[group_id]:
+                or self._released.get(group_id):  # (get: a Counter's miss is Python)
             return False
         self._taken[group_id] = taken + 1
         self._end_turn_later()

@@ -363,6 +363,8 @@ class ShardContext:
         one of its keys must, if it fails, go back to the value this one gave the key, not to
         what the key held before this one landed (the first undo of that key does; the ones
         after it go back to the value the one before them gave)."""
+        if not self._journaled:  # the usual case (commits only in flight): no comprehension
+            return
         # _journaled holds the writes in the order they were emitted (ids only grow).
         later = [journal for later_id in self._journaled
                  if later_id > write_id

@@ -204,7 +204,9 @@ class Offsets:
             self._commit_settled(group_id, values.keys())
             answer(write_error)
 
-        records = [offset_record(group_id, t, p, v) for (t, p), v in values.items()]
+        records = []
+        for (topic_name, partition), value in values.items():  # (a loop: no comprehension frame)
+            records.append(offset_record(group_id, topic_name, partition, value))
         self._ctx.write_when_durable(
             self._ctx.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE),
             failed,
@@ -437,15 +439,9 @@ class Offsets:
 def _commit_response(
     req: OffsetCommitRequest, error_of: Callable[[str, int], ErrorCode]
 ) -> OffsetCommitResponse:
-    return OffsetCommitResponse(
-        tuple(
-            TopicPartitionErrors(
-                topic.name,
-                tuple(
-                    PartitionError(p.partition, error_of(topic.name, p.partition))
-                    for p in topic.partitions
-                ),
-            )
-            for topic in req.topics
-        )
-    )
+    topics = []
+    for topic in req.topics:  # loops: generator expressions cost each commit two generators
+        name = topic.name
+        topics.append(TopicPartitionErrors(name, tuple(
+            [PartitionError(p.partition, error_of(name, p.partition)) for p in topic.partitions])))
+    return OffsetCommitResponse(tuple(topics))

@@ -241,12 +241,20 @@ class OffsetCommitHandler:
             for answered in answer.topics:
                 for result in answered.partitions:
                     errors[(answered.name, result.partition)] = result.error
-        said = tuple((topic.name, tuple(
-            (index, errors[(topic.name, index)])
-            for index in (int(p.partition_index) for p in topic.partitions)))
-            for topic in request.topics)
+        # Loops, not generator expressions: four generators per commit were measurable.
+        said_topics = []
+        partition_count = 0
+        for topic in request.topics:
+            name = topic.name
+            said_partitions = []
+            for p in topic.partitions:
+                index = int(p.partition_index)
+                said_partitions.append((index, errors[(name, index)]))
+            partition_count += len(said_partitions)
+            said_topics.append((name, tuple(said_partitions)))
+        said = tuple(said_topics)
         kept = ctx.broker.commit_answers
-        if kept is None or sum(len(partitions) for _, partitions in said) > KEPT_PARTITIONS:
+        if kept is None or partition_count > KEPT_PARTITIONS:
             return _commit_response(ctx, said)
         return kept.answer((ctx.api_version, said), lambda: _commit_response(ctx, said))
 

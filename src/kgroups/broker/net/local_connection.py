@@ -111,8 +111,9 @@ class LocalConnection:
         self._room = asyncio.Event()
         self._room.set()
         self._waits_for_room = False
-        self._all_answered = asyncio.Event()  # set while nothing is in flight
-        self._all_answered.set()
+        # Resolved when nothing is in flight any more; made only when someone waits for that
+        # (`_all_answered`): most connections never do until they close.
+        self._answered_waiter: asyncio.Future[None] | None = None
         self._last_activity = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
         self._closed = False  # a close reason has been logged; stop reading and answering
@@ -156,6 +157,19 @@ class LocalConnection:
         data = framed(ctx, await handler(ctx, body))
         self._settle(asyncio.current_task(self._loop), data)  # type: ignore[arg-type]
         return data
+
+    async def _all_answered(self) -> None:
+        """Until nothing is in flight."""
+        if self._in_flight:
+            if self._answered_waiter is None:
+                self._answered_waiter = self._loop.create_future()
+            await asyncio.shield(self._answered_waiter)
+
+    def _answered(self) -> None:
+        """Nothing is in flight: whoever waits for that goes on."""
+        waiter, self._answered_waiter = self._answered_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _failed(self, error: BaseException) -> None:
         """A request raised: close the connection, logging why."""
@@ -202,7 +216,7 @@ class LocalConnection:
                     # connection): nothing more can be delivered, so nothing more is computed.
                     self._cancel_in_flight()
                 elif not shutting_down:
-                    await self._all_answered.wait()
+                    await self._all_answered()
             finally:
                 # Reached with requests still open only when the broker stops while this
                 # connection waits for them (a client gone with a Fetch long poll in flight):
@@ -220,7 +234,7 @@ class LocalConnection:
         for task in self._in_flight:
             task.cancel()
         self._in_flight.clear()
-        self._all_answered.set()
+        self._answered()
 
     def _close(self, level: int | None, reason: str, **fields: Any) -> None:
         """Log why (once; level None: the broker process logged it) and close the socket;
@@ -303,7 +317,7 @@ class LocalConnection:
             # Until the client has authenticated, Kafka takes one frame at a time: each is
             # decided, and limited, in the state the ones before it left (a SaslAuthenticate
             # pipelined behind its handshake, a large request behind the SaslAuthenticate).
-            await self._all_answered.wait()
+            await self._all_answered()
             if self._closed:
                 return None
         if not await self._fill(SIZE_PREFIX.size):
@@ -408,8 +422,6 @@ class LocalConnection:
         self._frame_reserved = 0
         in_flight = self._in_flight
         in_flight.append(task)
-        if len(in_flight) == 1:
-            self._all_answered.clear()
         task.add_done_callback(self._finished)
         if len(in_flight) >= self._max_in_flight:
             self._room.clear()
@@ -511,5 +523,5 @@ class LocalConnection:
             self._pump()
         if self._waits_for_room and len(in_flight) < self._max_in_flight:
             self._room.set()
-        if not in_flight:
-            self._all_answered.set()
+        if not in_flight and self._answered_waiter is not None:
+            self._answered()
