@@ -511,7 +511,8 @@ class CoordinatorRuntime:
                 or self._released.get(group_id):  # (get: a Counter's miss is Python)
             return False
         self._taken[group_id] = taken + 1
-        self._end_turn_later()
+        if self._turn_ends is None:
+            self._end_turn_later()
         return True
 
     async def _wait_turn(self, group_id: str) -> None:

@@ -205,7 +205,10 @@ def encode_response(correlation_id: int, response: Any) -> bytes:
     """Size prefix + response header (the version kio ties to this response) + body, joined
     once from the pieces the generated encoder appends."""
     out: list[Any] = [b""]
-    if _self_encoding(type(response)):
+    if type(response) is EncodedAnswer:  # the kept answers, most of a busy broker's
+        response_class = response.answer_class
+        out.append(response.body)
+    elif _self_encoding(type(response)):
         response_class = response.response_class
         response.write_body(out)
     else:
