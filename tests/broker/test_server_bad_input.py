@@ -118,6 +118,19 @@ def test_pipelined_requests_are_answered_in_order(inprocess_broker: InProcessBro
     assert answered == list(range(60))
 
 
+def test_pipelining_past_queued_max_requests_is_answered_in_order(
+    make_inprocess_broker,  # type: ignore[no-untyped-def]
+) -> None:
+    """With four requests in flight the broker stops reading; each answer read lets it go on,
+    until all sixty are answered, in order."""
+    broker = make_inprocess_broker("queued.max.requests=4")
+    requests = [metadata_request(all_topics=True) for _ in range(60)]
+    with raw_socket(broker.port, timeout=5.0) as sock:
+        sock.sendall(b"".join(encode_request(i, "pipe", r) for i, r in enumerate(requests)))
+        answered = [struct.unpack_from(">i", read_frame(sock))[0] for _ in requests]
+    assert answered == list(range(60))
+
+
 def test_client_that_never_reads_cannot_make_the_broker_buffer_without_bound(
     make_inprocess_broker,  # type: ignore[no-untyped-def]
 ) -> None:

@@ -68,6 +68,12 @@ _CHUNK = 256 * 1024
 _READ = 64 * 1024
 
 
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    """Let whoever waits on `waiter` go on (unless it gave up: cancelled)."""
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
 class FrameCutShortError(Exception):
     """The client closed in the middle of a large frame, after `received` of its bytes."""
 
@@ -106,13 +112,10 @@ class LocalConnection:
         self._in_flight: deque[asyncio.Future[bytes | None]] = deque()
         # Each open request's frame reservation, until its handler finishes.
         self._reserved: dict[asyncio.Future[Any], int] = {}
-        # Set while fewer than _max_in_flight requests are open; cleared only while the reader
-        # waits for it (_waits_for_room), so the common case never calls the Event.
-        self._room = asyncio.Event()
-        self._room.set()
-        self._waits_for_room = False
-        # Resolved when nothing is in flight any more; made only when someone waits for that
-        # (`_all_answered`): most connections never do until they close.
+        # Futures made only when someone waits, so the common case pays for neither: the
+        # reader's, resolved when fewer than _max_in_flight requests are open again; and
+        # `_all_answered`'s, resolved when nothing is in flight any more.
+        self._room_waiter: asyncio.Future[None] | None = None
         self._answered_waiter: asyncio.Future[None] | None = None
         self._last_activity = self._loop.time()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -168,8 +171,7 @@ class LocalConnection:
     def _answered(self) -> None:
         """Nothing is in flight: whoever waits for that goes on."""
         waiter, self._answered_waiter = self._answered_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        _wake(waiter)
 
     def _failed(self, error: BaseException) -> None:
         """A request raised: close the connection, logging why."""
@@ -424,12 +426,8 @@ class LocalConnection:
         in_flight.append(task)
         task.add_done_callback(self._finished)
         if len(in_flight) >= self._max_in_flight:
-            self._room.clear()
-            self._waits_for_room = True
-            try:
-                await self._room.wait()
-            finally:
-                self._waits_for_room = False
+            self._room_waiter = self._loop.create_future()
+            await self._room_waiter
         # The transport holds something only while the client has not read it (it is paused
         # then), and a closing one tells drain() that the connection is lost.
         if self._in_transport or self._transport.is_closing():
@@ -521,7 +519,8 @@ class LocalConnection:
                 self._loop.call_soon(self._pump)
         else:
             self._pump()
-        if self._waits_for_room and len(in_flight) < self._max_in_flight:
-            self._room.set()
+        if self._room_waiter is not None and len(in_flight) < self._max_in_flight:
+            waiter, self._room_waiter = self._room_waiter, None
+            _wake(waiter)
         if not in_flight and self._answered_waiter is not None:
             self._answered()
