@@ -5,8 +5,8 @@ the formation of classic groups of N members (one connection each, `form_group` 
 bench/broker.py: JoinGroup with MEMBER_ID_REQUIRED, the leader's SyncGroup with the assignment,
 everyone's SyncGroup, heartbeats while waiting), several rounds per size, so a change to the
 join path can be compared run against run on a shared machine. Per formation it prints the
-seconds to Stable (the same clock as bench/broker.py, so it includes the ~0.1 s until every
-member's next heartbeat returns) and the broker's CPU seconds meanwhile (kgroups only: the
+seconds to Stable (the same clock as bench/broker.py: up to the SyncGroup answer that
+completes the group) and the broker's CPU seconds meanwhile (kgroups only: the
 user + system time of the broker's processes, which other jobs on the machine inflate far
 less than the wall time).
 Each size gets a fresh group; connections are opened before the clock starts. Both brokers run
