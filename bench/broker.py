@@ -8,6 +8,11 @@ Over loopback, with raw pipelined Kafka requests (no client library in the way):
   connection each, sent on a schedule whatever the answers' latency);
 - time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
   all holding their SyncGroup answer, i.e. to a Stable group.
+Every broker is started first; then the figures are measured in rounds (--rounds, 3), each
+broker taking its turn in every round and a different one going first each time, and each
+figure's median over the rounds is printed with the rounds' own rates after it: a shared
+machine's speed moves within minutes, and measured once each, in a fixed order, the brokers met
+different machines (an idle broker's background work, Kafka's mostly, runs beside the others).
 Each broker gets the newest version of each API that both it and this script speak. Tansu waits
 a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
 unless --initial-delay-ms says otherwise. Durability as each broker runs it:
@@ -26,7 +31,7 @@ answer that completes the group, not at the heartbeats the others were sleeping 
 
 Run: .venv/bin/python bench/broker.py [--seconds S] [--connections C] [--depth D]
      [--members 10,100,1000] [--initial-delay-ms MS] [--no-kafka] [--no-fsync]
-     [--other-layout] [--tls]
+     [--other-layout] [--tls] [--rounds R]
 """
 
 from __future__ import annotations
@@ -313,10 +318,10 @@ def check_answer(answer: Any) -> None:
         raise RuntimeError(f"request failed: {[ErrorCode(e).name for e in errors if e]}")
 
 
-def heartbeats_of(joins: list[Any]) -> Any:
-    """Heartbeat of the member each connection joined as (group bench-heartbeat)."""
+def heartbeats_of(joins: list[Any], group: str = "bench-heartbeat") -> Any:
+    """Heartbeat of the member each connection joined `group` as."""
     def heartbeat(index: int, connection: PipelinedConnection) -> Any:
-        return connection.request(HEARTBEAT, group_id="bench-heartbeat",
+        return connection.request(HEARTBEAT, group_id=group,
                                   generation_id=joins[index].generation_id,
                                   member_id=joins[index].member_id, group_instance_id=None)
     return heartbeat
@@ -350,21 +355,25 @@ def metadata(index: int, connection: PipelinedConnection) -> Any:
         include_topic_authorized_operations=False)
 
 
-async def measure(port: int, seconds: float, connection_count: int, depth: int,
-                  member_counts: list[int], settle_timeout_s: float,
-                  tls: ssl.SSLContext | None = None) -> dict[str, float]:
+async def throughput(port: int, args: argparse.Namespace, round_index: int,
+                     tls: ssl.SSLContext | None = None) -> dict[str, float]:
+    """One round's request rates, latencies and CPU per request, and the moderate load's
+    latency (a fresh heartbeat group per round: the last round's members are still in theirs
+    until their sessions end)."""
     versions = await negotiate(port, tls)
     figures: dict[str, float] = {}
 
     # Heartbeats: one member per connection in a Stable group, `depth` heartbeats in flight each.
-    members = [await PipelinedConnection.open(port, versions, tls) for _ in range(connection_count)]
-    _, joins = await form_group(members, "bench-heartbeat")
+    group = f"bench-heartbeat-{round_index}"
+    members = [await PipelinedConnection.open(port, versions, tls)
+               for _ in range(args.connections)]
+    _, joins = await form_group(members, group)
 
     server = server_processes(port)
-    for kind, make in (("heartbeat", heartbeats_of(joins)), ("commit", commit),
+    for kind, make in (("heartbeat", heartbeats_of(joins, group)), ("commit", commit),
                        ("metadata", metadata)):
         before = cpu_seconds(server), time.process_time()
-        result = await hammer(members, make, depth, seconds)
+        result = await hammer(members, make, args.depth, args.seconds)
         after = cpu_seconds(server), time.process_time()
         answered = result.per_second * result.elapsed
         figures.update({f"{kind}/s": result.per_second, f"{kind} p50 ms": result.p50_ms,
@@ -377,17 +386,24 @@ async def measure(port: int, seconds: float, connection_count: int, depth: int,
     # A fixed moderate load, the latency a consumer feels on a broker that is not saturated.
     committers = [await PipelinedConnection.open(port, versions, tls)
                   for _ in range(MODERATE_GROUPS)]
-    paced = await paced_load(committers, commit, MODERATE_COMMITS_PER_S, seconds)
+    paced = await paced_load(committers, commit, MODERATE_COMMITS_PER_S, args.seconds)
     figures.update({"moderate commit p50 ms": paced.p50_ms,
                     "moderate commit p99 ms": paced.p99_ms})
     for connection in committers:
         await connection.close()
+    return figures
 
-    for count in member_counts:
+
+async def time_to_stable(port: int, args: argparse.Namespace, round_index: int,
+                         tls: ssl.SSLContext | None = None) -> dict[str, float]:
+    """One round's seconds to a Stable group of each size (a fresh group each)."""
+    versions = await negotiate(port, tls)
+    figures: dict[str, float] = {}
+    for count in args.members:
         joiners = [await PipelinedConnection.open(port, versions, tls) for _ in range(count)]
         try:
-            elapsed, _ = await asyncio.wait_for(form_group(joiners, f"bench-stable-{count}"),
-                                                settle_timeout_s)
+            elapsed, _ = await asyncio.wait_for(
+                form_group(joiners, f"bench-stable-{count}-{round_index}"), args.settle_timeout)
         except TimeoutError:
             elapsed = math.inf  # never settled: printed as such, not as a number
         figures[f"stable {count} members s"] = elapsed
@@ -463,20 +479,50 @@ async def wait_coordinator_ready(port: int, tls: ssl.SSLContext | None = None) -
         await connection.close()
 
 
-def run_against(port: int, args: argparse.Namespace,
-                certificates: Certificates | None = None) -> dict[str, float]:
-    # Kafka refuses commits for topics it does not have, so the committed topic must exist.
+@dataclass(frozen=True)
+class Served:
+    """A broker under test, ready: its port and the client TLS context (None: plaintext)."""
+    port: int
+    tls: ssl.SSLContext | None
+    stable_rounds: int  # rounds whose time-to-Stable is measured (Tansu's take ~85 s each)
+
+
+def prepare(port: int, certificates: Certificates | None = None,
+            stable_rounds: int = 1) -> Served:
+    """The committed topic created (Kafka refuses commits for topics it does not have) and
+    every __consumer_offsets partition's coordinator answering."""
     over_tls, tls = client_tls(certificates)
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", **over_tls})
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)
+    asyncio.run(wait_coordinator_ready(port, tls))
+    return Served(port, tls, stable_rounds)
 
-    async def run() -> dict[str, float]:
-        await wait_coordinator_ready(port, tls)
-        return await measure(port, args.seconds, args.connections, args.depth, args.members,
-                             args.settle_timeout, tls)
 
-    return asyncio.run(run())
+def rounds_of(served: dict[str, Served], args: argparse.Namespace
+              ) -> dict[str, list[dict[str, float]]]:
+    """Every broker's figures, round by round: in each round every broker takes its turn, the
+    first one moving along a place per round, so a stretch of the machine running slower (a
+    shared VM's speed moves by tens of percent within minutes) lands on all of them instead of
+    on whichever ran while it lasted."""
+    names = list(served)
+    figures: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for round_index in range(args.rounds):
+        order = names[round_index % len(names):] + names[:round_index % len(names)]
+        for name in order:
+            broker = served[name]
+            round_figures = asyncio.run(throughput(broker.port, args, round_index, broker.tls))
+            if round_index < broker.stable_rounds:
+                round_figures.update(asyncio.run(
+                    time_to_stable(broker.port, args, round_index, broker.tls)))
+            figures[name].append(round_figures)
+    return figures
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds that measured it (the first measured them all)."""
+    return {figure: statistics.median(r[figure] for r in rounds if figure in r)
+            for figure in rounds[0]}
 
 
 @contextlib.contextmanager
@@ -521,29 +567,38 @@ def main() -> int:
                         "the run); with --other-layout, in the other layout too")
     parser.add_argument("--no-fsync", action="store_true",
                         help="skip the kgroups and Kafka runs with log.flush.interval.messages=1")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every figure, the brokers taking turns in each; the "
+                        "medians are printed (Tansu's time to Stable is measured in the first "
+                        "round only: its fixed ~3 s delay makes it 15-60 s a group)")
     args = parser.parse_args()
-    results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
+    served: dict[str, Served] = {}
+    with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as brokers:
+        # Every broker is started and made ready first; the rounds then take turns on them.
         certificates = make_certificates(Path(scratch) / "certs") if args.tls else None
         kgroups_runs: list[tuple[str, bool, int | None]] = [("kgroups", False, None)]
         kgroups_runs += [] if args.no_fsync else [("kgroups fsync", True, None)]
         other = 1 - served_network_processes(usable_cores())
         kgroups_runs += [(f"kgroups N={other}", False, other)] if args.other_layout else []
         for name, fsync_each, network_threads in kgroups_runs:
-            with kgroups_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
-                                fsync_each, network_threads, certificates) as port:
-                results[name] = run_against(port, args, certificates)
+            port = brokers.enter_context(kgroups_broker(
+                Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms, fsync_each,
+                network_threads, certificates))
+            served[name] = prepare(port, certificates, args.rounds)
         kafka_runs = [] if args.no_kafka or args.tls else [("kafka", False)] + (
             [] if args.no_fsync else [("kafka fsync", True)])
         for name, fsync_each in kafka_runs:
-            with kafka_broker(Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms,
-                              fsync_each) as port:
-                results[name] = run_against(port, args)
-    if not args.tls:
-        with tansu_broker() as bootstrap:
-            results["tansu(mem)"] = run_against(int(bootstrap.rsplit(":", 1)[1]), args)
+            port = brokers.enter_context(kafka_broker(
+                Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms, fsync_each))
+            served[name] = prepare(port, stable_rounds=args.rounds)
+        if not args.tls:
+            bootstrap = brokers.enter_context(tansu_broker())
+            served["tansu(mem)"] = prepare(int(bootstrap.rsplit(":", 1)[1]))
+        rounds = rounds_of(served, args)
+    results = {name: medians(figures) for name, figures in rounds.items()}
     print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
-          f"group.initial.rebalance.delay.ms={args.initial_delay_ms}")
+          f"group.initial.rebalance.delay.ms={args.initial_delay_ms}; medians of {args.rounds} "
+          f"rounds")
     # Each kgroups mode against each peer; the fsync modes against each other.
     pairs = [("kgroups", name) for name in results if not name.startswith("kgroups")]
     if "kgroups fsync" in results and "kafka fsync" in results:
@@ -559,6 +614,12 @@ def main() -> int:
             settled = math.isfinite(ours) and math.isfinite(other) and other > 0
             ratios += f"{ours / other:28.2f}" if settled else f"{'-':>28}"
         print(f"{figure:26}{values}{ratios}")
+    print("each round (in the order the rounds ran):")
+    for figure in ("heartbeat/s", "commit/s", "metadata/s", "commit p99 ms",
+                   "commit broker cpu us", *(f"stable {n} members s" for n in args.members)):
+        each = "  ".join(f"{name} " + " / ".join(f"{r[figure]:.2f}" for r in rounds[name]
+                                                  if figure in r) for name in rounds)
+        print(f"  {figure:24}{each}")
     return 0
 
 
