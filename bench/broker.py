@@ -8,11 +8,13 @@ Over loopback, with raw pipelined Kafka requests (no client library in the way):
   connection each, sent on a schedule whatever the answers' latency);
 - time for N members (10, 100, 1000; one connection each) to go from their first JoinGroup to
   all holding their SyncGroup answer, i.e. to a Stable group.
-Every broker is started first; then the figures are measured in rounds (--rounds, 3), each
-broker taking its turn in every round and a different one going first each time, and each
-figure's median over the rounds is printed with the rounds' own rates after it: a shared
-machine's speed moves within minutes, and measured once each, in a fixed order, the brokers met
-different machines (an idle broker's background work, Kafka's mostly, runs beside the others).
+Every broker is started first and warmed by one round of every figure that is not counted
+(Kafka's JIT: cold, it served less than half of what it serves warm); then the figures are
+measured in rounds (--rounds, 3), each broker taking its turn in every round and a different one
+going first each time, and each figure's median over the rounds is printed with the rounds' own
+rates after it: a shared machine's speed moves within minutes, and measured once each, in a
+fixed order, the brokers met different machines (an idle broker's background work, Kafka's
+mostly, runs beside the others).
 Each broker gets the newest version of each API that both it and this script speak. Tansu waits
 a fixed ~3 s initial rebalance delay, so kgroups and Kafka run with Kafka's default of 3000 ms
 unless --initial-delay-ms says otherwise. Durability as each broker runs it:
@@ -355,7 +357,7 @@ def metadata(index: int, connection: PipelinedConnection) -> Any:
         include_topic_authorized_operations=False)
 
 
-async def throughput(port: int, args: argparse.Namespace, round_index: int,
+async def throughput(port: int, args: argparse.Namespace, label: str,
                      tls: ssl.SSLContext | None = None) -> dict[str, float]:
     """One round's request rates, latencies and CPU per request, and the moderate load's
     latency (a fresh heartbeat group per round: the last round's members are still in theirs
@@ -364,7 +366,7 @@ async def throughput(port: int, args: argparse.Namespace, round_index: int,
     figures: dict[str, float] = {}
 
     # Heartbeats: one member per connection in a Stable group, `depth` heartbeats in flight each.
-    group = f"bench-heartbeat-{round_index}"
+    group = f"bench-heartbeat-{label}"
     members = [await PipelinedConnection.open(port, versions, tls)
                for _ in range(args.connections)]
     _, joins = await form_group(members, group)
@@ -394,7 +396,7 @@ async def throughput(port: int, args: argparse.Namespace, round_index: int,
     return figures
 
 
-async def time_to_stable(port: int, args: argparse.Namespace, round_index: int,
+async def time_to_stable(port: int, args: argparse.Namespace, label: str,
                          tls: ssl.SSLContext | None = None) -> dict[str, float]:
     """One round's seconds to a Stable group of each size (a fresh group each)."""
     versions = await negotiate(port, tls)
@@ -403,7 +405,7 @@ async def time_to_stable(port: int, args: argparse.Namespace, round_index: int,
         joiners = [await PipelinedConnection.open(port, versions, tls) for _ in range(count)]
         try:
             elapsed, _ = await asyncio.wait_for(
-                form_group(joiners, f"bench-stable-{count}-{round_index}"), args.settle_timeout)
+                form_group(joiners, f"bench-stable-{count}-{label}"), args.settle_timeout)
         except TimeoutError:
             elapsed = math.inf  # never settled: printed as such, not as a number
         figures[f"stable {count} members s"] = elapsed
@@ -484,11 +486,13 @@ class Served:
     """A broker under test, ready: its port and the client TLS context (None: plaintext)."""
     port: int
     tls: ssl.SSLContext | None
-    stable_rounds: int  # rounds whose time-to-Stable is measured (Tansu's take ~85 s each)
+    # Time to Stable warmed up and measured every round, or (Tansu: a fixed ~3 s delay makes
+    # each formation 15-60 s) measured in the first round only.
+    stable_every_round: bool
 
 
 def prepare(port: int, certificates: Certificates | None = None,
-            stable_rounds: int = 1) -> Served:
+            stable_every_round: bool = True) -> Served:
     """The committed topic created (Kafka refuses commits for topics it does not have) and
     every __consumer_offsets partition's coordinator answering."""
     over_tls, tls = client_tls(certificates)
@@ -496,25 +500,33 @@ def prepare(port: int, certificates: Certificates | None = None,
     admin.create_topics([NewTopic("bench", num_partitions=1, replication_factor=1)])[
         "bench"].result(timeout=30)
     asyncio.run(wait_coordinator_ready(port, tls))
-    return Served(port, tls, stable_rounds)
+    return Served(port, tls, stable_every_round)
 
 
 def rounds_of(served: dict[str, Served], args: argparse.Namespace
               ) -> dict[str, list[dict[str, float]]]:
-    """Every broker's figures, round by round: in each round every broker takes its turn, the
-    first one moving along a place per round, so a stretch of the machine running slower (a
-    shared VM's speed moves by tens of percent within minutes) lands on all of them instead of
-    on whichever ran while it lasted."""
+    """Every broker's figures, round by round, after a round of each that is not counted (a
+    fresh JVM's first seconds run Kafka's code interpreted: measured cold, Kafka served less
+    than half the Heartbeats and commits it serves warm). In each round every broker takes its
+    turn, the first one moving along a place per round, so a stretch of the machine running
+    slower (a shared VM's speed moves by tens of percent within minutes) lands on all of them
+    instead of on whichever ran while it lasted."""
     names = list(served)
+    for name in names:
+        broker = served[name]
+        asyncio.run(throughput(broker.port, args, "warm-up", broker.tls))
+        if broker.stable_every_round:
+            asyncio.run(time_to_stable(broker.port, args, "warm-up", broker.tls))
     figures: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     for round_index in range(args.rounds):
         order = names[round_index % len(names):] + names[:round_index % len(names)]
         for name in order:
             broker = served[name]
-            round_figures = asyncio.run(throughput(broker.port, args, round_index, broker.tls))
-            if round_index < broker.stable_rounds:
+            label = str(round_index)
+            round_figures = asyncio.run(throughput(broker.port, args, label, broker.tls))
+            if round_index == 0 or broker.stable_every_round:
                 round_figures.update(asyncio.run(
-                    time_to_stable(broker.port, args, round_index, broker.tls)))
+                    time_to_stable(broker.port, args, label, broker.tls)))
             figures[name].append(round_figures)
     return figures
 
@@ -584,16 +596,17 @@ def main() -> int:
             port = brokers.enter_context(kgroups_broker(
                 Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms, fsync_each,
                 network_threads, certificates))
-            served[name] = prepare(port, certificates, args.rounds)
+            served[name] = prepare(port, certificates)
         kafka_runs = [] if args.no_kafka or args.tls else [("kafka", False)] + (
             [] if args.no_fsync else [("kafka fsync", True)])
         for name, fsync_each in kafka_runs:
             port = brokers.enter_context(kafka_broker(
                 Path(scratch) / name.replace(" ", "-"), args.initial_delay_ms, fsync_each))
-            served[name] = prepare(port, stable_rounds=args.rounds)
+            served[name] = prepare(port)
         if not args.tls:
             bootstrap = brokers.enter_context(tansu_broker())
-            served["tansu(mem)"] = prepare(int(bootstrap.rsplit(":", 1)[1]))
+            served["tansu(mem)"] = prepare(int(bootstrap.rsplit(":", 1)[1]),
+                                           stable_every_round=False)
         rounds = rounds_of(served, args)
     results = {name: medians(figures) for name, figures in rounds.items()}
     print(f"{args.connections} connections x {args.depth} in flight, {args.seconds:g} s each; "
