@@ -73,9 +73,9 @@ from kgroups.errors import ErrorCode
 from kgroups.records.consumer_protocol import encode_assignment, encode_subscription
 from kgroups.records.schema import ConsumerAssignment, ConsumerSubscription, TopicPartitions
 
-API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT = 18, 3, 11, 14, 12, 8
+API_VERSIONS, METADATA, JOIN, SYNC, HEARTBEAT, COMMIT, LEAVE = 18, 3, 11, 14, 12, 8, 13
 # The newest version of each API this script fills in (older ones drop fields via `build`).
-PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9}
+PREFERRED_MAX = {METADATA: 12, JOIN: 9, SYNC: 5, HEARTBEAT: 4, COMMIT: 9, LEAVE: 5}
 # The fixed moderate load: this many commits per second in all, spread over this many groups.
 MODERATE_COMMITS_PER_S = 1000
 MODERATE_GROUPS = 50
@@ -223,6 +223,17 @@ async def form_group(connections: list[PipelinedConnection], group: str) -> tupl
     # The others still finish the heartbeat they were sleeping towards: not part of the figure.
     await asyncio.gather(*(member(i, c) for i, c in enumerate(connections)))
     return settled_at[0] - started, [last_join[i] for i in range(len(connections))]
+
+
+async def leave_group(connection: PipelinedConnection, group: str, joins: list[Any]) -> None:
+    """Every member leaves `group` in one LeaveGroup (v3+ takes a batch), so that the broker
+    removes them now rather than when their sessions end, in the middle of a later figure
+    (another broker's, on a shared machine)."""
+    members = tuple(connection.nested(LEAVE, "MemberIdentity", member_id=join.member_id,
+                                      group_instance_id=None, reason=None)
+                    for join in {join.member_id: join for join in joins}.values())
+    check_answer(await connection.send(connection.request(LEAVE, group_id=group,
+                                                          members=members)))
 
 
 @dataclass(frozen=True)
@@ -382,6 +393,7 @@ async def throughput(port: int, args: argparse.Namespace, label: str,
                         f"{kind} p99 ms": result.p99_ms,
                         f"{kind} broker cpu us": 1e6 * (after[0] - before[0]) / answered,
                         f"{kind} client cpu us": 1e6 * (after[1] - before[1]) / answered})
+    await leave_group(members[0], group, joins)
     for connection in members:
         await connection.close()
 
@@ -403,9 +415,11 @@ async def time_to_stable(port: int, args: argparse.Namespace, label: str,
     figures: dict[str, float] = {}
     for count in args.members:
         joiners = [await PipelinedConnection.open(port, versions, tls) for _ in range(count)]
+        group = f"bench-stable-{count}-{label}"
         try:
-            elapsed, _ = await asyncio.wait_for(
-                form_group(joiners, f"bench-stable-{count}-{label}"), args.settle_timeout)
+            elapsed, joins = await asyncio.wait_for(form_group(joiners, group),
+                                                    args.settle_timeout)
+            await leave_group(joiners[0], group, joins)
         except TimeoutError:
             elapsed = math.inf  # never settled: printed as such, not as a number
         figures[f"stable {count} members s"] = elapsed
