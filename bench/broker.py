@@ -231,7 +231,7 @@ async def leave_group(connection: PipelinedConnection, group: str, joins: list[A
     (another broker's, on a shared machine)."""
     members = tuple(connection.nested(LEAVE, "MemberIdentity", member_id=join.member_id,
                                       group_instance_id=None, reason=None)
-                    for join in {join.member_id: join for join in joins}.values())
+                    for join in joins)
     check_answer(await connection.send(connection.request(LEAVE, group_id=group,
                                                           members=members)))
 
@@ -371,8 +371,7 @@ def metadata(index: int, connection: PipelinedConnection) -> Any:
 async def throughput(port: int, args: argparse.Namespace, label: str,
                      tls: ssl.SSLContext | None = None) -> dict[str, float]:
     """One round's request rates, latencies and CPU per request, and the moderate load's
-    latency (a fresh heartbeat group per round: the last round's members are still in theirs
-    until their sessions end)."""
+    latency (the heartbeat group named for the round, as every round's groups are)."""
     versions = await negotiate(port, tls)
     figures: dict[str, float] = {}
 
