@@ -106,8 +106,11 @@ class Harness:
             self.complete_writes()
         return fx
 
-    def complete_writes(self, error=None) -> None:
-        while self.pending:
+    def complete_writes(self, error=None, count=None) -> None:
+        """The pending writes complete, in order (only the first `count`, if given)."""
+        while self.pending and (count is None or count > 0):
+            if count is not None:
+                count -= 1
             write = self.pending.pop(0)
             if error is None:
                 self.log.setdefault(write.offsets_partition, []).extend(write.records)
@@ -277,14 +280,20 @@ class Harness:
         return request_id
 
     def fetch(self, group: str, topics=None) -> dict[tuple[str, int], int]:
+        return self.fetched(self.send_fetch(group, topics))
+
+    def send_fetch(self, group: str, topics=None) -> int:
+        """An OffsetFetch sent; its request id (`fetched` reads its answer)."""
         request_id = self.rid()
         self.absorb(
             self.coordinator.offset_fetch(
                 OffsetFetchRequest(request_id, (OffsetFetchGroup(group, topics),)), self.now
             )
         )
-        response = self.reply(request_id)
-        (fetched,) = response.groups
+        return request_id
+
+    def fetched(self, request_id: int) -> dict[tuple[str, int], int]:
+        (fetched,) = self.reply(request_id).groups
         return {(t.name, p.partition): p.offset for t in fetched.topics for p in t.partitions}
 
     def partition_of(self, group: str) -> int:

@@ -84,14 +84,38 @@ def test_commit_is_answered_only_after_the_write_and_failure_is_reported():
     h.auto_complete = False
     rid = h.commit("g", {("t", 0): 5})
     assert h.reply(rid) is None
-    assert h.fetch("g", (("t", (0,)),)) == {("t", 0): -1}, "not visible before durable"
+    # A fetch behind the commit waits for its answer: it never sees an offset not yet durable.
+    waiting = h.send_fetch("g", (("t", (0,)),))
+    assert h.reply(waiting) is None
     h.complete_writes(error=E.NOT_ENOUGH_REPLICAS)
     assert set(errors(h, rid).values()) == {E.COORDINATOR_NOT_AVAILABLE}
+    assert h.fetched(waiting) == {("t", 0): -1}
     assert h.fetch("g", (("t", (0,)),)) == {("t", 0): -1}
     rid = h.commit("g", {("t", 0): 6})
+    waiting = h.send_fetch("g", (("t", (0,)),))
     h.complete_writes()
     assert set(errors(h, rid).values()) == {E.NONE}
+    assert h.fetched(waiting) == {("t", 0): 6}
     assert h.fetch("g", (("t", (0,)),)) == {("t", 0): 6}
+
+
+def test_a_fetch_waits_for_the_commits_before_it_and_no_later_one():
+    """Behind two commits of its group, a fetch is answered once both are, with the second's
+    offset; a commit written after it does not hold it back (a group committing without
+    pause would otherwise starve its fetches)."""
+    h = make()
+    h.auto_complete = False
+    first = h.commit("g", {("t", 0): 5})
+    second = h.commit("g", {("t", 0): 6})
+    waiting = h.send_fetch("g", (("t", (0,)),))
+    other_group = h.send_fetch("g2", (("t", (0,)),))
+    assert h.fetched(other_group) == {("t", 0): -1}  # nothing of its own in flight
+    later = h.commit("g", {("t", 0): 7})
+    assert h.reply(waiting) is None
+    h.complete_writes(count=2)
+    assert set(errors(h, first).values()) == set(errors(h, second).values()) == {E.NONE}
+    assert h.reply(later) is None
+    assert h.fetched(waiting) == {("t", 0): 6}
 
 
 def test_commit_records_v3_shape_or_expire_timestamp_with_retention():

@@ -41,7 +41,7 @@ from kgroups.coordinator.persistence import (
 from kgroups.coordinator.streams_offsets import validate_streams_commit, validate_streams_fetch
 from kgroups.coordinator.timer_keys import offset_expiry_timer
 from kgroups.errors import ErrorCode
-from kgroups.records.schema import OffsetCommitValue, OffsetsRecord
+from kgroups.records.schema import OffsetCommitKey, OffsetCommitValue, OffsetsRecord
 
 
 def validate_consumer_commit(
@@ -127,6 +127,8 @@ class Offsets:
 
     def __init__(self, ctx: ShardContext) -> None:
         self._ctx = ctx
+        # Per group, the OffsetFetches that wait for some of its commits (see `fetch`).
+        self._fetches_waiting: dict[str, list[_WaitingFetch]] = {}
 
     # -- OffsetCommit -------------------------------------------------------------------------
 
@@ -200,17 +202,53 @@ class Offsets:
                 return group  # a Dead one awaits its deletion, even if replaced meanwhile
             return None
 
+        def succeeded() -> None:
+            answer(ErrorCode.NONE)
+            if self._fetches_waiting:
+                self._fetches_go_on(group_id)
+
         def failed(write_error: ErrorCode) -> None:
             self._commit_settled(group_id, values.keys())
             answer(write_error)
+            if self._fetches_waiting:
+                self._fetches_go_on(group_id)
 
         records = []
         for (topic_name, partition), value in values.items():  # (a loop: no comprehension frame)
             records.append(offset_record(group_id, topic_name, partition, value))
         self._ctx.write_when_durable(
-            self._ctx.partition_of(group_id), records, settle, lambda: answer(ErrorCode.NONE),
-            failed,
-        )
+            self._ctx.partition_of(group_id), records, settle, succeeded, failed)
+
+    def _fetches_go_on(self, group_id: str) -> None:
+        """One of the group's commits is answered (its offsets applied, or it failed): the
+        fetches that waited for none written after them are answered now."""
+        waiting = self._fetches_waiting.pop(group_id, None)
+        if waiting is None:
+            return
+        first = self._first_commit_in_flight(group_id)
+        still = []
+        for fetch in waiting:
+            if first is not None and first <= fetch.written_before:
+                still.append(fetch)
+                continue
+            fetch.groups.discard(group_id)
+            if not fetch.groups:
+                self._answer_fetch(fetch.request)
+        if still:
+            self._fetches_waiting[group_id] = still
+
+    def _first_commit_in_flight(self, group_id: str) -> int | None:
+        """The write id of the group's oldest OffsetCommit still in flight (None: none is).
+        Looked for only while fetches wait, so commits pay nothing for it."""
+        if group_id not in self._ctx.commits_in_flight:
+            return None
+        partition = self._ctx.partition_of(group_id)
+        for write_id, pending in self._ctx.pending_writes.items():  # in the order written
+            if pending.offsets_partition == partition and pending.producer_id < 0 and any(
+                    type(record.key) is OffsetCommitKey and record.key.group == group_id
+                    for record in pending.records):
+                return write_id
+        return None
 
     def _commit_settled(self, group_id: str, keys: Iterable[tuple[str, int]]) -> None:
         """An OffsetCommit's write completed, either way: its keys are no longer in flight."""
@@ -254,6 +292,19 @@ class Offsets:
     # -- OffsetFetch --------------------------------------------------------------------------
 
     def fetch(self, req: OffsetFetchRequest) -> None:
+        """Answered at once unless a group it names has commits written and not yet answered:
+        then once those are (not later ones), as Kafka, which takes a connection's requests one
+        after another, answers a fetch pipelined behind a commit with the commit's offset."""
+        in_flight = self._ctx.commits_in_flight
+        groups = {wanted.group_id for wanted in req.groups if wanted.group_id in in_flight}
+        if not groups:
+            self._answer_fetch(req)
+            return
+        waiting = _WaitingFetch(req, groups, self._ctx.next_write_id)
+        for group_id in groups:
+            self._fetches_waiting.setdefault(group_id, []).append(waiting)
+
+    def _answer_fetch(self, req: OffsetFetchRequest) -> None:
         self._ctx.reply(req.request_id, OffsetFetchResponse(
             tuple(self._fetch_group(g, req.require_stable) for g in req.groups)))
 
@@ -434,6 +485,20 @@ class Offsets:
             if due:
                 expired.append(key)
         return expired
+
+
+class _WaitingFetch:
+    """An OffsetFetch waiting for the commits of `groups` written before it came (write ids
+    up to `written_before`; a group's commits are answered in the order they were written, one
+    partition's log taking them in that order)."""
+
+    __slots__ = ("groups", "request", "written_before")
+
+    def __init__(self, request: OffsetFetchRequest, groups: set[str],
+                 written_before: int) -> None:
+        self.request = request
+        self.groups = groups
+        self.written_before = written_before
 
 
 def _commit_response(
