@@ -19,16 +19,19 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
+import psutil
 import pytest
 from tests.broker.broker_wire_helpers import (
     await_commits,
     connect,
     create_topic,
+    metadata_request,
     standalone_commits,
 )
 
 from kgroups.broker.net.connection import FRAMES_IN_A_ROW
 from kgroups.broker.net.fair_frames import FairFrames
+from kgroups.broker.wire import encode_request
 
 TOPIC = "fair"
 FLOOD = 400  # under queued.max.requests (500): the whole flood is read and started at once
@@ -125,8 +128,16 @@ def _answers_waiting(sock: socket.socket) -> int:
     return count
 
 
+def _metadata_requests(count: int) -> bytes:
+    """Metadata requests for the topic: answered at once, each where it is read
+    (`first_step`), not in a task of its own."""
+    return b"".join(encode_request(index + 1, "broker-tests", metadata_request(TOPIC))
+                    for index in range(count))
+
+
 def _flood_answers_before_the_other(port: int,
-                                    paused: Callable[[], AbstractContextManager[None]]) -> int:
+                                    paused: Callable[[], AbstractContextManager[None]],
+                                    flood_kind: str = "commits") -> int:
     """Both clients' requests are sent while the broker's reading is `paused`, so that both
     are there when it next reads (else, on a loaded machine, the broker could answer much of
     the flood before the other client's request is even sent)."""
@@ -136,11 +147,16 @@ def _flood_answers_before_the_other(port: int,
     with connect(port) as admin:
         create_topic(admin, TOPIC, 1)
     await_commits(port, [*flood_groups, "other"], TOPIC)
+    # The other client asks the same kind: a commit takes several loop iterations to be
+    # answered (its task, the append), a Metadata none beyond the one that reads it.
+    flood_requests, other_request = (
+        (standalone_commits(flood_groups, TOPIC), standalone_commits(["other"], TOPIC))
+        if flood_kind == "commits" else (_metadata_requests(FLOOD), _metadata_requests(1)))
     with socket.create_connection(("127.0.0.1", port), timeout=30) as flood, \
             socket.create_connection(("127.0.0.1", port), timeout=30) as other:
         with paused():
-            flood.sendall(standalone_commits(flood_groups, TOPIC))
-            other.sendall(standalone_commits(["other"], TOPIC))
+            flood.sendall(flood_requests)
+            other.sendall(other_request)
         (size,) = struct.unpack(">i", other.recv(4, socket.MSG_WAITALL))
         other.recv(size, socket.MSG_WAITALL)
         return _answers_waiting(flood)
@@ -165,6 +181,29 @@ def test_a_request_is_not_started_behind_another_clients_flood(inprocess_broker:
             release.set()
 
     assert _flood_answers_before_the_other(inprocess_broker.port, loop_held) < FLOOD // 2
+
+
+@pytest.mark.slow
+def test_a_request_is_not_answered_behind_a_flood_answered_at_once(
+        start_kgroups_server: Any) -> None:
+    """A flood of Metadata, each answered where it is read (`first_step`, no task to take
+    turns with): the reader itself yields after FRAMES_IN_A_ROW of them. The broker is a
+    process of its own, stopped while the clients send (in this process its answers, tens of
+    microseconds each, would all be out before the test's thread could count them)."""
+    server = start_kgroups_server("num.network.threads=0")
+    assert server.process is not None
+    broker = psutil.Process(server.process.pid)
+
+    @contextlib.contextmanager
+    def broker_stopped() -> Iterator[None]:
+        broker.suspend()
+        try:
+            yield
+        finally:
+            broker.resume()
+
+    assert _flood_answers_before_the_other(server.port, broker_stopped,
+                                           "metadata") < FLOOD // 2
 
 
 @pytest.mark.slow

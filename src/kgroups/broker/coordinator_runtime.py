@@ -90,10 +90,14 @@ logger = logging.getLogger("kgroups.coordinator")
 # Kafka's log.cleaner.backoff.ms: how often the offsets partitions are compacted.
 _DEFAULT_CLEANER_BACKOFF_MS = 15_000
 # Requests naming one group that the shard takes per event-loop turn; the group's others wait,
-# in arrival order, for the next turn. A client pipelining thousands of joins into one group
-# gets them read in one turn; without the bound the shard would run them all before anyone
-# else's request (other groups' commits and heartbeats, fetches) was looked at.
-GROUP_REQUESTS_PER_TURN = 32
+# in arrival order, for the next turn. Many connections pipelining joins into one group have
+# them read in one turn; without the bound the shard would run them all before anyone else's
+# request (other groups' commits and heartbeats, fetches) was looked at. (One connection
+# yields after connection.FRAMES_IN_A_ROW requests.) Four connections' turns' worth: a request
+# that waits costs a future and a task step (~10% of a Heartbeat's CPU), which at 32 every
+# request of a group whose 16 members keep 8 requests in flight each paid (bench/broker.py's
+# Heartbeat figure), while a turn's 128 joins still cost the others milliseconds.
+GROUP_REQUESTS_PER_TURN = 128
 # `_apply`'s answer when the effects hold no reply to the request that made them.
 _NOT_YET = object()
 # Every message the coordinator shard takes; `_dispatch` routes each type to its method.

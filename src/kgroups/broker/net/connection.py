@@ -21,9 +21,9 @@ _LINGER_RESET = struct.pack("ii", 1, 0)  # struct linger {l_onoff = 1, l_linger 
 # Requests one connection may start in a row before the others get their turn: reading frames
 # already buffered never yields to the event loop, so a client pipelining a thousand requests
 # would otherwise have them all started (and run, next iteration) ahead of another client's
-# one request that came meanwhile. A connection yields whenever its open requests reach a
-# multiple of this. A network process's relays (client_relay) and the broker process's relayed
-# frames (fair_frames) take the same turns.
+# one request that came meanwhile. A connection yields after this many requests read without
+# waiting for its client. A network process's relays (client_relay) and the broker process's
+# relayed frames (fair_frames) take the same turns.
 FRAMES_IN_A_ROW = 32
 
 

@@ -118,8 +118,10 @@ class RelayedConnection:
 
     def frame(self, payload: bytes) -> None:
         try:
-            work = request_work(self._broker, self.session, self.host, self.peer, payload,
-                                self._dispatch)
+            # Every relayed request gets a task (its answer is counted by the task that
+            # computed it); only the broker process's own sockets run some at once.
+            work, _ = request_work(self._broker, self.session, self.host, self.peer, payload,
+                                   self._dispatch)
         except Refusal as refusal:
             self.close(logging.WARNING, refusal.reason, **refusal.fields)
             return

@@ -1,6 +1,7 @@
 """A client socket of the broker process: size-prefixed frames in, responses out in request order.
 
-The broker process serves its own sockets this way (one task per request); a network process
+The broker process serves its own sockets this way (a task per request that waits; those usually
+answered at once are run as they are read, `first_step`); a network process
 relays its clients' frames with `client_relay`, which keeps the same limits (the rules both
 follow are `connection`'s functions) without a task per request. A slow request (a Fetch long
 poll, a JoinGroup waiting for the rebalance) does not stop the next one from being *processed*,
@@ -37,6 +38,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from kgroups.broker.events import log_event
+from kgroups.broker.net import first_step
 from kgroups.broker.net.connection import (
     FRAMES_IN_A_ROW,
     SIZE_PREFIX,
@@ -88,7 +90,8 @@ class ConnectionClosed(Exception):
 
 class LocalConnection:
     """One client socket whose requests are answered in this process. The reader loop starts a
-    task per request; each task's completion moves, in request order, every response that is
+    task per request (or answers it at once, `first_step`); each completion moves, in request
+    order, every response that is
     ready to the send queue, which is written once per event-loop iteration. No responder task
     sits between them: on a busy connection that saves several event-loop turns per request."""
 
@@ -134,6 +137,7 @@ class LocalConnection:
         self._max_buffered_frame = min(self._max_frame, _CHUNK)
         # A large frame's buffer and the read-only view handed out, freed once it is decoded.
         self._large_frame: tuple[bytearray, memoryview] | None = None
+        self._in_a_row = 0  # requests read since the reader last waited for the client
         self._unsent = 0
         self._in_transport = 0
         self._ready: deque[bytes] = deque()  # answers in order, waiting for the transport
@@ -145,8 +149,9 @@ class LocalConnection:
         # this connection is known exactly; the kernel's send buffer is the slack instead.
         writer.transport.set_write_buffer_limits(high=0)
 
-    def _start(self, frame: bytes | memoryview) -> Coroutine[Any, Any, bytes | None]:
-        """The work answering `frame`; Refusal closes the connection."""
+    def _start(self, frame: bytes | memoryview) -> tuple[Coroutine[Any, Any, bytes | None], bool]:
+        """The work answering `frame` and whether it may run at once; Refusal closes the
+        connection."""
         return request_work(self._broker, self.session, self.client_host, self.peer, frame,
                             self._dispatch)
 
@@ -158,7 +163,9 @@ class LocalConnection:
         if not budget.allows(0, self._light):
             await budget.wait_for(lambda: budget.allows(0, self._light))
         data = framed(ctx, await handler(ctx, body))
-        self._settle(asyncio.current_task(self._loop), data)  # type: ignore[arg-type]
+        task = asyncio.current_task(self._loop)
+        if task in self._reserved:  # not when run at once: the reader's own task runs it
+            self._settle(task, data)
         return data
 
     async def _all_answered(self) -> None:
@@ -368,6 +375,7 @@ class LocalConnection:
         not yet reserved in the budget stay under _READ."""
         while (missing := count - (len(self._inbox) - self._position)) > 0:
             data = await self._reader.read(max(missing, _READ))
+            self._in_a_row = 0  # it waited for the client: the others had their turn
             if not data:
                 return False
             self._inbox = self._inbox[self._position:] + data
@@ -395,21 +403,27 @@ class LocalConnection:
             if frame is None and (frame := await self._read_frame()) is None:
                 return
             try:
-                work = self._start(frame)
+                work, at_once = self._start(frame)
             except Refusal as refusal:
                 raise self._refuse(refusal.reason, **refusal.fields) from None
             except Exception as error:  # its schema could not be loaded (EMFILE), say
                 self._failed(error)
                 raise ConnectionClosed("handler_failed") from None
-            await self._submit(work)
-            if len(self._in_flight) % FRAMES_IN_A_ROW == 0:
+            await self._submit(work, at_once)
+            if self._closed:  # a request answered at once failed: read nothing more
+                return
+            self._in_a_row += 1
+            if self._in_a_row == FRAMES_IN_A_ROW:
                 # The other connections' turn (see the constant): only a client with that many
-                # requests open waits for it, one keeping a few in flight never does.
+                # requests read since it last waited for bytes yields, one keeping a few in
+                # flight never does.
+                self._in_a_row = 0
                 await asyncio.sleep(0)
 
-    async def _submit(self, work: Coroutine[Any, Any, bytes | None]) -> None:
-        """Start a request; then, before reading on, wait while too many are open or while
-        the client is not reading its responses (the transport still holds some).
+    async def _submit(self, work: Coroutine[Any, Any, bytes | None], at_once: bool) -> None:
+        """Start a request (its first step at once, if `at_once`: `first_step`); then, before
+        reading on, wait while too many are open or while the client is not reading its
+        responses (the transport still holds some).
 
         The frame's reservation stays until the request's handler has finished (its decoded
         copy lives that long); a large frame's own buffer is freed now."""
@@ -419,12 +433,19 @@ class LocalConnection:
             with contextlib.suppress(BufferError):  # a slice still alive frees it later
                 view.release()
                 body.clear()
-        task = self._loop.create_task(work)
+        # At once only behind nothing: a connection's requests reach the coordinator in the
+        # order they came (an OffsetFetch behind a commit still to start sees the commit), as
+        # Kafka takes a connection's requests one after another.
+        in_flight = self._in_flight
+        task = (first_step.start(self._loop, work) if at_once and not in_flight
+                else self._loop.create_task(work))
         self._reserved[task] = self._frame_reserved
         self._frame_reserved = 0
-        in_flight = self._in_flight
         in_flight.append(task)
-        task.add_done_callback(self._finished)
+        if task.done():  # answered (or failed) at once
+            self._finished(task)
+        else:
+            task.add_done_callback(self._finished)
         if len(in_flight) >= self._max_in_flight:
             self._room_waiter = self._loop.create_future()
             await self._room_waiter

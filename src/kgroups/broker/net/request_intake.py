@@ -45,13 +45,22 @@ SIZE_PREFIX_BYTES = 4
 Answer = Coroutine[Any, Any, bytes | None]
 # Runs a decoded request's handler and encodes its answer (None: nothing to send).
 Dispatch = Callable[[Any, RequestContext, Any], Answer]
+# The APIs whose handlers answer in their first step unless something makes them wait (their
+# group's turn, room in the memory budget, a record to write): a socket served in the broker
+# process runs that step as it reads the frame, without a task (`first_step`). None of them
+# needs a task of its own (asyncio.timeout, Fetch's, would cancel the reader's).
+ANSWERED_AT_ONCE = frozenset({
+    ApiKey.HEARTBEAT, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.METADATA, ApiKey.OFFSET_FETCH,
+    ApiKey.FIND_COORDINATOR, ApiKey.API_VERSIONS,
+})
 
 
 def request_work(broker: HandlerServices, session: Session, client_host: str, peer: str,
-                 frame: bytes | memoryview, dispatch: Dispatch) -> Answer:
-    """The coroutine that answers `frame`, or Refusal when the frame must close the connection."""
+                 frame: bytes | memoryview, dispatch: Dispatch) -> tuple[Answer, bool]:
+    """The coroutine that answers `frame` and whether its API is one ANSWERED_AT_ONCE, or
+    Refusal when the frame must close the connection."""
     if session.raw_tokens:
-        return _raw_sasl_token(session, bytes(frame))
+        return _raw_sasl_token(session, bytes(frame)), False
     try:
         api_key, api_version, correlation_id = peek_header(frame)
     except FrameDecodeError:
@@ -68,7 +77,7 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
         # Kafka answers an ApiVersions it cannot parse with v0 + the supported list, so a
         # newer client can retry with a version both sides know.
         log_event(logger, logging.INFO, "api_versions_fallback", peer=peer, version=api_version)
-        return _unsupported_api_versions(broker, correlation_id)
+        return _unsupported_api_versions(broker, correlation_id), False
     try:
         request = decode_request(frame)
     except FrameDecodeError as exc:
@@ -79,10 +88,10 @@ def request_work(broker: HandlerServices, session: Session, client_host: str, pe
                   version=api_version, unused=request.unused_bytes)
     if (not session.authenticated and session.mechanism is not None
             and api_key != ApiKey.SASL_AUTHENTICATE):
-        return _out_of_sequence(session, request)
+        return _out_of_sequence(session, request), False
     ctx = RequestContext(handler.api_key, api_version, correlation_id, request.client_id,
                          client_host, broker, session)
-    return dispatch(handler, ctx, request.body)
+    return dispatch(handler, ctx, request.body), api_key in ANSWERED_AT_ONCE
 
 
 def _check_sasl_sequence(session: Session, api_key: int) -> None:
