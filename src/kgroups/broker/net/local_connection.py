@@ -91,9 +91,9 @@ class ConnectionClosed(Exception):
 class LocalConnection:
     """One client socket whose requests are answered in this process. The reader loop starts a
     task per request (or answers it at once, `first_step`); each completion moves, in request
-    order, every response that is
-    ready to the send queue, which is written once per event-loop iteration. No responder task
-    sits between them: on a busy connection that saves several event-loop turns per request."""
+    order, every response that is ready to the send queue, which is written once per event-loop
+    iteration. No responder task sits between them: on a busy connection that saves several
+    event-loop turns per request."""
 
     def __init__(self, broker: HandlerServices, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, session: Session) -> None:
